@@ -1,0 +1,9 @@
+//! Drover's scheduler engine: the state store, the eval broker, blocked
+//! evals, and (as they land) the schedulers, plan applier, workers and node
+//! lifecycle. The engine opens no socket; time comes from an injected
+//! [`clock::Clock`].
+#![forbid(unsafe_code)]
+
+pub mod clock;
+pub mod state;
+pub mod structs;

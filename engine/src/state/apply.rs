@@ -1,0 +1,357 @@
+//! How each [`Command`] changes a [`Snapshot`]. Only the store's writer calls
+//! this, on a private clone that is published only if the whole command
+//! applied: a command that fails changes nothing.
+
+use std::sync::Arc;
+
+use super::command::{ClientAllocUpdate, Command};
+use super::snapshot::{index_add, index_remove, Snapshot};
+use super::{Applied, CapacityChange, StateError};
+use crate::clock::Timestamp;
+use crate::structs::{
+    Allocation, EvalId, Evaluation, Job, JobKey, Node, NodeEligibility, NodeId, NodeStatus,
+};
+
+impl Snapshot {
+    /// Applies `command` at `index`, recording what followers of the store
+    /// (broker, blocked evals) need to hear about in `applied`.
+    pub(super) fn apply(
+        &mut self,
+        index: u64,
+        command: Command,
+        applied: &mut Applied,
+    ) -> Result<(), StateError> {
+        self.index = index;
+        match command {
+            Command::UpsertNode { node } => self.upsert_node(index, node, applied),
+            Command::DeregisterNode { node_id } => self.deregister_node(index, node_id),
+            Command::UpdateNodeStatus {
+                node_id,
+                status,
+                missed_heartbeat,
+                evals,
+            } => {
+                self.update_node_status(index, node_id, status, missed_heartbeat, applied)?;
+                self.upsert_evals(index, evals, applied);
+                Ok(())
+            }
+            Command::UpdateNodeEligibility {
+                node_id,
+                eligibility,
+                evals,
+            } => {
+                self.update_node_eligibility(index, node_id, eligibility, applied)?;
+                self.upsert_evals(index, evals, applied);
+                Ok(())
+            }
+            Command::RegisterJob { job, eval } => {
+                let job = self.register_job(index, job);
+                self.upsert_evals(
+                    index,
+                    eval.into_iter()
+                        .map(|eval| with_job_index(eval, &job))
+                        .collect(),
+                    applied,
+                );
+                Ok(())
+            }
+            Command::DeregisterJob { job, purge, eval } => {
+                self.deregister_job(index, &job, purge)?;
+                self.upsert_evals(index, eval.into_iter().collect(), applied);
+                Ok(())
+            }
+            Command::UpsertEvals { evals } => {
+                self.upsert_evals(index, evals, applied);
+                Ok(())
+            }
+            Command::UpdateAllocsFromClient {
+                updates,
+                evals,
+                time,
+            } => {
+                self.update_allocs_from_client(index, &updates, time, applied)?;
+                self.upsert_evals(index, evals, applied);
+                Ok(())
+            }
+            Command::ApplyPlanResults {
+                eval_id,
+                allocs,
+                evals,
+                time,
+            } => {
+                self.apply_plan_results(index, eval_id, allocs, time, applied)?;
+                self.upsert_evals(index, evals, applied);
+                Ok(())
+            }
+        }
+    }
+
+    fn upsert_node(
+        &mut self,
+        index: u64,
+        mut node: Node,
+        applied: &mut Applied,
+    ) -> Result<(), StateError> {
+        node.computed_class = node.compute_class();
+        node.modify_index = index;
+        match self.nodes.get(&node.id).cloned() {
+            Some(existing) => {
+                node.status = existing.status;
+                node.create_index = existing.create_index;
+                node.last_missed_heartbeat_index = existing.last_missed_heartbeat_index;
+                node.last_alloc_update_index = existing.last_alloc_update_index;
+                if existing.computed_class != node.computed_class {
+                    index_remove(&mut self.nodes_by_class, &existing.computed_class, &node.id);
+                    index_add(&mut self.nodes_by_class, node.computed_class, node.id);
+                    if node.is_schedulable() {
+                        applied.capacity_changes.push(CapacityChange::of(&node));
+                    }
+                }
+            }
+            None => {
+                node.create_index = index;
+                index_add(&mut self.nodes_by_class, node.computed_class, node.id);
+                if node.is_schedulable() {
+                    applied.capacity_changes.push(CapacityChange::of(&node));
+                }
+            }
+        }
+        self.nodes.insert(node.id, Arc::new(node));
+        self.table_indexes.nodes = index;
+        Ok(())
+    }
+
+    fn deregister_node(&mut self, index: u64, node_id: NodeId) -> Result<(), StateError> {
+        let node = self
+            .nodes
+            .remove(&node_id)
+            .ok_or(StateError::UnknownNode(node_id))?;
+        index_remove(&mut self.nodes_by_class, &node.computed_class, &node_id);
+        self.table_indexes.nodes = index;
+        Ok(())
+    }
+
+    fn update_node_status(
+        &mut self,
+        index: u64,
+        node_id: NodeId,
+        status: NodeStatus,
+        missed_heartbeat: bool,
+        applied: &mut Applied,
+    ) -> Result<(), StateError> {
+        let existing = self
+            .nodes
+            .get(&node_id)
+            .ok_or(StateError::UnknownNode(node_id))?;
+        let was_schedulable = existing.is_schedulable();
+        let mut node = Node::clone(existing);
+        node.status = status;
+        node.modify_index = index;
+        if missed_heartbeat {
+            node.last_missed_heartbeat_index = index;
+        }
+        if !was_schedulable && node.is_schedulable() {
+            applied.capacity_changes.push(CapacityChange::of(&node));
+        }
+        self.nodes.insert(node_id, Arc::new(node));
+        self.table_indexes.nodes = index;
+        Ok(())
+    }
+
+    fn update_node_eligibility(
+        &mut self,
+        index: u64,
+        node_id: NodeId,
+        eligibility: NodeEligibility,
+        applied: &mut Applied,
+    ) -> Result<(), StateError> {
+        let existing = self
+            .nodes
+            .get(&node_id)
+            .ok_or(StateError::UnknownNode(node_id))?;
+        let was_schedulable = existing.is_schedulable();
+        let mut node = Node::clone(existing);
+        node.eligibility = eligibility;
+        node.modify_index = index;
+        if !was_schedulable && node.is_schedulable() {
+            applied.capacity_changes.push(CapacityChange::of(&node));
+        }
+        self.nodes.insert(node_id, Arc::new(node));
+        self.table_indexes.nodes = index;
+        Ok(())
+    }
+
+    /// Stores the job, bumping its version when the spec changed, and
+    /// returns it as stored.
+    fn register_job(&mut self, index: u64, mut job: Job) -> Arc<Job> {
+        job.modify_index = index;
+        match self.jobs.get(&job.key()) {
+            Some(existing) if same_spec(existing, &job) => {
+                job.version = existing.version;
+                job.create_index = existing.create_index;
+                job.job_modify_index = existing.job_modify_index;
+            }
+            Some(existing) => {
+                job.version = existing.version + 1;
+                job.create_index = existing.create_index;
+                job.job_modify_index = index;
+            }
+            None => {
+                job.version = 0;
+                job.create_index = index;
+                job.job_modify_index = index;
+            }
+        }
+        let job = Arc::new(job);
+        self.jobs.insert(job.key(), job.clone());
+        self.table_indexes.jobs = index;
+        job
+    }
+
+    fn deregister_job(&mut self, index: u64, key: &JobKey, purge: bool) -> Result<(), StateError> {
+        let existing = self
+            .jobs
+            .get(key)
+            .ok_or_else(|| StateError::UnknownJob(key.clone()))?;
+        if purge {
+            self.jobs.remove(key);
+        } else if !existing.stop {
+            let mut stopped = Job::clone(existing);
+            stopped.stop = true;
+            self.register_job(index, stopped);
+        }
+        self.table_indexes.jobs = index;
+        Ok(())
+    }
+
+    fn upsert_evals(&mut self, index: u64, evals: Vec<Evaluation>, applied: &mut Applied) {
+        if evals.is_empty() {
+            return;
+        }
+        for mut eval in evals {
+            eval.modify_index = index;
+            match self.evals.get(&eval.id) {
+                Some(existing) => eval.create_index = existing.create_index,
+                None => {
+                    eval.create_index = index;
+                    index_add(&mut self.evals_by_job, eval.job_key(), eval.id);
+                }
+            }
+            let eval = Arc::new(eval);
+            self.evals.insert(eval.id, eval.clone());
+            applied.evals.push(eval);
+        }
+        self.table_indexes.evals = index;
+    }
+
+    fn update_allocs_from_client(
+        &mut self,
+        index: u64,
+        updates: &[ClientAllocUpdate],
+        time: Timestamp,
+        applied: &mut Applied,
+    ) -> Result<(), StateError> {
+        for update in updates {
+            let existing = self
+                .allocs
+                .get(&update.alloc_id)
+                .ok_or(StateError::UnknownAlloc(update.alloc_id))?;
+            if existing.node_id != update.node_id {
+                return Err(StateError::AllocOnOtherNode {
+                    alloc_id: update.alloc_id,
+                    reported_by: update.node_id,
+                    placed_on: existing.node_id,
+                });
+            }
+            let was_terminal = existing.terminal();
+            let mut alloc = Allocation::clone(existing);
+            alloc.record_client_status(update.client_status, time);
+            alloc
+                .client_description
+                .clone_from(&update.client_description);
+            alloc.modify_index = index;
+            alloc.modify_time = time;
+            if !was_terminal && alloc.terminal() {
+                self.note_freed_capacity(alloc.node_id, applied);
+            }
+            self.allocs.insert(alloc.id, Arc::new(alloc));
+            self.touch_node_alloc_update(index, update.node_id)?;
+        }
+        self.table_indexes.allocs = index;
+        Ok(())
+    }
+
+    fn touch_node_alloc_update(&mut self, index: u64, node_id: NodeId) -> Result<(), StateError> {
+        let existing = self
+            .nodes
+            .get(&node_id)
+            .ok_or(StateError::UnknownNode(node_id))?;
+        if existing.last_alloc_update_index != index {
+            let mut node = Node::clone(existing);
+            node.last_alloc_update_index = index;
+            self.nodes.insert(node_id, Arc::new(node));
+            self.table_indexes.nodes = index;
+        }
+        Ok(())
+    }
+
+    fn apply_plan_results(
+        &mut self,
+        index: u64,
+        eval_id: EvalId,
+        allocs: Vec<Allocation>,
+        time: Timestamp,
+        applied: &mut Applied,
+    ) -> Result<(), StateError> {
+        for mut alloc in allocs {
+            alloc.modify_index = index;
+            alloc.modify_time = time;
+            match self.allocs.get(&alloc.id) {
+                Some(existing) => {
+                    alloc.create_index = existing.create_index;
+                    alloc.create_time = existing.create_time;
+                    if !existing.terminal() && alloc.terminal() {
+                        self.note_freed_capacity(alloc.node_id, applied);
+                    }
+                }
+                None => {
+                    if !self.nodes.contains_key(&alloc.node_id) {
+                        return Err(StateError::PlacementOnUnknownNode {
+                            eval_id,
+                            node_id: alloc.node_id,
+                        });
+                    }
+                    alloc.create_index = index;
+                    alloc.create_time = time;
+                    index_add(&mut self.allocs_by_node, alloc.node_id, alloc.id);
+                    index_add(&mut self.allocs_by_job, alloc.job_key(), alloc.id);
+                }
+            }
+            self.allocs.insert(alloc.id, Arc::new(alloc));
+        }
+        self.table_indexes.allocs = index;
+        Ok(())
+    }
+
+    fn note_freed_capacity(&self, node_id: NodeId, applied: &mut Applied) {
+        if let Some(node) = self.nodes.get(&node_id) {
+            applied.capacity_changes.push(CapacityChange::of(node));
+        }
+    }
+}
+
+/// Whether two submissions of a job describe the same thing, ignoring what
+/// the store itself sets.
+fn same_spec(existing: &Job, submitted: &Job) -> bool {
+    let mut normalized = submitted.clone();
+    normalized.version = existing.version;
+    normalized.create_index = existing.create_index;
+    normalized.modify_index = existing.modify_index;
+    normalized.job_modify_index = existing.job_modify_index;
+    normalized == *existing
+}
+
+fn with_job_index(mut eval: Evaluation, job: &Job) -> Evaluation {
+    eval.job_modify_index = job.job_modify_index;
+    eval
+}

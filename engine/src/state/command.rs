@@ -1,0 +1,123 @@
+//! Commands: every write to the state, as plain serializable data.
+//!
+//! A command carries everything its effect depends on, the time included,
+//! so applying the same commands in the same order always yields the same
+//! state. That is what a write-ahead log, and later Raft, replicate.
+
+use serde::{Deserialize, Serialize};
+
+use crate::clock::Timestamp;
+use crate::structs::{
+    AllocId, Allocation, ClientStatus, EvalId, Evaluation, Job, JobKey, Node, NodeEligibility,
+    NodeId, NodeStatus,
+};
+
+/// One write to the state store.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Command {
+    /// Register a node or update its information. The status is taken only
+    /// when the node is new; a known node keeps its status (DESIGN.md: Register
+    /// never sets the status of a known node).
+    UpsertNode {
+        /// The node as the client describes it.
+        node: Node,
+    },
+    /// Remove a node.
+    DeregisterNode {
+        /// The node.
+        node_id: NodeId,
+    },
+    /// Change a node's status, with the evals the change needs.
+    UpdateNodeStatus {
+        /// The node.
+        node_id: NodeId,
+        /// Its new status.
+        status: NodeStatus,
+        /// Whether the change is a missed heartbeat; if so the node records
+        /// this command's index as its last missed heartbeat.
+        missed_heartbeat: bool,
+        /// Evals created by the change.
+        evals: Vec<Evaluation>,
+    },
+    /// Mark a node eligible or ineligible for new placements.
+    UpdateNodeEligibility {
+        /// The node.
+        node_id: NodeId,
+        /// Its new eligibility.
+        eligibility: NodeEligibility,
+        /// Evals created by the change.
+        evals: Vec<Evaluation>,
+    },
+    /// Register or update a job, and its eval, atomically.
+    RegisterJob {
+        /// The job as submitted; version and indexes are set by the store.
+        job: Job,
+        /// The eval that schedules it (none for a no-op resubmission).
+        eval: Option<Evaluation>,
+    },
+    /// Stop a job, or remove it entirely with `purge`.
+    DeregisterJob {
+        /// The job.
+        job: JobKey,
+        /// Remove the job instead of marking it stopped.
+        purge: bool,
+        /// The eval that stops its allocations.
+        eval: Option<Evaluation>,
+    },
+    /// Create or update evals (status changes, cancellation, follow-ups).
+    UpsertEvals {
+        /// The evals.
+        evals: Vec<Evaluation>,
+    },
+    /// Client-reported allocation status changes, batched.
+    UpdateAllocsFromClient {
+        /// One entry per allocation.
+        updates: Vec<ClientAllocUpdate>,
+        /// Evals the changes need (failed allocs to reschedule).
+        evals: Vec<Evaluation>,
+        /// When the server received the updates.
+        time: Timestamp,
+    },
+    /// The committed part of a plan: new and changed allocations (stops
+    /// included), and the evals the scheduler created or updated.
+    ApplyPlanResults {
+        /// The eval whose plan this is.
+        eval_id: EvalId,
+        /// Allocations to insert or replace.
+        allocs: Vec<Allocation>,
+        /// Evals to insert or replace.
+        evals: Vec<Evaluation>,
+        /// When the plan was applied.
+        time: Timestamp,
+    },
+}
+
+impl Command {
+    /// A short name for logs and metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Command::UpsertNode { .. } => "upsert_node",
+            Command::DeregisterNode { .. } => "deregister_node",
+            Command::UpdateNodeStatus { .. } => "update_node_status",
+            Command::UpdateNodeEligibility { .. } => "update_node_eligibility",
+            Command::RegisterJob { .. } => "register_job",
+            Command::DeregisterJob { .. } => "deregister_job",
+            Command::UpsertEvals { .. } => "upsert_evals",
+            Command::UpdateAllocsFromClient { .. } => "update_allocs_from_client",
+            Command::ApplyPlanResults { .. } => "apply_plan_results",
+        }
+    }
+}
+
+/// What a client reports about one of its allocations.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClientAllocUpdate {
+    /// The allocation.
+    pub alloc_id: AllocId,
+    /// The node reporting it; must be the node it is placed on.
+    pub node_id: NodeId,
+    /// Its status on the client.
+    pub client_status: ClientStatus,
+    /// The client's explanation.
+    pub client_description: String,
+}

@@ -1,0 +1,184 @@
+//! Immutable views of the state at one index.
+//!
+//! A [`Snapshot`] never changes once published: the store's writer builds
+//! the next one from a clone (O(1): every table is persistent) and publishes
+//! it whole. Readers keep whatever snapshot they loaded for as long as they
+//! like.
+
+use std::sync::Arc;
+
+use imbl::Vector;
+
+use super::table::Table;
+use crate::structs::{
+    AllocId, Allocation, ComputedClass, EvalId, Evaluation, Job, JobKey, Node, NodeId,
+};
+
+/// The state at one index.
+#[derive(Clone, Debug)]
+pub struct Snapshot {
+    pub(super) index: u64,
+    pub(super) nodes: Table<NodeId, Arc<Node>>,
+    pub(super) jobs: Table<JobKey, Arc<Job>>,
+    pub(super) allocs: Table<AllocId, Arc<Allocation>>,
+    pub(super) evals: Table<EvalId, Arc<Evaluation>>,
+    pub(super) allocs_by_node: Table<NodeId, Vector<AllocId>>,
+    pub(super) allocs_by_job: Table<JobKey, Vector<AllocId>>,
+    pub(super) evals_by_job: Table<JobKey, Vector<EvalId>>,
+    pub(super) nodes_by_class: Table<ComputedClass, Vector<NodeId>>,
+    pub(super) table_indexes: TableIndexes,
+}
+
+/// The index of the last write to each table; blocking queries wait on these.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TableIndexes {
+    /// Last write to nodes.
+    pub nodes: u64,
+    /// Last write to jobs.
+    pub jobs: u64,
+    /// Last write to allocations.
+    pub allocs: u64,
+    /// Last write to evaluations.
+    pub evals: u64,
+}
+
+impl Default for Snapshot {
+    fn default() -> Self {
+        Snapshot {
+            index: 0,
+            nodes: Table::with_shape(5, 5),
+            jobs: Table::with_shape(5, 5),
+            allocs: Table::with_shape(7, 7),
+            evals: Table::with_shape(6, 6),
+            allocs_by_node: Table::with_shape(5, 5),
+            allocs_by_job: Table::with_shape(5, 5),
+            evals_by_job: Table::with_shape(5, 5),
+            nodes_by_class: Table::with_shape(2, 2),
+            table_indexes: TableIndexes::default(),
+        }
+    }
+}
+
+impl Snapshot {
+    /// The index of the last command in this snapshot.
+    pub fn index(&self) -> u64 {
+        self.index
+    }
+
+    /// Per-table indexes.
+    pub fn table_indexes(&self) -> TableIndexes {
+        self.table_indexes
+    }
+
+    /// A node by id.
+    pub fn node(&self, id: NodeId) -> Option<&Arc<Node>> {
+        self.nodes.get(&id)
+    }
+
+    /// Every node.
+    pub fn nodes(&self) -> impl Iterator<Item = &Arc<Node>> + '_ {
+        self.nodes.values()
+    }
+
+    /// Number of nodes.
+    pub fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Nodes of one computed class.
+    pub fn nodes_by_class(&self, class: ComputedClass) -> impl Iterator<Item = NodeId> + '_ {
+        self.nodes_by_class
+            .get(&class)
+            .into_iter()
+            .flat_map(|ids| ids.iter().copied())
+    }
+
+    /// A job by key.
+    pub fn job(&self, key: &JobKey) -> Option<&Arc<Job>> {
+        self.jobs.get(key)
+    }
+
+    /// Every job.
+    pub fn jobs(&self) -> impl Iterator<Item = &Arc<Job>> + '_ {
+        self.jobs.values()
+    }
+
+    /// An allocation by id.
+    pub fn alloc(&self, id: AllocId) -> Option<&Arc<Allocation>> {
+        self.allocs.get(&id)
+    }
+
+    /// Number of allocations.
+    pub fn alloc_count(&self) -> usize {
+        self.allocs.len()
+    }
+
+    /// Every allocation.
+    pub fn allocs(&self) -> impl Iterator<Item = &Arc<Allocation>> + '_ {
+        self.allocs.values()
+    }
+
+    /// Allocations placed on a node, terminal ones included.
+    pub fn allocs_by_node(&self, node: NodeId) -> impl Iterator<Item = &Arc<Allocation>> + '_ {
+        let ids = self.allocs_by_node.get(&node);
+        ids.into_iter()
+            .flat_map(|ids| ids.iter())
+            .filter_map(|id| self.allocs.get(id))
+    }
+
+    /// Allocations of a job, terminal ones included.
+    pub fn allocs_by_job(&self, job: &JobKey) -> impl Iterator<Item = &Arc<Allocation>> + '_ {
+        let ids = self.allocs_by_job.get(job);
+        ids.into_iter()
+            .flat_map(|ids| ids.iter())
+            .filter_map(|id| self.allocs.get(id))
+    }
+
+    /// An evaluation by id.
+    pub fn eval(&self, id: EvalId) -> Option<&Arc<Evaluation>> {
+        self.evals.get(&id)
+    }
+
+    /// Every evaluation.
+    pub fn evals(&self) -> impl Iterator<Item = &Arc<Evaluation>> + '_ {
+        self.evals.values()
+    }
+
+    /// Evaluations of a job.
+    pub fn evals_by_job(&self, job: &JobKey) -> impl Iterator<Item = &Arc<Evaluation>> + '_ {
+        let ids = self.evals_by_job.get(job);
+        ids.into_iter()
+            .flat_map(|ids| ids.iter())
+            .filter_map(|id| self.evals.get(id))
+    }
+}
+
+/// Adds `value` to the list under `key`.
+pub(super) fn index_add<K, T>(index: &mut Table<K, Vector<T>>, key: K, value: T)
+where
+    K: std::hash::Hash + Eq + Clone,
+    T: Clone + PartialEq,
+{
+    let mut list = index.get(&key).cloned().unwrap_or_default();
+    list.push_back(value);
+    index.insert(key, list);
+}
+
+/// Removes `value` from the list under `key`, dropping the key when the list empties.
+pub(super) fn index_remove<K, T>(index: &mut Table<K, Vector<T>>, key: &K, value: &T)
+where
+    K: std::hash::Hash + Eq + Clone,
+    T: Clone + PartialEq,
+{
+    let Some(mut list) = index.get(key).cloned() else {
+        return;
+    };
+    if let Some(position) = list.index_of(value) {
+        list.remove(position);
+    }
+    if list.is_empty() {
+        index.remove(key);
+    } else {
+        index.insert(key.clone(), list);
+    }
+}

@@ -1,0 +1,265 @@
+//! Allocations: one task group of one job placed on one node.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use super::{AllocId, EvalId, Job, JobKey, NodeId, Resources};
+use crate::clock::Timestamp;
+
+/// What the servers want done with an allocation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DesiredStatus {
+    /// Keep it running.
+    Run,
+    /// Stop it.
+    Stop,
+    /// Stop it to make room (preemption, drain).
+    Evict,
+}
+
+/// What the client reports of an allocation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ClientStatus {
+    /// Placed; the client has not started it yet.
+    Pending,
+    /// Running on the client.
+    Running,
+    /// Finished successfully.
+    Complete,
+    /// Finished unsuccessfully.
+    Failed,
+    /// Its node went down; it is gone.
+    Lost,
+    /// Its node is disconnected; it may still be running.
+    Unknown,
+}
+
+impl ClientStatus {
+    /// Whether the allocation will never run again.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            ClientStatus::Complete | ClientStatus::Failed | ClientStatus::Lost
+        )
+    }
+}
+
+/// One entry in an allocation's client-status history. The reconnect
+/// protocol reads this history, never client-written timestamps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct AllocState {
+    /// The client status the allocation moved to.
+    pub client_status: ClientStatus,
+    /// When the server recorded it.
+    pub time: Timestamp,
+}
+
+/// One reschedule of a failed allocation, carried forward on its replacement.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct RescheduleEvent {
+    /// When the replacement was placed.
+    pub time: Timestamp,
+    /// The allocation that failed.
+    pub prev_alloc_id: AllocId,
+    /// The node it failed on.
+    pub prev_node_id: NodeId,
+    /// The delay applied before the replacement.
+    pub delay_nanos: u64,
+}
+
+/// Why placements did not happen; recorded on evaluations so users can see
+/// what filtered or exhausted the cluster.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AllocMetric {
+    /// Nodes considered.
+    pub nodes_evaluated: u64,
+    /// Nodes removed by any filter.
+    pub nodes_filtered: u64,
+    /// Ready nodes per datacenter.
+    pub nodes_available: BTreeMap<String, u64>,
+    /// Nodes filtered per node class.
+    pub class_filtered: BTreeMap<String, u64>,
+    /// Nodes filtered per constraint, keyed by its text.
+    pub constraint_filtered: BTreeMap<String, u64>,
+    /// Feasible nodes that did not have room.
+    pub nodes_exhausted: u64,
+    /// Exhausted nodes per node class.
+    pub class_exhausted: BTreeMap<String, u64>,
+    /// Exhausted nodes per dimension ("cpu", "memory", "disk").
+    pub dimension_exhausted: BTreeMap<String, u64>,
+    /// Allocations that could not be placed with these metrics.
+    pub coalesced_failures: u64,
+}
+
+/// A task group of a job, placed on a node.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Allocation {
+    /// Identity.
+    pub id: AllocId,
+    /// Namespace of the job.
+    pub namespace: Arc<str>,
+    /// The job's id.
+    pub job_id: Arc<str>,
+    /// The job version it was placed for.
+    pub job: Arc<Job>,
+    /// Which group of the job.
+    pub task_group: Arc<str>,
+    /// `job.group[index]`: the slot this allocation fills.
+    pub name: String,
+    /// The node it is placed on.
+    pub node_id: NodeId,
+    /// The evaluation that placed or last changed it.
+    pub eval_id: EvalId,
+    /// What it reserves on the node.
+    pub resources: Resources,
+    /// What the servers want.
+    pub desired_status: DesiredStatus,
+    /// Why the servers want it.
+    pub desired_description: String,
+    /// What the client reports.
+    pub client_status: ClientStatus,
+    /// The client's explanation.
+    pub client_description: String,
+    /// History of client-status transitions recorded by the servers.
+    pub alloc_states: Vec<AllocState>,
+    /// The allocation this one replaces.
+    pub previous_allocation: Option<AllocId>,
+    /// The allocation that replaced this one.
+    pub next_allocation: Option<AllocId>,
+    /// Reschedules that led to this allocation.
+    pub reschedule_events: Vec<RescheduleEvent>,
+    /// Eval that will reschedule this allocation after a delay.
+    pub follow_up_eval_id: Option<EvalId>,
+    /// Index at which it was created.
+    pub create_index: u64,
+    /// Index of the last change to it.
+    pub modify_index: u64,
+    /// When it was created.
+    pub create_time: Timestamp,
+    /// When it last changed.
+    pub modify_time: Timestamp,
+}
+
+impl Allocation {
+    /// The job's namespaced key.
+    pub fn job_key(&self) -> JobKey {
+        JobKey {
+            namespace: self.namespace.clone(),
+            id: self.job_id.clone(),
+        }
+    }
+
+    /// Whether the servers want it stopped.
+    pub fn server_terminal(&self) -> bool {
+        matches!(
+            self.desired_status,
+            DesiredStatus::Stop | DesiredStatus::Evict
+        )
+    }
+
+    /// Whether the client reports it will not run again.
+    pub fn client_terminal(&self) -> bool {
+        self.client_status.is_terminal()
+    }
+
+    /// Whether it no longer uses resources on its node: stopped by the
+    /// servers or finished on the client.
+    pub fn terminal(&self) -> bool {
+        self.server_terminal() || self.client_terminal()
+    }
+
+    /// The last client status the servers recorded in the history.
+    pub fn last_recorded_client_status(&self) -> Option<ClientStatus> {
+        self.alloc_states.last().map(|state| state.client_status)
+    }
+
+    /// Sets the client status and appends it to the history when it changed.
+    pub fn record_client_status(&mut self, status: ClientStatus, time: Timestamp) {
+        if self.last_recorded_client_status() != Some(status) {
+            self.alloc_states.push(AllocState {
+                client_status: status,
+                time,
+            });
+        }
+        self.client_status = status;
+    }
+
+    /// The slot index from the name (`job.group[7]` → 7).
+    pub fn index(&self) -> Option<u32> {
+        let open = self.name.rfind('[')?;
+        self.name[open + 1..].strip_suffix(']')?.parse().ok()
+    }
+
+    /// A new pending allocation of `group` of `job` on `node_id`.
+    pub fn new_placement(
+        job: &Arc<Job>,
+        group: &str,
+        index: u32,
+        node_id: NodeId,
+        eval_id: EvalId,
+    ) -> Allocation {
+        let resources = job
+            .group(group)
+            .map(|group| group.resources())
+            .unwrap_or_default();
+        Allocation {
+            id: AllocId::new_random(),
+            namespace: job.namespace.clone(),
+            job_id: job.id.clone(),
+            job: job.clone(),
+            task_group: Arc::from(group),
+            name: format!("{}.{}[{}]", job.id, group, index),
+            node_id,
+            eval_id,
+            resources,
+            desired_status: DesiredStatus::Run,
+            desired_description: String::new(),
+            client_status: ClientStatus::Pending,
+            client_description: String::new(),
+            alloc_states: Vec::new(),
+            previous_allocation: None,
+            next_allocation: None,
+            reschedule_events: Vec::new(),
+            follow_up_eval_id: None,
+            create_index: 0,
+            modify_index: 0,
+            create_time: Timestamp::ZERO,
+            modify_time: Timestamp::ZERO,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::structs::JobType;
+
+    #[test]
+    fn record_client_status_appends_only_changes() {
+        let job = Arc::new(Job::new_simple(
+            "web",
+            JobType::Service,
+            1,
+            Resources::new(1, 1, 0),
+        ));
+        let mut alloc =
+            Allocation::new_placement(&job, "group", 4, NodeId::from_u128(1), EvalId::from_u128(1));
+        alloc.record_client_status(ClientStatus::Running, Timestamp(1));
+        alloc.record_client_status(ClientStatus::Running, Timestamp(2));
+        alloc.record_client_status(ClientStatus::Unknown, Timestamp(3));
+        let history: Vec<_> = alloc
+            .alloc_states
+            .iter()
+            .map(|state| state.client_status)
+            .collect();
+        assert_eq!(history, vec![ClientStatus::Running, ClientStatus::Unknown]);
+        assert_eq!(alloc.index(), Some(4));
+        assert!(!alloc.terminal());
+        alloc.desired_status = DesiredStatus::Stop;
+        assert!(alloc.terminal());
+    }
+}

@@ -1,0 +1,143 @@
+//! Durations in job specs are written the way operators write them:
+//! `"30s"`, `"5m"`, `"1h30m"`, `"250ms"`.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer, Serializer};
+
+/// Parses `"1h30m"`, `"250ms"`, `"10s"`; units h, m, s, ms, us, ns.
+pub fn human_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    if text == "0" {
+        return Ok(Duration::ZERO);
+    }
+    if text.is_empty() {
+        return Err("empty duration".to_string());
+    }
+    let mut total = Duration::ZERO;
+    let mut rest = text;
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        if digits == 0 {
+            return Err(format!("duration {text:?}: expected a number at {rest:?}"));
+        }
+        let value: u64 = rest[..digits]
+            .parse()
+            .map_err(|_| format!("duration {text:?}: number too large"))?;
+        rest = &rest[digits..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let unit = match &rest[..unit_len] {
+            "h" => Duration::from_secs(3600),
+            "m" => Duration::from_secs(60),
+            "s" => Duration::from_secs(1),
+            "ms" => Duration::from_millis(1),
+            "us" => Duration::from_micros(1),
+            "ns" => Duration::from_nanos(1),
+            other => {
+                return Err(format!(
+                    "duration {text:?}: unknown unit {other:?} (use h, m, s, ms, us or ns)"
+                ))
+            }
+        };
+        total = unit
+            .checked_mul(
+                u32::try_from(value).map_err(|_| format!("duration {text:?}: number too large"))?,
+            )
+            .and_then(|part| total.checked_add(part))
+            .ok_or_else(|| format!("duration {text:?}: too long"))?;
+        rest = &rest[unit_len..];
+    }
+    Ok(total)
+}
+
+/// Formats a duration the way [`human_duration`] reads it.
+pub fn format_duration(duration: Duration) -> String {
+    if duration.is_zero() {
+        return "0s".to_string();
+    }
+    if duration.subsec_nanos() == 0 {
+        let secs = duration.as_secs();
+        let (hours, minutes, seconds) = (secs / 3600, secs / 60 % 60, secs % 60);
+        let mut out = String::new();
+        for (value, unit) in [(hours, "h"), (minutes, "m"), (seconds, "s")] {
+            if value > 0 {
+                out.push_str(&format!("{value}{unit}"));
+            }
+        }
+        return out;
+    }
+    if duration.subsec_nanos() % 1_000_000 == 0 {
+        return format!("{}ms", duration.as_millis());
+    }
+    format!("{}ns", duration.as_nanos())
+}
+
+pub(crate) mod serde_duration {
+    use super::*;
+
+    pub fn serialize<S: Serializer>(duration: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&format_duration(*duration))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        human_duration(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+pub(crate) mod serde_opt_duration {
+    use super::*;
+
+    pub fn serialize<S: Serializer>(
+        duration: &Option<Duration>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        match duration {
+            Some(duration) => serializer.serialize_some(&format_duration(*duration)),
+            None => serializer.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<Duration>, D::Error> {
+        let text = Option::<String>::deserialize(deserializer)?;
+        text.map(|text| human_duration(&text).map_err(serde::de::Error::custom))
+            .transpose()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_compound_durations() {
+        assert_eq!(human_duration("1h30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(human_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(human_duration("0"), Ok(Duration::ZERO));
+    }
+
+    #[test]
+    fn rejects_bad_durations_with_the_reason() {
+        assert!(human_duration("").unwrap_err().contains("empty"));
+        assert!(human_duration("5 minutes")
+            .unwrap_err()
+            .contains("unknown unit"));
+        assert!(human_duration("m5")
+            .unwrap_err()
+            .contains("expected a number"));
+    }
+
+    #[test]
+    fn formats_what_it_parses() {
+        for text in ["1h30m", "250ms", "10s", "0s", "2h5s"] {
+            let duration = human_duration(text).expect("valid");
+            assert_eq!(format_duration(duration), text);
+        }
+    }
+}

@@ -1,0 +1,684 @@
+//! Jobs, task groups and tasks: what users submit.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::duration::{serde_duration, serde_opt_duration};
+use super::{JobKey, Resources};
+
+/// The namespace a job lands in when it names none.
+pub const DEFAULT_NAMESPACE: &str = "default";
+
+/// The most allocations one task group may ask for.
+pub const MAX_GROUP_COUNT: u32 = 1_000_000;
+
+/// Which scheduler handles a job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobType {
+    /// Long-running services, rescheduled when they fail.
+    Service,
+    /// Run-to-completion work.
+    Batch,
+    /// One allocation on every feasible node, kept there.
+    System,
+    /// One run to completion on every feasible node.
+    Sysbatch,
+}
+
+impl JobType {
+    /// All job types, in the order the broker keeps its ready queues.
+    pub const ALL: [JobType; 4] = [
+        JobType::Service,
+        JobType::Batch,
+        JobType::System,
+        JobType::Sysbatch,
+    ];
+
+    /// Position in [`JobType::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// Lower-case name, as in job specs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobType::Service => "service",
+            JobType::Batch => "batch",
+            JobType::System => "system",
+            JobType::Sysbatch => "sysbatch",
+        }
+    }
+
+    /// Whether the job places one allocation per node rather than a count.
+    pub fn is_system_like(self) -> bool {
+        matches!(self, JobType::System | JobType::Sysbatch)
+    }
+}
+
+impl fmt::Display for JobType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How a constraint compares its left and right sides.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ConstraintOperand {
+    /// Equal strings.
+    #[serde(rename = "=")]
+    Equal,
+    /// Different strings (a missing attribute counts as different).
+    #[serde(rename = "!=")]
+    NotEqual,
+    /// Less than: numerically when both sides are numbers, else lexically.
+    #[serde(rename = "<")]
+    Less,
+    /// Less than or equal.
+    #[serde(rename = "<=")]
+    LessOrEqual,
+    /// Greater than.
+    #[serde(rename = ">")]
+    Greater,
+    /// Greater than or equal.
+    #[serde(rename = ">=")]
+    GreaterOrEqual,
+    /// The left side matches the regular expression on the right.
+    #[serde(rename = "regexp")]
+    Regexp,
+    /// The left side is a version satisfying the constraint on the right (">= 1.2, < 2").
+    #[serde(rename = "version")]
+    Version,
+    /// The attribute exists.
+    #[serde(rename = "is_set")]
+    IsSet,
+    /// The attribute does not exist.
+    #[serde(rename = "is_not_set")]
+    IsNotSet,
+    /// No two allocations of the job (or group) on one node.
+    #[serde(rename = "distinct_hosts")]
+    DistinctHosts,
+    /// At most `r_target` (default 1) allocations per value of the property.
+    #[serde(rename = "distinct_property")]
+    DistinctProperty,
+}
+
+impl ConstraintOperand {
+    fn needs_left_target(self) -> bool {
+        !matches!(self, ConstraintOperand::DistinctHosts)
+    }
+
+    fn needs_right_target(self) -> bool {
+        !matches!(
+            self,
+            ConstraintOperand::IsSet
+                | ConstraintOperand::IsNotSet
+                | ConstraintOperand::DistinctHosts
+                | ConstraintOperand::DistinctProperty
+        )
+    }
+}
+
+/// A condition a node must meet to run a job, group or task.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Constraint {
+    /// Left side: an interpolated attribute such as `${attr.kernel.name}` or `${meta.rack}`.
+    #[serde(default)]
+    pub l_target: String,
+    /// Right side: a literal, a regular expression or a version constraint.
+    #[serde(default)]
+    pub r_target: String,
+    /// The comparison.
+    pub operand: ConstraintOperand,
+}
+
+impl Constraint {
+    /// A constraint `l_target operand r_target`.
+    pub fn new(l_target: &str, operand: ConstraintOperand, r_target: &str) -> Self {
+        Constraint {
+            l_target: l_target.to_string(),
+            r_target: r_target.to_string(),
+            operand,
+        }
+    }
+
+    fn problems(&self, place: &str, problems: &mut Vec<String>) {
+        if self.operand.needs_left_target() && self.l_target.trim().is_empty() {
+            problems.push(format!(
+                "{place}: constraint {:?} needs a left target (l_target)",
+                self.operand
+            ));
+        }
+        if self.operand.needs_right_target() && self.r_target.trim().is_empty() {
+            problems.push(format!(
+                "{place}: constraint {:?} needs a right target (r_target)",
+                self.operand
+            ));
+        }
+        if self.operand == ConstraintOperand::DistinctProperty && !self.r_target.is_empty() {
+            match self.r_target.parse::<u32>() {
+                Ok(0) | Err(_) => problems.push(format!(
+                    "{place}: distinct_property limit {:?} must be a whole number of at least 1",
+                    self.r_target
+                )),
+                Ok(_) => {}
+            }
+        }
+    }
+}
+
+/// How the delay between reschedule attempts grows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DelayFunction {
+    /// The same delay every time.
+    Constant,
+    /// Doubling delays.
+    Exponential,
+    /// Delays following the Fibonacci sequence.
+    Fibonacci,
+}
+
+/// When and how failed allocations are replaced on another node.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ReschedulePolicy {
+    /// Attempts allowed within `interval` (ignored when `unlimited`).
+    pub attempts: u32,
+    /// The window in which `attempts` are counted.
+    #[serde(with = "serde_duration")]
+    pub interval: Duration,
+    /// The first delay before a reschedule.
+    #[serde(with = "serde_duration")]
+    pub delay: Duration,
+    /// How the delay grows.
+    pub delay_function: DelayFunction,
+    /// The longest delay.
+    #[serde(with = "serde_duration")]
+    pub max_delay: Duration,
+    /// Reschedule forever.
+    pub unlimited: bool,
+}
+
+impl ReschedulePolicy {
+    /// Nomad's defaults: services retry forever with exponential backoff;
+    /// batch jobs get one more attempt a day. System jobs are not rescheduled.
+    pub fn default_for(job_type: JobType) -> Option<ReschedulePolicy> {
+        match job_type {
+            JobType::Service => Some(ReschedulePolicy {
+                attempts: 0,
+                interval: Duration::ZERO,
+                delay: Duration::from_secs(30),
+                delay_function: DelayFunction::Exponential,
+                max_delay: Duration::from_secs(3600),
+                unlimited: true,
+            }),
+            JobType::Batch => Some(ReschedulePolicy {
+                attempts: 1,
+                interval: Duration::from_secs(24 * 3600),
+                delay: Duration::from_secs(5),
+                delay_function: DelayFunction::Constant,
+                max_delay: Duration::ZERO,
+                unlimited: false,
+            }),
+            JobType::System | JobType::Sysbatch => None,
+        }
+    }
+
+    fn problems(&self, place: &str, problems: &mut Vec<String>) {
+        if !self.unlimited && self.attempts > 0 && self.interval.is_zero() {
+            problems.push(format!(
+                "{place}: reschedule interval must be set when attempts are limited"
+            ));
+        }
+        if self.delay_function != DelayFunction::Constant && self.max_delay < self.delay {
+            problems.push(format!(
+                "{place}: reschedule max_delay ({:?}) is shorter than delay ({:?})",
+                self.max_delay, self.delay
+            ));
+        }
+    }
+}
+
+/// What a client does when a task exits on its own node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RestartMode {
+    /// Wait out the interval, then restart again.
+    Delay,
+    /// Give up and mark the allocation failed.
+    Fail,
+}
+
+/// Restarts in place, on the client, before an allocation is failed.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct RestartPolicy {
+    /// Restarts allowed within `interval`.
+    pub attempts: u32,
+    /// The window restarts are counted in.
+    #[serde(with = "serde_duration")]
+    pub interval: Duration,
+    /// Delay before each restart.
+    #[serde(with = "serde_duration")]
+    pub delay: Duration,
+    /// What happens when attempts run out.
+    pub mode: RestartMode,
+}
+
+impl Default for RestartPolicy {
+    fn default() -> Self {
+        RestartPolicy {
+            attempts: 2,
+            interval: Duration::from_secs(30 * 60),
+            delay: Duration::from_secs(15),
+            mode: RestartMode::Fail,
+        }
+    }
+}
+
+/// Rolling update settings.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct UpdateStrategy {
+    /// How many allocations of a group may be replaced at once.
+    pub max_parallel: u32,
+}
+
+/// One process a client runs.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Task {
+    /// Name, unique within its group.
+    pub name: String,
+    /// Task driver (`exec`, `docker`, ...); the node must have it.
+    pub driver: String,
+    /// What the task needs.
+    pub resources: Resources,
+    /// Task-level constraints.
+    #[serde(default)]
+    pub constraints: Vec<Constraint>,
+    /// Driver configuration, opaque to the scheduler.
+    #[serde(default)]
+    pub config: std::collections::BTreeMap<String, String>,
+}
+
+/// A set of tasks placed together on one node, `count` times.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct TaskGroup {
+    /// Name, unique within the job.
+    pub name: String,
+    /// How many allocations to run (system jobs: 0 or 1 per node).
+    pub count: u32,
+    /// Group-level constraints.
+    #[serde(default)]
+    pub constraints: Vec<Constraint>,
+    /// The tasks.
+    pub tasks: Vec<Task>,
+    /// Reschedule policy; the job type's default when absent.
+    #[serde(default)]
+    pub reschedule_policy: Option<ReschedulePolicy>,
+    /// Client-side restart policy.
+    #[serde(default)]
+    pub restart_policy: RestartPolicy,
+    /// Rolling update settings.
+    #[serde(default)]
+    pub update: Option<UpdateStrategy>,
+    /// How long allocations may stay `unknown` on a disconnected node before
+    /// they are treated as lost.
+    #[serde(default, with = "serde_opt_duration")]
+    pub max_client_disconnect: Option<Duration>,
+    /// The client stops the allocations itself after this long without the servers.
+    #[serde(default, with = "serde_opt_duration")]
+    pub stop_after_client_disconnect: Option<Duration>,
+}
+
+impl TaskGroup {
+    /// What one allocation of this group needs: the sum over its tasks.
+    pub fn resources(&self) -> Resources {
+        self.tasks
+            .iter()
+            .fold(Resources::default(), |sum, task| sum.plus(task.resources))
+    }
+}
+
+/// A job: what a user wants run.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Job {
+    /// Namespace.
+    #[serde(default = "default_namespace")]
+    pub namespace: Arc<str>,
+    /// Id, unique in the namespace.
+    pub id: Arc<str>,
+    /// Display name; the id when empty.
+    #[serde(default)]
+    pub name: String,
+    /// Which scheduler handles it.
+    #[serde(rename = "type")]
+    pub job_type: JobType,
+    /// 1 (lowest) to 100.
+    #[serde(default = "default_priority")]
+    pub priority: u8,
+    /// Datacenters it may run in.
+    pub datacenters: Vec<String>,
+    /// Job-level constraints.
+    #[serde(default)]
+    pub constraints: Vec<Constraint>,
+    /// Task groups.
+    pub task_groups: Vec<TaskGroup>,
+    /// The user asked for the job to stop.
+    #[serde(default)]
+    pub stop: bool,
+    /// Version, bumped by the state store when the spec changes.
+    #[serde(default)]
+    pub version: u64,
+    /// Index at which the job was first registered.
+    #[serde(default)]
+    pub create_index: u64,
+    /// Index of the last write to the job (spec or status).
+    #[serde(default)]
+    pub modify_index: u64,
+    /// Index of the last change to the spec.
+    #[serde(default)]
+    pub job_modify_index: u64,
+}
+
+fn default_namespace() -> Arc<str> {
+    Arc::from(DEFAULT_NAMESPACE)
+}
+
+fn default_priority() -> u8 {
+    50
+}
+
+/// Why a submitted job was refused; lists every problem found, each naming
+/// where it is.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("job {job:?} is invalid: {}", problems.join("; "))]
+pub struct JobValidationError {
+    /// The job id as submitted.
+    pub job: String,
+    /// One line per problem.
+    pub problems: Vec<String>,
+}
+
+impl Job {
+    /// The job's namespaced key.
+    pub fn key(&self) -> JobKey {
+        JobKey {
+            namespace: self.namespace.clone(),
+            id: self.id.clone(),
+        }
+    }
+
+    /// The group named `name`.
+    pub fn group(&self, name: &str) -> Option<&TaskGroup> {
+        self.task_groups.iter().find(|group| group.name == name)
+    }
+
+    /// The reschedule policy in force for a group: its own, else the job type's default.
+    pub fn reschedule_policy(&self, group: &TaskGroup) -> Option<ReschedulePolicy> {
+        if self.job_type.is_system_like() {
+            return None;
+        }
+        group
+            .reschedule_policy
+            .clone()
+            .or_else(|| ReschedulePolicy::default_for(self.job_type))
+    }
+
+    /// Checks a user-submitted job and lists every problem with where it is.
+    pub fn validate(&self) -> Result<(), JobValidationError> {
+        let mut problems = Vec::new();
+        self.job_problems(&mut problems);
+        let mut group_names = BTreeSet::new();
+        for group in &self.task_groups {
+            if !group_names.insert(group.name.as_str()) {
+                problems.push(format!(
+                    "task group {:?} is defined more than once",
+                    group.name
+                ));
+            }
+            self.group_problems(group, &mut problems);
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(JobValidationError {
+                job: self.id.to_string(),
+                problems,
+            })
+        }
+    }
+
+    fn job_problems(&self, problems: &mut Vec<String>) {
+        if self.id.trim().is_empty() {
+            problems.push("job id is empty".to_string());
+        } else if self.id.len() > 128
+            || self.id.chars().any(|c| c.is_whitespace() || c.is_control())
+        {
+            problems.push(format!(
+                "job id {:?} must be at most 128 characters without spaces",
+                self.id
+            ));
+        }
+        if self.namespace.trim().is_empty() {
+            problems.push("namespace is empty".to_string());
+        }
+        if !(1..=100).contains(&self.priority) {
+            problems.push(format!("priority {} is outside 1..=100", self.priority));
+        }
+        if self.datacenters.is_empty() {
+            problems.push("no datacenters: name at least one".to_string());
+        }
+        if self.datacenters.iter().any(|dc| dc.trim().is_empty()) {
+            problems.push("a datacenter name is empty".to_string());
+        }
+        if self.task_groups.is_empty() {
+            problems.push("no task groups: define at least one".to_string());
+        }
+        for constraint in &self.constraints {
+            constraint.problems("job", problems);
+        }
+    }
+
+    fn group_problems(&self, group: &TaskGroup, problems: &mut Vec<String>) {
+        let place = format!("task group {:?}", group.name);
+        if group.name.trim().is_empty() {
+            problems.push("a task group has no name".to_string());
+        }
+        if group.count > MAX_GROUP_COUNT {
+            problems.push(format!(
+                "{place}: count {} is above the limit of {MAX_GROUP_COUNT}",
+                group.count
+            ));
+        }
+        if self.job_type.is_system_like() && group.count > 1 {
+            problems.push(format!(
+                "{place}: {} jobs run one allocation per node, so count must be 0 or 1 (got {})",
+                self.job_type, group.count
+            ));
+        }
+        if self.job_type.is_system_like() && group.reschedule_policy.is_some() {
+            problems.push(format!(
+                "{place}: {} jobs are not rescheduled; remove reschedule_policy",
+                self.job_type
+            ));
+        }
+        if group.max_client_disconnect.is_some() && group.stop_after_client_disconnect.is_some() {
+            problems.push(format!("{place}: max_client_disconnect and stop_after_client_disconnect cannot both be set"));
+        }
+        if let Some(update) = &group.update {
+            if update.max_parallel == 0 {
+                problems.push(format!("{place}: update max_parallel must be at least 1"));
+            }
+        }
+        if let Some(policy) = &group.reschedule_policy {
+            policy.problems(&place, problems);
+        }
+        for constraint in &group.constraints {
+            constraint.problems(&place, problems);
+        }
+        self.task_problems(group, &place, problems);
+    }
+
+    fn task_problems(&self, group: &TaskGroup, place: &str, problems: &mut Vec<String>) {
+        if group.tasks.is_empty() {
+            problems.push(format!("{place}: no tasks: define at least one"));
+        }
+        let mut task_names = BTreeSet::new();
+        for task in &group.tasks {
+            let task_place = format!("{place}, task {:?}", task.name);
+            if task.name.trim().is_empty() {
+                problems.push(format!("{place}: a task has no name"));
+            } else if !task_names.insert(task.name.as_str()) {
+                problems.push(format!(
+                    "{place}: task {:?} is defined more than once",
+                    task.name
+                ));
+            }
+            if task.driver.trim().is_empty() {
+                problems.push(format!("{task_place}: no driver"));
+            }
+            if task.resources.cpu == 0 {
+                problems.push(format!("{task_place}: cpu must be at least 1 MHz"));
+            }
+            if task.resources.memory_mb == 0 {
+                problems.push(format!("{task_place}: memory must be at least 1 MiB"));
+            }
+            for constraint in &task.constraints {
+                constraint.problems(&task_place, problems);
+            }
+        }
+    }
+
+    /// A job of one group with one task of the given size; the basis of test
+    /// and load fixtures.
+    pub fn new_simple(id: &str, job_type: JobType, count: u32, resources: Resources) -> Job {
+        Job {
+            namespace: default_namespace(),
+            id: Arc::from(id),
+            name: id.to_string(),
+            job_type,
+            priority: default_priority(),
+            datacenters: vec!["dc1".to_string()],
+            constraints: Vec::new(),
+            task_groups: vec![TaskGroup {
+                name: "group".to_string(),
+                count,
+                constraints: Vec::new(),
+                tasks: vec![Task {
+                    name: "task".to_string(),
+                    driver: "exec".to_string(),
+                    resources,
+                    constraints: Vec::new(),
+                    config: Default::default(),
+                }],
+                reschedule_policy: None,
+                restart_policy: RestartPolicy::default(),
+                update: None,
+                max_client_disconnect: None,
+                stop_after_client_disconnect: None,
+            }],
+            stop: false,
+            version: 0,
+            create_index: 0,
+            modify_index: 0,
+            job_modify_index: 0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn valid_job() -> Job {
+        Job::new_simple("web", JobType::Service, 3, Resources::new(100, 128, 0))
+    }
+
+    #[test]
+    fn a_valid_job_passes() {
+        assert_eq!(valid_job().validate(), Ok(()));
+    }
+
+    #[test]
+    fn every_problem_is_listed_with_its_place() {
+        let mut job = valid_job();
+        job.priority = 0;
+        job.datacenters.clear();
+        job.task_groups[0].tasks[0].resources.cpu = 0;
+        job.task_groups[0].constraints.push(Constraint::new(
+            "${attr.kernel.name}",
+            ConstraintOperand::Equal,
+            "",
+        ));
+        let error = job.validate().expect_err("four problems");
+        assert_eq!(error.problems.len(), 4, "{error}");
+        let text = error.to_string();
+        assert!(text.contains("priority 0 is outside 1..=100"), "{text}");
+        assert!(text.contains("no datacenters"), "{text}");
+        assert!(
+            text.contains("task group \"group\", task \"task\": cpu must be at least 1 MHz"),
+            "{text}"
+        );
+        assert!(text.contains("needs a right target"), "{text}");
+    }
+
+    #[test]
+    fn system_jobs_take_count_zero_or_one() {
+        let job = Job::new_simple("agent", JobType::System, 2, Resources::new(10, 10, 0));
+        let error = job.validate().expect_err("count 2");
+        assert!(
+            error.to_string().contains("count must be 0 or 1"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn duplicate_groups_and_disconnect_settings_are_refused() {
+        let mut job = valid_job();
+        job.task_groups.push(job.task_groups[0].clone());
+        job.task_groups[0].max_client_disconnect = Some(Duration::from_secs(60));
+        job.task_groups[0].stop_after_client_disconnect = Some(Duration::from_secs(60));
+        let text = job.validate().expect_err("two problems").to_string();
+        assert!(text.contains("defined more than once"), "{text}");
+        assert!(text.contains("cannot both be set"), "{text}");
+    }
+
+    #[test]
+    fn job_specs_read_from_json_with_defaults_and_human_durations() {
+        let spec = r#"{
+            "id": "api", "type": "service", "datacenters": ["dc1"],
+            "task_groups": [{
+                "name": "api", "count": 2, "max_client_disconnect": "5m",
+                "tasks": [{"name": "server", "driver": "exec",
+                           "resources": {"cpu": 500, "memory_mb": 256, "disk_mb": 0}}]
+            }]
+        }"#;
+        let job: Job = serde_json::from_str(spec).expect("a valid spec");
+        assert_eq!(&*job.namespace, DEFAULT_NAMESPACE);
+        assert_eq!(job.priority, 50);
+        assert_eq!(
+            job.task_groups[0].max_client_disconnect,
+            Some(Duration::from_secs(300))
+        );
+        assert_eq!(job.task_groups[0].resources(), Resources::new(500, 256, 0));
+        assert_eq!(job.validate(), Ok(()));
+        let again: Job = serde_json::from_str(&serde_json::to_string(&job).expect("serializes"))
+            .expect("reads back");
+        assert_eq!(again, job);
+    }
+
+    #[test]
+    fn reschedule_policy_defaults_by_type() {
+        let job = valid_job();
+        assert!(
+            job.reschedule_policy(&job.task_groups[0])
+                .expect("service default")
+                .unlimited
+        );
+        let system = Job::new_simple("sys", JobType::System, 1, Resources::new(1, 1, 0));
+        assert_eq!(system.reschedule_policy(&system.task_groups[0]), None);
+    }
+}

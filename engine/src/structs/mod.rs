@@ -1,0 +1,30 @@
+//! The domain model: nodes, jobs, allocations, evaluations and plans.
+//!
+//! Everything here is plain data, serializable with serde, so that it can be
+//! carried inside state-store `Command`s, written to a log and sent on the
+//! wire. Names follow Nomad's `structs` package so that its documentation maps
+//! onto ours.
+
+mod alloc;
+mod duration;
+mod eval;
+mod ids;
+mod job;
+mod node;
+mod plan;
+mod resources;
+
+pub use alloc::{
+    AllocMetric, AllocState, Allocation, ClientStatus, DesiredStatus, RescheduleEvent,
+};
+pub use duration::human_duration;
+pub use eval::{EvalStatus, Evaluation, TriggerReason};
+pub use ids::{AllocId, EvalId, JobKey, NodeId};
+pub use job::{
+    Constraint, ConstraintOperand, DelayFunction, Job, JobType, JobValidationError,
+    ReschedulePolicy, RestartMode, RestartPolicy, Task, TaskGroup, UpdateStrategy,
+    DEFAULT_NAMESPACE, MAX_GROUP_COUNT,
+};
+pub use node::{ComputedClass, Node, NodeEligibility, NodeStatus};
+pub use plan::{Plan, PlanResult};
+pub use resources::Resources;

@@ -1,0 +1,195 @@
+//! Client nodes.
+
+use std::collections::BTreeMap;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use super::{NodeId, Resources};
+
+/// A node's lifecycle status (DESIGN.md "Node lifecycle").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NodeStatus {
+    /// Registered or reconnecting; not yet trusted with new work.
+    Initializing,
+    /// Heartbeating and accepting allocations.
+    Ready,
+    /// Missed its heartbeat; its allocations are lost.
+    Down,
+    /// Missed its heartbeat while running allocations that tolerate a
+    /// disconnect; its allocations are unknown until it returns.
+    Disconnected,
+}
+
+impl NodeStatus {
+    /// Whether the node is gone for scheduling purposes.
+    pub fn is_terminal_for_scheduling(self) -> bool {
+        matches!(self, NodeStatus::Down | NodeStatus::Disconnected)
+    }
+}
+
+/// Whether the scheduler may place new work on a node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NodeEligibility {
+    /// New allocations may be placed.
+    Eligible,
+    /// No new allocations (drained, or marked by the plan rejection tracker).
+    Ineligible,
+}
+
+/// A hash of everything about a node that feasibility checks read, so that
+/// nodes of one class are checked once and blocked evals can be unblocked by
+/// class.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
+#[serde(transparent)]
+pub struct ComputedClass(pub u64);
+
+/// A client machine.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Node {
+    /// The node's identity.
+    pub id: NodeId,
+    /// Shared secret the client presents on every call.
+    pub secret_id: Uuid,
+    /// Human-readable name.
+    pub name: String,
+    /// Datacenter the node runs in.
+    pub datacenter: Arc<str>,
+    /// Operator-assigned class (may be empty).
+    pub node_class: Arc<str>,
+    /// Fingerprinted attributes (`kernel.name`, `driver.docker`, ...).
+    pub attributes: BTreeMap<String, String>,
+    /// Operator-supplied metadata.
+    pub meta: BTreeMap<String, String>,
+    /// Total resources of the machine.
+    pub resources: Resources,
+    /// Resources held back for the OS and the client itself.
+    pub reserved: Resources,
+    /// Lifecycle status.
+    pub status: NodeStatus,
+    /// Scheduling eligibility.
+    pub eligibility: NodeEligibility,
+    /// Hash of the scheduling-relevant fields; see [`Node::compute_class`].
+    pub computed_class: ComputedClass,
+    /// Raft index at which the node last missed its heartbeat (0: never).
+    pub last_missed_heartbeat_index: u64,
+    /// Index of the node's last accepted client alloc update (0: never).
+    pub last_alloc_update_index: u64,
+    /// Index at which the node was created.
+    pub create_index: u64,
+    /// Index at which the node last changed.
+    pub modify_index: u64,
+}
+
+impl Node {
+    /// Resources the scheduler may hand out: total minus reserved.
+    pub fn allocatable(&self) -> Resources {
+        self.resources.minus(self.reserved)
+    }
+
+    /// Whether new allocations may be placed here.
+    pub fn is_schedulable(&self) -> bool {
+        self.status == NodeStatus::Ready && self.eligibility == NodeEligibility::Eligible
+    }
+
+    /// Whether the node has fingerprinted the named task driver.
+    pub fn has_driver(&self, driver: &str) -> bool {
+        let key = format!("driver.{driver}");
+        self.attributes
+            .get(&key)
+            .is_some_and(|value| value != "0" && value != "false")
+    }
+
+    /// Hashes datacenter, class, attributes and meta, leaving out the
+    /// `unique.` ones (hostnames, addresses) that would give every node a
+    /// class of its own, as Nomad does.
+    pub fn compute_class(&self) -> ComputedClass {
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        self.datacenter.hash(&mut hasher);
+        self.node_class.hash(&mut hasher);
+        for (key, value) in self.attributes.iter().chain(self.meta.iter()) {
+            if !key.starts_with("unique.") {
+                key.hash(&mut hasher);
+                value.hash(&mut hasher);
+            }
+        }
+        ComputedClass(hasher.finish())
+    }
+
+    /// A ready, eligible node with the given shape; the basis of test and load fixtures.
+    pub fn new_ready(id: NodeId, datacenter: &str, node_class: &str, resources: Resources) -> Node {
+        let mut node = Node {
+            id,
+            secret_id: Uuid::from_u128(id.0.as_u128().rotate_left(64)),
+            name: format!("node-{}", &id.0.simple().to_string()[..8]),
+            datacenter: Arc::from(datacenter),
+            node_class: Arc::from(node_class),
+            attributes: BTreeMap::from([
+                ("kernel.name".to_string(), "linux".to_string()),
+                ("driver.exec".to_string(), "1".to_string()),
+            ]),
+            meta: BTreeMap::new(),
+            resources,
+            reserved: Resources::default(),
+            status: NodeStatus::Ready,
+            eligibility: NodeEligibility::Eligible,
+            computed_class: ComputedClass::default(),
+            last_missed_heartbeat_index: 0,
+            last_alloc_update_index: 0,
+            create_index: 0,
+            modify_index: 0,
+        };
+        node.computed_class = node.compute_class();
+        node
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn computed_class_ignores_unique_attributes() {
+        let mut first = Node::new_ready(
+            NodeId::from_u128(1),
+            "dc1",
+            "web",
+            Resources::new(1000, 1024, 1024),
+        );
+        let mut second = Node::new_ready(
+            NodeId::from_u128(2),
+            "dc1",
+            "web",
+            Resources::new(1000, 1024, 1024),
+        );
+        first
+            .attributes
+            .insert("unique.hostname".into(), "a".into());
+        second
+            .attributes
+            .insert("unique.hostname".into(), "b".into());
+        assert_eq!(first.compute_class(), second.compute_class());
+        second.node_class = Arc::from("db");
+        assert_ne!(first.compute_class(), second.compute_class());
+    }
+
+    #[test]
+    fn allocatable_subtracts_reserved() {
+        let mut node = Node::new_ready(
+            NodeId::from_u128(1),
+            "dc1",
+            "",
+            Resources::new(1000, 1024, 1024),
+        );
+        node.reserved = Resources::new(100, 24, 24);
+        assert_eq!(node.allocatable(), Resources::new(900, 1000, 1000));
+        assert!(node.has_driver("exec"));
+        assert!(!node.has_driver("docker"));
+    }
+}

@@ -1,0 +1,67 @@
+//! Plans: what a scheduler wants changed, and what the plan applier made of it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use super::{Allocation, EvalId, Job, NodeId};
+
+/// A scheduler's proposed changes for one evaluation. Only the plan applier
+/// turns plans into state.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    /// The evaluation that produced it.
+    pub eval_id: EvalId,
+    /// The broker token the worker holds for that evaluation.
+    pub eval_token: u64,
+    /// Priority of the job; plans queue by it.
+    pub priority: u8,
+    /// The job version the placements are for (absent for pure stops).
+    pub job: Option<Arc<Job>>,
+    /// Allocations to stop or evict, per node.
+    pub node_update: BTreeMap<NodeId, Vec<Allocation>>,
+    /// Allocations to create or update in place, per node.
+    pub node_allocation: BTreeMap<NodeId, Vec<Allocation>>,
+    /// The state index the scheduler planned against.
+    pub snapshot_index: u64,
+}
+
+impl Plan {
+    /// Whether the plan changes nothing.
+    pub fn is_no_op(&self) -> bool {
+        self.node_update.values().all(Vec::is_empty)
+            && self.node_allocation.values().all(Vec::is_empty)
+    }
+
+    /// Number of placements and in-place updates.
+    pub fn placement_count(&self) -> usize {
+        self.node_allocation.values().map(Vec::len).sum()
+    }
+}
+
+/// What the plan applier committed of a plan. A partly refused plan is a
+/// result, not an error: `refresh_index` tells the worker which state to
+/// re-plan against.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PlanResult {
+    /// Stops that were committed.
+    pub node_update: BTreeMap<NodeId, Vec<Allocation>>,
+    /// Placements that were committed.
+    pub node_allocation: BTreeMap<NodeId, Vec<Allocation>>,
+    /// Non-zero when part of the plan was refused: wait for this index, then re-plan.
+    pub refresh_index: u64,
+    /// The index at which the committed part was applied (0 if nothing was).
+    pub alloc_index: u64,
+}
+
+impl PlanResult {
+    /// Whether everything the plan asked for was committed.
+    pub fn is_full_commit(&self, plan: &Plan) -> bool {
+        let committed: usize = self.node_allocation.values().map(Vec::len).sum::<usize>()
+            + self.node_update.values().map(Vec::len).sum::<usize>();
+        let asked: usize =
+            plan.placement_count() + plan.node_update.values().map(Vec::len).sum::<usize>();
+        committed == asked
+    }
+}
