@@ -4,6 +4,7 @@
 //! [`clock::Clock`].
 #![forbid(unsafe_code)]
 
+pub mod broker;
 pub mod clock;
 pub mod state;
 pub mod structs;
