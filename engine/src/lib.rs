@@ -4,7 +4,9 @@
 //! [`clock::Clock`].
 #![forbid(unsafe_code)]
 
+pub mod blocked;
 pub mod broker;
 pub mod clock;
+pub mod reaper;
 pub mod state;
 pub mod structs;
