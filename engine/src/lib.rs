@@ -10,3 +10,5 @@ pub mod clock;
 pub mod reaper;
 pub mod state;
 pub mod structs;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;

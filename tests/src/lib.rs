@@ -1,1 +1,1 @@
-
+//! Integration and simulation tests live in `tests/`; this crate has no library code.

@@ -28,7 +28,7 @@ use parking_lot::{Condvar, Mutex};
 
 pub use command::{ClientAllocUpdate, Command};
 pub use snapshot::{Snapshot, TableIndexes};
-pub use table::Table;
+pub use table::{Iter as TableIter, Table};
 
 use crate::structs::{AllocId, ComputedClass, EvalId, Evaluation, JobKey, Node, NodeId};
 

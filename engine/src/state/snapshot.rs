@@ -46,14 +46,14 @@ impl Default for Snapshot {
     fn default() -> Self {
         Snapshot {
             index: 0,
-            nodes: Table::with_shape(5, 5),
-            jobs: Table::with_shape(5, 5),
-            allocs: Table::with_shape(7, 7),
-            evals: Table::with_shape(6, 6),
-            allocs_by_node: Table::with_shape(5, 5),
-            allocs_by_job: Table::with_shape(5, 5),
-            evals_by_job: Table::with_shape(5, 5),
-            nodes_by_class: Table::with_shape(2, 2),
+            nodes: Table::with_depth(3),
+            jobs: Table::with_depth(3),
+            allocs: Table::with_depth(4),
+            evals: Table::with_depth(4),
+            allocs_by_node: Table::with_depth(3),
+            allocs_by_job: Table::with_depth(3),
+            evals_by_job: Table::with_depth(3),
+            nodes_by_class: Table::with_depth(1),
             table_indexes: TableIndexes::default(),
         }
     }
