@@ -18,8 +18,9 @@ const SERVICE: &[JobType] = &[JobType::Service];
 
 /// `N` evals over `n_jobs` jobs, creation indexes in order.
 fn evals(n_jobs: usize) -> Vec<Arc<Evaluation>> {
-    let jobs: Vec<Job> =
-        (0..n_jobs).map(|j| Job::new_simple(&format!("job-{j}"), JobType::Service, 1, Resources::new(1, 1, 0))).collect();
+    let jobs: Vec<Job> = (0..n_jobs)
+        .map(|j| Job::new_simple(&format!("job-{j}"), JobType::Service, 1, Resources::new(1, 1, 0)))
+        .collect();
     (0..N)
         .map(|i| {
             let mut eval = Evaluation::with_id(

@@ -70,24 +70,18 @@ impl Inner {
     /// Whether a capacity change after the eval's snapshot could help it.
     fn missed_unblock(&self, eval: &Evaluation) -> bool {
         if let (true, Some(node_id)) = (eval.eval_type.is_system_like(), eval.node_id) {
-            return self
-                .node_unblocks
-                .get(&node_id)
-                .is_some_and(|(index, _)| *index > eval.snapshot_index);
+            return self.node_unblocks.get(&node_id).is_some_and(|(index, _)| *index > eval.snapshot_index);
         }
         self.class_unblocks.iter().any(|(class, (index, _))| {
             *index > eval.snapshot_index
-                && (eval.escaped_computed_class
-                    || eval.class_eligibility.get(class) != Some(&false))
+                && (eval.escaped_computed_class || eval.class_eligibility.get(class) != Some(&false))
         })
     }
 
     /// Removes the job's blocked eval from the maps, returning it.
     fn remove_job(&mut self, job: &JobKey) -> Option<Arc<Evaluation>> {
         let id = self.by_job.remove(job)?;
-        self.captured
-            .remove(&id)
-            .or_else(|| self.escaped.remove(&id))
+        self.captured.remove(&id).or_else(|| self.escaped.remove(&id))
     }
 
     fn park(&mut self, eval: Arc<Evaluation>) {
@@ -111,11 +105,7 @@ pub struct BlockedEvals {
 impl BlockedEvals {
     /// A tracker that releases evals into `broker`.
     pub fn new(broker: Arc<EvalBroker>, clock: SharedClock) -> Self {
-        BlockedEvals {
-            inner: Mutex::new(Inner::default()),
-            broker,
-            clock,
-        }
+        BlockedEvals { inner: Mutex::new(Inner::default()), broker, clock }
     }
 
     /// Parks a blocked eval (contract steps 1, 2 and 4).
@@ -153,12 +143,7 @@ impl BlockedEvals {
     }
 
     /// Parks a system eval on its node; returns it when it must run at once.
-    fn block_system(
-        &self,
-        inner: &mut Inner,
-        eval: Arc<Evaluation>,
-        node_id: NodeId,
-    ) -> Option<Arc<Evaluation>> {
+    fn block_system(&self, inner: &mut Inner, eval: Arc<Evaluation>, node_id: NodeId) -> Option<Arc<Evaluation>> {
         if inner.missed_unblock(&eval) {
             inner.unblocked += 1;
             return Some(eval);
@@ -180,9 +165,7 @@ impl BlockedEvals {
     pub fn unblock(&self, class: ComputedClass, index: u64) -> usize {
         let released = {
             let mut inner = self.inner.lock();
-            inner
-                .class_unblocks
-                .insert(class, (index, self.clock.now()));
+            inner.class_unblocks.insert(class, (index, self.clock.now()));
             let mut released: Vec<_> = inner.escaped.drain().map(|(_, eval)| eval).collect();
             let eligible: Vec<EvalId> = inner
                 .captured
@@ -207,15 +190,9 @@ impl BlockedEvals {
     pub fn unblock_node(&self, node_id: NodeId, index: u64) -> usize {
         let released: Vec<_> = {
             let mut inner = self.inner.lock();
-            inner
-                .node_unblocks
-                .insert(node_id, (index, self.clock.now()));
-            let released: Vec<_> = inner
-                .system
-                .remove(&node_id)
-                .into_iter()
-                .flat_map(|jobs| jobs.into_values())
-                .collect();
+            inner.node_unblocks.insert(node_id, (index, self.clock.now()));
+            let released: Vec<_> =
+                inner.system.remove(&node_id).into_iter().flat_map(|jobs| jobs.into_values()).collect();
             inner.unblocked += released.len() as u64;
             released
         };
@@ -240,11 +217,7 @@ impl BlockedEvals {
     pub fn blocked_eval_of(&self, job: &JobKey) -> Option<Arc<Evaluation>> {
         let inner = self.inner.lock();
         let id = inner.by_job.get(job)?;
-        inner
-            .captured
-            .get(id)
-            .or_else(|| inner.escaped.get(id))
-            .cloned()
+        inner.captured.get(id).or_else(|| inner.escaped.get(id)).cloned()
     }
 
     /// Takes the duplicate blocked evals, to be written as canceled.
@@ -254,12 +227,7 @@ impl BlockedEvals {
 
     /// Forgets unblock indexes recorded more than `older_than` ago (contract step 5).
     pub fn prune(&self, older_than: Duration) {
-        let cutoff = Timestamp(
-            self.clock
-                .now()
-                .0
-                .saturating_sub(older_than.as_nanos() as u64),
-        );
+        let cutoff = Timestamp(self.clock.now().0.saturating_sub(older_than.as_nanos() as u64));
         let mut inner = self.inner.lock();
         inner.class_unblocks.retain(|_, (_, at)| *at >= cutoff);
         inner.node_unblocks.retain(|_, (_, at)| *at >= cutoff);

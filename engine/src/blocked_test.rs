@@ -13,11 +13,7 @@ const EDGE: ComputedClass = ComputedClass(3);
 fn tracker() -> (BlockedEvals, Arc<EvalBroker>, Arc<ManualClock>) {
     let clock = ManualClock::new(Timestamp(1_000_000_000_000));
     let broker = Arc::new(EvalBroker::new(BrokerConfig::default(), clock.clone()));
-    (
-        BlockedEvals::new(broker.clone(), clock.clone()),
-        broker,
-        clock,
-    )
+    (BlockedEvals::new(broker.clone(), clock.clone()), broker, clock)
 }
 
 /// A blocked eval of `job`, checked against GENERAL (eligible) and GPU (not).
@@ -33,9 +29,7 @@ fn blocked(job: &str, create_index: u64, snapshot_index: u64) -> Arc<Evaluation>
 
 fn ready_ids(broker: &EvalBroker) -> Vec<EvalId> {
     let all = JobType::ALL;
-    std::iter::from_fn(|| broker.try_dequeue(&all).expect("running"))
-        .map(|dequeued| dequeued.eval.id)
-        .collect()
+    std::iter::from_fn(|| broker.try_dequeue(&all).expect("running")).map(|dequeued| dequeued.eval.id).collect()
 }
 
 #[test]
@@ -44,11 +38,7 @@ fn capacity_on_an_eligible_class_unblocks() {
     let eval = blocked("web", 10, 10);
     tracker.block(eval.clone());
     assert_eq!(tracker.stats().total_blocked, 1);
-    assert_eq!(
-        tracker.unblock(GPU, 11),
-        0,
-        "the job cannot run on GPU nodes"
-    );
+    assert_eq!(tracker.unblock(GPU, 11), 0, "the job cannot run on GPU nodes");
     assert!(ready_ids(&broker).is_empty());
     assert_eq!(tracker.unblock(GENERAL, 12), 1);
     assert_eq!(ready_ids(&broker), vec![eval.id]);
@@ -85,32 +75,13 @@ fn one_blocked_eval_per_job_and_the_older_is_a_duplicate() {
     tracker.block(older.clone());
     tracker.block(newer.clone());
     assert_eq!(tracker.stats().total_blocked, 1);
-    assert_eq!(
-        tracker
-            .blocked_eval_of(&newer.job_key())
-            .map(|eval| eval.id),
-        Some(newer.id)
-    );
-    assert_eq!(
-        tracker
-            .take_duplicates()
-            .iter()
-            .map(|eval| eval.id)
-            .collect::<Vec<_>>(),
-        vec![older.id]
-    );
+    assert_eq!(tracker.blocked_eval_of(&newer.job_key()).map(|eval| eval.id), Some(newer.id));
+    assert_eq!(tracker.take_duplicates().iter().map(|eval| eval.id).collect::<Vec<_>>(), vec![older.id]);
 
     // An older eval arriving late is the duplicate, not the parked one.
     let late = blocked("web", 5, 5);
     tracker.block(late.clone());
-    assert_eq!(
-        tracker
-            .take_duplicates()
-            .iter()
-            .map(|eval| eval.id)
-            .collect::<Vec<_>>(),
-        vec![late.id]
-    );
+    assert_eq!(tracker.take_duplicates().iter().map(|eval| eval.id).collect::<Vec<_>>(), vec![late.id]);
     tracker.unblock(GENERAL, 30);
     assert_eq!(ready_ids(&broker), vec![newer.id]);
 }
@@ -121,17 +92,10 @@ fn an_eval_that_missed_an_unblock_runs_at_once() {
     tracker.unblock(GENERAL, 15);
     let stale = blocked("web", 10, 10);
     tracker.block(stale.clone());
-    assert_eq!(
-        ready_ids(&broker),
-        vec![stale.id],
-        "capacity appeared after its snapshot"
-    );
+    assert_eq!(ready_ids(&broker), vec![stale.id], "capacity appeared after its snapshot");
     let fresh = blocked("api", 20, 20);
     tracker.block(fresh);
-    assert!(
-        ready_ids(&broker).is_empty(),
-        "no capacity change since its snapshot"
-    );
+    assert!(ready_ids(&broker).is_empty(), "no capacity change since its snapshot");
     assert_eq!(tracker.stats().total_blocked, 1);
 }
 
@@ -176,9 +140,6 @@ fn prune_forgets_old_unblock_indexes() {
     clock.advance(Duration::from_secs(20 * 60));
     tracker.prune(Duration::from_secs(15 * 60));
     tracker.block(blocked("web", 10, 10));
-    assert!(
-        ready_ids(&broker).is_empty(),
-        "the old unblock was forgotten"
-    );
+    assert!(ready_ids(&broker).is_empty(), "the old unblock was forgotten");
     assert_eq!(tracker.stats().total_blocked, 1);
 }

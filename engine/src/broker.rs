@@ -148,11 +148,7 @@ struct ReadyItem {
 
 impl ReadyItem {
     fn rank(&self) -> (u8, std::cmp::Reverse<u64>, std::cmp::Reverse<u64>) {
-        (
-            self.priority,
-            std::cmp::Reverse(self.create_index),
-            std::cmp::Reverse(self.seq),
-        )
+        (self.priority, std::cmp::Reverse(self.create_index), std::cmp::Reverse(self.seq))
     }
 }
 
@@ -270,10 +266,7 @@ struct Sharded<K, V> {
 
 impl<K: Hash + Eq, V> Sharded<K, V> {
     fn new() -> Self {
-        Sharded {
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
-            hasher: Default::default(),
-        }
+        Sharded { shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(), hasher: Default::default() }
     }
 
     fn lock(&self, key: &K) -> MutexGuard<'_, HashMap<K, V>> {
@@ -290,6 +283,7 @@ struct Counters {
     pending: AtomicI64,
     delayed: AtomicI64,
     cancelable: AtomicI64,
+    marked_cancelable: AtomicU64,
     failed_queue: AtomicI64,
     delivery_limit_reached: AtomicU64,
     nack_timeouts: AtomicU64,
@@ -353,14 +347,7 @@ impl EvalBroker {
             if evals.contains_key(&eval.id) {
                 return;
             }
-            evals.insert(
-                eval.id,
-                EvalEntry {
-                    eval: eval.clone(),
-                    deliveries: 0,
-                    hold: None,
-                },
-            );
+            evals.insert(eval.id, EvalEntry { eval: eval.clone(), deliveries: 0, hold: None });
         }
         match eval.wait_until {
             Some(ready_at) if ready_at > self.clock.now() => self.push_delayed(eval, ready_at),
@@ -416,11 +403,7 @@ impl EvalBroker {
 
     fn push_delayed(&self, eval: Arc<Evaluation>, ready_at: Timestamp) {
         let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
-        self.delayed.lock().push(DelayedItem {
-            ready_at,
-            seq,
-            eval,
-        });
+        self.delayed.lock().push(DelayedItem { ready_at, seq, eval });
         self.counters.delayed.fetch_add(1, Ordering::Relaxed);
     }
 
@@ -434,11 +417,7 @@ impl EvalBroker {
     /// Hands out the best ready eval of `types` (protocol step 2), waiting up
     /// to `timeout` for one. `Ok(None)` means none came in time (or the
     /// broker stayed paused).
-    pub fn dequeue(
-        &self,
-        types: &[JobType],
-        timeout: Duration,
-    ) -> Result<Option<Dequeued>, BrokerError> {
+    pub fn dequeue(&self, types: &[JobType], timeout: Duration) -> Result<Option<Dequeued>, BrokerError> {
         if let Some(dequeued) = self.try_dequeue(types)? {
             return Ok(Some(dequeued));
         }
@@ -473,9 +452,7 @@ impl EvalBroker {
         let deadline = self.clock.now().plus(self.config.nack_timeout);
         {
             let mut evals = self.evals.lock(&eval.id);
-            let entry = evals
-                .get_mut(&eval.id)
-                .expect("a ready eval is tracked until it is acked");
+            let entry = evals.get_mut(&eval.id).expect("a ready eval is tracked until it is acked");
             entry.deliveries += 1;
             entry.hold = Some(Hold { token, deadline });
         }
@@ -486,16 +463,14 @@ impl EvalBroker {
     /// Pops the best head among the ready queues of `types`. The queues are
     /// locked in a fixed order so that two dequeuers never deadlock.
     fn pop_best(&self, types: &[JobType]) -> Option<Arc<Evaluation>> {
-        let mut kinds: smallvec::SmallVec<[usize; 4]> =
-            types.iter().map(|kind| kind.index()).collect();
+        let mut kinds: smallvec::SmallVec<[usize; 4]> = types.iter().map(|kind| kind.index()).collect();
         kinds.sort_unstable();
         kinds.dedup();
-        let mut heaps: smallvec::SmallVec<[(usize, MutexGuard<'_, ReadyQueue>); 4]> =
-            kinds
-                .into_iter()
-                .filter(|&kind| self.counters.ready[kind].load(Ordering::Relaxed) > 0)
-                .map(|kind| (kind, self.ready[kind].lock()))
-                .collect();
+        let mut heaps: smallvec::SmallVec<[(usize, MutexGuard<'_, ReadyQueue>); 4]> = kinds
+            .into_iter()
+            .filter(|&kind| self.counters.ready[kind].load(Ordering::Relaxed) > 0)
+            .map(|kind| (kind, self.ready[kind].lock()))
+            .collect();
         let best = heaps
             .iter_mut()
             .filter_map(|(kind, heap)| heap.peek().map(|item| (item.rank(), *kind)))
@@ -508,15 +483,9 @@ impl EvalBroker {
     }
 
     /// Removes the hold on an eval if `token` matches it.
-    fn release_hold(
-        &self,
-        eval_id: EvalId,
-        token: Token,
-    ) -> Result<(Arc<Evaluation>, u32), BrokerError> {
+    fn release_hold(&self, eval_id: EvalId, token: Token) -> Result<(Arc<Evaluation>, u32), BrokerError> {
         let mut evals = self.evals.lock(&eval_id);
-        let entry = evals
-            .get_mut(&eval_id)
-            .ok_or(BrokerError::NotOutstanding(eval_id))?;
+        let entry = evals.get_mut(&eval_id).ok_or(BrokerError::NotOutstanding(eval_id))?;
         match entry.hold {
             None => Err(BrokerError::NotOutstanding(eval_id)),
             Some(hold) if hold.token != token => Err(BrokerError::TokenMismatch(eval_id)),
@@ -534,9 +503,7 @@ impl EvalBroker {
         self.evals.lock(&eval_id).remove(&eval_id);
         let (next, superseded) = {
             let mut jobs = self.jobs.lock(&eval.job_key());
-            let job = jobs
-                .get_mut(&eval.job_key())
-                .expect("an outstanding eval's job is tracked");
+            let job = jobs.get_mut(&eval.job_key()).expect("an outstanding eval's job is tracked");
             let (next, superseded) = pick_next_pending(&mut job.pending);
             job.outstanding = next.as_ref().map(|next| next.id);
             if job.outstanding.is_none() {
@@ -559,9 +526,8 @@ impl EvalBroker {
         for eval in &superseded {
             self.evals.lock(&eval.id).remove(&eval.id);
         }
-        self.counters
-            .cancelable
-            .fetch_add(superseded.len() as i64, Ordering::Relaxed);
+        self.counters.cancelable.fetch_add(superseded.len() as i64, Ordering::Relaxed);
+        self.counters.marked_cancelable.fetch_add(superseded.len() as u64, Ordering::Relaxed);
         self.cancelable.lock().extend(superseded);
         // Pace the reaper by acks: wake it if it is not already awake.
         let _ = self.cancelable_signal.0.try_send(());
@@ -571,9 +537,7 @@ impl EvalBroker {
     pub fn nack(&self, eval_id: EvalId, token: Token) -> Result<(), BrokerError> {
         let (eval, deliveries) = self.release_hold(eval_id, token)?;
         if deliveries >= self.config.delivery_limit {
-            self.counters
-                .delivery_limit_reached
-                .fetch_add(1, Ordering::Relaxed);
+            self.counters.delivery_limit_reached.fetch_add(1, Ordering::Relaxed);
             self.counters.failed_queue.fetch_add(1, Ordering::Relaxed);
             self.failed.lock().push_back(eval);
             return Ok(());
@@ -595,9 +559,7 @@ impl EvalBroker {
     pub fn outstanding_reset(&self, eval_id: EvalId, token: Token) -> Result<(), BrokerError> {
         let deadline = self.clock.now().plus(self.config.nack_timeout);
         let mut evals = self.evals.lock(&eval_id);
-        let entry = evals
-            .get_mut(&eval_id)
-            .ok_or(BrokerError::NotOutstanding(eval_id))?;
+        let entry = evals.get_mut(&eval_id).ok_or(BrokerError::NotOutstanding(eval_id))?;
         match entry.hold.as_mut() {
             None => Err(BrokerError::NotOutstanding(eval_id)),
             Some(hold) if hold.token != token => Err(BrokerError::TokenMismatch(eval_id)),
@@ -610,10 +572,7 @@ impl EvalBroker {
 
     /// The token an eval is handed out under, if it is.
     pub fn outstanding(&self, eval_id: EvalId) -> Option<Token> {
-        self.evals
-            .lock(&eval_id)
-            .get(&eval_id)
-            .and_then(|entry| entry.hold.map(|hold| hold.token))
+        self.evals.lock(&eval_id).get(&eval_id).and_then(|entry| entry.hold.map(|hold| hold.token))
     }
 
     /// Nacks handed-out evals whose deadline passed and enqueues delayed
@@ -641,10 +600,7 @@ impl EvalBroker {
         for shard in &self.evals.shards {
             let shard = shard.lock();
             expired.extend(shard.iter().filter_map(|(id, entry)| {
-                entry
-                    .hold
-                    .filter(|hold| hold.deadline <= now)
-                    .map(|hold| (*id, hold.token))
+                entry.hold.filter(|hold| hold.deadline <= now).map(|hold| (*id, hold.token))
             }));
         }
         expired
@@ -656,9 +612,7 @@ impl EvalBroker {
         while delayed.peek().is_some_and(|item| item.ready_at <= now) {
             due.push(delayed.pop().expect("peeked").eval);
         }
-        self.counters
-            .delayed
-            .fetch_sub(due.len() as i64, Ordering::Relaxed);
+        self.counters.delayed.fetch_sub(due.len() as i64, Ordering::Relaxed);
         due
     }
 
@@ -672,10 +626,13 @@ impl EvalBroker {
         let mut cancelable = self.cancelable.lock();
         let take = max.min(cancelable.len());
         let batch: Vec<_> = cancelable.drain(..take).collect();
-        self.counters
-            .cancelable
-            .fetch_sub(batch.len() as i64, Ordering::Relaxed);
+        self.counters.cancelable.fetch_sub(batch.len() as i64, Ordering::Relaxed);
         batch
+    }
+
+    /// Evals set aside as superseded, ever (reaped or not).
+    pub fn canceled_total(&self) -> u64 {
+        self.counters.marked_cancelable.load(Ordering::Relaxed)
     }
 
     /// Signalled on acks that leave cancelable evals behind; the reaper waits on it.
@@ -692,22 +649,15 @@ impl EvalBroker {
             let take = max.min(failed.len());
             failed.drain(..take).collect()
         };
-        self.counters
-            .failed_queue
-            .fetch_sub(batch.len() as i64, Ordering::Relaxed);
-        batch
-            .into_iter()
-            .map(|eval| self.hold_failed(eval))
-            .collect()
+        self.counters.failed_queue.fetch_sub(batch.len() as i64, Ordering::Relaxed);
+        batch.into_iter().map(|eval| self.hold_failed(eval)).collect()
     }
 
     fn hold_failed(&self, eval: Arc<Evaluation>) -> Dequeued {
         let token = Token(self.next_token.fetch_add(1, Ordering::Relaxed));
         let deadline = self.clock.now().plus(self.config.nack_timeout);
         let mut evals = self.evals.lock(&eval.id);
-        let entry = evals
-            .get_mut(&eval.id)
-            .expect("a failed eval is tracked until it is acked");
+        let entry = evals.get_mut(&eval.id).expect("a failed eval is tracked until it is acked");
         entry.hold = Some(Hold { token, deadline });
         self.counters.unacked[eval.eval_type.index()].fetch_add(1, Ordering::Relaxed);
         Dequeued { eval, token }
@@ -760,10 +710,7 @@ impl EvalBroker {
             total_delayed: self.counters.delayed.load(Ordering::Relaxed),
             total_cancelable: self.counters.cancelable.load(Ordering::Relaxed),
             total_failed_queue: self.counters.failed_queue.load(Ordering::Relaxed),
-            total_delivery_limit_reached: self
-                .counters
-                .delivery_limit_reached
-                .load(Ordering::Relaxed),
+            total_delivery_limit_reached: self.counters.delivery_limit_reached.load(Ordering::Relaxed),
             total_nack_timeouts: self.counters.nack_timeouts.load(Ordering::Relaxed),
             by_scheduler,
         }
@@ -772,19 +719,11 @@ impl EvalBroker {
 
 /// Splits a job's pending evals into the one to run next (the newest of the
 /// highest priority) and the superseded rest.
-fn pick_next_pending(
-    pending: &mut Vec<Arc<Evaluation>>,
-) -> (Option<Arc<Evaluation>>, Vec<Arc<Evaluation>>) {
+fn pick_next_pending(pending: &mut Vec<Arc<Evaluation>>) -> (Option<Arc<Evaluation>>, Vec<Arc<Evaluation>>) {
     let best = pending
         .iter()
         .enumerate()
-        .max_by_key(|(position, eval)| {
-            (
-                eval.priority,
-                eval.modify_index.max(eval.create_index),
-                *position,
-            )
-        })
+        .max_by_key(|(position, eval)| (eval.priority, eval.modify_index.max(eval.create_index), *position))
         .map(|(position, _)| position);
     let next = best.map(|position| pending.swap_remove(position));
     (next, std::mem::take(pending))

@@ -12,9 +12,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 /// A point in time: nanoseconds since the Unix epoch.
-#[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
-)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct Timestamp(pub u64);
 
@@ -57,13 +55,8 @@ pub struct SystemClock {
 impl SystemClock {
     /// A clock anchored at the current wall-clock time.
     pub fn new() -> Self {
-        let since_epoch = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default();
-        SystemClock {
-            unix_at_start: Timestamp(duration_nanos(since_epoch)),
-            start: Instant::now(),
-        }
+        let since_epoch = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+        SystemClock { unix_at_start: Timestamp(duration_nanos(since_epoch)), start: Instant::now() }
     }
 
     /// A shared system clock.
@@ -93,15 +86,12 @@ pub struct ManualClock {
 impl ManualClock {
     /// A clock standing at `start`.
     pub fn new(start: Timestamp) -> Arc<Self> {
-        Arc::new(ManualClock {
-            nanos: AtomicU64::new(start.0),
-        })
+        Arc::new(ManualClock { nanos: AtomicU64::new(start.0) })
     }
 
     /// Moves the clock forward by `duration`.
     pub fn advance(&self, duration: Duration) {
-        self.nanos
-            .fetch_add(duration_nanos(duration), Ordering::SeqCst);
+        self.nanos.fetch_add(duration_nanos(duration), Ordering::SeqCst);
     }
 
     /// Sets the clock to `at`.
@@ -136,18 +126,12 @@ mod tests {
         let first = clock.now();
         let second = clock.now();
         assert!(second >= first);
-        assert!(
-            first.0 > 1_600_000_000 * 1_000_000_000,
-            "anchored at the Unix time, not at zero"
-        );
+        assert!(first.0 > 1_600_000_000 * 1_000_000_000, "anchored at the Unix time, not at zero");
     }
 
     #[test]
     fn timestamp_arithmetic_saturates() {
-        assert_eq!(
-            Timestamp(u64::MAX - 1).plus(Duration::from_secs(1)),
-            Timestamp(u64::MAX)
-        );
+        assert_eq!(Timestamp(u64::MAX - 1).plus(Duration::from_secs(1)), Timestamp(u64::MAX));
         assert_eq!(Timestamp(5).since(Timestamp(9)), Duration::ZERO);
         assert_eq!(Timestamp(9).since(Timestamp(5)), Duration::from_nanos(4));
     }

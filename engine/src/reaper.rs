@@ -66,13 +66,7 @@ impl EvalReaper {
         store: Arc<StateStore>,
         clock: SharedClock,
     ) -> Self {
-        EvalReaper {
-            config,
-            broker,
-            blocked,
-            store,
-            clock,
-        }
+        EvalReaper { config, broker, blocked, store, clock }
     }
 
     /// Writes one batch of cancelable evals as canceled; returns how many.
@@ -89,8 +83,7 @@ impl EvalReaper {
             .map(|eval| {
                 let mut canceled = Evaluation::clone(eval);
                 canceled.status = EvalStatus::Canceled;
-                canceled.status_description =
-                    "canceled after a more recent evaluation of the job was processed".into();
+                canceled.status_description = "canceled after a more recent evaluation of the job was processed".into();
                 canceled.modify_time = now;
                 canceled
             })
@@ -111,15 +104,11 @@ impl EvalReaper {
         let mut evals = Vec::with_capacity(failed.len() * 2);
         for held in &failed {
             let wait_until = now.plus(self.follow_up_delay());
-            let follow_up = held
-                .eval
-                .follow_up(TriggerReason::FailedFollowUp, wait_until, now);
+            let follow_up = held.eval.follow_up(TriggerReason::FailedFollowUp, wait_until, now);
             let mut failed_eval = Evaluation::clone(&held.eval);
             failed_eval.status = EvalStatus::Failed;
-            failed_eval.status_description = format!(
-                "evaluation reached the delivery limit ({})",
-                self.broker.config().delivery_limit
-            );
+            failed_eval.status_description =
+                format!("evaluation reached the delivery limit ({})", self.broker.config().delivery_limit);
             failed_eval.next_eval = Some(follow_up.id);
             failed_eval.modify_time = now;
             evals.push(failed_eval);
@@ -131,22 +120,13 @@ impl EvalReaper {
             // back; it is recorded as failed either way.
             let _ = self.broker.ack(held.eval.id, held.token);
         }
-        self.broker.enqueue_all(
-            applied
-                .evals
-                .into_iter()
-                .filter(|eval| eval.status == EvalStatus::Pending),
-        );
+        self.broker.enqueue_all(applied.evals.into_iter().filter(|eval| eval.status == EvalStatus::Pending));
         Ok(failed.len())
     }
 
     fn follow_up_delay(&self) -> Duration {
         let jitter_nanos = self.config.failed_follow_up_jitter.as_nanos() as u64;
-        let jitter = if jitter_nanos == 0 {
-            0
-        } else {
-            rand::rng().random_range(0..jitter_nanos)
-        };
+        let jitter = if jitter_nanos == 0 { 0 } else { rand::rng().random_range(0..jitter_nanos) };
         self.config.failed_follow_up_base + Duration::from_nanos(jitter)
     }
 
@@ -185,10 +165,7 @@ impl EvalReaper {
                 }
             })
             .expect("spawning the reaper thread");
-        ReaperHandle {
-            stop,
-            thread: Some(thread),
-        }
+        ReaperHandle { stop, thread: Some(thread) }
     }
 }
 
@@ -238,39 +215,16 @@ mod tests {
         let broker = Arc::new(EvalBroker::new(broker_config, clock.clone()));
         let blocked = Arc::new(BlockedEvals::new(broker.clone(), clock.clone()));
         let store = Arc::new(StateStore::new());
-        let config = ReaperConfig {
-            batch_size,
-            ..ReaperConfig::default()
-        };
-        let reaper = EvalReaper::new(
-            config,
-            broker.clone(),
-            blocked.clone(),
-            store.clone(),
-            clock,
-        );
-        Fixture {
-            reaper,
-            broker,
-            blocked,
-            store,
-        }
+        let config = ReaperConfig { batch_size, ..ReaperConfig::default() };
+        let reaper = EvalReaper::new(config, broker.clone(), blocked.clone(), store.clone(), clock);
+        Fixture { reaper, broker, blocked, store }
     }
 
     /// Registers `job` with `n` evals written to the store and enqueued.
-    fn evals_for(
-        store: &StateStore,
-        broker: &EvalBroker,
-        job: &str,
-        n: usize,
-    ) -> Vec<Arc<Evaluation>> {
+    fn evals_for(store: &StateStore, broker: &EvalBroker, job: &str, n: usize) -> Vec<Arc<Evaluation>> {
         let spec = Job::new_simple(job, JobType::Service, 1, Resources::new(1, 1, 0));
-        let evals = (0..n)
-            .map(|_| Evaluation::for_job(&spec, TriggerReason::JobRegister, Timestamp(0)))
-            .collect();
-        let applied = store
-            .apply(Command::UpsertEvals { evals })
-            .expect("written");
+        let evals = (0..n).map(|_| Evaluation::for_job(&spec, TriggerReason::JobRegister, Timestamp(0))).collect();
+        let applied = store.apply(Command::UpsertEvals { evals }).expect("written");
         broker.enqueue_all(applied.evals.iter().cloned());
         applied.evals
     }
@@ -283,36 +237,17 @@ mod tests {
     fn cancelable_evals_are_written_as_canceled_in_bounded_batches() {
         let f = fixture(BrokerConfig::default(), 3);
         let evals = evals_for(&f.store, &f.broker, "web", 8);
-        let first = f
-            .broker
-            .try_dequeue(&[JobType::Service])
-            .expect("running")
-            .expect("first");
+        let first = f.broker.try_dequeue(&[JobType::Service]).expect("running").expect("first");
         f.broker.ack(first.eval.id, first.token).expect("ack");
-        assert_eq!(
-            f.broker.stats().total_cancelable,
-            6,
-            "one of the 7 pending is kept"
-        );
+        assert_eq!(f.broker.stats().total_cancelable, 6, "one of the 7 pending is kept");
 
         let index_before = f.store.latest_index();
         assert_eq!(f.reaper.reap_cancelable_batch(), Ok(3));
-        assert_eq!(
-            f.store.latest_index(),
-            index_before + 1,
-            "one command per batch"
-        );
+        assert_eq!(f.store.latest_index(), index_before + 1, "one command per batch");
         assert_eq!(f.reaper.reap_all(), Ok((3, 0)));
-        let canceled = evals
-            .iter()
-            .filter(|eval| status_of(&f.store, eval) == EvalStatus::Canceled)
-            .count();
+        let canceled = evals.iter().filter(|eval| status_of(&f.store, eval) == EvalStatus::Canceled).count();
         assert_eq!(canceled, 6);
-        assert_eq!(
-            status_of(&f.store, &evals[7]),
-            EvalStatus::Pending,
-            "the newest is kept"
-        );
+        assert_eq!(status_of(&f.store, &evals[7]), EvalStatus::Pending, "the newest is kept");
     }
 
     #[test]
@@ -330,17 +265,10 @@ mod tests {
 
     #[test]
     fn failed_evals_are_recorded_with_a_follow_up_before_the_ack() {
-        let config = BrokerConfig {
-            delivery_limit: 1,
-            ..BrokerConfig::default()
-        };
+        let config = BrokerConfig { delivery_limit: 1, ..BrokerConfig::default() };
         let f = fixture(config, 10);
         let evals = evals_for(&f.store, &f.broker, "web", 2);
-        let held = f
-            .broker
-            .try_dequeue(&[JobType::Service])
-            .expect("running")
-            .expect("first");
+        let held = f.broker.try_dequeue(&[JobType::Service]).expect("running").expect("first");
         f.broker.nack(held.eval.id, held.token).expect("nack");
         assert_eq!(f.broker.stats().total_failed_queue, 1);
 
@@ -348,22 +276,12 @@ mod tests {
         let snapshot = f.store.snapshot();
         let failed = snapshot.eval(evals[0].id).expect("stored");
         assert_eq!(failed.status, EvalStatus::Failed);
-        let follow_up = snapshot
-            .eval(failed.next_eval.expect("has a follow-up"))
-            .expect("follow-up stored");
+        let follow_up = snapshot.eval(failed.next_eval.expect("has a follow-up")).expect("follow-up stored");
         assert_eq!(follow_up.triggered_by, TriggerReason::FailedFollowUp);
         assert_eq!(follow_up.previous_eval, Some(failed.id));
         assert!(follow_up.wait_until.is_some());
-        assert_eq!(
-            f.broker.stats().total_delayed,
-            1,
-            "the follow-up waits in the broker"
-        );
-        let next = f
-            .broker
-            .try_dequeue(&[JobType::Service])
-            .expect("running")
-            .expect("the job is free again");
+        assert_eq!(f.broker.stats().total_delayed, 1, "the follow-up waits in the broker");
+        let next = f.broker.try_dequeue(&[JobType::Service]).expect("running").expect("the job is free again");
         assert_eq!(next.eval.id, evals[1].id);
     }
 
@@ -372,11 +290,7 @@ mod tests {
         let f = fixture(BrokerConfig::default(), 10);
         let evals = evals_for(&f.store, &f.broker, "web", 3);
         let handle = f.reaper.clone().spawn();
-        let first = f
-            .broker
-            .try_dequeue(&[JobType::Service])
-            .expect("running")
-            .expect("first");
+        let first = f.broker.try_dequeue(&[JobType::Service]).expect("running").expect("first");
         f.broker.ack(first.eval.id, first.token).expect("ack");
         let wanted = evals[1].id;
         let store = f.store.clone();
@@ -384,9 +298,7 @@ mod tests {
         // Waits on the store's index notifications, not on a timer.
         while store.snapshot().eval(wanted).expect("stored").status != EvalStatus::Canceled {
             index += 1;
-            store
-                .snapshot_min_index(index, Duration::from_secs(600))
-                .expect("the reaper writes");
+            store.snapshot_min_index(index, Duration::from_secs(600)).expect("the reaper writes");
         }
         handle.stop();
     }

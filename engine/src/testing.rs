@@ -9,7 +9,11 @@ use crate::structs::{Allocation, EvalId, Job, JobType, Node, NodeId, Resources};
 
 /// Node `n` of a test cluster: 20 classes, 4 datacenters, three sizes.
 pub fn node(n: usize) -> Node {
-    let sizes = [Resources::new(4_000, 8_192, 100_000), Resources::new(8_000, 16_384, 200_000), Resources::new(16_000, 65_536, 500_000)];
+    let sizes = [
+        Resources::new(4_000, 8_192, 100_000),
+        Resources::new(8_000, 16_384, 200_000),
+        Resources::new(16_000, 65_536, 500_000),
+    ];
     let datacenter = format!("dc{}", n % 4 + 1);
     let class = format!("class-{}", n % 20);
     Node::new_ready(NodeId::from_u128(n as u128 + 1), &datacenter, &class, sizes[n % sizes.len()])
@@ -37,7 +41,12 @@ pub fn populated_store(n_nodes: usize, n_allocs: usize) -> (Arc<StateStore>, Vec
             .collect();
         ids.extend(allocs.iter().map(|alloc| alloc.id));
         store
-            .apply(Command::ApplyPlanResults { eval_id: EvalId::from_u128(1), allocs, evals: vec![], time: Timestamp(1) })
+            .apply(Command::ApplyPlanResults {
+                eval_id: EvalId::from_u128(1),
+                allocs,
+                evals: vec![],
+                time: Timestamp(1),
+            })
             .expect("fixture allocs apply");
     }
     (store, ids)

@@ -57,7 +57,8 @@ fn all_evals() -> Vec<Arc<Evaluation>> {
         .map(|i| {
             let kind = TYPES[i % TYPES.len()];
             let job = Job::new_simple(&format!("job-{}", i % N_JOBS), kind, 1, Resources::new(1, 1, 0));
-            let mut eval = Evaluation::with_id(EvalId::from_u128(i as u128 + 1), &job, TriggerReason::JobRegister, Timestamp(0));
+            let mut eval =
+                Evaluation::with_id(EvalId::from_u128(i as u128 + 1), &job, TriggerReason::JobRegister, Timestamp(0));
             eval.priority = (i % 7 * 10 + 10) as u8;
             eval.create_index = i as u64 + 1;
             Arc::new(eval)

@@ -8,51 +8,29 @@ use super::command::{ClientAllocUpdate, Command};
 use super::snapshot::{index_add, index_remove, Snapshot};
 use super::{Applied, CapacityChange, StateError};
 use crate::clock::Timestamp;
-use crate::structs::{
-    Allocation, EvalId, Evaluation, Job, JobKey, Node, NodeEligibility, NodeId, NodeStatus,
-};
+use crate::structs::{Allocation, EvalId, Evaluation, Job, JobKey, Node, NodeEligibility, NodeId, NodeStatus};
 
 impl Snapshot {
     /// Applies `command` at `index`, recording what followers of the store
     /// (broker, blocked evals) need to hear about in `applied`.
-    pub(super) fn apply(
-        &mut self,
-        index: u64,
-        command: Command,
-        applied: &mut Applied,
-    ) -> Result<(), StateError> {
+    pub(super) fn apply(&mut self, index: u64, command: Command, applied: &mut Applied) -> Result<(), StateError> {
         self.index = index;
         match command {
             Command::UpsertNode { node } => self.upsert_node(index, node, applied),
             Command::DeregisterNode { node_id } => self.deregister_node(index, node_id),
-            Command::UpdateNodeStatus {
-                node_id,
-                status,
-                missed_heartbeat,
-                evals,
-            } => {
+            Command::UpdateNodeStatus { node_id, status, missed_heartbeat, evals } => {
                 self.update_node_status(index, node_id, status, missed_heartbeat, applied)?;
                 self.upsert_evals(index, evals, applied);
                 Ok(())
             }
-            Command::UpdateNodeEligibility {
-                node_id,
-                eligibility,
-                evals,
-            } => {
+            Command::UpdateNodeEligibility { node_id, eligibility, evals } => {
                 self.update_node_eligibility(index, node_id, eligibility, applied)?;
                 self.upsert_evals(index, evals, applied);
                 Ok(())
             }
             Command::RegisterJob { job, eval } => {
                 let job = self.register_job(index, job);
-                self.upsert_evals(
-                    index,
-                    eval.into_iter()
-                        .map(|eval| with_job_index(eval, &job))
-                        .collect(),
-                    applied,
-                );
+                self.upsert_evals(index, eval.into_iter().map(|eval| with_job_index(eval, &job)).collect(), applied);
                 Ok(())
             }
             Command::DeregisterJob { job, purge, eval } => {
@@ -64,21 +42,12 @@ impl Snapshot {
                 self.upsert_evals(index, evals, applied);
                 Ok(())
             }
-            Command::UpdateAllocsFromClient {
-                updates,
-                evals,
-                time,
-            } => {
+            Command::UpdateAllocsFromClient { updates, evals, time } => {
                 self.update_allocs_from_client(index, &updates, time, applied)?;
                 self.upsert_evals(index, evals, applied);
                 Ok(())
             }
-            Command::ApplyPlanResults {
-                eval_id,
-                allocs,
-                evals,
-                time,
-            } => {
+            Command::ApplyPlanResults { eval_id, allocs, evals, time } => {
                 self.apply_plan_results(index, eval_id, allocs, time, applied)?;
                 self.upsert_evals(index, evals, applied);
                 Ok(())
@@ -86,12 +55,7 @@ impl Snapshot {
         }
     }
 
-    fn upsert_node(
-        &mut self,
-        index: u64,
-        mut node: Node,
-        applied: &mut Applied,
-    ) -> Result<(), StateError> {
+    fn upsert_node(&mut self, index: u64, mut node: Node, applied: &mut Applied) -> Result<(), StateError> {
         node.computed_class = node.compute_class();
         node.modify_index = index;
         match self.nodes.get(&node.id).cloned() {
@@ -122,10 +86,7 @@ impl Snapshot {
     }
 
     fn deregister_node(&mut self, index: u64, node_id: NodeId) -> Result<(), StateError> {
-        let node = self
-            .nodes
-            .remove(&node_id)
-            .ok_or(StateError::UnknownNode(node_id))?;
+        let node = self.nodes.remove(&node_id).ok_or(StateError::UnknownNode(node_id))?;
         index_remove(&mut self.nodes_by_class, &node.computed_class, &node_id);
         self.table_indexes.nodes = index;
         Ok(())
@@ -139,10 +100,7 @@ impl Snapshot {
         missed_heartbeat: bool,
         applied: &mut Applied,
     ) -> Result<(), StateError> {
-        let existing = self
-            .nodes
-            .get(&node_id)
-            .ok_or(StateError::UnknownNode(node_id))?;
+        let existing = self.nodes.get(&node_id).ok_or(StateError::UnknownNode(node_id))?;
         let was_schedulable = existing.is_schedulable();
         let mut node = Node::clone(existing);
         node.status = status;
@@ -165,10 +123,7 @@ impl Snapshot {
         eligibility: NodeEligibility,
         applied: &mut Applied,
     ) -> Result<(), StateError> {
-        let existing = self
-            .nodes
-            .get(&node_id)
-            .ok_or(StateError::UnknownNode(node_id))?;
+        let existing = self.nodes.get(&node_id).ok_or(StateError::UnknownNode(node_id))?;
         let was_schedulable = existing.is_schedulable();
         let mut node = Node::clone(existing);
         node.eligibility = eligibility;
@@ -209,10 +164,7 @@ impl Snapshot {
     }
 
     fn deregister_job(&mut self, index: u64, key: &JobKey, purge: bool) -> Result<(), StateError> {
-        let existing = self
-            .jobs
-            .get(key)
-            .ok_or_else(|| StateError::UnknownJob(key.clone()))?;
+        let existing = self.jobs.get(key).ok_or_else(|| StateError::UnknownJob(key.clone()))?;
         if purge {
             self.jobs.remove(key);
         } else if !existing.stop {
@@ -252,10 +204,7 @@ impl Snapshot {
         applied: &mut Applied,
     ) -> Result<(), StateError> {
         for update in updates {
-            let existing = self
-                .allocs
-                .get(&update.alloc_id)
-                .ok_or(StateError::UnknownAlloc(update.alloc_id))?;
+            let existing = self.allocs.get(&update.alloc_id).ok_or(StateError::UnknownAlloc(update.alloc_id))?;
             if existing.node_id != update.node_id {
                 return Err(StateError::AllocOnOtherNode {
                     alloc_id: update.alloc_id,
@@ -266,9 +215,7 @@ impl Snapshot {
             let was_terminal = existing.terminal();
             let mut alloc = Allocation::clone(existing);
             alloc.record_client_status(update.client_status, time);
-            alloc
-                .client_description
-                .clone_from(&update.client_description);
+            alloc.client_description.clone_from(&update.client_description);
             alloc.modify_index = index;
             alloc.modify_time = time;
             if !was_terminal && alloc.terminal() {
@@ -282,10 +229,7 @@ impl Snapshot {
     }
 
     fn touch_node_alloc_update(&mut self, index: u64, node_id: NodeId) -> Result<(), StateError> {
-        let existing = self
-            .nodes
-            .get(&node_id)
-            .ok_or(StateError::UnknownNode(node_id))?;
+        let existing = self.nodes.get(&node_id).ok_or(StateError::UnknownNode(node_id))?;
         if existing.last_alloc_update_index != index {
             let mut node = Node::clone(existing);
             node.last_alloc_update_index = index;
@@ -316,10 +260,7 @@ impl Snapshot {
                 }
                 None => {
                     if !self.nodes.contains_key(&alloc.node_id) {
-                        return Err(StateError::PlacementOnUnknownNode {
-                            eval_id,
-                            node_id: alloc.node_id,
-                        });
+                        return Err(StateError::PlacementOnUnknownNode { eval_id, node_id: alloc.node_id });
                     }
                     alloc.create_index = index;
                     alloc.create_time = time;

@@ -97,10 +97,7 @@ pub struct CapacityChange {
 
 impl CapacityChange {
     fn of(node: &Node) -> Self {
-        CapacityChange {
-            node_id: node.id,
-            computed_class: node.computed_class,
-        }
+        CapacityChange { node_id: node.id, computed_class: node.computed_class }
     }
 }
 
@@ -154,10 +151,7 @@ impl StateStore {
         }
         let mut next = Snapshot::clone(&self.current.load());
         let index = next.index + 1;
-        let mut applied = Applied {
-            index,
-            ..Applied::default()
-        };
+        let mut applied = Applied { index, ..Applied::default() };
         next.apply(index, command, &mut applied)?;
         self.current.store(Arc::new(next));
         self.notify_index();
@@ -181,11 +175,7 @@ impl StateStore {
 
     /// A snapshot at `index` or later, waiting up to `timeout` for the writer
     /// to get there.
-    pub fn snapshot_min_index(
-        &self,
-        index: u64,
-        timeout: Duration,
-    ) -> Result<Arc<Snapshot>, WaitError> {
+    pub fn snapshot_min_index(&self, index: u64, timeout: Duration) -> Result<Arc<Snapshot>, WaitError> {
         let deadline = Instant::now() + timeout;
         let mut guard = self.index_reached.lock();
         self.waiters.fetch_add(1, Ordering::SeqCst);
@@ -212,10 +202,7 @@ impl StateStore {
                 let reached = self.latest_index();
                 return match reached >= index {
                     true => Ok(self.snapshot()),
-                    false => Err(WaitError::Timeout {
-                        wanted: index,
-                        reached,
-                    }),
+                    false => Err(WaitError::Timeout { wanted: index, reached }),
                 };
             }
         }

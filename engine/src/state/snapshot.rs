@@ -10,9 +10,7 @@ use std::sync::Arc;
 use imbl::Vector;
 
 use super::table::Table;
-use crate::structs::{
-    AllocId, Allocation, ComputedClass, EvalId, Evaluation, Job, JobKey, Node, NodeId,
-};
+use crate::structs::{AllocId, Allocation, ComputedClass, EvalId, Evaluation, Job, JobKey, Node, NodeId};
 
 /// The state at one index.
 #[derive(Clone, Debug)]
@@ -87,10 +85,7 @@ impl Snapshot {
 
     /// Nodes of one computed class.
     pub fn nodes_by_class(&self, class: ComputedClass) -> impl Iterator<Item = NodeId> + '_ {
-        self.nodes_by_class
-            .get(&class)
-            .into_iter()
-            .flat_map(|ids| ids.iter().copied())
+        self.nodes_by_class.get(&class).into_iter().flat_map(|ids| ids.iter().copied())
     }
 
     /// A job by key.
@@ -121,17 +116,13 @@ impl Snapshot {
     /// Allocations placed on a node, terminal ones included.
     pub fn allocs_by_node(&self, node: NodeId) -> impl Iterator<Item = &Arc<Allocation>> + '_ {
         let ids = self.allocs_by_node.get(&node);
-        ids.into_iter()
-            .flat_map(|ids| ids.iter())
-            .filter_map(|id| self.allocs.get(id))
+        ids.into_iter().flat_map(|ids| ids.iter()).filter_map(|id| self.allocs.get(id))
     }
 
     /// Allocations of a job, terminal ones included.
     pub fn allocs_by_job(&self, job: &JobKey) -> impl Iterator<Item = &Arc<Allocation>> + '_ {
         let ids = self.allocs_by_job.get(job);
-        ids.into_iter()
-            .flat_map(|ids| ids.iter())
-            .filter_map(|id| self.allocs.get(id))
+        ids.into_iter().flat_map(|ids| ids.iter()).filter_map(|id| self.allocs.get(id))
     }
 
     /// An evaluation by id.
@@ -147,9 +138,7 @@ impl Snapshot {
     /// Evaluations of a job.
     pub fn evals_by_job(&self, job: &JobKey) -> impl Iterator<Item = &Arc<Evaluation>> + '_ {
         let ids = self.evals_by_job.get(job);
-        ids.into_iter()
-            .flat_map(|ids| ids.iter())
-            .filter_map(|id| self.evals.get(id))
+        ids.into_iter().flat_map(|ids| ids.iter()).filter_map(|id| self.evals.get(id))
     }
 }
 

@@ -4,17 +4,12 @@ use std::time::Duration;
 use super::*;
 use crate::clock::Timestamp;
 use crate::structs::{
-    Allocation, ClientStatus, DesiredStatus, EvalStatus, Evaluation, Job, JobType, Node,
-    NodeStatus, Resources, TriggerReason,
+    Allocation, ClientStatus, DesiredStatus, EvalStatus, Evaluation, Job, JobType, Node, NodeStatus, Resources,
+    TriggerReason,
 };
 
 fn node(n: u128) -> Node {
-    Node::new_ready(
-        NodeId::from_u128(n),
-        "dc1",
-        "general",
-        Resources::new(4000, 8192, 100_000),
-    )
+    Node::new_ready(NodeId::from_u128(n), "dc1", "general", Resources::new(4000, 8192, 100_000))
 }
 
 fn job(id: &str) -> Job {
@@ -23,20 +18,11 @@ fn job(id: &str) -> Job {
 
 fn register(store: &StateStore, job: &Job) -> Applied {
     let eval = Evaluation::for_job(job, TriggerReason::JobRegister, Timestamp(1));
-    store
-        .apply(Command::RegisterJob {
-            job: job.clone(),
-            eval: Some(eval),
-        })
-        .expect("register")
+    store.apply(Command::RegisterJob { job: job.clone(), eval: Some(eval) }).expect("register")
 }
 
 fn place(store: &StateStore, job: &Job, node_id: NodeId, index: u32) -> Allocation {
-    let stored = store
-        .snapshot()
-        .job(&job.key())
-        .expect("job stored")
-        .clone();
+    let stored = store.snapshot().job(&job.key()).expect("job stored").clone();
     let alloc = Allocation::new_placement(&stored, "group", index, node_id, EvalId::from_u128(9));
     store
         .apply(Command::ApplyPlanResults {
@@ -53,45 +39,20 @@ fn place(store: &StateStore, job: &Job, node_id: NodeId, index: u32) -> Allocati
 fn each_command_applies_at_the_next_index() {
     let store = StateStore::new();
     assert_eq!(store.latest_index(), 0);
-    assert_eq!(
-        store
-            .apply(Command::UpsertNode { node: node(1) })
-            .expect("node")
-            .index,
-        1
-    );
+    assert_eq!(store.apply(Command::UpsertNode { node: node(1) }).expect("node").index, 1);
     assert_eq!(register(&store, &job("web")).index, 2);
     assert_eq!(store.latest_index(), 2);
     let snapshot = store.snapshot();
-    assert_eq!(
-        snapshot
-            .node(NodeId::from_u128(1))
-            .expect("node")
-            .create_index,
-        1
-    );
+    assert_eq!(snapshot.node(NodeId::from_u128(1)).expect("node").create_index, 1);
     let stored = snapshot.job(&job("web").key()).expect("job");
-    assert_eq!(
-        (stored.create_index, stored.job_modify_index, stored.version),
-        (2, 2, 0)
-    );
-    assert_eq!(
-        snapshot.table_indexes(),
-        TableIndexes {
-            nodes: 1,
-            jobs: 2,
-            allocs: 0,
-            evals: 2
-        }
-    );
+    assert_eq!((stored.create_index, stored.job_modify_index, stored.version), (2, 2, 0));
+    assert_eq!(snapshot.table_indexes(), TableIndexes { nodes: 1, jobs: 2, allocs: 0, evals: 2 });
 }
 
 #[test]
 fn a_reader_snapshot_never_changes_under_it() {
     let store = StateStore::new();
-    store
-        .apply(Command::UpsertNode { node: node(1) })
-        .expect("node");
+    store.apply(Command::UpsertNode { node: node(1) }).expect("node");
     let web = job("web");
     register(&store, &web);
     let alloc = place(&store, &web, NodeId::from_u128(1), 0);
@@ -109,28 +70,14 @@ fn a_reader_snapshot_never_changes_under_it() {
             time: Timestamp(6),
         })
         .expect("update");
-    store
-        .apply(Command::UpsertNode { node: node(2) })
-        .expect("second node");
-    store
-        .apply(Command::DeregisterJob {
-            job: web.key(),
-            purge: true,
-            eval: None,
-        })
-        .expect("purge");
+    store.apply(Command::UpsertNode { node: node(2) }).expect("second node");
+    store.apply(Command::DeregisterJob { job: web.key(), purge: true, eval: None }).expect("purge");
 
-    assert_eq!(
-        before.alloc(alloc.id).expect("alloc").client_status,
-        ClientStatus::Pending
-    );
+    assert_eq!(before.alloc(alloc.id).expect("alloc").client_status, ClientStatus::Pending);
     assert_eq!(before.node_count(), 1);
     assert!(before.job(&web.key()).is_some());
     let after = store.snapshot();
-    assert_eq!(
-        after.alloc(alloc.id).expect("alloc").client_status,
-        ClientStatus::Running
-    );
+    assert_eq!(after.alloc(alloc.id).expect("alloc").client_status, ClientStatus::Running);
     assert_eq!(after.node_count(), 2);
     assert!(after.job(&web.key()).is_none());
 }
@@ -138,9 +85,7 @@ fn a_reader_snapshot_never_changes_under_it() {
 #[test]
 fn a_failing_command_changes_nothing_and_consumes_no_index() {
     let store = StateStore::new();
-    store
-        .apply(Command::UpsertNode { node: node(1) })
-        .expect("node");
+    store.apply(Command::UpsertNode { node: node(1) }).expect("node");
     let web = job("web");
     register(&store, &web);
     let alloc = place(&store, &web, NodeId::from_u128(1), 0);
@@ -165,28 +110,18 @@ fn a_failing_command_changes_nothing_and_consumes_no_index() {
         evals: vec![],
         time: Timestamp(6),
     });
-    assert_eq!(
-        result.expect_err("unknown alloc"),
-        StateError::UnknownAlloc(AllocId::from_u128(77))
-    );
+    assert_eq!(result.expect_err("unknown alloc"), StateError::UnknownAlloc(AllocId::from_u128(77)));
     let after = store.snapshot();
     assert!(Arc::ptr_eq(&before, &after), "nothing was published");
-    assert_eq!(
-        after.alloc(alloc.id).expect("alloc").client_status,
-        ClientStatus::Pending
-    );
+    assert_eq!(after.alloc(alloc.id).expect("alloc").client_status, ClientStatus::Pending);
     assert_eq!(store.latest_index(), before.index());
 }
 
 #[test]
 fn a_client_may_only_report_its_own_allocations() {
     let store = StateStore::new();
-    store
-        .apply(Command::UpsertNode { node: node(1) })
-        .expect("node");
-    store
-        .apply(Command::UpsertNode { node: node(2) })
-        .expect("node");
+    store.apply(Command::UpsertNode { node: node(1) }).expect("node");
+    store.apply(Command::UpsertNode { node: node(2) }).expect("node");
     let web = job("web");
     register(&store, &web);
     let alloc = place(&store, &web, NodeId::from_u128(1), 0);
@@ -202,18 +137,13 @@ fn a_client_may_only_report_its_own_allocations() {
             time: Timestamp(6),
         })
         .expect_err("wrong node");
-    assert!(
-        error.to_string().contains("not on the reporting node"),
-        "{error}"
-    );
+    assert!(error.to_string().contains("not on the reporting node"), "{error}");
 }
 
 #[test]
 fn client_updates_record_history_node_index_and_freed_capacity() {
     let store = StateStore::new();
-    store
-        .apply(Command::UpsertNode { node: node(1) })
-        .expect("node");
+    store.apply(Command::UpsertNode { node: node(1) }).expect("node");
     let web = job("web");
     register(&store, &web);
     let alloc = place(&store, &web, NodeId::from_u128(1), 0);
@@ -230,35 +160,19 @@ fn client_updates_record_history_node_index_and_freed_capacity() {
     let running = store.apply(update(ClientStatus::Running)).expect("running");
     assert!(running.capacity_changes.is_empty());
     let failed = store.apply(update(ClientStatus::Failed)).expect("failed");
-    assert_eq!(
-        failed.capacity_changes.len(),
-        1,
-        "a failed alloc frees its node"
-    );
+    assert_eq!(failed.capacity_changes.len(), 1, "a failed alloc frees its node");
     let snapshot = store.snapshot();
     let stored = snapshot.alloc(alloc.id).expect("alloc");
-    let history: Vec<_> = stored
-        .alloc_states
-        .iter()
-        .map(|state| state.client_status)
-        .collect();
+    let history: Vec<_> = stored.alloc_states.iter().map(|state| state.client_status).collect();
     assert_eq!(history, vec![ClientStatus::Running, ClientStatus::Failed]);
-    assert_eq!(
-        snapshot
-            .node(alloc.node_id)
-            .expect("node")
-            .last_alloc_update_index,
-        failed.index
-    );
+    assert_eq!(snapshot.node(alloc.node_id).expect("node").last_alloc_update_index, failed.index);
 }
 
 #[test]
 fn secondary_indexes_follow_writes() {
     let store = StateStore::new();
     for n in 1..=3 {
-        store
-            .apply(Command::UpsertNode { node: node(n) })
-            .expect("node");
+        store.apply(Command::UpsertNode { node: node(n) }).expect("node");
     }
     let web = job("web");
     let applied = register(&store, &web);
@@ -266,48 +180,26 @@ fn secondary_indexes_follow_writes() {
     let second = place(&store, &web, NodeId::from_u128(1), 1);
     place(&store, &web, NodeId::from_u128(2), 2);
     let snapshot = store.snapshot();
-    let on_node_one: Vec<_> = snapshot
-        .allocs_by_node(NodeId::from_u128(1))
-        .map(|alloc| alloc.id)
-        .collect();
+    let on_node_one: Vec<_> = snapshot.allocs_by_node(NodeId::from_u128(1)).map(|alloc| alloc.id).collect();
     assert_eq!(on_node_one, vec![first.id, second.id]);
     assert_eq!(snapshot.allocs_by_job(&web.key()).count(), 3);
-    assert_eq!(
-        snapshot
-            .evals_by_job(&web.key())
-            .map(|eval| eval.id)
-            .collect::<Vec<_>>(),
-        vec![applied.evals[0].id]
-    );
-    let class = snapshot
-        .node(NodeId::from_u128(1))
-        .expect("node")
-        .computed_class;
+    assert_eq!(snapshot.evals_by_job(&web.key()).map(|eval| eval.id).collect::<Vec<_>>(), vec![applied.evals[0].id]);
+    let class = snapshot.node(NodeId::from_u128(1)).expect("node").computed_class;
     assert_eq!(snapshot.nodes_by_class(class).count(), 3);
 
     let mut moved = node(3);
     moved.node_class = Arc::from("gpu");
-    store
-        .apply(Command::UpsertNode { node: moved })
-        .expect("class change");
+    store.apply(Command::UpsertNode { node: moved }).expect("class change");
     let snapshot = store.snapshot();
     assert_eq!(snapshot.nodes_by_class(class).count(), 2);
-    let new_class = snapshot
-        .node(NodeId::from_u128(3))
-        .expect("node")
-        .computed_class;
-    assert_eq!(
-        snapshot.nodes_by_class(new_class).collect::<Vec<_>>(),
-        vec![NodeId::from_u128(3)]
-    );
+    let new_class = snapshot.node(NodeId::from_u128(3)).expect("node").computed_class;
+    assert_eq!(snapshot.nodes_by_class(new_class).collect::<Vec<_>>(), vec![NodeId::from_u128(3)]);
 }
 
 #[test]
 fn register_keeps_the_status_of_a_known_node() {
     let store = StateStore::new();
-    store
-        .apply(Command::UpsertNode { node: node(1) })
-        .expect("node");
+    store.apply(Command::UpsertNode { node: node(1) }).expect("node");
     store
         .apply(Command::UpdateNodeStatus {
             node_id: NodeId::from_u128(1),
@@ -320,17 +212,12 @@ fn register_keeps_the_status_of_a_known_node() {
     let mut again = node(1);
     again.status = NodeStatus::Ready;
     again.attributes.insert("os.version".into(), "12".into());
-    store
-        .apply(Command::UpsertNode { node: again })
-        .expect("re-register");
+    store.apply(Command::UpsertNode { node: again }).expect("re-register");
     let snapshot = store.snapshot();
     let stored = snapshot.node(NodeId::from_u128(1)).expect("node");
     assert_eq!(stored.status, NodeStatus::Disconnected);
     assert_eq!(stored.last_missed_heartbeat_index, missed_at);
-    assert_eq!(
-        stored.attributes.get("os.version").map(String::as_str),
-        Some("12")
-    );
+    assert_eq!(stored.attributes.get("os.version").map(String::as_str), Some("12"));
 }
 
 #[test]
@@ -344,18 +231,9 @@ fn a_changed_spec_bumps_the_version_and_a_resubmission_does_not() {
     let applied = register(&store, &web);
     let snapshot = store.snapshot();
     let stored = snapshot.job(&web.key()).expect("job");
-    assert_eq!(
-        (stored.version, stored.job_modify_index),
-        (1, applied.index)
-    );
+    assert_eq!((stored.version, stored.job_modify_index), (1, applied.index));
     assert_eq!(applied.evals[0].job_modify_index, applied.index);
-    store
-        .apply(Command::DeregisterJob {
-            job: web.key(),
-            purge: false,
-            eval: None,
-        })
-        .expect("stop");
+    store.apply(Command::DeregisterJob { job: web.key(), purge: false, eval: None }).expect("stop");
     let stopped = store.snapshot().job(&web.key()).expect("job").clone();
     assert!(stopped.stop);
     assert_eq!(stopped.version, 2);
@@ -368,25 +246,16 @@ fn evals_keep_their_create_index_across_updates() {
     let applied = register(&store, &web);
     let mut eval = Evaluation::clone(&applied.evals[0]);
     eval.status = EvalStatus::Complete;
-    let updated = store
-        .apply(Command::UpsertEvals {
-            evals: vec![eval.clone()],
-        })
-        .expect("update");
+    let updated = store.apply(Command::UpsertEvals { evals: vec![eval.clone()] }).expect("update");
     let stored = store.snapshot().eval(eval.id).expect("eval").clone();
-    assert_eq!(
-        (stored.create_index, stored.modify_index),
-        (applied.index, updated.index)
-    );
+    assert_eq!((stored.create_index, stored.modify_index), (applied.index, updated.index));
     assert_eq!(stored.status, EvalStatus::Complete);
 }
 
 #[test]
 fn stopping_an_alloc_in_a_plan_frees_capacity() {
     let store = StateStore::new();
-    store
-        .apply(Command::UpsertNode { node: node(1) })
-        .expect("node");
+    store.apply(Command::UpsertNode { node: node(1) }).expect("node");
     let web = job("web");
     register(&store, &web);
     let mut alloc = place(&store, &web, NodeId::from_u128(1), 0);
@@ -408,13 +277,7 @@ fn a_placement_on_an_unknown_node_is_refused() {
     let web = job("web");
     register(&store, &web);
     let stored = store.snapshot().job(&web.key()).expect("job").clone();
-    let alloc = Allocation::new_placement(
-        &stored,
-        "group",
-        0,
-        NodeId::from_u128(5),
-        EvalId::from_u128(1),
-    );
+    let alloc = Allocation::new_placement(&stored, "group", 0, NodeId::from_u128(5), EvalId::from_u128(1));
     let error = store
         .apply(Command::ApplyPlanResults {
             eval_id: EvalId::from_u128(1),
@@ -425,10 +288,7 @@ fn a_placement_on_an_unknown_node_is_refused() {
         .expect_err("unknown node");
     assert_eq!(
         error,
-        StateError::PlacementOnUnknownNode {
-            eval_id: EvalId::from_u128(1),
-            node_id: NodeId::from_u128(5)
-        }
+        StateError::PlacementOnUnknownNode { eval_id: EvalId::from_u128(1), node_id: NodeId::from_u128(5) }
     );
     assert_eq!(store.snapshot().alloc_count(), 0);
 }
@@ -439,54 +299,30 @@ fn snapshot_min_index_wakes_when_the_index_is_reached() {
     let waiter = {
         let store = store.clone();
         std::thread::spawn(move || {
-            store
-                .snapshot_min_index(2, Duration::from_secs(600))
-                .map(|snapshot| snapshot.index())
+            store.snapshot_min_index(2, Duration::from_secs(600)).map(|snapshot| snapshot.index())
         })
     };
     while store.waiters() == 0 {
         std::thread::yield_now();
     }
-    store
-        .apply(Command::UpsertNode { node: node(1) })
-        .expect("index 1");
-    store
-        .apply(Command::UpsertNode { node: node(2) })
-        .expect("index 2");
+    store.apply(Command::UpsertNode { node: node(1) }).expect("index 1");
+    store.apply(Command::UpsertNode { node: node(2) }).expect("index 2");
     assert_eq!(waiter.join().expect("waiter"), Ok(2));
 }
 
 #[test]
 fn snapshot_min_index_returns_at_once_when_already_there() {
     let store = StateStore::new();
-    store
-        .apply(Command::UpsertNode { node: node(1) })
-        .expect("index 1");
-    assert_eq!(
-        store
-            .snapshot_min_index(1, Duration::ZERO)
-            .expect("reached")
-            .index(),
-        1
-    );
+    store.apply(Command::UpsertNode { node: node(1) }).expect("index 1");
+    assert_eq!(store.snapshot_min_index(1, Duration::ZERO).expect("reached").index(), 1);
 }
 
 #[test]
 fn snapshot_min_index_times_out_with_a_distinct_error() {
     let store = StateStore::new();
-    store
-        .apply(Command::UpsertNode { node: node(1) })
-        .expect("index 1");
-    let error = store
-        .snapshot_min_index(5, Duration::from_millis(1))
-        .expect_err("not reached");
-    assert_eq!(
-        error,
-        WaitError::Timeout {
-            wanted: 5,
-            reached: 1
-        }
-    );
+    store.apply(Command::UpsertNode { node: node(1) }).expect("index 1");
+    let error = store.snapshot_min_index(5, Duration::from_millis(1)).expect_err("not reached");
+    assert_eq!(error, WaitError::Timeout { wanted: 5, reached: 1 });
 }
 
 #[test]
@@ -494,37 +330,21 @@ fn shutdown_wakes_waiters_and_refuses_writes() {
     let store = Arc::new(StateStore::new());
     let waiter = {
         let store = store.clone();
-        std::thread::spawn(move || {
-            store
-                .snapshot_min_index(10, Duration::from_secs(600))
-                .map(|_| ())
-        })
+        std::thread::spawn(move || store.snapshot_min_index(10, Duration::from_secs(600)).map(|_| ()))
     };
     while store.waiters() == 0 {
         std::thread::yield_now();
     }
     store.shutdown();
-    assert_eq!(
-        waiter.join().expect("waiter"),
-        Err(WaitError::Shutdown { wanted: 10 })
-    );
-    assert_eq!(
-        store
-            .apply(Command::UpsertNode { node: node(1) })
-            .expect_err("shut"),
-        StateError::ShuttingDown
-    );
+    assert_eq!(waiter.join().expect("waiter"), Err(WaitError::Shutdown { wanted: 10 }));
+    assert_eq!(store.apply(Command::UpsertNode { node: node(1) }).expect_err("shut"), StateError::ShuttingDown);
 }
 
 #[test]
 fn commands_round_trip_through_serde() {
     let web = job("web");
     let command = Command::RegisterJob {
-        eval: Some(Evaluation::for_job(
-            &web,
-            TriggerReason::JobRegister,
-            Timestamp(3),
-        )),
+        eval: Some(Evaluation::for_job(&web, TriggerReason::JobRegister, Timestamp(3))),
         job: web,
     };
     let text = serde_json::to_string(&command).expect("serializes");

@@ -41,10 +41,7 @@ pub enum ClientStatus {
 impl ClientStatus {
     /// Whether the allocation will never run again.
     pub fn is_terminal(self) -> bool {
-        matches!(
-            self,
-            ClientStatus::Complete | ClientStatus::Failed | ClientStatus::Lost
-        )
+        matches!(self, ClientStatus::Complete | ClientStatus::Failed | ClientStatus::Lost)
     }
 }
 
@@ -147,18 +144,12 @@ pub struct Allocation {
 impl Allocation {
     /// The job's namespaced key.
     pub fn job_key(&self) -> JobKey {
-        JobKey {
-            namespace: self.namespace.clone(),
-            id: self.job_id.clone(),
-        }
+        JobKey { namespace: self.namespace.clone(), id: self.job_id.clone() }
     }
 
     /// Whether the servers want it stopped.
     pub fn server_terminal(&self) -> bool {
-        matches!(
-            self.desired_status,
-            DesiredStatus::Stop | DesiredStatus::Evict
-        )
+        matches!(self.desired_status, DesiredStatus::Stop | DesiredStatus::Evict)
     }
 
     /// Whether the client reports it will not run again.
@@ -180,10 +171,7 @@ impl Allocation {
     /// Sets the client status and appends it to the history when it changed.
     pub fn record_client_status(&mut self, status: ClientStatus, time: Timestamp) {
         if self.last_recorded_client_status() != Some(status) {
-            self.alloc_states.push(AllocState {
-                client_status: status,
-                time,
-            });
+            self.alloc_states.push(AllocState { client_status: status, time });
         }
         self.client_status = status;
     }
@@ -195,17 +183,8 @@ impl Allocation {
     }
 
     /// A new pending allocation of `group` of `job` on `node_id`.
-    pub fn new_placement(
-        job: &Arc<Job>,
-        group: &str,
-        index: u32,
-        node_id: NodeId,
-        eval_id: EvalId,
-    ) -> Allocation {
-        let resources = job
-            .group(group)
-            .map(|group| group.resources())
-            .unwrap_or_default();
+    pub fn new_placement(job: &Arc<Job>, group: &str, index: u32, node_id: NodeId, eval_id: EvalId) -> Allocation {
+        let resources = job.group(group).map(|group| group.resources()).unwrap_or_default();
         Allocation {
             id: AllocId::new_random(),
             namespace: job.namespace.clone(),
@@ -240,22 +219,12 @@ mod tests {
 
     #[test]
     fn record_client_status_appends_only_changes() {
-        let job = Arc::new(Job::new_simple(
-            "web",
-            JobType::Service,
-            1,
-            Resources::new(1, 1, 0),
-        ));
-        let mut alloc =
-            Allocation::new_placement(&job, "group", 4, NodeId::from_u128(1), EvalId::from_u128(1));
+        let job = Arc::new(Job::new_simple("web", JobType::Service, 1, Resources::new(1, 1, 0)));
+        let mut alloc = Allocation::new_placement(&job, "group", 4, NodeId::from_u128(1), EvalId::from_u128(1));
         alloc.record_client_status(ClientStatus::Running, Timestamp(1));
         alloc.record_client_status(ClientStatus::Running, Timestamp(2));
         alloc.record_client_status(ClientStatus::Unknown, Timestamp(3));
-        let history: Vec<_> = alloc
-            .alloc_states
-            .iter()
-            .map(|state| state.client_status)
-            .collect();
+        let history: Vec<_> = alloc.alloc_states.iter().map(|state| state.client_status).collect();
         assert_eq!(history, vec![ClientStatus::Running, ClientStatus::Unknown]);
         assert_eq!(alloc.index(), Some(4));
         assert!(!alloc.terminal());

@@ -17,19 +17,13 @@ pub fn human_duration(text: &str) -> Result<Duration, String> {
     let mut total = Duration::ZERO;
     let mut rest = text;
     while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(rest.len());
+        let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
         if digits == 0 {
             return Err(format!("duration {text:?}: expected a number at {rest:?}"));
         }
-        let value: u64 = rest[..digits]
-            .parse()
-            .map_err(|_| format!("duration {text:?}: number too large"))?;
+        let value: u64 = rest[..digits].parse().map_err(|_| format!("duration {text:?}: number too large"))?;
         rest = &rest[digits..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit())
-            .unwrap_or(rest.len());
+        let unit_len = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
         let unit = match &rest[..unit_len] {
             "h" => Duration::from_secs(3600),
             "m" => Duration::from_secs(60),
@@ -37,16 +31,10 @@ pub fn human_duration(text: &str) -> Result<Duration, String> {
             "ms" => Duration::from_millis(1),
             "us" => Duration::from_micros(1),
             "ns" => Duration::from_nanos(1),
-            other => {
-                return Err(format!(
-                    "duration {text:?}: unknown unit {other:?} (use h, m, s, ms, us or ns)"
-                ))
-            }
+            other => return Err(format!("duration {text:?}: unknown unit {other:?} (use h, m, s, ms, us or ns)")),
         };
         total = unit
-            .checked_mul(
-                u32::try_from(value).map_err(|_| format!("duration {text:?}: number too large"))?,
-            )
+            .checked_mul(u32::try_from(value).map_err(|_| format!("duration {text:?}: number too large"))?)
             .and_then(|part| total.checked_add(part))
             .ok_or_else(|| format!("duration {text:?}: too long"))?;
         rest = &rest[unit_len..];
@@ -92,22 +80,16 @@ pub(crate) mod serde_duration {
 pub(crate) mod serde_opt_duration {
     use super::*;
 
-    pub fn serialize<S: Serializer>(
-        duration: &Option<Duration>,
-        serializer: S,
-    ) -> Result<S::Ok, S::Error> {
+    pub fn serialize<S: Serializer>(duration: &Option<Duration>, serializer: S) -> Result<S::Ok, S::Error> {
         match duration {
             Some(duration) => serializer.serialize_some(&format_duration(*duration)),
             None => serializer.serialize_none(),
         }
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(
-        deserializer: D,
-    ) -> Result<Option<Duration>, D::Error> {
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Duration>, D::Error> {
         let text = Option::<String>::deserialize(deserializer)?;
-        text.map(|text| human_duration(&text).map_err(serde::de::Error::custom))
-            .transpose()
+        text.map(|text| human_duration(&text).map_err(serde::de::Error::custom)).transpose()
     }
 }
 
@@ -125,12 +107,8 @@ mod tests {
     #[test]
     fn rejects_bad_durations_with_the_reason() {
         assert!(human_duration("").unwrap_err().contains("empty"));
-        assert!(human_duration("5 minutes")
-            .unwrap_err()
-            .contains("unknown unit"));
-        assert!(human_duration("m5")
-            .unwrap_err()
-            .contains("expected a number"));
+        assert!(human_duration("5 minutes").unwrap_err().contains("unknown unit"));
+        assert!(human_duration("m5").unwrap_err().contains("expected a number"));
     }
 
     #[test]

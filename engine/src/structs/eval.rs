@@ -27,10 +27,7 @@ pub enum EvalStatus {
 impl EvalStatus {
     /// Whether the eval will never be scheduled again.
     pub fn is_terminal(self) -> bool {
-        matches!(
-            self,
-            EvalStatus::Complete | EvalStatus::Failed | EvalStatus::Canceled
-        )
+        matches!(self, EvalStatus::Complete | EvalStatus::Failed | EvalStatus::Canceled)
     }
 }
 
@@ -119,10 +116,7 @@ pub struct Evaluation {
 impl Evaluation {
     /// The job's namespaced key.
     pub fn job_key(&self) -> JobKey {
-        JobKey {
-            namespace: self.namespace.clone(),
-            id: self.job_id.clone(),
-        }
+        JobKey { namespace: self.namespace.clone(), id: self.job_id.clone() }
     }
 
     /// A pending eval of `job` with a fresh id.
@@ -131,12 +125,7 @@ impl Evaluation {
     }
 
     /// A pending eval of `job` with the given id.
-    pub fn with_id(
-        id: EvalId,
-        job: &Job,
-        triggered_by: TriggerReason,
-        now: Timestamp,
-    ) -> Evaluation {
+    pub fn with_id(id: EvalId, job: &Job, triggered_by: TriggerReason, now: Timestamp) -> Evaluation {
         Evaluation {
             id,
             namespace: job.namespace.clone(),
@@ -165,12 +154,7 @@ impl Evaluation {
     }
 
     /// A follow-up of this eval, scheduled no earlier than `wait_until`.
-    pub fn follow_up(
-        &self,
-        triggered_by: TriggerReason,
-        wait_until: Timestamp,
-        now: Timestamp,
-    ) -> Evaluation {
+    pub fn follow_up(&self, triggered_by: TriggerReason, wait_until: Timestamp, now: Timestamp) -> Evaluation {
         let mut next = self.clone();
         next.id = EvalId::new_random();
         next.triggered_by = triggered_by;

@@ -81,10 +81,7 @@ pub struct JobKey {
 impl JobKey {
     /// The key of job `id` in `namespace`.
     pub fn new(namespace: &str, id: &str) -> Self {
-        JobKey {
-            namespace: Arc::from(namespace),
-            id: Arc::from(id),
-        }
+        JobKey { namespace: Arc::from(namespace), id: Arc::from(id) }
     }
 }
 

@@ -32,12 +32,7 @@ pub enum JobType {
 
 impl JobType {
     /// All job types, in the order the broker keeps its ready queues.
-    pub const ALL: [JobType; 4] = [
-        JobType::Service,
-        JobType::Batch,
-        JobType::System,
-        JobType::Sysbatch,
-    ];
+    pub const ALL: [JobType; 4] = [JobType::Service, JobType::Batch, JobType::System, JobType::Sysbatch];
 
     /// Position in [`JobType::ALL`].
     pub fn index(self) -> usize {
@@ -139,25 +134,15 @@ pub struct Constraint {
 impl Constraint {
     /// A constraint `l_target operand r_target`.
     pub fn new(l_target: &str, operand: ConstraintOperand, r_target: &str) -> Self {
-        Constraint {
-            l_target: l_target.to_string(),
-            r_target: r_target.to_string(),
-            operand,
-        }
+        Constraint { l_target: l_target.to_string(), r_target: r_target.to_string(), operand }
     }
 
     fn problems(&self, place: &str, problems: &mut Vec<String>) {
         if self.operand.needs_left_target() && self.l_target.trim().is_empty() {
-            problems.push(format!(
-                "{place}: constraint {:?} needs a left target (l_target)",
-                self.operand
-            ));
+            problems.push(format!("{place}: constraint {:?} needs a left target (l_target)", self.operand));
         }
         if self.operand.needs_right_target() && self.r_target.trim().is_empty() {
-            problems.push(format!(
-                "{place}: constraint {:?} needs a right target (r_target)",
-                self.operand
-            ));
+            problems.push(format!("{place}: constraint {:?} needs a right target (r_target)", self.operand));
         }
         if self.operand == ConstraintOperand::DistinctProperty && !self.r_target.is_empty() {
             match self.r_target.parse::<u32>() {
@@ -230,9 +215,7 @@ impl ReschedulePolicy {
 
     fn problems(&self, place: &str, problems: &mut Vec<String>) {
         if !self.unlimited && self.attempts > 0 && self.interval.is_zero() {
-            problems.push(format!(
-                "{place}: reschedule interval must be set when attempts are limited"
-            ));
+            problems.push(format!("{place}: reschedule interval must be set when attempts are limited"));
         }
         if self.delay_function != DelayFunction::Constant && self.max_delay < self.delay {
             problems.push(format!(
@@ -336,9 +319,7 @@ pub struct TaskGroup {
 impl TaskGroup {
     /// What one allocation of this group needs: the sum over its tasks.
     pub fn resources(&self) -> Resources {
-        self.tasks
-            .iter()
-            .fold(Resources::default(), |sum, task| sum.plus(task.resources))
+        self.tasks.iter().fold(Resources::default(), |sum, task| sum.plus(task.resources))
     }
 }
 
@@ -405,10 +386,7 @@ pub struct JobValidationError {
 impl Job {
     /// The job's namespaced key.
     pub fn key(&self) -> JobKey {
-        JobKey {
-            namespace: self.namespace.clone(),
-            id: self.id.clone(),
-        }
+        JobKey { namespace: self.namespace.clone(), id: self.id.clone() }
     }
 
     /// The group named `name`.
@@ -421,10 +399,7 @@ impl Job {
         if self.job_type.is_system_like() {
             return None;
         }
-        group
-            .reschedule_policy
-            .clone()
-            .or_else(|| ReschedulePolicy::default_for(self.job_type))
+        group.reschedule_policy.clone().or_else(|| ReschedulePolicy::default_for(self.job_type))
     }
 
     /// Checks a user-submitted job and lists every problem with where it is.
@@ -434,33 +409,22 @@ impl Job {
         let mut group_names = BTreeSet::new();
         for group in &self.task_groups {
             if !group_names.insert(group.name.as_str()) {
-                problems.push(format!(
-                    "task group {:?} is defined more than once",
-                    group.name
-                ));
+                problems.push(format!("task group {:?} is defined more than once", group.name));
             }
             self.group_problems(group, &mut problems);
         }
         if problems.is_empty() {
             Ok(())
         } else {
-            Err(JobValidationError {
-                job: self.id.to_string(),
-                problems,
-            })
+            Err(JobValidationError { job: self.id.to_string(), problems })
         }
     }
 
     fn job_problems(&self, problems: &mut Vec<String>) {
         if self.id.trim().is_empty() {
             problems.push("job id is empty".to_string());
-        } else if self.id.len() > 128
-            || self.id.chars().any(|c| c.is_whitespace() || c.is_control())
-        {
-            problems.push(format!(
-                "job id {:?} must be at most 128 characters without spaces",
-                self.id
-            ));
+        } else if self.id.len() > 128 || self.id.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            problems.push(format!("job id {:?} must be at most 128 characters without spaces", self.id));
         }
         if self.namespace.trim().is_empty() {
             problems.push("namespace is empty".to_string());
@@ -488,10 +452,7 @@ impl Job {
             problems.push("a task group has no name".to_string());
         }
         if group.count > MAX_GROUP_COUNT {
-            problems.push(format!(
-                "{place}: count {} is above the limit of {MAX_GROUP_COUNT}",
-                group.count
-            ));
+            problems.push(format!("{place}: count {} is above the limit of {MAX_GROUP_COUNT}", group.count));
         }
         if self.job_type.is_system_like() && group.count > 1 {
             problems.push(format!(
@@ -500,13 +461,11 @@ impl Job {
             ));
         }
         if self.job_type.is_system_like() && group.reschedule_policy.is_some() {
-            problems.push(format!(
-                "{place}: {} jobs are not rescheduled; remove reschedule_policy",
-                self.job_type
-            ));
+            problems.push(format!("{place}: {} jobs are not rescheduled; remove reschedule_policy", self.job_type));
         }
         if group.max_client_disconnect.is_some() && group.stop_after_client_disconnect.is_some() {
-            problems.push(format!("{place}: max_client_disconnect and stop_after_client_disconnect cannot both be set"));
+            problems
+                .push(format!("{place}: max_client_disconnect and stop_after_client_disconnect cannot both be set"));
         }
         if let Some(update) = &group.update {
             if update.max_parallel == 0 {
@@ -532,10 +491,7 @@ impl Job {
             if task.name.trim().is_empty() {
                 problems.push(format!("{place}: a task has no name"));
             } else if !task_names.insert(task.name.as_str()) {
-                problems.push(format!(
-                    "{place}: task {:?} is defined more than once",
-                    task.name
-                ));
+                problems.push(format!("{place}: task {:?} is defined more than once", task.name));
             }
             if task.driver.trim().is_empty() {
                 problems.push(format!("{task_place}: no driver"));
@@ -608,20 +564,13 @@ mod tests {
         job.priority = 0;
         job.datacenters.clear();
         job.task_groups[0].tasks[0].resources.cpu = 0;
-        job.task_groups[0].constraints.push(Constraint::new(
-            "${attr.kernel.name}",
-            ConstraintOperand::Equal,
-            "",
-        ));
+        job.task_groups[0].constraints.push(Constraint::new("${attr.kernel.name}", ConstraintOperand::Equal, ""));
         let error = job.validate().expect_err("four problems");
         assert_eq!(error.problems.len(), 4, "{error}");
         let text = error.to_string();
         assert!(text.contains("priority 0 is outside 1..=100"), "{text}");
         assert!(text.contains("no datacenters"), "{text}");
-        assert!(
-            text.contains("task group \"group\", task \"task\": cpu must be at least 1 MHz"),
-            "{text}"
-        );
+        assert!(text.contains("task group \"group\", task \"task\": cpu must be at least 1 MHz"), "{text}");
         assert!(text.contains("needs a right target"), "{text}");
     }
 
@@ -629,10 +578,7 @@ mod tests {
     fn system_jobs_take_count_zero_or_one() {
         let job = Job::new_simple("agent", JobType::System, 2, Resources::new(10, 10, 0));
         let error = job.validate().expect_err("count 2");
-        assert!(
-            error.to_string().contains("count must be 0 or 1"),
-            "{error}"
-        );
+        assert!(error.to_string().contains("count must be 0 or 1"), "{error}");
     }
 
     #[test]
@@ -659,25 +605,17 @@ mod tests {
         let job: Job = serde_json::from_str(spec).expect("a valid spec");
         assert_eq!(&*job.namespace, DEFAULT_NAMESPACE);
         assert_eq!(job.priority, 50);
-        assert_eq!(
-            job.task_groups[0].max_client_disconnect,
-            Some(Duration::from_secs(300))
-        );
+        assert_eq!(job.task_groups[0].max_client_disconnect, Some(Duration::from_secs(300)));
         assert_eq!(job.task_groups[0].resources(), Resources::new(500, 256, 0));
         assert_eq!(job.validate(), Ok(()));
-        let again: Job = serde_json::from_str(&serde_json::to_string(&job).expect("serializes"))
-            .expect("reads back");
+        let again: Job = serde_json::from_str(&serde_json::to_string(&job).expect("serializes")).expect("reads back");
         assert_eq!(again, job);
     }
 
     #[test]
     fn reschedule_policy_defaults_by_type() {
         let job = valid_job();
-        assert!(
-            job.reschedule_policy(&job.task_groups[0])
-                .expect("service default")
-                .unlimited
-        );
+        assert!(job.reschedule_policy(&job.task_groups[0]).expect("service default").unlimited);
         let system = Job::new_simple("sys", JobType::System, 1, Resources::new(1, 1, 0));
         assert_eq!(system.reschedule_policy(&system.task_groups[0]), None);
     }

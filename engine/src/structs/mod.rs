@@ -14,16 +14,13 @@ mod node;
 mod plan;
 mod resources;
 
-pub use alloc::{
-    AllocMetric, AllocState, Allocation, ClientStatus, DesiredStatus, RescheduleEvent,
-};
+pub use alloc::{AllocMetric, AllocState, Allocation, ClientStatus, DesiredStatus, RescheduleEvent};
 pub use duration::human_duration;
 pub use eval::{EvalStatus, Evaluation, TriggerReason};
 pub use ids::{AllocId, EvalId, JobKey, NodeId};
 pub use job::{
-    Constraint, ConstraintOperand, DelayFunction, Job, JobType, JobValidationError,
-    ReschedulePolicy, RestartMode, RestartPolicy, Task, TaskGroup, UpdateStrategy,
-    DEFAULT_NAMESPACE, MAX_GROUP_COUNT,
+    Constraint, ConstraintOperand, DelayFunction, Job, JobType, JobValidationError, ReschedulePolicy, RestartMode,
+    RestartPolicy, Task, TaskGroup, UpdateStrategy, DEFAULT_NAMESPACE, MAX_GROUP_COUNT,
 };
 pub use node::{ComputedClass, Node, NodeEligibility, NodeStatus};
 pub use plan::{Plan, PlanResult};

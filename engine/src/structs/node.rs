@@ -44,9 +44,7 @@ pub enum NodeEligibility {
 /// A hash of everything about a node that feasibility checks read, so that
 /// nodes of one class are checked once and blocked evals can be unblocked by
 /// class.
-#[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
-)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct ComputedClass(pub u64);
 
@@ -101,9 +99,7 @@ impl Node {
     /// Whether the node has fingerprinted the named task driver.
     pub fn has_driver(&self, driver: &str) -> bool {
         let key = format!("driver.{driver}");
-        self.attributes
-            .get(&key)
-            .is_some_and(|value| value != "0" && value != "false")
+        self.attributes.get(&key).is_some_and(|value| value != "0" && value != "false")
     }
 
     /// Hashes datacenter, class, attributes and meta, leaving out the
@@ -156,24 +152,10 @@ mod tests {
 
     #[test]
     fn computed_class_ignores_unique_attributes() {
-        let mut first = Node::new_ready(
-            NodeId::from_u128(1),
-            "dc1",
-            "web",
-            Resources::new(1000, 1024, 1024),
-        );
-        let mut second = Node::new_ready(
-            NodeId::from_u128(2),
-            "dc1",
-            "web",
-            Resources::new(1000, 1024, 1024),
-        );
-        first
-            .attributes
-            .insert("unique.hostname".into(), "a".into());
-        second
-            .attributes
-            .insert("unique.hostname".into(), "b".into());
+        let mut first = Node::new_ready(NodeId::from_u128(1), "dc1", "web", Resources::new(1000, 1024, 1024));
+        let mut second = Node::new_ready(NodeId::from_u128(2), "dc1", "web", Resources::new(1000, 1024, 1024));
+        first.attributes.insert("unique.hostname".into(), "a".into());
+        second.attributes.insert("unique.hostname".into(), "b".into());
         assert_eq!(first.compute_class(), second.compute_class());
         second.node_class = Arc::from("db");
         assert_ne!(first.compute_class(), second.compute_class());
@@ -181,12 +163,7 @@ mod tests {
 
     #[test]
     fn allocatable_subtracts_reserved() {
-        let mut node = Node::new_ready(
-            NodeId::from_u128(1),
-            "dc1",
-            "",
-            Resources::new(1000, 1024, 1024),
-        );
+        let mut node = Node::new_ready(NodeId::from_u128(1), "dc1", "", Resources::new(1000, 1024, 1024));
         node.reserved = Resources::new(100, 24, 24);
         assert_eq!(node.allocatable(), Resources::new(900, 1000, 1000));
         assert!(node.has_driver("exec"));

@@ -30,8 +30,7 @@ pub struct Plan {
 impl Plan {
     /// Whether the plan changes nothing.
     pub fn is_no_op(&self) -> bool {
-        self.node_update.values().all(Vec::is_empty)
-            && self.node_allocation.values().all(Vec::is_empty)
+        self.node_update.values().all(Vec::is_empty) && self.node_allocation.values().all(Vec::is_empty)
     }
 
     /// Number of placements and in-place updates.
@@ -60,8 +59,7 @@ impl PlanResult {
     pub fn is_full_commit(&self, plan: &Plan) -> bool {
         let committed: usize = self.node_allocation.values().map(Vec::len).sum::<usize>()
             + self.node_update.values().map(Vec::len).sum::<usize>();
-        let asked: usize =
-            plan.placement_count() + plan.node_update.values().map(Vec::len).sum::<usize>();
+        let asked: usize = plan.placement_count() + plan.node_update.values().map(Vec::len).sum::<usize>();
         committed == asked
     }
 }

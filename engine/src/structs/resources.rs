@@ -16,11 +16,7 @@ pub struct Resources {
 impl Resources {
     /// Resources of the given sizes.
     pub const fn new(cpu: u64, memory_mb: u64, disk_mb: u64) -> Self {
-        Resources {
-            cpu,
-            memory_mb,
-            disk_mb,
-        }
+        Resources { cpu, memory_mb, disk_mb }
     }
 
     /// The sum of two resource vectors.
@@ -74,18 +70,9 @@ mod tests {
     fn covers_and_exhausted_dimension_agree() {
         let node = Resources::new(1000, 2048, 10_000);
         assert!(node.covers(Resources::new(1000, 2048, 10_000)));
-        assert_eq!(
-            node.exhausted_dimension(Resources::new(1001, 1, 1)),
-            Some("cpu")
-        );
-        assert_eq!(
-            node.exhausted_dimension(Resources::new(1, 4096, 1)),
-            Some("memory")
-        );
-        assert_eq!(
-            node.exhausted_dimension(Resources::new(1, 1, 10_001)),
-            Some("disk")
-        );
+        assert_eq!(node.exhausted_dimension(Resources::new(1001, 1, 1)), Some("cpu"));
+        assert_eq!(node.exhausted_dimension(Resources::new(1, 4096, 1)), Some("memory"));
+        assert_eq!(node.exhausted_dimension(Resources::new(1, 1, 10_001)), Some("disk"));
         assert_eq!(node.exhausted_dimension(Resources::new(1, 1, 1)), None);
     }
 
