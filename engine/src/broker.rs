@@ -27,13 +27,15 @@
 
 use std::cmp::Ordering as CmpOrdering;
 use std::collections::{BinaryHeap, VecDeque};
-use std::hash::{BuildHasher, Hash};
+use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam::channel::{self, Receiver, Sender};
-use hashbrown::{DefaultHashBuilder, HashMap};
+use crossbeam::utils::CachePadded;
+use hashbrown::hash_table::Entry;
+use hashbrown::{DefaultHashBuilder, HashTable};
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use serde::Serialize;
 
@@ -140,6 +142,8 @@ pub struct TimerOutcome {
 /// arrival order.
 #[derive(Debug)]
 struct ReadyItem {
+    /// The eval's hash in the broker's tables, taken while the eval was hot.
+    eval_hash: u64,
     priority: u8,
     create_index: u64,
     seq: u64,
@@ -236,8 +240,9 @@ impl Ord for DelayedItem {
 }
 
 /// Per-job serialization: the one outstanding eval and those held back.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct JobState {
+    key: JobKey,
     outstanding: Option<EvalId>,
     pending: Vec<Arc<Evaluation>>,
 }
@@ -252,34 +257,46 @@ struct Hold {
 /// Everything the broker tracks about one eval between enqueue and ack.
 #[derive(Debug)]
 struct EvalEntry {
+    id: EvalId,
     eval: Arc<Evaluation>,
+    /// The job's hash, taken at enqueue so the ack need not read the job's name.
+    job_hash: u64,
     deliveries: u32,
     hold: Option<Hold>,
 }
 
-/// A map split into independently locked shards.
+/// What releasing a hold hands back.
+struct Released {
+    eval: Arc<Evaluation>,
+    deliveries: u32,
+    job_hash: u64,
+}
+
+/// A hash table split into independently locked shards. Callers hash a key
+/// once and use that hash both to pick the shard and inside its table.
 #[derive(Debug)]
-struct Sharded<K, V> {
-    shards: Vec<Mutex<HashMap<K, V>>>,
-    hasher: DefaultHashBuilder,
+struct Sharded<T> {
+    shards: Vec<CachePadded<Mutex<HashTable<T>>>>,
 }
 
-impl<K: Hash + Eq, V> Sharded<K, V> {
+impl<T> Sharded<T> {
     fn new() -> Self {
-        Sharded { shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(), hasher: Default::default() }
+        Sharded { shards: (0..SHARDS).map(|_| CachePadded::new(Mutex::new(HashTable::new()))).collect() }
     }
 
-    fn lock(&self, key: &K) -> MutexGuard<'_, HashMap<K, V>> {
-        let shard = self.hasher.hash_one(key) as usize % SHARDS;
-        self.shards[shard].lock()
+    /// The shard for `hash`. Middle bits pick it: hashbrown uses the low
+    /// bits for the bucket and the top seven for its control bytes.
+    fn lock(&self, hash: u64) -> MutexGuard<'_, HashTable<T>> {
+        self.shards[(hash >> 32) as usize % SHARDS].lock()
     }
 }
 
-/// Atomic counters behind [`BrokerStats`].
+/// Atomic counters behind [`BrokerStats`]. The two written on every
+/// dequeue and ack sit on cache lines of their own.
 #[derive(Debug, Default)]
 struct Counters {
-    ready: [AtomicI64; 4],
-    unacked: [AtomicI64; 4],
+    ready: CachePadded<[AtomicI64; 4]>,
+    unacked: CachePadded<[AtomicI64; 4]>,
     pending: AtomicI64,
     delayed: AtomicI64,
     cancelable: AtomicI64,
@@ -295,8 +312,9 @@ pub struct EvalBroker {
     config: BrokerConfig,
     clock: SharedClock,
     ready: [Mutex<ReadyQueue>; 4],
-    jobs: Sharded<JobKey, JobState>,
-    evals: Sharded<EvalId, EvalEntry>,
+    jobs: Sharded<JobState>,
+    evals: Sharded<EvalEntry>,
+    hasher: DefaultHashBuilder,
     delayed: Mutex<BinaryHeap<DelayedItem>>,
     failed: Mutex<VecDeque<Arc<Evaluation>>>,
     cancelable: Mutex<Vec<Arc<Evaluation>>>,
@@ -320,6 +338,7 @@ impl EvalBroker {
             ready: Default::default(),
             jobs: Sharded::new(),
             evals: Sharded::new(),
+            hasher: DefaultHashBuilder::default(),
             delayed: Mutex::new(BinaryHeap::new()),
             failed: Mutex::new(VecDeque::new()),
             cancelable: Mutex::new(Vec::new()),
@@ -340,18 +359,27 @@ impl EvalBroker {
         &self.config
     }
 
+    fn eval_hash(&self, eval_id: EvalId) -> u64 {
+        self.hasher.hash_one(eval_id)
+    }
+
+    fn job_hash(&self, namespace: &str, job_id: &str) -> u64 {
+        self.hasher.hash_one((namespace, job_id))
+    }
+
     /// Admits an eval (protocol step 1). An eval the broker already tracks is ignored.
     pub fn enqueue(&self, eval: Arc<Evaluation>) {
-        {
-            let mut evals = self.evals.lock(&eval.id);
-            if evals.contains_key(&eval.id) {
-                return;
+        let hash = self.eval_hash(eval.id);
+        let job_hash = self.job_hash(&eval.namespace, &eval.job_id);
+        match self.evals.lock(hash).entry(hash, |entry| entry.id == eval.id, |entry| self.eval_hash(entry.id)) {
+            Entry::Occupied(_) => return,
+            Entry::Vacant(slot) => {
+                slot.insert(EvalEntry { id: eval.id, eval: eval.clone(), job_hash, deliveries: 0, hold: None });
             }
-            evals.insert(eval.id, EvalEntry { eval: eval.clone(), deliveries: 0, hold: None });
         }
         match eval.wait_until {
             Some(ready_at) if ready_at > self.clock.now() => self.push_delayed(eval, ready_at),
-            _ => self.admit(eval),
+            _ => self.admit(eval, job_hash),
         }
     }
 
@@ -364,11 +392,13 @@ impl EvalBroker {
 
     /// Makes the eval ready if its job has no other eval outstanding, else
     /// holds it back as pending.
-    fn admit(&self, eval: Arc<Evaluation>) {
-        let key = eval.job_key();
+    fn admit(&self, eval: Arc<Evaluation>, hash: u64) {
         let ready = {
-            let mut jobs = self.jobs.lock(&key);
-            let job = jobs.entry(key).or_default();
+            let mut jobs = self.jobs.lock(hash);
+            let job = jobs
+                .entry(hash, |job| is_job_of(job, &eval), |job| self.job_hash(&job.key.namespace, &job.key.id))
+                .or_insert_with(|| JobState { key: eval.job_key(), outstanding: None, pending: Vec::new() })
+                .into_mut();
             match job.outstanding {
                 None => {
                     job.outstanding = Some(eval.id);
@@ -391,6 +421,7 @@ impl EvalBroker {
     fn push_ready(&self, eval: Arc<Evaluation>) {
         let kind = eval.eval_type.index();
         let item = ReadyItem {
+            eval_hash: self.eval_hash(eval.id),
             priority: eval.priority,
             create_index: eval.create_index,
             seq: self.next_seq.fetch_add(1, Ordering::Relaxed),
@@ -445,14 +476,15 @@ impl EvalBroker {
         if self.paused.load(Ordering::Acquire) {
             return Ok(None);
         }
-        let Some(eval) = self.pop_best(types) else {
+        let Some(ReadyItem { eval, eval_hash: hash, .. }) = self.pop_best(types) else {
             return Ok(None);
         };
         let token = Token(self.next_token.fetch_add(1, Ordering::Relaxed));
         let deadline = self.clock.now().plus(self.config.nack_timeout);
         {
-            let mut evals = self.evals.lock(&eval.id);
-            let entry = evals.get_mut(&eval.id).expect("a ready eval is tracked until it is acked");
+            let mut evals = self.evals.lock(hash);
+            let entry =
+                evals.find_mut(hash, |entry| entry.id == eval.id).expect("a ready eval is tracked until it is acked");
             entry.deliveries += 1;
             entry.hold = Some(Hold { token, deadline });
         }
@@ -461,53 +493,66 @@ impl EvalBroker {
     }
 
     /// Pops the best head among the ready queues of `types`. The queues are
-    /// locked in a fixed order so that two dequeuers never deadlock.
-    fn pop_best(&self, types: &[JobType]) -> Option<Arc<Evaluation>> {
-        let mut kinds: smallvec::SmallVec<[usize; 4]> = types.iter().map(|kind| kind.index()).collect();
-        kinds.sort_unstable();
-        kinds.dedup();
-        let mut heaps: smallvec::SmallVec<[(usize, MutexGuard<'_, ReadyQueue>); 4]> = kinds
-            .into_iter()
-            .filter(|&kind| self.counters.ready[kind].load(Ordering::Relaxed) > 0)
-            .map(|kind| (kind, self.ready[kind].lock()))
-            .collect();
-        let best = heaps
-            .iter_mut()
-            .filter_map(|(kind, heap)| heap.peek().map(|item| (item.rank(), *kind)))
-            .max()
-            .map(|(_, kind)| kind)?;
-        let (_, heap) = heaps.iter_mut().find(|(kind, _)| *kind == best)?;
-        let item = heap.pop()?;
-        self.counters.ready[best].fetch_sub(1, Ordering::Relaxed);
-        Some(item.eval)
-    }
-
-    /// Removes the hold on an eval if `token` matches it.
-    fn release_hold(&self, eval_id: EvalId, token: Token) -> Result<(Arc<Evaluation>, u32), BrokerError> {
-        let mut evals = self.evals.lock(&eval_id);
-        let entry = evals.get_mut(&eval_id).ok_or(BrokerError::NotOutstanding(eval_id))?;
-        match entry.hold {
-            None => Err(BrokerError::NotOutstanding(eval_id)),
-            Some(hold) if hold.token != token => Err(BrokerError::TokenMismatch(eval_id)),
-            Some(_) => {
-                entry.hold = None;
-                self.counters.unacked[entry.eval.eval_type.index()].fetch_sub(1, Ordering::Relaxed);
-                Ok((entry.eval.clone(), entry.deliveries))
+    /// locked in a fixed order (by type) so that two dequeuers never deadlock.
+    fn pop_best(&self, types: &[JobType]) -> Option<ReadyItem> {
+        let wanted = types.iter().fold(0u8, |mask, kind| mask | 1 << kind.index());
+        let mut queues: smallvec::SmallVec<[(usize, MutexGuard<'_, ReadyQueue>); 4]> = smallvec::SmallVec::new();
+        for kind in 0..JobType::ALL.len() {
+            if wanted & 1 << kind != 0 && self.counters.ready[kind].load(Ordering::Relaxed) > 0 {
+                queues.push((kind, self.ready[kind].lock()));
             }
         }
+        let best = match queues.len() {
+            0 => return None,
+            1 => 0,
+            _ => {
+                queues
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(position, (_, queue))| queue.peek().map(|item| (item.rank(), position)))
+                    .max()?
+                    .1
+            }
+        };
+        let (kind, queue) = &mut queues[best];
+        let item = queue.pop()?;
+        self.counters.ready[*kind].fetch_sub(1, Ordering::Relaxed);
+        Some(item)
+    }
+
+    /// Removes the hold on an eval if `token` matches it; on an ack, stops
+    /// tracking the eval too.
+    fn release_hold(&self, eval_id: EvalId, token: Token, acked: bool) -> Result<Released, BrokerError> {
+        let hash = self.eval_hash(eval_id);
+        let mut evals = self.evals.lock(hash);
+        let Ok(mut slot) = evals.find_entry(hash, |entry| entry.id == eval_id) else {
+            return Err(BrokerError::NotOutstanding(eval_id));
+        };
+        let entry = slot.get_mut();
+        match entry.hold {
+            None => return Err(BrokerError::NotOutstanding(eval_id)),
+            Some(hold) if hold.token != token => return Err(BrokerError::TokenMismatch(eval_id)),
+            Some(_) => entry.hold = None,
+        }
+        self.counters.unacked[entry.eval.eval_type.index()].fetch_sub(1, Ordering::Relaxed);
+        let (deliveries, job_hash) = (entry.deliveries, entry.job_hash);
+        let eval = if acked { slot.remove().0.eval } else { entry.eval.clone() };
+        Ok(Released { eval, deliveries, job_hash })
     }
 
     /// Finishes a handed-out eval (protocol step 3).
     pub fn ack(&self, eval_id: EvalId, token: Token) -> Result<(), BrokerError> {
-        let (eval, _) = self.release_hold(eval_id, token)?;
-        self.evals.lock(&eval_id).remove(&eval_id);
+        let Released { eval, job_hash, .. } = self.release_hold(eval_id, token, true)?;
         let (next, superseded) = {
-            let mut jobs = self.jobs.lock(&eval.job_key());
-            let job = jobs.get_mut(&eval.job_key()).expect("an outstanding eval's job is tracked");
+            let mut jobs = self.jobs.lock(job_hash);
+            let Ok(mut slot) = jobs.find_entry(job_hash, |job| is_job_of(job, &eval)) else {
+                unreachable!("an outstanding eval's job is tracked until the ack")
+            };
+            let job = slot.get_mut();
             let (next, superseded) = pick_next_pending(&mut job.pending);
             job.outstanding = next.as_ref().map(|next| next.id);
             if job.outstanding.is_none() {
-                jobs.remove(&eval.job_key());
+                slot.remove();
             }
             (next, superseded)
         };
@@ -524,7 +569,10 @@ impl EvalBroker {
 
     fn mark_cancelable(&self, superseded: Vec<Arc<Evaluation>>) {
         for eval in &superseded {
-            self.evals.lock(&eval.id).remove(&eval.id);
+            let hash = self.eval_hash(eval.id);
+            if let Ok(slot) = self.evals.lock(hash).find_entry(hash, |entry| entry.id == eval.id) {
+                slot.remove();
+            }
         }
         self.counters.cancelable.fetch_add(superseded.len() as i64, Ordering::Relaxed);
         self.counters.marked_cancelable.fetch_add(superseded.len() as u64, Ordering::Relaxed);
@@ -535,7 +583,7 @@ impl EvalBroker {
 
     /// Gives a handed-out eval back (protocol step 4).
     pub fn nack(&self, eval_id: EvalId, token: Token) -> Result<(), BrokerError> {
-        let (eval, deliveries) = self.release_hold(eval_id, token)?;
+        let Released { eval, deliveries, .. } = self.release_hold(eval_id, token, false)?;
         if deliveries >= self.config.delivery_limit {
             self.counters.delivery_limit_reached.fetch_add(1, Ordering::Relaxed);
             self.counters.failed_queue.fetch_add(1, Ordering::Relaxed);
@@ -558,8 +606,9 @@ impl EvalBroker {
     /// still busy with it.
     pub fn outstanding_reset(&self, eval_id: EvalId, token: Token) -> Result<(), BrokerError> {
         let deadline = self.clock.now().plus(self.config.nack_timeout);
-        let mut evals = self.evals.lock(&eval_id);
-        let entry = evals.get_mut(&eval_id).ok_or(BrokerError::NotOutstanding(eval_id))?;
+        let hash = self.eval_hash(eval_id);
+        let mut evals = self.evals.lock(hash);
+        let entry = evals.find_mut(hash, |entry| entry.id == eval_id).ok_or(BrokerError::NotOutstanding(eval_id))?;
         match entry.hold.as_mut() {
             None => Err(BrokerError::NotOutstanding(eval_id)),
             Some(hold) if hold.token != token => Err(BrokerError::TokenMismatch(eval_id)),
@@ -572,7 +621,11 @@ impl EvalBroker {
 
     /// The token an eval is handed out under, if it is.
     pub fn outstanding(&self, eval_id: EvalId) -> Option<Token> {
-        self.evals.lock(&eval_id).get(&eval_id).and_then(|entry| entry.hold.map(|hold| hold.token))
+        let hash = self.eval_hash(eval_id);
+        self.evals
+            .lock(hash)
+            .find(hash, |entry| entry.id == eval_id)
+            .and_then(|entry| entry.hold.map(|hold| hold.token))
     }
 
     /// Nacks handed-out evals whose deadline passed and enqueues delayed
@@ -589,7 +642,8 @@ impl EvalBroker {
             }
         }
         for eval in self.due_delayed(now) {
-            self.admit(eval);
+            let job_hash = self.job_hash(&eval.namespace, &eval.job_id);
+            self.admit(eval, job_hash);
             outcome.released += 1;
         }
         outcome
@@ -599,9 +653,11 @@ impl EvalBroker {
         let mut expired = Vec::new();
         for shard in &self.evals.shards {
             let shard = shard.lock();
-            expired.extend(shard.iter().filter_map(|(id, entry)| {
-                entry.hold.filter(|hold| hold.deadline <= now).map(|hold| (*id, hold.token))
-            }));
+            expired.extend(
+                shard.iter().filter_map(|entry| {
+                    entry.hold.filter(|hold| hold.deadline <= now).map(|hold| (entry.id, hold.token))
+                }),
+            );
         }
         expired
     }
@@ -656,8 +712,10 @@ impl EvalBroker {
     fn hold_failed(&self, eval: Arc<Evaluation>) -> Dequeued {
         let token = Token(self.next_token.fetch_add(1, Ordering::Relaxed));
         let deadline = self.clock.now().plus(self.config.nack_timeout);
-        let mut evals = self.evals.lock(&eval.id);
-        let entry = evals.get_mut(&eval.id).expect("a failed eval is tracked until it is acked");
+        let hash = self.eval_hash(eval.id);
+        let mut evals = self.evals.lock(hash);
+        let entry =
+            evals.find_mut(hash, |entry| entry.id == eval.id).expect("a failed eval is tracked until it is acked");
         entry.hold = Some(Hold { token, deadline });
         self.counters.unacked[eval.eval_type.index()].fetch_add(1, Ordering::Relaxed);
         Dequeued { eval, token }
@@ -715,6 +773,13 @@ impl EvalBroker {
             by_scheduler,
         }
     }
+}
+
+/// Whether `job` is the job of `eval`; names are compared by pointer first,
+/// as evals of one job usually share them, so the strings are rarely read.
+fn is_job_of(job: &JobState, eval: &Evaluation) -> bool {
+    let same = |ours: &Arc<str>, theirs: &Arc<str>| Arc::ptr_eq(ours, theirs) || **ours == **theirs;
+    same(&job.key.id, &eval.job_id) && same(&job.key.namespace, &eval.namespace)
 }
 
 /// Splits a job's pending evals into the one to run next (the newest of the
