@@ -10,8 +10,24 @@ use engine::testing::populated_store;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// Resident set size of this process (VmRSS), in MiB.
+fn rss_mib() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let kib = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|rest| rest.split_whitespace().next().and_then(|kib| kib.parse::<f64>().ok()));
+    kib.unwrap_or(0.0) / 1024.0
+}
+
 fn snapshot(c: &mut Criterion) {
+    let before = rss_mib();
     let (store, ids) = populated_store(10_000, 1_000_000);
+    eprintln!(
+        "store of 10,000 nodes and 1,000,000 allocs: RSS {:.0} MiB (process {:.0} MiB before building it)",
+        rss_mib() - before,
+        before
+    );
     assert_eq!(store.snapshot().alloc_count(), 1_000_000, "the store holds the allocations");
     assert_eq!(ids.len(), 1_000_000);
     let mut group = c.benchmark_group("state/snapshot");

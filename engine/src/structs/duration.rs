@@ -106,9 +106,9 @@ mod tests {
 
     #[test]
     fn rejects_bad_durations_with_the_reason() {
-        assert!(human_duration("").unwrap_err().contains("empty"));
-        assert!(human_duration("5 minutes").unwrap_err().contains("unknown unit"));
-        assert!(human_duration("m5").unwrap_err().contains("expected a number"));
+        assert!(human_duration("").expect_err("empty").contains("empty"));
+        assert!(human_duration("5 minutes").expect_err("bad unit").contains("unknown unit"));
+        assert!(human_duration("m5").expect_err("no number").contains("expected a number"));
     }
 
     #[test]
