@@ -440,9 +440,19 @@ impl EvalBroker {
 
     fn wake_sleepers(&self) {
         if self.sleepers.load(Ordering::SeqCst) > 0 {
-            let _guard = self.wake_lock.lock();
-            self.wake.notify_all();
+            self.wake_all();
         }
+    }
+
+    fn wake_all(&self) {
+        let _guard = self.wake_lock.lock();
+        self.wake.notify_all();
+    }
+
+    /// A fresh token and nack deadline for a hand-out.
+    fn new_hold(&self) -> Hold {
+        let token = Token(self.next_token.fetch_add(1, Ordering::Relaxed));
+        Hold { token, deadline: self.clock.now().plus(self.config.nack_timeout) }
     }
 
     /// Hands out the best ready eval of `types` (protocol step 2), waiting up
@@ -479,17 +489,16 @@ impl EvalBroker {
         let Some(ReadyItem { eval, eval_hash: hash, .. }) = self.pop_best(types) else {
             return Ok(None);
         };
-        let token = Token(self.next_token.fetch_add(1, Ordering::Relaxed));
-        let deadline = self.clock.now().plus(self.config.nack_timeout);
+        let hold = self.new_hold();
         {
             let mut evals = self.evals.lock(hash);
             let entry =
                 evals.find_mut(hash, |entry| entry.id == eval.id).expect("a ready eval is tracked until it is acked");
             entry.deliveries += 1;
-            entry.hold = Some(Hold { token, deadline });
+            entry.hold = Some(hold);
         }
         self.counters.unacked[eval.eval_type.index()].fetch_add(1, Ordering::Relaxed);
-        Ok(Some(Dequeued { eval, token }))
+        Ok(Some(Dequeued { eval, token: hold.token }))
     }
 
     /// Pops the best head among the ready queues of `types`. The queues are
@@ -710,15 +719,14 @@ impl EvalBroker {
     }
 
     fn hold_failed(&self, eval: Arc<Evaluation>) -> Dequeued {
-        let token = Token(self.next_token.fetch_add(1, Ordering::Relaxed));
-        let deadline = self.clock.now().plus(self.config.nack_timeout);
+        let hold = self.new_hold();
         let hash = self.eval_hash(eval.id);
         let mut evals = self.evals.lock(hash);
         let entry =
             evals.find_mut(hash, |entry| entry.id == eval.id).expect("a failed eval is tracked until it is acked");
-        entry.hold = Some(Hold { token, deadline });
+        entry.hold = Some(hold);
         self.counters.unacked[eval.eval_type.index()].fetch_add(1, Ordering::Relaxed);
-        Dequeued { eval, token }
+        Dequeued { eval, token: hold.token }
     }
 
     /// Stops handing out evals; enqueues, acks and nacks still work.
@@ -729,8 +737,7 @@ impl EvalBroker {
     /// Resumes handing out evals and wakes waiting workers.
     pub fn resume(&self) {
         self.paused.store(false, Ordering::Release);
-        let _guard = self.wake_lock.lock();
-        self.wake.notify_all();
+        self.wake_all();
     }
 
     /// Whether the broker is paused.
@@ -742,8 +749,7 @@ impl EvalBroker {
     /// waiting workers.
     pub fn shutdown(&self) {
         self.shutting_down.store(true, Ordering::Release);
-        let _guard = self.wake_lock.lock();
-        self.wake.notify_all();
+        self.wake_all();
     }
 
     /// How many workers are blocked in [`EvalBroker::dequeue`].
