@@ -8,6 +8,7 @@ pub mod blocked;
 pub mod broker;
 pub mod clock;
 pub mod reaper;
+pub mod scheduler;
 pub mod state;
 pub mod structs;
 #[cfg(any(test, feature = "testing"))]

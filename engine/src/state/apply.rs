@@ -266,12 +266,25 @@ impl Snapshot {
                     alloc.create_time = time;
                     index_add(&mut self.allocs_by_node, alloc.node_id, alloc.id);
                     index_add(&mut self.allocs_by_job, alloc.job_key(), alloc.id);
+                    self.link_previous(index, &alloc);
                 }
             }
             self.allocs.insert(alloc.id, Arc::new(alloc));
         }
         self.table_indexes.allocs = index;
         Ok(())
+    }
+
+    /// Points a replaced allocation at its replacement, so it is not
+    /// replaced twice.
+    fn link_previous(&mut self, index: u64, alloc: &Allocation) {
+        let Some(previous) = alloc.previous_allocation.and_then(|id| self.allocs.get(&id)) else { return };
+        if previous.next_allocation != Some(alloc.id) {
+            let mut previous = Allocation::clone(previous);
+            previous.next_allocation = Some(alloc.id);
+            previous.modify_index = index;
+            self.allocs.insert(previous.id, Arc::new(previous));
+        }
     }
 
     fn note_freed_capacity(&self, node_id: NodeId, applied: &mut Applied) {

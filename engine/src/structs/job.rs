@@ -49,6 +49,11 @@ impl JobType {
         }
     }
 
+    /// Whether allocations run to completion rather than forever.
+    pub fn is_batch_like(self) -> bool {
+        matches!(self, JobType::Batch | JobType::Sysbatch)
+    }
+
     /// Whether the job places one allocation per node rather than a count.
     pub fn is_system_like(self) -> bool {
         matches!(self, JobType::System | JobType::Sysbatch)
@@ -143,6 +148,9 @@ impl Constraint {
         }
         if self.operand.needs_right_target() && self.r_target.trim().is_empty() {
             problems.push(format!("{place}: constraint {:?} needs a right target (r_target)", self.operand));
+        }
+        if let Some(problem) = crate::scheduler::feasible::constraint_syntax_problem(self) {
+            problems.push(format!("{place}: {problem}"));
         }
         if self.operand == ConstraintOperand::DistinctProperty && !self.r_target.is_empty() {
             match self.r_target.parse::<u32>() {
@@ -572,6 +580,16 @@ mod tests {
         assert!(text.contains("no datacenters"), "{text}");
         assert!(text.contains("task group \"group\", task \"task\": cpu must be at least 1 MHz"), "{text}");
         assert!(text.contains("needs a right target"), "{text}");
+    }
+
+    #[test]
+    fn malformed_regexp_and_version_constraints_are_refused() {
+        let mut job = valid_job();
+        job.constraints.push(Constraint::new("${attr.kernel.name}", ConstraintOperand::Regexp, "(linux"));
+        job.constraints.push(Constraint::new("${attr.kernel.version}", ConstraintOperand::Version, "at least 5"));
+        let text = job.validate().expect_err("two problems").to_string();
+        assert!(text.contains("invalid regexp"), "{text}");
+        assert!(text.contains("invalid version constraint"), "{text}");
     }
 
     #[test]

@@ -123,7 +123,7 @@ impl Node {
         let mut node = Node {
             id,
             secret_id: Uuid::from_u128(id.0.as_u128().rotate_left(64)),
-            name: format!("node-{}", &id.0.simple().to_string()[..8]),
+            name: format!("node-{}", &id.0.simple().to_string()[20..]),
             datacenter: Arc::from(datacenter),
             node_class: Arc::from(node_class),
             attributes: BTreeMap::from([

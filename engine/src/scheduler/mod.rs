@@ -1,0 +1,135 @@
+//! Schedulers: the business logic a worker runs for one evaluation.
+//!
+//! The contract: a [`Scheduler`] reads a [`State`] (a read-only view of a
+//! snapshot) and writes only through a [`Planner`]: it submits plans, and
+//! creates, updates and reblocks evaluations. It never touches the state
+//! store or the broker directly, so the same code runs in a worker against
+//! the plan applier and in the [`testing::Harness`] against an in-memory
+//! recorder.
+
+pub mod feasible;
+pub mod generic;
+pub mod rank;
+pub mod reconcile;
+pub mod stack;
+pub mod system;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
+
+use std::sync::Arc;
+
+use crate::clock::Timestamp;
+use crate::state::Snapshot;
+use crate::structs::{Allocation, Evaluation, Job, JobKey, JobType, Node, NodeId, Plan, PlanResult};
+
+/// A read-only view of the cluster state at one index.
+pub trait State: Send + Sync {
+    /// The index of this view.
+    fn index(&self) -> u64;
+    /// A node by id.
+    fn node(&self, id: NodeId) -> Option<Arc<Node>>;
+    /// Every node, in no particular order.
+    fn nodes(&self) -> Vec<Arc<Node>>;
+    /// A job by key.
+    fn job(&self, key: &JobKey) -> Option<Arc<Job>>;
+    /// All allocations of a job, terminal ones included.
+    fn allocs_by_job(&self, key: &JobKey) -> Vec<Arc<Allocation>>;
+    /// All allocations on a node, terminal ones included.
+    fn allocs_by_node(&self, id: NodeId) -> Vec<Arc<Allocation>>;
+}
+
+impl State for Snapshot {
+    fn index(&self) -> u64 {
+        Snapshot::index(self)
+    }
+    fn node(&self, id: NodeId) -> Option<Arc<Node>> {
+        Snapshot::node(self, id).cloned()
+    }
+    fn nodes(&self) -> Vec<Arc<Node>> {
+        Snapshot::nodes(self).cloned().collect()
+    }
+    fn job(&self, key: &JobKey) -> Option<Arc<Job>> {
+        Snapshot::job(self, key).cloned()
+    }
+    fn allocs_by_job(&self, key: &JobKey) -> Vec<Arc<Allocation>> {
+        Snapshot::allocs_by_job(self, key).cloned().collect()
+    }
+    fn allocs_by_node(&self, id: NodeId) -> Vec<Arc<Allocation>> {
+        Snapshot::allocs_by_node(self, id).cloned().collect()
+    }
+}
+
+/// Why a scheduler gave up on an evaluation. The worker nacks it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SchedulerError {
+    /// The planner could not take the plan or the eval update (the server
+    /// is shutting down, or the write failed).
+    #[error("planner failed: {0}")]
+    Planner(String),
+    /// The evaluation cannot be processed by this scheduler.
+    #[error("invalid evaluation: {0}")]
+    InvalidEval(String),
+}
+
+/// Where a scheduler's decisions go.
+pub trait Planner {
+    /// Submits a plan. The result says what was committed; when part was
+    /// refused it carries a `refresh_index`, and the planner may hand back a
+    /// state at least that new to re-plan against.
+    fn submit_plan(&mut self, plan: Plan) -> Result<(PlanResult, Option<Arc<dyn State>>), SchedulerError>;
+    /// Records the eval's outcome (status, metrics, links).
+    fn update_eval(&mut self, eval: Evaluation) -> Result<(), SchedulerError>;
+    /// Creates a follow-up or blocked eval.
+    fn create_eval(&mut self, eval: Evaluation) -> Result<(), SchedulerError>;
+    /// Puts an eval that was unblocked, but still cannot place, back in the
+    /// blocked tracker.
+    fn reblock_eval(&mut self, eval: Evaluation) -> Result<(), SchedulerError>;
+}
+
+/// Scoring strategy for placements.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Algorithm {
+    /// Fill nodes before using empty ones (Nomad's default).
+    #[default]
+    Binpack,
+    /// Prefer the emptiest nodes.
+    Spread,
+}
+
+/// Settings shared by every scheduler.
+#[derive(Clone, Debug)]
+pub struct SchedulerConfig {
+    /// Scoring strategy.
+    pub algorithm: Algorithm,
+    /// Seed for the node order of one eval; mixed with the eval id, so
+    /// parallel workers visit nodes in different orders.
+    pub seed: u64,
+    /// The time the scheduler takes as now: reschedule delays, follow-up
+    /// evals and disconnect expiries are computed from it.
+    pub now: Timestamp,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        SchedulerConfig { algorithm: Algorithm::Binpack, seed: 0, now: Timestamp::ZERO }
+    }
+}
+
+/// Processes one evaluation.
+pub trait Scheduler {
+    /// Reconciles the eval's job against `state` and plans the changes.
+    fn process(&mut self, eval: &Evaluation) -> Result<(), SchedulerError>;
+}
+
+/// The scheduler for an eval type.
+pub fn new_scheduler<'a>(
+    eval_type: JobType,
+    state: Arc<dyn State>,
+    planner: &'a mut dyn Planner,
+    config: SchedulerConfig,
+) -> Box<dyn Scheduler + 'a> {
+    match eval_type {
+        JobType::Service | JobType::Batch => Box::new(generic::GenericScheduler::new(state, planner, config)),
+        JobType::System | JobType::Sysbatch => Box::new(system::SystemScheduler::new(state, planner, config)),
+    }
+}

@@ -1,0 +1,375 @@
+//! The reconciler: a pure diff of what a job wants against the allocations
+//! it has. It decides *what* to place, stop and update; the stack decides
+//! *where*.
+//!
+//! Per task group:
+//! 1. A stopped or missing job (or a removed group) stops every live allocation.
+//! 2. Live allocations are split by the state of their node (Nomad's
+//!    `filterByTainted`): untainted, migrate, lost (node down or gone),
+//!    disconnecting (node disconnected and the group tolerates it),
+//!    reconnecting (its last recorded client status is `unknown` and its node
+//!    is back), ignore.
+//! 3. Lost allocations are stopped as `lost` and replaced. Disconnecting ones
+//!    are marked `unknown`, replaced, and a follow-up eval is due when their
+//!    `max_client_disconnect` runs out.
+//! 4. Failed allocations are rescheduled per the reschedule policy: now
+//!    (replaced, linked to the failed one), later (a follow-up eval at the
+//!    delay), or never (attempts used up). Complete batch allocations keep
+//!    their slot and are never replaced.
+//! 5. Slots `0..count` not held are placed; live allocations beyond the
+//!    count are stopped, highest index first.
+//! 6. Allocations of an older job version are updated in place when only
+//!    non-scheduling fields changed, else destructively (stop and replace),
+//!    at most `update.max_parallel` at a time with a follow-up eval for the rest.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use hashbrown::HashMap;
+
+use crate::clock::Timestamp;
+use crate::structs::{
+    Allocation, ClientStatus, DelayFunction, Job, JobKey, Node, NodeId, NodeStatus, ReschedulePolicy, TaskGroup,
+};
+
+/// Delay between batches of a rolling (destructive) update.
+pub const ROLLING_UPDATE_STAGGER: Duration = Duration::from_secs(30);
+
+/// One allocation to place.
+#[derive(Clone, Debug)]
+pub struct PlaceRequest {
+    /// The group.
+    pub group: Arc<str>,
+    /// The slot.
+    pub index: u32,
+    /// The allocation this one replaces (lost, rescheduled, updated).
+    pub previous: Option<Arc<Allocation>>,
+    /// Whether it replaces a failed allocation (its node gets a penalty).
+    pub reschedule: bool,
+}
+
+/// One allocation to stop.
+#[derive(Clone, Debug)]
+pub struct StopRequest {
+    /// The allocation.
+    pub alloc: Arc<Allocation>,
+    /// Why.
+    pub description: &'static str,
+    /// A client status to record with the stop (`lost` for lost allocations).
+    pub client_status: Option<ClientStatus>,
+}
+
+/// The reconciler's decisions for one job.
+#[derive(Clone, Debug, Default)]
+pub struct Reconciled {
+    /// Allocations to place.
+    pub place: Vec<PlaceRequest>,
+    /// Allocations to stop.
+    pub stop: Vec<StopRequest>,
+    /// Allocations to move to the new job version without restarting.
+    pub inplace: Vec<Arc<Allocation>>,
+    /// Allocations on disconnected nodes to mark `unknown`.
+    pub disconnecting: Vec<Arc<Allocation>>,
+    /// Failed allocations to reschedule later, with when.
+    pub delayed_reschedules: Vec<(Arc<Allocation>, Timestamp)>,
+    /// When an eval is next due: the next rolling-update batch or a disconnect expiry.
+    pub follow_up_at: Option<Timestamp>,
+}
+
+impl Reconciled {
+    fn follow_up_no_later_than(&mut self, at: Timestamp) {
+        self.follow_up_at = Some(self.follow_up_at.map_or(at, |current| current.min(at)));
+    }
+}
+
+/// Which set an allocation falls into by the state of its node (module docs, step 2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Taint {
+    /// The node is fine.
+    Untainted,
+    /// The node is draining: move it.
+    Migrate,
+    /// The node is down or gone.
+    Lost,
+    /// The node is disconnected and the group tolerates a disconnect.
+    Disconnecting,
+    /// The allocation was `unknown` and its node is back.
+    Reconnecting,
+    /// Nothing to do now.
+    Ignore,
+}
+
+/// Classifies a live allocation by its node. `node` is `None` when the node
+/// no longer exists.
+pub fn taint_of(alloc: &Allocation, node: Option<&Node>, group: Option<&TaskGroup>) -> Taint {
+    let Some(node) = node else { return Taint::Lost };
+    match node.status {
+        NodeStatus::Down => Taint::Lost,
+        NodeStatus::Disconnected => match group.and_then(|group| group.max_client_disconnect) {
+            Some(_) if alloc.client_status == ClientStatus::Unknown => Taint::Ignore,
+            Some(_) => Taint::Disconnecting,
+            None => Taint::Lost,
+        },
+        NodeStatus::Ready | NodeStatus::Initializing => {
+            if alloc.last_recorded_client_status() == Some(ClientStatus::Unknown) {
+                Taint::Reconnecting
+            } else {
+                Taint::Untainted
+            }
+        }
+    }
+}
+
+/// Inputs of one reconciliation.
+#[derive(Debug)]
+pub struct Reconciler<'a> {
+    /// The job as stored, `None` when it was purged.
+    pub job: Option<&'a Arc<Job>>,
+    /// The job's key (known even when the job is gone).
+    pub job_key: &'a JobKey,
+    /// Every allocation of the job, terminal ones included.
+    pub allocs: &'a [Arc<Allocation>],
+    /// The nodes those allocations are on (missing: the node is gone).
+    pub nodes: &'a HashMap<NodeId, Arc<Node>>,
+    /// Now.
+    pub now: Timestamp,
+}
+
+impl Reconciler<'_> {
+    /// Computes the changes (module docs, steps 1-6).
+    pub fn compute(&self) -> Reconciled {
+        let mut result = Reconciled::default();
+        let mut by_group: BTreeMap<&str, Vec<&Arc<Allocation>>> = BTreeMap::new();
+        for alloc in self.allocs {
+            by_group.entry(&alloc.task_group).or_default().push(alloc);
+        }
+        let job = self.job.filter(|job| !job.stop);
+        for (group_name, allocs) in &by_group {
+            match job.and_then(|job| job.group(group_name).map(|group| (job, group))) {
+                Some((job, group)) => self.reconcile_group(job, group, allocs, &mut result),
+                None => stop_live(allocs, "alloc not needed as the job or its group was stopped", &mut result),
+            }
+        }
+        if let Some(job) = job {
+            for group in job.task_groups.iter().filter(|group| !by_group.contains_key(group.name.as_str())) {
+                self.reconcile_group(job, group, &[], &mut result);
+            }
+        }
+        result
+    }
+
+    fn reconcile_group(&self, job: &Arc<Job>, group: &TaskGroup, allocs: &[&Arc<Allocation>], out: &mut Reconciled) {
+        let group_name: Arc<str> = Arc::from(group.name.as_str());
+        let mut held: BTreeMap<u32, Vec<&Arc<Allocation>>> = BTreeMap::new();
+        let mut replacements: Vec<PlaceRequest> = Vec::new();
+        for alloc in allocs.iter().copied().filter(|alloc| !alloc.server_terminal()) {
+            let index = alloc.index().unwrap_or(u32::MAX);
+            if alloc.client_terminal() {
+                self.reconcile_terminal(job, group, alloc, index, &mut held, &mut replacements, out);
+                continue;
+            }
+            match taint_of(alloc, self.nodes.get(&alloc.node_id).map(|node| &**node), Some(group)) {
+                Taint::Lost => {
+                    out.stop.push(StopRequest {
+                        alloc: alloc.clone(),
+                        description: "alloc is lost since its node is down",
+                        client_status: Some(ClientStatus::Lost),
+                    });
+                    replacements.push(replacement(&group_name, index, alloc, false));
+                }
+                Taint::Disconnecting => {
+                    out.disconnecting.push(alloc.clone());
+                    if let Some(window) = group.max_client_disconnect {
+                        out.follow_up_no_later_than(self.now.plus(window));
+                    }
+                    replacements.push(replacement(&group_name, index, alloc, false));
+                }
+                Taint::Ignore => {}
+                Taint::Untainted | Taint::Migrate | Taint::Reconnecting => held.entry(index).or_default().push(alloc),
+            }
+        }
+        self.stop_extras(group, &mut held, out);
+        let replaced: BTreeSet<u32> = replacements.iter().map(|request| request.index).collect();
+        out.place.extend(replacements.into_iter().filter(|request| request.index < group.count));
+        for index in (0..group.count).filter(|index| !held.contains_key(index) && !replaced.contains(index)) {
+            out.place.push(PlaceRequest { group: group_name.clone(), index, previous: None, reschedule: false });
+        }
+        self.update_versions(job, group, &held, out);
+    }
+
+    /// A client-terminal allocation: a complete batch alloc keeps its slot;
+    /// a failed one is rescheduled now, later, or never.
+    #[allow(clippy::too_many_arguments)]
+    fn reconcile_terminal<'b>(
+        &self,
+        job: &Job,
+        group: &TaskGroup,
+        alloc: &'b Arc<Allocation>,
+        index: u32,
+        held: &mut BTreeMap<u32, Vec<&'b Arc<Allocation>>>,
+        replacements: &mut Vec<PlaceRequest>,
+        out: &mut Reconciled,
+    ) {
+        let keeps_slot = alloc.client_status == ClientStatus::Complete && job.job_type.is_batch_like();
+        if keeps_slot {
+            held.entry(index).or_default().push(alloc);
+            return;
+        }
+        if alloc.client_status != ClientStatus::Failed || alloc.next_allocation.is_some() {
+            return;
+        }
+        match reschedule_decision(job.reschedule_policy(group).as_ref(), alloc, self.now) {
+            Reschedule::Now => replacements.push(replacement(&Arc::from(group.name.as_str()), index, alloc, true)),
+            Reschedule::Later(at) => {
+                held.entry(index).or_default().push(alloc);
+                if alloc.follow_up_eval_id.is_none() {
+                    out.delayed_reschedules.push((alloc.clone(), at));
+                }
+            }
+            Reschedule::Never => {
+                held.entry(index).or_default().push(alloc);
+            }
+        }
+    }
+
+    /// Stops live allocations beyond the count (highest index first) and
+    /// duplicates of one slot (keeping the oldest).
+    fn stop_extras(&self, group: &TaskGroup, held: &mut BTreeMap<u32, Vec<&Arc<Allocation>>>, out: &mut Reconciled) {
+        for allocs in held.values_mut() {
+            allocs.sort_by_key(|alloc| alloc.create_index);
+            for duplicate in allocs.drain(1..).filter(|alloc| !alloc.client_terminal()) {
+                out.stop.push(StopRequest {
+                    alloc: duplicate.clone(),
+                    description: "alloc not needed: another allocation holds its slot",
+                    client_status: None,
+                });
+            }
+        }
+        let extras: Vec<u32> = held.range(group.count..).map(|(index, _)| *index).rev().collect();
+        for index in extras {
+            for alloc in held.remove(&index).into_iter().flatten().filter(|alloc| !alloc.client_terminal()) {
+                out.stop.push(StopRequest {
+                    alloc: alloc.clone(),
+                    description: "alloc not needed due to job update",
+                    client_status: None,
+                });
+            }
+        }
+    }
+
+    /// Moves allocations of older job versions to the current one (step 6).
+    fn update_versions(
+        &self,
+        job: &Arc<Job>,
+        group: &TaskGroup,
+        held: &BTreeMap<u32, Vec<&Arc<Allocation>>>,
+        out: &mut Reconciled,
+    ) {
+        let live = held.values().flatten().filter(|alloc| !alloc.client_terminal());
+        let outdated: Vec<&Arc<Allocation>> =
+            live.clone().filter(|alloc| alloc.job.job_modify_index != job.job_modify_index).copied().collect();
+        let (destructive, inplace): (Vec<_>, Vec<_>) = outdated.into_iter().partition(|alloc| {
+            alloc.job.group(group.name.as_str()).is_none_or(|old| needs_destructive_update(old, group))
+        });
+        out.inplace.extend(inplace.into_iter().cloned());
+        let budget = match &group.update {
+            Some(update) => {
+                let in_flight = live
+                    .filter(|alloc| alloc.job.job_modify_index == job.job_modify_index)
+                    .filter(|alloc| alloc.client_status == ClientStatus::Pending)
+                    .count();
+                (update.max_parallel as usize).saturating_sub(in_flight)
+            }
+            None => usize::MAX,
+        };
+        let group_name: Arc<str> = Arc::from(group.name.as_str());
+        for alloc in destructive.iter().take(budget) {
+            out.stop.push(StopRequest {
+                alloc: (*alloc).clone(),
+                description: "alloc is being updated due to job update",
+                client_status: None,
+            });
+            out.place.push(replacement(&group_name, alloc.index().unwrap_or(0), alloc, false));
+        }
+        if destructive.len() > budget {
+            out.follow_up_no_later_than(self.now.plus(ROLLING_UPDATE_STAGGER));
+        }
+    }
+}
+
+fn replacement(group: &Arc<str>, index: u32, previous: &Arc<Allocation>, reschedule: bool) -> PlaceRequest {
+    PlaceRequest { group: group.clone(), index, previous: Some(previous.clone()), reschedule }
+}
+
+fn stop_live(allocs: &[&Arc<Allocation>], description: &'static str, out: &mut Reconciled) {
+    for alloc in allocs.iter().filter(|alloc| !alloc.terminal()) {
+        out.stop.push(StopRequest { alloc: (*alloc).clone(), description, client_status: None });
+    }
+}
+
+/// Whether moving from `old` to `new` needs new allocations: anything the
+/// scheduler or the client's tasks depend on changed. Count, restart and
+/// reschedule policies and update settings change in place.
+pub fn needs_destructive_update(old: &TaskGroup, new: &TaskGroup) -> bool {
+    old.tasks != new.tasks
+        || old.constraints != new.constraints
+        || old.max_client_disconnect != new.max_client_disconnect
+        || old.stop_after_client_disconnect != new.stop_after_client_disconnect
+}
+
+/// When a failed allocation should be replaced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reschedule {
+    /// Its delay has passed.
+    Now,
+    /// At this time.
+    Later(Timestamp),
+    /// Its attempts are used up (or the job type is not rescheduled).
+    Never,
+}
+
+/// Applies a reschedule policy to a failed allocation. The failure time is
+/// the allocation's last modify time; earlier reschedules are carried on it.
+pub fn reschedule_decision(policy: Option<&ReschedulePolicy>, alloc: &Allocation, now: Timestamp) -> Reschedule {
+    let Some(policy) = policy else { return Reschedule::Never };
+    if !policy.unlimited {
+        let window_start = Timestamp(now.0.saturating_sub(policy.interval.as_nanos() as u64));
+        let recent = alloc.reschedule_events.iter().filter(|event| event.time >= window_start).count();
+        if recent >= policy.attempts as usize {
+            return Reschedule::Never;
+        }
+    }
+    let at = alloc.modify_time.plus(reschedule_delay(policy, alloc));
+    if at <= now {
+        Reschedule::Now
+    } else {
+        Reschedule::Later(at)
+    }
+}
+
+/// The delay before the next reschedule of `alloc`: the policy's delay
+/// grown by its delay function over earlier attempts, capped at `max_delay`.
+pub fn reschedule_delay(policy: &ReschedulePolicy, alloc: &Allocation) -> Duration {
+    let attempts = alloc.reschedule_events.len() as u32;
+    let delay = match policy.delay_function {
+        DelayFunction::Constant => return policy.delay,
+        DelayFunction::Exponential => policy.delay.saturating_mul(2u32.saturating_pow(attempts)),
+        DelayFunction::Fibonacci => {
+            let (mut previous, mut current) = (policy.delay, policy.delay);
+            for _ in 1..attempts {
+                (previous, current) = (current, previous.saturating_add(current));
+            }
+            current
+        }
+    };
+    if policy.max_delay.is_zero() {
+        delay
+    } else {
+        delay.min(policy.max_delay)
+    }
+}
+
+#[cfg(test)]
+#[path = "reconcile_test.rs"]
+mod reconcile_test;

@@ -1,0 +1,286 @@
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::*;
+use crate::structs::{AllocId, DesiredStatus, EvalId, JobType, Resources, UpdateStrategy};
+
+const NOW: Timestamp = Timestamp(1_000_000 * 1_000_000_000);
+
+struct Fixture {
+    job: Arc<Job>,
+    allocs: Vec<Arc<Allocation>>,
+    nodes: HashMap<NodeId, Arc<Node>>,
+}
+
+impl Fixture {
+    fn new(job_type: JobType, count: u32) -> Self {
+        let mut job = Job::new_simple("web", job_type, count, Resources::new(100, 100, 0));
+        job.job_modify_index = 10;
+        let nodes = (1..=3)
+            .map(|n| {
+                let node = Node::new_ready(NodeId::from_u128(n), "dc1", "", Resources::new(10_000, 10_000, 10_000));
+                (node.id, Arc::new(node))
+            })
+            .collect();
+        Fixture { job: Arc::new(job), allocs: Vec::new(), nodes }
+    }
+
+    fn add(&mut self, index: u32, node: u128, status: ClientStatus) -> Arc<Allocation> {
+        let mut alloc =
+            Allocation::new_placement(&self.job, "group", index, NodeId::from_u128(node), EvalId::from_u128(1));
+        alloc.id = AllocId::from_u128(self.allocs.len() as u128 + 100);
+        alloc.create_index = self.allocs.len() as u64 + 1;
+        alloc.client_status = status;
+        alloc.modify_time = NOW;
+        let alloc = Arc::new(alloc);
+        self.allocs.push(alloc.clone());
+        alloc
+    }
+
+    fn set_node_status(&mut self, node: u128, status: NodeStatus) {
+        let mut changed = Node::clone(&self.nodes[&NodeId::from_u128(node)]);
+        changed.status = status;
+        self.nodes.insert(changed.id, Arc::new(changed));
+    }
+
+    fn compute(&self) -> Reconciled {
+        let key = self.job.key();
+        Reconciler { job: Some(&self.job), job_key: &key, allocs: &self.allocs, nodes: &self.nodes, now: NOW }.compute()
+    }
+}
+
+fn placed_indexes(result: &Reconciled) -> Vec<u32> {
+    let mut indexes: Vec<_> = result.place.iter().map(|request| request.index).collect();
+    indexes.sort_unstable();
+    indexes
+}
+
+fn stopped_indexes(result: &Reconciled) -> Vec<u32> {
+    result.stop.iter().map(|stop| stop.alloc.index().expect("named")).collect()
+}
+
+#[test]
+fn a_new_job_places_every_slot() {
+    let result = Fixture::new(JobType::Service, 3).compute();
+    assert_eq!(placed_indexes(&result), [0, 1, 2]);
+    assert!(result.stop.is_empty());
+}
+
+#[test]
+fn scaling_down_stops_the_highest_indexes_first() {
+    let mut fixture = Fixture::new(JobType::Service, 5);
+    for index in 0..5 {
+        fixture.add(index, 1, ClientStatus::Running);
+    }
+    fixture.job = Arc::new(Job {
+        task_groups: vec![TaskGroup { count: 3, ..fixture.job.task_groups[0].clone() }],
+        ..Job::clone(&fixture.job)
+    });
+    let result = fixture.compute();
+    assert_eq!(stopped_indexes(&result), [4, 3]);
+    assert!(result.place.is_empty());
+    assert!(result.inplace.is_empty(), "a count change alone updates nothing");
+}
+
+#[test]
+fn scaling_up_fills_the_missing_slots() {
+    let mut fixture = Fixture::new(JobType::Service, 4);
+    fixture.add(0, 1, ClientStatus::Running);
+    fixture.add(2, 1, ClientStatus::Running);
+    assert_eq!(placed_indexes(&fixture.compute()), [1, 3]);
+}
+
+#[test]
+fn allocations_on_a_down_node_are_lost_and_replaced() {
+    let mut fixture = Fixture::new(JobType::Service, 2);
+    fixture.add(0, 1, ClientStatus::Running);
+    let lost = fixture.add(1, 2, ClientStatus::Running);
+    fixture.set_node_status(2, NodeStatus::Down);
+    let result = fixture.compute();
+    assert_eq!(result.stop.len(), 1);
+    assert_eq!(result.stop[0].alloc.id, lost.id);
+    assert_eq!(result.stop[0].client_status, Some(ClientStatus::Lost));
+    assert_eq!(placed_indexes(&result), [1]);
+    assert_eq!(result.place[0].previous.as_ref().map(|alloc| alloc.id), Some(lost.id));
+}
+
+#[test]
+fn a_disconnect_tolerant_group_marks_unknown_and_replaces() {
+    let mut fixture = Fixture::new(JobType::Service, 1);
+    let mut job = Job::clone(&fixture.job);
+    job.task_groups[0].max_client_disconnect = Some(Duration::from_secs(300));
+    fixture.job = Arc::new(job);
+    let alloc = fixture.add(0, 2, ClientStatus::Running);
+    fixture.set_node_status(2, NodeStatus::Disconnected);
+    let result = fixture.compute();
+    assert_eq!(result.disconnecting.iter().map(|alloc| alloc.id).collect::<Vec<_>>(), vec![alloc.id]);
+    assert!(result.stop.is_empty());
+    assert_eq!(placed_indexes(&result), [0]);
+    assert_eq!(result.follow_up_at, Some(NOW.plus(Duration::from_secs(300))));
+}
+
+#[test]
+fn a_stopped_job_stops_everything() {
+    let mut fixture = Fixture::new(JobType::Service, 2);
+    fixture.add(0, 1, ClientStatus::Running);
+    fixture.add(1, 1, ClientStatus::Pending);
+    fixture.job = Arc::new(Job { stop: true, ..Job::clone(&fixture.job) });
+    let result = fixture.compute();
+    assert_eq!(result.stop.len(), 2);
+    assert!(result.place.is_empty());
+}
+
+#[test]
+fn complete_batch_allocations_keep_their_slot_and_service_ones_are_replaced() {
+    let mut batch = Fixture::new(JobType::Batch, 2);
+    batch.add(0, 1, ClientStatus::Complete);
+    batch.add(1, 1, ClientStatus::Running);
+    assert!(batch.compute().place.is_empty(), "batch work that finished is done");
+
+    let mut service = Fixture::new(JobType::Service, 2);
+    service.add(0, 1, ClientStatus::Complete);
+    service.add(1, 1, ClientStatus::Running);
+    assert_eq!(placed_indexes(&service.compute()), [0], "a service that exited is run again");
+}
+
+#[test]
+fn failed_allocations_reschedule_after_their_delay() {
+    let mut fixture = Fixture::new(JobType::Service, 1);
+    let failed = fixture.add(0, 1, ClientStatus::Failed);
+    // Service default: 30 s exponential. Failed just now: later.
+    let result = fixture.compute();
+    assert!(result.place.is_empty());
+    assert_eq!(result.delayed_reschedules.len(), 1);
+    assert_eq!(result.delayed_reschedules[0].1, NOW.plus(Duration::from_secs(30)));
+
+    // Failed 31 s ago: now, replacing it and penalizing its node.
+    let mut earlier = Allocation::clone(&failed);
+    earlier.modify_time = Timestamp(NOW.0 - 31_000_000_000);
+    fixture.allocs = vec![Arc::new(earlier)];
+    let result = fixture.compute();
+    assert_eq!(placed_indexes(&result), [0]);
+    assert!(result.place[0].reschedule);
+}
+
+#[test]
+fn reschedule_attempts_run_out() {
+    let policy = ReschedulePolicy {
+        attempts: 2,
+        interval: Duration::from_secs(3600),
+        delay: Duration::from_secs(5),
+        delay_function: DelayFunction::Constant,
+        max_delay: Duration::ZERO,
+        unlimited: false,
+    };
+    let job = Job::new_simple("web", JobType::Batch, 1, Resources::new(1, 1, 0));
+    let mut alloc = Allocation::new_placement(&Arc::new(job), "group", 0, NodeId::from_u128(1), EvalId::from_u128(1));
+    alloc.client_status = ClientStatus::Failed;
+    alloc.modify_time = Timestamp(NOW.0 - 10_000_000_000);
+    let event = |ago_secs: u64| crate::structs::RescheduleEvent {
+        time: Timestamp(NOW.0 - ago_secs * 1_000_000_000),
+        prev_alloc_id: AllocId::from_u128(1),
+        prev_node_id: NodeId::from_u128(1),
+        delay_nanos: 0,
+    };
+    alloc.reschedule_events = vec![event(100)];
+    assert_eq!(reschedule_decision(Some(&policy), &alloc, NOW), Reschedule::Now);
+    alloc.reschedule_events.push(event(50));
+    assert_eq!(reschedule_decision(Some(&policy), &alloc, NOW), Reschedule::Never, "two attempts in the hour");
+    alloc.reschedule_events = vec![event(7200), event(5000)];
+    assert_eq!(reschedule_decision(Some(&policy), &alloc, NOW), Reschedule::Now, "old attempts fall out of the window");
+    assert_eq!(reschedule_decision(None, &alloc, NOW), Reschedule::Never);
+}
+
+#[test]
+fn reschedule_delays_grow_by_their_function_up_to_the_cap() {
+    let mut policy = ReschedulePolicy {
+        attempts: 0,
+        interval: Duration::ZERO,
+        delay: Duration::from_secs(5),
+        delay_function: DelayFunction::Exponential,
+        max_delay: Duration::from_secs(60),
+        unlimited: true,
+    };
+    let job = Arc::new(Job::new_simple("web", JobType::Service, 1, Resources::new(1, 1, 0)));
+    let mut alloc = Allocation::new_placement(&job, "group", 0, NodeId::from_u128(1), EvalId::from_u128(1));
+    let mut delays = Vec::new();
+    for _ in 0..6 {
+        delays.push(reschedule_delay(&policy, &alloc).as_secs());
+        alloc.reschedule_events.push(crate::structs::RescheduleEvent {
+            time: NOW,
+            prev_alloc_id: AllocId::from_u128(1),
+            prev_node_id: NodeId::from_u128(1),
+            delay_nanos: 0,
+        });
+    }
+    assert_eq!(delays, [5, 10, 20, 40, 60, 60]);
+    policy.delay_function = DelayFunction::Fibonacci;
+    alloc.reschedule_events.truncate(5);
+    let fib: Vec<u64> = (0..6)
+        .map(|n| {
+            let mut probe = alloc.clone();
+            probe.reschedule_events.truncate(n);
+            reschedule_delay(&policy, &probe).as_secs()
+        })
+        .collect();
+    assert_eq!(fib, [5, 5, 10, 15, 25, 40]);
+}
+
+#[test]
+fn a_new_version_updates_in_place_or_destructively() {
+    let mut fixture = Fixture::new(JobType::Service, 2);
+    fixture.add(0, 1, ClientStatus::Running);
+    fixture.add(1, 1, ClientStatus::Running);
+    let mut newer = Job::clone(&fixture.job);
+    newer.job_modify_index = 20;
+    newer.priority = 70;
+    fixture.job = Arc::new(newer.clone());
+    let result = fixture.compute();
+    assert_eq!(result.inplace.len(), 2, "only the priority changed");
+    assert!(result.stop.is_empty() && result.place.is_empty());
+
+    newer.task_groups[0].tasks[0].resources.cpu = 200;
+    fixture.job = Arc::new(newer);
+    let result = fixture.compute();
+    assert!(result.inplace.is_empty());
+    assert_eq!(stopped_indexes(&result).len(), 2);
+    assert_eq!(placed_indexes(&result), [0, 1]);
+}
+
+#[test]
+fn destructive_updates_respect_max_parallel() {
+    let mut fixture = Fixture::new(JobType::Service, 4);
+    for index in 0..4 {
+        fixture.add(index, 1, ClientStatus::Running);
+    }
+    let mut newer = Job::clone(&fixture.job);
+    newer.job_modify_index = 20;
+    newer.task_groups[0].tasks[0].driver = "docker".into();
+    newer.task_groups[0].update = Some(UpdateStrategy { max_parallel: 1 });
+    fixture.job = Arc::new(newer);
+    let result = fixture.compute();
+    assert_eq!(result.stop.len(), 1);
+    assert_eq!(result.place.len(), 1);
+    assert_eq!(result.follow_up_at, Some(NOW.plus(ROLLING_UPDATE_STAGGER)));
+}
+
+#[test]
+fn duplicates_of_a_slot_keep_the_oldest() {
+    let mut fixture = Fixture::new(JobType::Service, 1);
+    let original = fixture.add(0, 1, ClientStatus::Running);
+    let duplicate = fixture.add(0, 2, ClientStatus::Running);
+    let result = fixture.compute();
+    assert_eq!(result.stop.iter().map(|stop| stop.alloc.id).collect::<Vec<_>>(), vec![duplicate.id]);
+    assert!(result.place.is_empty());
+    assert_ne!(original.id, duplicate.id);
+}
+
+#[test]
+fn stopped_allocations_are_ignored() {
+    let mut fixture = Fixture::new(JobType::Service, 1);
+    let alloc = fixture.add(0, 1, ClientStatus::Running);
+    let mut stopped = Allocation::clone(&alloc);
+    stopped.desired_status = DesiredStatus::Stop;
+    fixture.allocs = vec![Arc::new(stopped)];
+    assert_eq!(placed_indexes(&fixture.compute()), [0]);
+}

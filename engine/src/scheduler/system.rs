@@ -1,0 +1,325 @@
+//! The system scheduler, for `system` jobs (one allocation of each group on
+//! every feasible node, kept there) and `sysbatch` jobs (one run to
+//! completion on every feasible node).
+//!
+//! For one eval:
+//! 1. A stopped or missing job stops every live allocation.
+//! 2. Allocations on nodes that are down or gone are stopped as lost (a
+//!    system allocation belongs to its node and is not moved); on a
+//!    disconnected node that the group tolerates, they are marked `unknown`.
+//! 3. Feasibility is decided once per computed class, then every ready node
+//!    is checked (unique-attribute constraints, current usage, room) in
+//!    parallel with rayon.
+//! 4. Per node and group: place when feasible, missing and it fits (a
+//!    sysbatch group that already ran there for this job version is not run
+//!    again); stop when no longer feasible; stop duplicates; update outdated
+//!    allocations in place or destructively.
+//! 5. Submit; re-plan on a partial refusal (up to 5 times); a blocked eval
+//!    for nodes that had no room.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use hashbrown::HashMap;
+use rayon::prelude::*;
+
+use super::feasible::FeasibilityChecker;
+use super::reconcile::{needs_destructive_update, taint_of, Taint};
+use super::{Planner, Scheduler, SchedulerConfig, SchedulerError, State};
+use crate::structs::{
+    AllocMetric, Allocation, ClientStatus, DesiredStatus, EvalStatus, Evaluation, Job, Node, NodeId, Plan, Resources,
+    TaskGroup, TriggerReason,
+};
+
+const MAX_ATTEMPTS: u32 = 5;
+
+/// What to do on one node for one group.
+enum NodeDecision {
+    Nothing,
+    Place,
+    Exhausted(&'static str),
+    Filtered(String),
+}
+
+/// The scheduler for system and sysbatch jobs; see the module docs.
+pub struct SystemScheduler<'a> {
+    state: Arc<dyn State>,
+    planner: &'a mut dyn Planner,
+    config: SchedulerConfig,
+}
+
+impl std::fmt::Debug for SystemScheduler<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SystemScheduler").field("index", &self.state.index()).finish()
+    }
+}
+
+#[derive(Default)]
+struct Outcome {
+    failed: BTreeMap<String, AllocMetric>,
+    queued: BTreeMap<String, u64>,
+    class_eligibility: BTreeMap<crate::structs::ComputedClass, bool>,
+    escaped: bool,
+}
+
+impl<'a> SystemScheduler<'a> {
+    /// A scheduler reading `state` and writing through `planner`.
+    pub fn new(state: Arc<dyn State>, planner: &'a mut dyn Planner, config: SchedulerConfig) -> Self {
+        SystemScheduler { state, planner, config }
+    }
+
+    /// One planning attempt; `Err(state)` asks for a re-plan against it.
+    fn attempt(&mut self, eval: &Evaluation) -> Result<Result<Outcome, Arc<dyn State>>, SchedulerError> {
+        let key = eval.job_key();
+        let job = self.state.job(&key).filter(|job| !job.stop);
+        let allocs = self.state.allocs_by_job(&key);
+        let mut plan = Plan {
+            eval_id: eval.id,
+            priority: eval.priority,
+            job: job.clone(),
+            snapshot_index: self.state.index(),
+            ..Plan::default()
+        };
+        let mut outcome = Outcome::default();
+        let nodes = self.state.nodes();
+        let by_id: HashMap<NodeId, &Arc<Node>> = nodes.iter().map(|node| (node.id, node)).collect();
+        let mut live: HashMap<(NodeId, &str), Vec<&Arc<Allocation>>> = HashMap::new();
+        for alloc in allocs.iter().filter(|alloc| !alloc.terminal()) {
+            let group = job.as_ref().and_then(|job| job.group(&alloc.task_group));
+            match (group, taint_of(alloc, by_id.get(&alloc.node_id).map(|node| &***node), group)) {
+                (None, _) => {
+                    self.stop(&mut plan, eval, alloc, "alloc not needed as the job or its group was stopped", None)
+                }
+                (_, Taint::Lost) => {
+                    self.stop(&mut plan, eval, alloc, "alloc is lost since its node is down", Some(ClientStatus::Lost))
+                }
+                (_, Taint::Disconnecting) => self.mark_unknown(&mut plan, eval, alloc),
+                (_, Taint::Ignore) => {}
+                (Some(_), _) => live.entry((alloc.node_id, &alloc.task_group)).or_default().push(alloc),
+            }
+        }
+        if let Some(job) = &job {
+            let ready: Vec<Arc<Node>> = nodes
+                .iter()
+                .filter(|node| node.is_schedulable() && job.datacenters.iter().any(|dc| *dc == *node.datacenter))
+                .cloned()
+                .collect();
+            for group in &job.task_groups {
+                self.plan_group(eval, job, group, &ready, &allocs, &mut live, &mut plan, &mut outcome);
+            }
+        }
+        // Whatever is left in `live` sits on nodes that are not ready or not in the job's datacenters.
+        for alloc in live.into_values().flatten() {
+            self.stop(&mut plan, eval, alloc, "alloc not needed: its node is no longer eligible", None);
+        }
+        if plan.is_no_op() {
+            return Ok(Ok(outcome));
+        }
+        let (result, refreshed) = self.planner.submit_plan(plan)?;
+        if result.refresh_index != 0 {
+            return Ok(Err(refreshed.unwrap_or_else(|| self.state.clone())));
+        }
+        Ok(Ok(outcome))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn plan_group<'b>(
+        &self,
+        eval: &Evaluation,
+        job: &Arc<Job>,
+        group: &'b TaskGroup,
+        ready: &[Arc<Node>],
+        allocs: &[Arc<Allocation>],
+        live: &mut HashMap<(NodeId, &'b str), Vec<&'b Arc<Allocation>>>,
+        plan: &mut Plan,
+        outcome: &mut Outcome,
+    ) {
+        let mut checker = FeasibilityChecker::new(job, group);
+        checker.warm(ready);
+        let ran_here: hashbrown::HashSet<NodeId> = allocs
+            .iter()
+            .filter(|alloc| job.job_type.is_batch_like() && alloc.client_terminal() && *alloc.task_group == *group.name)
+            .filter(|alloc| alloc.job.job_modify_index == job.job_modify_index)
+            .map(|alloc| alloc.node_id)
+            .collect();
+        let ask = group.resources();
+        let state = &*self.state;
+        let decisions: Vec<NodeDecision> = ready
+            .par_iter()
+            .map(|node| {
+                let present = live.contains_key(&(node.id, group.name.as_str())) || ran_here.contains(&node.id);
+                decide(state, &checker, node, ask, present)
+            })
+            .collect();
+        let mut metric = AllocMetric::default();
+        for (node, decision) in ready.iter().zip(decisions) {
+            let existing = live.remove(&(node.id, group.name.as_str())).unwrap_or_default();
+            metric.nodes_evaluated += 1;
+            match decision {
+                NodeDecision::Nothing => self.keep_one(eval, job, group, existing, plan),
+                NodeDecision::Place => {
+                    let mut alloc = Allocation::new_placement(job, &group.name, 0, node.id, eval.id);
+                    alloc.create_time = self.config.now;
+                    alloc.modify_time = self.config.now;
+                    plan.node_allocation.entry(node.id).or_default().push(alloc);
+                }
+                NodeDecision::Exhausted(dimension) => {
+                    metric.nodes_exhausted += 1;
+                    *metric.class_exhausted.entry(node.node_class.to_string()).or_insert(0) += 1;
+                    *metric.dimension_exhausted.entry(dimension.to_string()).or_insert(0) += 1;
+                    *outcome.queued.entry(group.name.clone()).or_insert(0) += 1;
+                }
+                NodeDecision::Filtered(reason) => {
+                    metric.nodes_filtered += 1;
+                    *metric.class_filtered.entry(node.node_class.to_string()).or_insert(0) += 1;
+                    *metric.constraint_filtered.entry(reason).or_insert(0) += 1;
+                    for alloc in existing {
+                        self.stop(
+                            plan,
+                            eval,
+                            alloc,
+                            "alloc not needed: its node no longer meets the job's constraints",
+                            None,
+                        );
+                    }
+                }
+            }
+        }
+        if metric.nodes_exhausted > 0 {
+            outcome.failed.insert(group.name.clone(), metric);
+        }
+        for (class, eligible) in &checker.class_eligibility {
+            *outcome.class_eligibility.entry(*class).or_insert(false) |= *eligible;
+        }
+        outcome.escaped |= checker.escaped();
+    }
+
+    /// Keeps the oldest live allocation of a group on a node, stopping
+    /// duplicates, and moves it to the current job version.
+    fn keep_one(
+        &self,
+        eval: &Evaluation,
+        job: &Arc<Job>,
+        group: &TaskGroup,
+        mut existing: Vec<&Arc<Allocation>>,
+        plan: &mut Plan,
+    ) {
+        existing.sort_by_key(|alloc| alloc.create_index);
+        let mut existing = existing.into_iter();
+        let Some(kept) = existing.next() else { return };
+        for duplicate in existing {
+            self.stop(plan, eval, duplicate, "alloc not needed: another allocation holds its node", None);
+        }
+        if kept.job.job_modify_index == job.job_modify_index {
+            return;
+        }
+        let destructive = kept.job.group(&group.name).is_none_or(|old| needs_destructive_update(old, group));
+        if destructive {
+            self.stop(plan, eval, kept, "alloc is being updated due to job update", None);
+            let mut alloc = Allocation::new_placement(job, &group.name, 0, kept.node_id, eval.id);
+            alloc.previous_allocation = Some(kept.id);
+            alloc.create_time = self.config.now;
+            alloc.modify_time = self.config.now;
+            plan.node_allocation.entry(kept.node_id).or_default().push(alloc);
+        } else {
+            let mut alloc = Allocation::clone(kept);
+            alloc.job = job.clone();
+            alloc.eval_id = eval.id;
+            plan.node_allocation.entry(kept.node_id).or_default().push(alloc);
+        }
+    }
+
+    fn stop(
+        &self,
+        plan: &mut Plan,
+        eval: &Evaluation,
+        alloc: &Allocation,
+        description: &str,
+        status: Option<ClientStatus>,
+    ) {
+        let mut stopped = alloc.clone();
+        stopped.desired_status = DesiredStatus::Stop;
+        stopped.desired_description = description.to_string();
+        stopped.eval_id = eval.id;
+        if let Some(status) = status {
+            stopped.record_client_status(status, self.config.now);
+        }
+        plan.node_update.entry(alloc.node_id).or_default().push(stopped);
+    }
+
+    fn mark_unknown(&self, plan: &mut Plan, eval: &Evaluation, alloc: &Allocation) {
+        let mut unknown = alloc.clone();
+        unknown.record_client_status(ClientStatus::Unknown, self.config.now);
+        unknown.eval_id = eval.id;
+        plan.node_allocation.entry(alloc.node_id).or_default().push(unknown);
+    }
+
+    fn finish(&mut self, eval: &Evaluation, outcome: Outcome) -> Result<(), SchedulerError> {
+        let now = self.config.now;
+        let mut done = eval.clone();
+        if !outcome.failed.is_empty() {
+            let mut blocked = eval.follow_up(TriggerReason::QueuedAllocs, now, now);
+            blocked.wait_until = None;
+            blocked.status = EvalStatus::Blocked;
+            blocked.status_description = "created to place remaining allocations".into();
+            blocked.class_eligibility = outcome.class_eligibility;
+            blocked.escaped_computed_class = outcome.escaped;
+            blocked.snapshot_index = self.state.index();
+            if eval.status == EvalStatus::Blocked {
+                let mut reblocked = eval.clone();
+                reblocked.class_eligibility = blocked.class_eligibility;
+                reblocked.snapshot_index = blocked.snapshot_index;
+                reblocked.failed_tg_allocs = outcome.failed;
+                return self.planner.reblock_eval(reblocked);
+            }
+            done.blocked_eval = Some(blocked.id);
+            self.planner.create_eval(blocked)?;
+        }
+        done.status = EvalStatus::Complete;
+        done.failed_tg_allocs = outcome.failed;
+        done.queued_allocations = outcome.queued;
+        done.snapshot_index = self.state.index();
+        done.modify_time = now;
+        self.planner.update_eval(done)
+    }
+}
+
+/// Decides one node; runs on rayon's threads.
+fn decide(state: &dyn State, checker: &FeasibilityChecker, node: &Node, ask: Resources, present: bool) -> NodeDecision {
+    match checker.check_cached(node) {
+        Some(Err(filtered)) => return NodeDecision::Filtered(filtered.metric_key()),
+        None => return NodeDecision::Filtered("class not checked".to_string()),
+        Some(Ok(())) => {}
+    }
+    if present {
+        return NodeDecision::Nothing;
+    }
+    let used = state
+        .allocs_by_node(node.id)
+        .iter()
+        .filter(|alloc| !alloc.terminal())
+        .fold(Resources::default(), |sum, alloc| sum.plus(alloc.resources));
+    match node.allocatable().exhausted_dimension(used.plus(ask)) {
+        Some(dimension) => NodeDecision::Exhausted(dimension),
+        None => NodeDecision::Place,
+    }
+}
+
+impl Scheduler for SystemScheduler<'_> {
+    fn process(&mut self, eval: &Evaluation) -> Result<(), SchedulerError> {
+        if !eval.eval_type.is_system_like() {
+            return Err(SchedulerError::InvalidEval(format!("{} eval given to the system scheduler", eval.eval_type)));
+        }
+        for _ in 0..MAX_ATTEMPTS {
+            match self.attempt(eval)? {
+                Ok(outcome) => return self.finish(eval, outcome),
+                Err(state) => self.state = state,
+            }
+        }
+        let mut failed = eval.clone();
+        failed.status = EvalStatus::Failed;
+        failed.status_description = format!("maximum attempts reached ({MAX_ATTEMPTS})");
+        failed.modify_time = self.config.now;
+        self.planner.update_eval(failed)
+    }
+}
