@@ -16,6 +16,9 @@ pub mod system;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
+#[cfg(test)]
+mod scheduler_test;
+
 use std::sync::Arc;
 
 use crate::clock::Timestamp;

@@ -1,0 +1,422 @@
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use proptest::prelude::*;
+
+use super::testing::Harness;
+use super::Algorithm;
+use crate::clock::Timestamp;
+use crate::state::{ClientAllocUpdate, Command};
+use crate::structs::{
+    ClientStatus, Constraint, ConstraintOperand, DelayFunction, EvalStatus, Evaluation, Job, JobType, Node, NodeId,
+    NodeStatus, ReschedulePolicy, Resources, TriggerReason,
+};
+
+const NOW: Timestamp = Timestamp(1_000_000 * 1_000_000_000);
+
+fn nodes(n: usize, size: Resources) -> Vec<Node> {
+    (0..n).map(|i| Node::new_ready(NodeId::from_u128(i as u128 + 1), "dc1", &format!("c{}", i % 2), size)).collect()
+}
+
+fn harness(n_nodes: usize) -> Harness {
+    let harness = Harness::new(NOW);
+    harness.add_nodes(nodes(n_nodes, Resources::new(4000, 8192, 100_000)));
+    harness
+}
+
+fn service(count: u32, cpu: u64) -> Job {
+    Job::new_simple("web", JobType::Service, count, Resources::new(cpu, 256, 0))
+}
+
+fn per_node(harness: &Harness, job: &Job) -> BTreeMap<NodeId, usize> {
+    let mut counts = BTreeMap::new();
+    for alloc in harness.live_allocs(job) {
+        *counts.entry(alloc.node_id).or_insert(0) += 1;
+    }
+    counts
+}
+
+fn assert_not_oversubscribed(harness: &Harness) {
+    let snapshot = harness.store.snapshot();
+    for node in snapshot.nodes() {
+        let used = snapshot
+            .allocs_by_node(node.id)
+            .filter(|alloc| !alloc.terminal())
+            .fold(Resources::default(), |sum, alloc| sum.plus(alloc.resources));
+        assert!(node.allocatable().covers(used), "node {} holds {used:?} of {:?}", node.id, node.allocatable());
+    }
+}
+
+fn report(harness: &Harness, alloc: &crate::structs::Allocation, status: ClientStatus, at: Timestamp) {
+    harness
+        .store
+        .apply(Command::UpdateAllocsFromClient {
+            updates: vec![ClientAllocUpdate {
+                alloc_id: alloc.id,
+                node_id: alloc.node_id,
+                client_status: status,
+                client_description: String::new(),
+            }],
+            evals: vec![],
+            time: at,
+        })
+        .expect("client update applies");
+}
+
+fn new_eval(harness: &Harness, job: &Job, trigger: TriggerReason) -> Evaluation {
+    let eval = Evaluation::for_job(job, trigger, harness.config.now);
+    let applied = harness.store.apply(Command::UpsertEvals { evals: vec![eval] }).expect("eval applies");
+    Evaluation::clone(&applied.evals[0])
+}
+
+#[test]
+fn a_service_job_places_its_count_and_completes_the_eval() {
+    let mut h = harness(10);
+    let job = service(5, 100);
+    let eval = h.register(&job);
+    h.process(&eval).expect("scheduled");
+    assert_eq!(h.plans.len(), 1);
+    assert_eq!(h.last_plan().placement_count(), 5);
+    let names: BTreeSet<_> = h.live_allocs(&job).iter().map(|alloc| alloc.name.clone()).collect();
+    assert_eq!(names.len(), 5, "every slot once");
+    let update = h.last_update();
+    assert_eq!((update.status, update.failed_tg_allocs.len()), (EvalStatus::Complete, 0));
+    assert!(h.created_evals.is_empty(), "nothing blocked");
+}
+
+#[test]
+fn a_batch_job_places_its_count() {
+    let mut h = harness(4);
+    let job = Job::new_simple("report", JobType::Batch, 6, Resources::new(100, 100, 0));
+    let eval = h.register(&job);
+    h.process(&eval).expect("scheduled");
+    assert_eq!(h.live_allocs(&job).len(), 6);
+}
+
+#[test]
+fn a_system_job_runs_on_every_feasible_node() {
+    let mut h = harness(6);
+    let mut job = Job::new_simple("agent", JobType::System, 1, Resources::new(50, 64, 0));
+    job.constraints.push(Constraint::new("${node.class}", ConstraintOperand::Equal, "c0"));
+    let eval = h.register(&job);
+    h.process(&eval).expect("scheduled");
+    let on: BTreeSet<_> = h.live_allocs(&job).iter().map(|alloc| alloc.node_id).collect();
+    let expected: BTreeSet<_> = (0..6).filter(|i| i % 2 == 0).map(|i| NodeId::from_u128(i + 1)).collect();
+    assert_eq!(on, expected);
+    let metric = &h.last_update().failed_tg_allocs;
+    assert!(metric.is_empty(), "filtered nodes are not failures");
+
+    // A new node of the class gets one on the next node eval; the others are left alone.
+    h.add_nodes([Node::new_ready(NodeId::from_u128(99), "dc1", "c0", Resources::new(4000, 8192, 100_000))]);
+    let eval = new_eval(&h, &job, TriggerReason::NodeUpdate);
+    h.process(&eval).expect("scheduled");
+    assert_eq!(h.last_plan().placement_count(), 1);
+    assert_eq!(h.live_allocs(&job).len(), 4);
+}
+
+#[test]
+fn a_sysbatch_job_runs_once_per_node() {
+    let mut h = harness(3);
+    let job = Job::new_simple("migrate", JobType::Sysbatch, 1, Resources::new(50, 64, 0));
+    let eval = h.register(&job);
+    h.process(&eval).expect("scheduled");
+    for alloc in h.live_allocs(&job) {
+        report(&h, &alloc, ClientStatus::Complete, NOW);
+    }
+    let eval = new_eval(&h, &job, TriggerReason::NodeUpdate);
+    let plans_before = h.plans.len();
+    h.process(&eval).expect("scheduled");
+    assert_eq!(h.plans.len(), plans_before, "finished runs are not repeated");
+}
+
+#[test]
+fn nothing_is_oversubscribed_within_one_plan() {
+    let mut h = Harness::new(NOW);
+    h.add_nodes(nodes(3, Resources::new(1000, 1000, 1000)));
+    let job = Job::new_simple("big", JobType::Service, 10, Resources::new(400, 100, 0));
+    let eval = h.register(&job);
+    h.process(&eval).expect("scheduled");
+    assert_eq!(h.live_allocs(&job).len(), 6, "two of 400 MHz fit on each 1000 MHz node");
+    assert_not_oversubscribed(&h);
+    let update = h.last_update();
+    let metric = &update.failed_tg_allocs["group"];
+    assert_eq!(metric.dimension_exhausted.get("cpu"), Some(&3));
+    assert_eq!(metric.coalesced_failures, 3, "4 unplaced: one searched, three coalesced");
+    assert_eq!(update.queued_allocations.get("group"), Some(&4));
+    let blocked = h.created_evals.iter().find(|eval| eval.status == EvalStatus::Blocked).expect("a blocked eval");
+    assert_eq!(update.blocked_eval, Some(blocked.id));
+}
+
+/// Four one-alloc jobs on two nodes: bin-pack stacks them on one node,
+/// spread alternates. (Within one job, anti-affinity spreads its own allocations.)
+fn nodes_used_by_four_jobs(algorithm: Algorithm) -> Vec<usize> {
+    let mut h = Harness::new(NOW);
+    h.config.algorithm = algorithm;
+    h.add_nodes(nodes(2, Resources::new(4000, 8192, 0)));
+    let mut counts = BTreeMap::new();
+    for j in 0..4 {
+        let job = Job::new_simple(&format!("job-{j}"), JobType::Service, 1, Resources::new(100, 256, 0));
+        let eval = h.register(&job);
+        h.process(&eval).expect("scheduled");
+        for alloc in h.live_allocs(&job) {
+            *counts.entry(alloc.node_id).or_insert(0) += 1;
+        }
+    }
+    counts.into_values().collect()
+}
+
+#[test]
+fn binpack_fills_a_node_and_spread_spreads() {
+    assert_eq!(nodes_used_by_four_jobs(Algorithm::Binpack), vec![4], "bin-pack uses one node");
+    assert_eq!(nodes_used_by_four_jobs(Algorithm::Spread), vec![2, 2], "spread evens out");
+}
+
+#[test]
+fn a_jobs_own_allocations_are_spread_by_anti_affinity() {
+    let mut h = Harness::new(NOW);
+    h.add_nodes(nodes(2, Resources::new(4000, 8192, 0)));
+    let job = service(4, 100);
+    let eval = h.register(&job);
+    h.process(&eval).expect("scheduled");
+    assert_eq!(per_node(&h, &job).values().copied().collect::<Vec<_>>(), vec![2, 2]);
+}
+
+#[test]
+fn distinct_hosts_with_too_few_nodes_places_what_it_can_and_blocks() {
+    let mut h = harness(2);
+    let mut job = service(3, 100);
+    job.constraints.push(Constraint {
+        l_target: String::new(),
+        r_target: String::new(),
+        operand: ConstraintOperand::DistinctHosts,
+    });
+    let eval = h.register(&job);
+    h.process(&eval).expect("scheduled");
+    assert_eq!(per_node(&h, &job).values().copied().collect::<Vec<_>>(), vec![1, 1]);
+    let metric = &h.last_update().failed_tg_allocs["group"];
+    assert_eq!(metric.constraint_filtered.get("distinct_hosts"), Some(&2));
+    let blocked = h.created_evals.iter().find(|eval| eval.status == EvalStatus::Blocked).expect("blocked");
+    assert!(blocked.escaped_computed_class, "distinct_hosts depends on placement, so any change may help");
+}
+
+#[test]
+fn unplaceable_groups_record_which_constraint_filtered_them() {
+    let mut h = harness(4);
+    let mut job = service(2, 100);
+    job.constraints.push(Constraint::new("${attr.kernel.name}", ConstraintOperand::Equal, "windows"));
+    let eval = h.register(&job);
+    h.process(&eval).expect("scheduled");
+    let update = h.last_update();
+    let metric = &update.failed_tg_allocs["group"];
+    assert_eq!(metric.nodes_evaluated, 4);
+    assert_eq!(metric.constraint_filtered.get("${attr.kernel.name} = windows"), Some(&4));
+    assert_eq!(metric.class_filtered.values().sum::<u64>(), 4);
+    let blocked = h.created_evals.iter().find(|eval| eval.status == EvalStatus::Blocked).expect("blocked");
+    assert!(blocked.class_eligibility.values().all(|eligible| !eligible));
+    assert_eq!(blocked.class_eligibility.len(), 2, "both classes were checked");
+}
+
+#[test]
+fn scaling_up_and_down() {
+    let mut h = harness(5);
+    let mut job = service(3, 100);
+    let eval = h.register(&job);
+    h.process(&eval).expect("scheduled");
+    job.task_groups[0].count = 5;
+    let eval = h.register(&job);
+    h.process(&eval).expect("scaled up");
+    let new_allocs = h.last_plan().node_allocation.values().flatten().filter(|alloc| alloc.create_index == 0).count();
+    assert_eq!(new_allocs, 2, "the three running ones are only moved to the new version");
+    assert_eq!(h.live_allocs(&job).len(), 5);
+    job.task_groups[0].count = 1;
+    let eval = h.register(&job);
+    h.process(&eval).expect("scaled down");
+    let live = h.live_allocs(&job);
+    assert_eq!(live.len(), 1);
+    assert_eq!(live[0].index(), Some(0), "the highest indexes were stopped");
+}
+
+#[test]
+fn an_inplace_change_keeps_allocations_and_a_destructive_one_replaces_them() {
+    let mut h = harness(3);
+    let mut job = service(2, 100);
+    let eval = h.register(&job);
+    h.process(&eval).expect("scheduled");
+    let before: BTreeSet<_> = h.live_allocs(&job).iter().map(|alloc| alloc.id).collect();
+
+    job.priority = 80;
+    let eval = h.register(&job);
+    h.process(&eval).expect("in place");
+    let plan = h.last_plan();
+    assert!(plan.node_update.is_empty());
+    let updated: BTreeSet<_> = plan.node_allocation.values().flatten().map(|alloc| alloc.id).collect();
+    assert_eq!(updated, before, "the same allocations, moved to the new version");
+    assert!(h.live_allocs(&job).iter().all(|alloc| alloc.job.priority == 80));
+
+    job.task_groups[0].tasks[0].resources.memory_mb = 512;
+    let eval = h.register(&job);
+    h.process(&eval).expect("destructive");
+    let after: BTreeSet<_> = h.live_allocs(&job).iter().map(|alloc| alloc.id).collect();
+    assert_eq!(after.len(), 2);
+    assert!(after.is_disjoint(&before), "new allocations replaced the old");
+}
+
+#[test]
+fn a_failed_allocation_is_rescheduled_after_its_delay_on_another_node() {
+    let mut h = harness(3);
+    let job = service(1, 100);
+    let eval = h.register(&job);
+    h.process(&eval).expect("scheduled");
+    let original = h.live_allocs(&job)[0].clone();
+    report(&h, &original, ClientStatus::Failed, NOW);
+
+    let eval = new_eval(&h, &job, TriggerReason::AllocFailure);
+    h.process(&eval).expect("delayed");
+    let follow_up = h.created_evals.last().expect("a follow-up").clone();
+    assert_eq!(follow_up.triggered_by, TriggerReason::RetryFailedAlloc);
+    assert_eq!(follow_up.wait_until, Some(NOW.plus(Duration::from_secs(30))), "service default delay");
+    assert_eq!(h.store.snapshot().alloc(original.id).expect("stored").follow_up_eval_id, Some(follow_up.id));
+
+    // Re-running the same eval does not make a second follow-up.
+    let created = h.created_evals.len();
+    h.process(&eval).expect("again");
+    assert_eq!(h.created_evals.len(), created);
+
+    h.config.now = NOW.plus(Duration::from_secs(30));
+    h.process(&follow_up).expect("rescheduled");
+    let replacement = h.live_allocs(&job).into_iter().next().expect("replacement");
+    assert_eq!(replacement.previous_allocation, Some(original.id));
+    assert_ne!(replacement.node_id, original.node_id, "the failed node is penalized");
+    assert_eq!(replacement.reschedule_events.len(), 1);
+    assert_eq!(h.store.snapshot().alloc(original.id).expect("stored").next_allocation, Some(replacement.id));
+}
+
+#[test]
+fn reschedule_attempts_are_limited() {
+    let mut h = harness(3);
+    let mut job = Job::new_simple("report", JobType::Batch, 1, Resources::new(100, 100, 0));
+    job.task_groups[0].reschedule_policy = Some(ReschedulePolicy {
+        attempts: 1,
+        interval: Duration::from_secs(3600),
+        delay: Duration::ZERO,
+        delay_function: DelayFunction::Constant,
+        max_delay: Duration::ZERO,
+        unlimited: false,
+    });
+    let eval = h.register(&job);
+    h.process(&eval).expect("scheduled");
+    let first = h.live_allocs(&job)[0].clone();
+    report(&h, &first, ClientStatus::Failed, NOW);
+    let eval = new_eval(&h, &job, TriggerReason::AllocFailure);
+    h.process(&eval).expect("rescheduled once");
+    let second = h.live_allocs(&job)[0].clone();
+    assert_eq!(second.previous_allocation, Some(first.id));
+    report(&h, &second, ClientStatus::Failed, NOW);
+    let eval = new_eval(&h, &job, TriggerReason::AllocFailure);
+    h.process(&eval).expect("no more attempts");
+    assert!(h.live_allocs(&job).is_empty(), "the one attempt in the hour is used");
+}
+
+#[test]
+fn allocations_on_a_down_node_are_replaced_elsewhere() {
+    let mut h = harness(3);
+    let job = service(2, 100);
+    let eval = h.register(&job);
+    h.process(&eval).expect("scheduled");
+    let victim = h.live_allocs(&job)[0].clone();
+    h.store
+        .apply(Command::UpdateNodeStatus {
+            node_id: victim.node_id,
+            status: NodeStatus::Down,
+            missed_heartbeat: true,
+            evals: vec![],
+        })
+        .expect("down");
+    let eval = new_eval(&h, &job, TriggerReason::NodeUpdate);
+    h.process(&eval).expect("replaced");
+    let snapshot = h.store.snapshot();
+    let lost = snapshot.alloc(victim.id).expect("stored");
+    assert_eq!(lost.client_status, ClientStatus::Lost);
+    let live = h.live_allocs(&job);
+    assert_eq!(live.len(), 2);
+    assert!(live.iter().all(|alloc| alloc.node_id != victim.node_id));
+}
+
+#[test]
+fn a_refused_plan_is_refreshed_and_retried() {
+    let mut h = harness(3);
+    h.refuse_plans = 1;
+    let job = service(2, 100);
+    let eval = h.register(&job);
+    h.process(&eval).expect("scheduled");
+    assert_eq!(h.plans.len(), 2, "refused once, then re-planned");
+    assert_eq!(h.live_allocs(&job).len(), 2);
+    assert_eq!(h.last_update().status, EvalStatus::Complete);
+}
+
+#[test]
+fn plans_refused_past_the_limit_fail_the_eval_and_block() {
+    let mut h = harness(3);
+    h.refuse_plans = 100;
+    let job = Job::new_simple("report", JobType::Batch, 2, Resources::new(100, 100, 0));
+    let eval = h.register(&job);
+    h.process(&eval).expect("handled");
+    assert_eq!(h.plans.len(), 2, "batch jobs try twice");
+    let update = h.last_update();
+    assert_eq!(update.status, EvalStatus::Failed);
+    assert!(update.status_description.contains("maximum attempts"), "{}", update.status_description);
+    assert!(h.created_evals.iter().any(|eval| eval.status == EvalStatus::Blocked));
+}
+
+#[test]
+fn a_stopped_job_stops_its_allocations() {
+    let mut h = harness(3);
+    let job = service(3, 100);
+    let eval = h.register(&job);
+    h.process(&eval).expect("scheduled");
+    h.store.apply(Command::DeregisterJob { job: job.key(), purge: false, eval: None }).expect("stopped");
+    let eval = new_eval(&h, &job, TriggerReason::JobDeregister);
+    h.process(&eval).expect("stopping");
+    assert!(h.live_allocs(&job).is_empty());
+}
+
+#[test]
+fn an_unblocked_eval_that_still_cannot_place_is_reblocked() {
+    let mut h = harness(1);
+    let job = service(2, 3000);
+    let eval = h.register(&job);
+    h.process(&eval).expect("one placed");
+    let mut blocked = h.created_evals.last().expect("blocked").clone();
+    assert_eq!(blocked.status, EvalStatus::Blocked);
+    blocked.status = EvalStatus::Blocked;
+    h.process(&blocked).expect("still short");
+    assert_eq!(h.reblocked_evals.len(), 1);
+    assert_eq!(h.reblocked_evals[0].id, blocked.id);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    #[test]
+    fn a_plan_never_puts_more_on_a_node_than_it_has(
+        sizes in proptest::collection::vec((500u64..8000, 256u64..16_384), 1..8),
+        count in 1u32..40,
+        cpu in 50u64..3000,
+        memory in 32u64..4096,
+        spread in any::<bool>(),
+        seed in any::<u64>(),
+    ) {
+        let mut h = Harness::new(NOW);
+        h.config.seed = seed;
+        h.config.algorithm = if spread { Algorithm::Spread } else { Algorithm::Binpack };
+        h.add_nodes(sizes.iter().enumerate().map(|(i, (cpu, memory))| {
+            Node::new_ready(NodeId::from_u128(i as u128 + 1), "dc1", "c", Resources::new(*cpu, *memory, 10_000))
+        }));
+        let job = Job::new_simple("prop", JobType::Service, count, Resources::new(cpu, memory, 0));
+        let eval = h.register(&job);
+        h.process(&eval).expect("scheduled");
+        assert_not_oversubscribed(&h);
+        let placed = h.live_allocs(&job).len() as u64;
+        let queued = h.last_update().queued_allocations.get("group").copied().unwrap_or(0);
+        prop_assert_eq!(placed + queued, u64::from(count), "every slot is placed or queued");
+    }
+}
