@@ -70,6 +70,86 @@ fn new_eval(harness: &Harness, job: &Job, trigger: TriggerReason) -> Evaluation 
 }
 
 #[test]
+fn the_score_limit_follows_log2_of_the_cluster() {
+    use super::stack::score_limit;
+    assert_eq!(
+        [score_limit(1), score_limit(2), score_limit(3), score_limit(16), score_limit(10_000)],
+        [2, 2, 2, 4, 14]
+    );
+}
+
+/// Ten nodes: `rank` = i, `version` = 1.i.0, `meta.even` on even ones.
+fn ranked_nodes() -> Vec<Node> {
+    (0..10)
+        .map(|i| {
+            let mut node = Node::new_ready(NodeId::from_u128(i + 1), "dc1", "c", Resources::new(4000, 8192, 0));
+            node.attributes.insert("rank".into(), i.to_string());
+            node.attributes.insert("version".into(), format!("1.{i}.0"));
+            if i % 2 == 0 {
+                node.meta.insert("even".into(), "yes".into());
+            }
+            node.computed_class = node.compute_class();
+            node
+        })
+        .collect()
+}
+
+#[test]
+fn placement_respects_every_constraint_operator() {
+    let rank = |node: &Node| node.attributes["rank"].parse::<u32>().expect("numeric");
+    type Check = fn(u32, bool) -> bool;
+    let cases: [(&str, ConstraintOperand, &str, Check); 10] = [
+        ("${attr.rank}", ConstraintOperand::Equal, "3", |r, _| r == 3),
+        ("${attr.rank}", ConstraintOperand::NotEqual, "3", |r, _| r != 3),
+        ("${attr.rank}", ConstraintOperand::Less, "3", |r, _| r < 3),
+        ("${attr.rank}", ConstraintOperand::LessOrEqual, "3", |r, _| r <= 3),
+        ("${attr.rank}", ConstraintOperand::Greater, "6", |r, _| r > 6),
+        ("${attr.rank}", ConstraintOperand::GreaterOrEqual, "6", |r, _| r >= 6),
+        ("${attr.rank}", ConstraintOperand::Regexp, "^[4-5]$", |r, _| r == 4 || r == 5),
+        ("${attr.version}", ConstraintOperand::Version, ">= 1.7, < 1.9", |r, _| r == 7 || r == 8),
+        ("${meta.even}", ConstraintOperand::IsSet, "", |_, even| even),
+        ("${meta.even}", ConstraintOperand::IsNotSet, "", |_, even| !even),
+    ];
+    for (left, operand, right, allowed) in cases {
+        let mut h = Harness::new(NOW);
+        h.add_nodes(ranked_nodes());
+        let mut job = service(4, 100);
+        job.constraints.push(Constraint::new(left, operand, right));
+        let eval = h.register(&job);
+        h.process(&eval).expect("scheduled");
+        let live = h.live_allocs(&job);
+        assert!(!live.is_empty(), "{operand:?} placed something");
+        let snapshot = h.store.snapshot();
+        for alloc in live {
+            let node = snapshot.node(alloc.node_id).expect("node");
+            assert!(
+                allowed(rank(node), node.meta.contains_key("even")),
+                "{operand:?} {right} put one on rank {}",
+                rank(node)
+            );
+        }
+    }
+}
+
+#[test]
+fn distinct_property_limits_allocations_per_value() {
+    let mut h = Harness::new(NOW);
+    h.add_nodes(ranked_nodes());
+    let mut job = service(6, 100);
+    job.constraints.push(Constraint::new("${meta.even}", ConstraintOperand::DistinctProperty, "2"));
+    let eval = h.register(&job);
+    h.process(&eval).expect("scheduled");
+    let snapshot = h.store.snapshot();
+    let on_even = h
+        .live_allocs(&job)
+        .iter()
+        .filter(|alloc| snapshot.node(alloc.node_id).expect("node").meta.contains_key("even"))
+        .count();
+    assert_eq!(on_even, 2, "at most two where meta.even = yes; the odd nodes have no value and are filtered");
+    assert_eq!(h.live_allocs(&job).len(), 2);
+}
+
+#[test]
 fn a_service_job_places_its_count_and_completes_the_eval() {
     let mut h = harness(10);
     let job = service(5, 100);

@@ -20,18 +20,15 @@ use rand::SeedableRng;
 use super::feasible::{resolve_target, FeasibilityChecker};
 use super::rank::{anti_affinity_score, combine, fit_score};
 use super::{Algorithm, State};
-use crate::structs::{AllocMetric, Allocation, ConstraintOperand, Job, JobType, Node, NodeId, Resources, TaskGroup};
+use crate::structs::{AllocMetric, Allocation, ConstraintOperand, Job, Node, NodeId, Resources, TaskGroup};
 
-/// How many feasible nodes with room to score per placement: at least as
-/// many as Nomad (ceil(log2(n)) with a floor of 2 for services). Scoring is
-/// cheap here (an O(1) fit check against cached usage), so batch jobs get the
-/// same limit rather than Nomad's 2.
-pub fn score_limit(job_type: JobType, n_nodes: usize) -> usize {
+/// How many feasible nodes with room to score per placement: ceil(log2(n))
+/// with a floor of 2, as Nomad does for services. Scoring is cheap here (a
+/// fit check against cached usage), so batch jobs get the same limit rather
+/// than Nomad's 2.
+pub fn score_limit(n_nodes: usize) -> usize {
     let log2 = usize::BITS - n_nodes.saturating_sub(1).leading_zeros();
-    match job_type {
-        JobType::Service | JobType::Batch => (log2 as usize).max(2),
-        JobType::System | JobType::Sysbatch => 1,
-    }
+    (log2 as usize).max(2)
 }
 
 /// A selected node and its score.
@@ -80,7 +77,7 @@ impl Stack {
         // Node order from the state is a hash order; sort first so the seed alone decides it.
         candidates.sort_unstable_by_key(|node| node.id);
         candidates.shuffle(&mut rand::rngs::SmallRng::seed_from_u64(seed));
-        let limit = score_limit(job.job_type, candidates.len());
+        let limit = score_limit(candidates.len());
         let mut stack = Stack {
             state,
             job,
@@ -236,7 +233,10 @@ impl Stack {
             return Some("distinct_hosts".to_string());
         }
         for (target, limit, group_only) in &rules.properties {
-            let value = resolve_target(target, node)?;
+            // A node without the property cannot be counted against the limit, so it is not used (as in Nomad).
+            let Some(value) = resolve_target(target, node) else {
+                return Some(format!("distinct_property {target}: missing property"));
+            };
             let count = self.property_count(target, &value, group_only.then_some(group));
             if count >= *limit {
                 return Some(format!("distinct_property {target}"));
