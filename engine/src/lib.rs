@@ -7,6 +7,8 @@
 pub mod blocked;
 pub mod broker;
 pub mod clock;
+pub mod plan_apply;
+pub mod plan_queue;
 pub mod reaper;
 pub mod scheduler;
 pub mod state;

@@ -1,0 +1,376 @@
+//! The plan applier: the only place where plans become state.
+//!
+//! 1. One applier thread takes plans from the [`PlanQueue`] in order and
+//!    checks that the eval's broker token is still outstanding (a worker
+//!    whose hold expired must not write).
+//! 2. It checks every node of the plan against the newest snapshot plus the
+//!    plan being committed just before it (an optimistic overlay), so plan
+//!    N+1 is verified while plan N is still being written: the node exists;
+//!    for new placements it is ready and eligible; and everything live on
+//!    it after the plan fits its allocatable resources. A node that fails is
+//!    refused whole (its stops too), as in Nomad. Plans touching many nodes
+//!    are checked in parallel with rayon.
+//! 3. What fits is committed as one [`Command::ApplyPlanResults`] by a
+//!    committer thread; the worker gets a [`PlanResult`] with the index it
+//!    was applied at and, when anything was refused, a `refresh_index` to
+//!    re-plan against. A partly refused plan is a result, not an error.
+//! 4. The rejection tracker counts refusals per node; a node refused more
+//!    than `rejection_threshold` times within `rejection_window` is marked
+//!    ineligible, at most `max_marked_per_window` nodes per window.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crossbeam::channel::{self, Receiver, Sender};
+use hashbrown::HashMap;
+use parking_lot::Mutex;
+use rayon::prelude::*;
+use serde::Serialize;
+
+use crate::broker::{EvalBroker, Token};
+use crate::clock::{SharedClock, Timestamp};
+use crate::plan_queue::{PendingPlan, PlanError, PlanQueue};
+use crate::state::{Applied, Command, Snapshot, StateStore};
+use crate::structs::{Allocation, NodeEligibility, NodeId, Plan, PlanResult, Resources};
+
+/// Plans touching more nodes than this are checked in parallel.
+const PARALLEL_CHECK_NODES: usize = 64;
+
+/// Plan applier settings.
+#[derive(Clone, Debug)]
+pub struct PlanApplierConfig {
+    /// Refusals of one node within the window before it is marked ineligible.
+    pub rejection_threshold: usize,
+    /// The window refusals are counted in.
+    pub rejection_window: Duration,
+    /// Most nodes marked ineligible per window.
+    pub max_marked_per_window: usize,
+}
+
+impl Default for PlanApplierConfig {
+    fn default() -> Self {
+        PlanApplierConfig {
+            rejection_threshold: 100,
+            rejection_window: Duration::from_secs(5 * 60),
+            max_marked_per_window: 5,
+        }
+    }
+}
+
+/// Counters of the plan applier.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct PlanApplierStats {
+    /// Plans taken from the queue.
+    pub plans_evaluated: u64,
+    /// Plans of which part was refused.
+    pub plans_partially_refused: u64,
+    /// Plans refused for a stale token.
+    pub plans_stale: u64,
+    /// Node refusals.
+    pub node_rejections: u64,
+    /// Nodes the rejection tracker marked ineligible.
+    pub nodes_marked_ineligible: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    plans_evaluated: AtomicU64,
+    plans_partially_refused: AtomicU64,
+    plans_stale: AtomicU64,
+    node_rejections: AtomicU64,
+    nodes_marked_ineligible: AtomicU64,
+}
+
+/// Which nodes of a plan fit; computed against a snapshot and an overlay.
+pub fn evaluate_plan(
+    plan: &Plan,
+    snapshot: &Snapshot,
+    overlay: &HashMap<NodeId, Vec<Allocation>>,
+) -> (PlanResult, Vec<NodeId>) {
+    let mut node_ids: Vec<NodeId> = plan.node_allocation.keys().chain(plan.node_update.keys()).copied().collect();
+    node_ids.sort_unstable();
+    node_ids.dedup();
+    let check = |node_id: &NodeId| (*node_id, node_fits(plan, snapshot, overlay, *node_id));
+    let verdicts: Vec<(NodeId, bool)> = if node_ids.len() > PARALLEL_CHECK_NODES {
+        node_ids.par_iter().map(check).collect()
+    } else {
+        node_ids.iter().map(check).collect()
+    };
+    let mut result = PlanResult::default();
+    let mut refused = Vec::new();
+    for (node_id, fits) in verdicts {
+        if !fits {
+            refused.push(node_id);
+            continue;
+        }
+        if let Some(stops) = plan.node_update.get(&node_id) {
+            result.node_update.insert(node_id, stops.clone());
+        }
+        if let Some(allocs) = plan.node_allocation.get(&node_id) {
+            result.node_allocation.insert(node_id, allocs.clone());
+        }
+    }
+    (result, refused)
+}
+
+/// Step 2 for one node.
+fn node_fits(plan: &Plan, snapshot: &Snapshot, overlay: &HashMap<NodeId, Vec<Allocation>>, node_id: NodeId) -> bool {
+    let allocs = plan.node_allocation.get(&node_id).map(Vec::as_slice).unwrap_or_default();
+    if allocs.is_empty() {
+        return true; // Only stops: always allowed.
+    }
+    let Some(node) = snapshot.node(node_id) else { return false };
+    let places_new = allocs.iter().any(|alloc| snapshot.alloc(alloc.id).is_none());
+    if places_new && !node.is_schedulable() {
+        return false;
+    }
+    let mut live: HashMap<_, &Allocation> =
+        snapshot.allocs_by_node(node_id).map(|alloc| (alloc.id, &**alloc)).collect();
+    let layers = [
+        overlay.get(&node_id).map(Vec::as_slice).unwrap_or_default(),
+        plan.node_update.get(&node_id).map(Vec::as_slice).unwrap_or_default(),
+        allocs,
+    ];
+    for alloc in layers.into_iter().flatten() {
+        live.insert(alloc.id, alloc);
+    }
+    let used = live
+        .values()
+        .filter(|alloc| !alloc.terminal())
+        .fold(Resources::default(), |sum, alloc| sum.plus(alloc.resources));
+    node.allocatable().covers(used)
+}
+
+/// What the server does with each applied command (route evals, unblock).
+pub type OnApplied = Arc<dyn Fn(&Applied) + Send + Sync>;
+
+/// A plan being written by the committer.
+struct Commit {
+    pending: PendingPlan,
+    result: PlanResult,
+    command: Command,
+    done: Sender<()>,
+}
+
+/// Counts refusals per node and marks repeat offenders ineligible (step 4).
+#[derive(Debug)]
+struct RejectionTracker {
+    config: PlanApplierConfig,
+    refusals: HashMap<NodeId, VecDeque<Timestamp>>,
+    marked: VecDeque<Timestamp>,
+}
+
+impl RejectionTracker {
+    /// Records refusals; returns the nodes to mark ineligible now.
+    fn record(&mut self, nodes: &[NodeId], now: Timestamp) -> Vec<NodeId> {
+        let window_start = Timestamp(now.0.saturating_sub(self.config.rejection_window.as_nanos() as u64));
+        while self.marked.front().is_some_and(|at| *at < window_start) {
+            self.marked.pop_front();
+        }
+        let mut to_mark = Vec::new();
+        for node_id in nodes {
+            let times = self.refusals.entry(*node_id).or_default();
+            times.push_back(now);
+            while times.front().is_some_and(|at| *at < window_start) {
+                times.pop_front();
+            }
+            if times.len() > self.config.rejection_threshold && self.marked.len() < self.config.max_marked_per_window {
+                times.clear();
+                self.marked.push_back(now);
+                to_mark.push(*node_id);
+            }
+        }
+        to_mark
+    }
+}
+
+/// The running plan applier; stop it with [`PlanApplierHandle::stop`].
+pub struct PlanApplierHandle {
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+    counters: Arc<Counters>,
+}
+
+impl std::fmt::Debug for PlanApplierHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PlanApplierHandle").field("threads", &self.threads.len()).finish()
+    }
+}
+
+impl PlanApplierHandle {
+    /// The applier's counters.
+    pub fn stats(&self) -> PlanApplierStats {
+        let c = &self.counters;
+        PlanApplierStats {
+            plans_evaluated: c.plans_evaluated.load(Ordering::Relaxed),
+            plans_partially_refused: c.plans_partially_refused.load(Ordering::Relaxed),
+            plans_stale: c.plans_stale.load(Ordering::Relaxed),
+            node_rejections: c.node_rejections.load(Ordering::Relaxed),
+            nodes_marked_ineligible: c.nodes_marked_ineligible.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Stops the applier after the plan in hand and joins its threads.
+    pub fn stop(mut self) {
+        self.join();
+    }
+
+    fn join(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for PlanApplierHandle {
+    fn drop(&mut self) {
+        self.join();
+    }
+}
+
+/// The plan applier; see the module docs.
+#[allow(missing_debug_implementations)] // Holds the server's hook closure.
+pub struct PlanApplier {
+    store: Arc<StateStore>,
+    queue: Arc<PlanQueue>,
+    broker: Arc<EvalBroker>,
+    clock: SharedClock,
+    on_applied: OnApplied,
+    tracker: Mutex<RejectionTracker>,
+    counters: Arc<Counters>,
+}
+
+impl PlanApplier {
+    /// Starts the applier and committer threads.
+    pub fn start(
+        config: PlanApplierConfig,
+        store: Arc<StateStore>,
+        queue: Arc<PlanQueue>,
+        broker: Arc<EvalBroker>,
+        clock: SharedClock,
+        on_applied: OnApplied,
+    ) -> PlanApplierHandle {
+        let counters = Arc::new(Counters::default());
+        let applier = Arc::new(PlanApplier {
+            store,
+            queue,
+            broker,
+            clock,
+            on_applied,
+            tracker: Mutex::new(RejectionTracker { config, refusals: HashMap::new(), marked: VecDeque::new() }),
+            counters: counters.clone(),
+        });
+        let stop = Arc::new(AtomicBool::new(false));
+        let (commits, to_commit) = channel::bounded::<Commit>(1);
+        let committer = {
+            let applier = applier.clone();
+            std::thread::Builder::new()
+                .name("plan-committer".into())
+                .spawn(move || applier.commit_loop(to_commit))
+                .expect("spawning the plan committer")
+        };
+        let evaluator = {
+            let stop = stop.clone();
+            std::thread::Builder::new()
+                .name("plan-applier".into())
+                .spawn(move || applier.evaluate_loop(&stop, commits))
+                .expect("spawning the plan applier")
+        };
+        PlanApplierHandle { stop, threads: vec![evaluator, committer], counters }
+    }
+
+    fn evaluate_loop(&self, stop: &AtomicBool, commits: Sender<Commit>) {
+        // The plan being committed, for the overlay, and its completion signal.
+        let mut in_flight: Option<(HashMap<NodeId, Vec<Allocation>>, Receiver<()>)> = None;
+        while !stop.load(Ordering::Acquire) {
+            let Some(pending) = self.queue.dequeue(Duration::from_millis(50)) else { continue };
+            self.counters.plans_evaluated.fetch_add(1, Ordering::Relaxed);
+            if self.broker.outstanding(pending.plan.eval_id) != Some(Token(pending.plan.eval_token)) {
+                self.counters.plans_stale.fetch_add(1, Ordering::Relaxed);
+                let eval_id = pending.plan.eval_id;
+                pending.respond(Err(PlanError::StaleToken(eval_id)));
+                continue;
+            }
+            let snapshot = self.store.snapshot();
+            let empty = HashMap::new();
+            let overlay = in_flight.as_ref().map_or(&empty, |(overlay, _)| overlay);
+            let (mut result, refused) = evaluate_plan(&pending.plan, &snapshot, overlay);
+            if let Some((_, done)) = in_flight.take() {
+                let _ = done.recv();
+            }
+            if !refused.is_empty() {
+                result.refresh_index = self.store.latest_index();
+                self.note_refusals(&refused);
+            }
+            if result.node_update.is_empty() && result.node_allocation.is_empty() {
+                pending.respond(Ok(result));
+                continue;
+            }
+            let (done, finished) = channel::bounded(1);
+            let overlay = overlay_of(&result);
+            let command = Command::ApplyPlanResults {
+                eval_id: pending.plan.eval_id,
+                // Stops first, so a replacement in the same plan links to the stopped version.
+                allocs: result.node_update.values().chain(result.node_allocation.values()).flatten().cloned().collect(),
+                evals: Vec::new(),
+                time: self.clock.now(),
+            };
+            if commits.send(Commit { pending, result, command, done }).is_err() {
+                return;
+            }
+            in_flight = Some((overlay, finished));
+        }
+        if let Some((_, done)) = in_flight {
+            let _ = done.recv();
+        }
+    }
+
+    fn commit_loop(&self, to_commit: Receiver<Commit>) {
+        for Commit { pending, mut result, command, done } in to_commit {
+            match self.store.apply(command) {
+                Ok(applied) => {
+                    result.alloc_index = applied.index;
+                    (self.on_applied)(&applied);
+                    pending.respond(Ok(result));
+                }
+                Err(error) => pending.respond(Err(PlanError::Write(error.to_string()))),
+            }
+            let _ = done.send(());
+        }
+    }
+
+    fn note_refusals(&self, refused: &[NodeId]) {
+        self.counters.plans_partially_refused.fetch_add(1, Ordering::Relaxed);
+        self.counters.node_rejections.fetch_add(refused.len() as u64, Ordering::Relaxed);
+        let to_mark = self.tracker.lock().record(refused, self.clock.now());
+        for node_id in to_mark {
+            let command =
+                Command::UpdateNodeEligibility { node_id, eligibility: NodeEligibility::Ineligible, evals: vec![] };
+            match self.store.apply(command) {
+                Ok(applied) => {
+                    self.counters.nodes_marked_ineligible.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(%node_id, "node marked ineligible after repeated plan rejections");
+                    (self.on_applied)(&applied);
+                }
+                Err(error) => tracing::warn!(%node_id, %error, "could not mark node ineligible"),
+            }
+        }
+    }
+}
+
+/// The allocations a result writes, per node: the overlay for the next plan.
+fn overlay_of(result: &PlanResult) -> HashMap<NodeId, Vec<Allocation>> {
+    let mut overlay: HashMap<NodeId, Vec<Allocation>> = HashMap::new();
+    for (node_id, allocs) in result.node_update.iter().chain(result.node_allocation.iter()) {
+        overlay.entry(*node_id).or_default().extend(allocs.iter().cloned());
+    }
+    overlay
+}
+
+#[cfg(test)]
+#[path = "plan_apply_test.rs"]
+mod plan_apply_test;

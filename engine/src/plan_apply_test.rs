@@ -1,0 +1,173 @@
+use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
+
+use super::*;
+use crate::broker::BrokerConfig;
+use crate::clock::ManualClock;
+use crate::structs::{DesiredStatus, EvalId, Evaluation, Job, JobType, Node, NodeStatus, TriggerReason};
+
+const NODE: u128 = 1;
+
+struct Fixture {
+    store: Arc<StateStore>,
+    job: Arc<Job>,
+}
+
+/// One node of 1000 MHz with 600 MHz in use by one allocation.
+fn fixture() -> (Fixture, Allocation) {
+    let store = Arc::new(StateStore::new());
+    store
+        .apply(Command::UpsertNode {
+            node: Node::new_ready(NodeId::from_u128(NODE), "dc1", "", Resources::new(1000, 1000, 1000)),
+        })
+        .expect("node");
+    let spec = Job::new_simple("web", JobType::Service, 5, Resources::new(100, 10, 0));
+    store.apply(Command::RegisterJob { job: spec.clone(), eval: None }).expect("job");
+    let job = store.snapshot().job(&spec.key()).expect("stored").clone();
+    let existing = alloc_of(&job, 0, 600);
+    store
+        .apply(Command::ApplyPlanResults {
+            eval_id: EvalId::from_u128(1),
+            allocs: vec![existing.clone()],
+            evals: vec![],
+            time: Timestamp(1),
+        })
+        .expect("existing");
+    (Fixture { store, job }, existing)
+}
+
+fn alloc_of(job: &Arc<Job>, index: u32, cpu: u64) -> Allocation {
+    let mut alloc = Allocation::new_placement(job, "group", index, NodeId::from_u128(NODE), EvalId::from_u128(1));
+    alloc.resources = Resources::new(cpu, 10, 0);
+    alloc
+}
+
+fn plan_placing(allocs: Vec<Allocation>) -> Plan {
+    let mut plan = Plan::default();
+    plan.node_allocation.insert(NodeId::from_u128(NODE), allocs);
+    plan
+}
+
+#[test]
+fn placements_that_fit_are_accepted_and_others_refused_per_node() {
+    let (f, existing) = fixture();
+    let snapshot = f.store.snapshot();
+    let (result, refused) = evaluate_plan(&plan_placing(vec![alloc_of(&f.job, 1, 400)]), &snapshot, &HashMap::new());
+    assert!(refused.is_empty());
+    assert_eq!(result.node_allocation.len(), 1);
+
+    let mut too_much = plan_placing(vec![alloc_of(&f.job, 1, 401)]);
+    let mut stop = existing.clone();
+    stop.desired_status = DesiredStatus::Stop;
+    let (result, refused) = evaluate_plan(&too_much, &snapshot, &HashMap::new());
+    assert_eq!(refused, vec![NodeId::from_u128(NODE)]);
+    assert!(result.node_allocation.is_empty());
+
+    // Stopping the existing allocation in the same plan makes room.
+    too_much.node_update.insert(NodeId::from_u128(NODE), vec![stop]);
+    let (_, refused) = evaluate_plan(&too_much, &snapshot, &HashMap::new());
+    assert!(refused.is_empty(), "a stop in the plan frees its resources");
+}
+
+#[test]
+fn the_plan_being_committed_counts_against_the_next() {
+    let (f, _) = fixture();
+    let snapshot = f.store.snapshot();
+    let in_flight = HashMap::from([(NodeId::from_u128(NODE), vec![alloc_of(&f.job, 1, 300)])]);
+    let (_, refused) = evaluate_plan(&plan_placing(vec![alloc_of(&f.job, 2, 200)]), &snapshot, &in_flight);
+    assert_eq!(refused.len(), 1, "600 + 300 in flight + 200 > 1000");
+    let (_, refused) = evaluate_plan(&plan_placing(vec![alloc_of(&f.job, 2, 100)]), &snapshot, &in_flight);
+    assert!(refused.is_empty());
+}
+
+#[test]
+fn new_placements_need_a_ready_node_but_updates_do_not() {
+    let (f, existing) = fixture();
+    f.store
+        .apply(Command::UpdateNodeStatus {
+            node_id: NodeId::from_u128(NODE),
+            status: NodeStatus::Disconnected,
+            missed_heartbeat: true,
+            evals: vec![],
+        })
+        .expect("disconnect");
+    let snapshot = f.store.snapshot();
+    let (_, refused) = evaluate_plan(&plan_placing(vec![alloc_of(&f.job, 1, 10)]), &snapshot, &HashMap::new());
+    assert_eq!(refused.len(), 1, "no new work on a disconnected node");
+    let mut unknown = existing;
+    unknown.record_client_status(crate::structs::ClientStatus::Unknown, Timestamp(2));
+    let (_, refused) = evaluate_plan(&plan_placing(vec![unknown]), &snapshot, &HashMap::new());
+    assert!(refused.is_empty(), "marking an existing allocation unknown is an update");
+    let (_, refused) =
+        evaluate_plan(&plan_placing(vec![alloc_of(&f.job, 1, 10)]), &Snapshot::default(), &HashMap::new());
+    assert_eq!(refused.len(), 1, "unknown node");
+}
+
+#[test]
+fn the_tracker_marks_repeat_offenders_at_a_bounded_rate() {
+    let config = PlanApplierConfig {
+        rejection_threshold: 2,
+        rejection_window: Duration::from_secs(60),
+        max_marked_per_window: 1,
+    };
+    let mut tracker = RejectionTracker { config, refusals: HashMap::new(), marked: VecDeque::new() };
+    let (a, b) = (NodeId::from_u128(1), NodeId::from_u128(2));
+    assert!(tracker.record(&[a, b], Timestamp(1)).is_empty());
+    assert!(tracker.record(&[a, b], Timestamp(2)).is_empty());
+    assert_eq!(tracker.record(&[a, b], Timestamp(3)), vec![a], "only one node per window");
+    let later = Timestamp(3 + 61_000_000_000);
+    assert!(tracker.record(&[b], later).is_empty(), "b's old refusals left the window");
+}
+
+fn running_applier(store: &Arc<StateStore>) -> (Arc<PlanQueue>, Arc<EvalBroker>, PlanApplierHandle, Arc<AtomicUsize>) {
+    let clock = ManualClock::new(Timestamp(10));
+    let broker = Arc::new(EvalBroker::new(BrokerConfig::default(), clock.clone()));
+    let queue = Arc::new(PlanQueue::new());
+    let seen = Arc::new(AtomicUsize::new(0));
+    let on_applied: OnApplied = {
+        let seen = seen.clone();
+        Arc::new(move |_applied: &Applied| {
+            seen.fetch_add(1, Ordering::SeqCst);
+        })
+    };
+    let handle = PlanApplier::start(
+        PlanApplierConfig::default(),
+        store.clone(),
+        queue.clone(),
+        broker.clone(),
+        clock,
+        on_applied,
+    );
+    (queue, broker, handle, seen)
+}
+
+#[test]
+fn the_applier_commits_what_fits_and_answers_with_the_index() {
+    let (f, _) = fixture();
+    let (queue, broker, handle, seen) = running_applier(&f.store);
+    broker.enqueue(Arc::new(Evaluation::for_job(&f.job, TriggerReason::JobRegister, Timestamp(0))));
+    let held = broker.try_dequeue(&[JobType::Service]).expect("running").expect("held");
+    let submit = |alloc: Allocation| {
+        let mut plan = plan_placing(vec![alloc]);
+        plan.eval_id = held.eval.id;
+        plan.eval_token = held.token.0;
+        queue.enqueue(plan)
+    };
+    // Both are queued before the first is written: the second is checked against the first.
+    let first = submit(alloc_of(&f.job, 1, 300));
+    let second = submit(alloc_of(&f.job, 2, 300));
+    let first = first.wait().expect("applied");
+    let second = second.wait().expect("answered");
+    assert_eq!(first.refresh_index, 0);
+    assert!(first.alloc_index > 0);
+    assert!(second.node_allocation.is_empty(), "600 + 300 + 300 does not fit 1000");
+    assert!(second.refresh_index >= first.alloc_index, "re-plan at least against the first plan's state");
+    assert_eq!(f.store.snapshot().allocs_by_node(NodeId::from_u128(NODE)).count(), 2);
+    assert_eq!(seen.load(Ordering::SeqCst), 1, "the server hook saw the one write");
+    assert_eq!(handle.stats().plans_partially_refused, 1);
+
+    // A plan whose eval is no longer held under its token is refused.
+    broker.ack(held.eval.id, held.token).expect("ack");
+    assert_eq!(submit(alloc_of(&f.job, 3, 10)).wait(), Err(PlanError::StaleToken(held.eval.id)));
+    handle.stop();
+}
