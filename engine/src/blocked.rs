@@ -202,7 +202,8 @@ impl BlockedEvals {
     }
 
     /// Stops tracking every blocked eval of `job` (job deregistered, or an
-    /// eval of it placed everything). Returns the evals dropped.
+    /// eval of it placed everything). The dropped evals are returned and also
+    /// queued as duplicates, so the reaper writes them as canceled.
     pub fn untrack(&self, job: &JobKey) -> Vec<Arc<Evaluation>> {
         let mut inner = self.inner.lock();
         let mut dropped: Vec<_> = inner.remove_job(job).into_iter().collect();
@@ -210,6 +211,7 @@ impl BlockedEvals {
             dropped.extend(jobs.remove(job));
         }
         inner.system.retain(|_, jobs| !jobs.is_empty());
+        inner.duplicates.extend(dropped.iter().cloned());
         dropped
     }
 

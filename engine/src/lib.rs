@@ -7,11 +7,16 @@
 pub mod blocked;
 pub mod broker;
 pub mod clock;
+pub mod job_endpoint;
+pub mod node_endpoint;
 pub mod plan_apply;
 pub mod plan_queue;
 pub mod reaper;
+pub mod router;
 pub mod scheduler;
+pub mod server;
 pub mod state;
 pub mod structs;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
+pub mod worker;

@@ -1,33 +1,27 @@
 //! `loadgen`: drives a Drover server with simulated clients and reports
 //! what it measured.
 //!
-//! Until the scheduling pipeline lands, the in-process run exercises what
-//! exists: it registers `--nodes` nodes and `--jobs` jobs through the state
-//! store, feeds every eval (several per job, so the broker's per-job
-//! serialization and cancelable reaping are in play) through the eval broker
-//! to `--workers` threads that wait for each eval's index, take a snapshot,
-//! write the eval complete and ack it, while the real reaper writes the
-//! superseded evals as canceled. Every figure printed is measured in this run.
+//! The default (no server address) is in-process: it starts an embedded
+//! `engine::Server`, registers `--nodes` simulated nodes (varied sizes, 20
+//! classes, 4 datacenters), submits a mix of service and batch jobs plus one
+//! system job, lets simulated clients report their allocations running, and
+//! waits until every job has what it asked for. It then checks the final
+//! state and prints (and with `--json`, writes) the report.
 
 #![forbid(unsafe_code)]
 
 mod report;
 
 use std::io::IsTerminal;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
-use engine::blocked::BlockedEvals;
-use engine::broker::{BrokerConfig, EvalBroker};
-use engine::clock::{SharedClock, SystemClock};
-use engine::reaper::{EvalReaper, ReaperConfig};
-use engine::state::{Command, StateStore};
-use engine::structs::{EvalStatus, Evaluation, Job, JobType, Node, NodeId, Resources, TriggerReason};
-use hdrhistogram::Histogram;
-use parking_lot::Mutex;
+use engine::clock::SystemClock;
+use engine::server::{Server, ServerConfig};
+use engine::state::{ClientAllocUpdate, Snapshot};
+use engine::structs::{ClientStatus, Job, JobType, Node, NodeId, Resources};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -43,57 +37,65 @@ struct Args {
     /// Number of simulated client nodes.
     #[arg(long, default_value_t = 10_000)]
     nodes: usize,
-    /// Number of jobs to register.
-    #[arg(long, default_value_t = 10_000)]
+    /// Number of service and batch jobs (one system job is added).
+    #[arg(long, default_value_t = 1_000)]
     jobs: usize,
-    /// Evaluations per job (the extra ones exercise per-job serialization and cancelation).
-    #[arg(long, default_value_t = 5)]
-    evals_per_job: usize,
-    /// Scheduling worker threads (default: number of cores).
+    /// Allocations per service or batch job.
+    #[arg(long, default_value_t = 100)]
+    allocs_per_job: u32,
+    /// Scheduling workers (default: number of cores).
     #[arg(long)]
     workers: Option<usize>,
     /// Seed for the generated cluster and workload.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Give up if the cluster has not converged after this many seconds.
+    #[arg(long, default_value_t = 600)]
+    timeout_secs: u64,
     /// Also write the report as JSON to this path.
     #[arg(long)]
     json: Option<std::path::PathBuf>,
 }
 
-struct Run {
-    store: Arc<StateStore>,
-    broker: Arc<EvalBroker>,
-    blocked: Arc<BlockedEvals>,
-    clock: SharedClock,
-}
-
 fn main() -> Result<()> {
     let args = Args::parse();
-    if args.nodes == 0 || args.jobs == 0 || args.evals_per_job == 0 {
-        bail!("--nodes, --jobs and --evals-per-job must each be at least 1");
+    if args.nodes == 0 || args.jobs == 0 || args.allocs_per_job == 0 {
+        bail!("--nodes, --jobs and --allocs-per-job must each be at least 1");
     }
-    let workers = args.workers.unwrap_or_else(|| std::thread::available_parallelism().map_or(2, usize::from));
-    let clock = SystemClock::shared();
-    let broker = Arc::new(EvalBroker::new(BrokerConfig::default(), clock.clone()));
-    let run = Run {
-        store: Arc::new(StateStore::new()),
-        blocked: Arc::new(BlockedEvals::new(broker.clone(), clock.clone())),
-        broker,
-        clock,
-    };
+    let mut config = ServerConfig::default();
+    if let Some(workers) = args.workers {
+        config.workers = workers;
+    }
+    let workers = config.workers;
+    let server = Server::start(config, SystemClock::shared());
     let mut rng = SmallRng::seed_from_u64(args.seed);
-    let mut report = Report { nodes: args.nodes, jobs: args.jobs, workers, ..Report::default() };
+    let mut report = Report { nodes: args.nodes, jobs: args.jobs + 1, workers, ..Report::default() };
 
     let started = Instant::now();
     for n in 0..args.nodes {
-        run.store.apply(Command::UpsertNode { node: simulated_node(n, &mut rng) }).context("registering a node")?;
+        server.nodes().register(simulated_node(n, &mut rng)).context("registering a node")?;
     }
-    report.node_register_per_sec = per_sec(args.nodes, started.elapsed());
+    report.node_register_per_sec = args.nodes as f64 / started.elapsed().as_secs_f64().max(1e-9);
     eprintln!("registered {} nodes in {:.2?}", args.nodes, started.elapsed());
 
-    let evals = register_jobs(&run, &args, &mut rng, &mut report)?;
-    process_evals(&run, evals, workers, &mut report)?;
-    report.check_invariants(&run.store.snapshot(), &run.broker.stats());
+    let jobs = workload(&args, &mut rng);
+    let desired: u64 = jobs.iter().map(|job| desired_count(job, args.nodes)).sum();
+    report.allocs_desired = desired;
+    let clients_done = AtomicBool::new(false);
+    let (placed_in, outcome) = std::thread::scope(|scope| {
+        let clients = scope.spawn(|| simulate_clients(&server, &clients_done));
+        let started = Instant::now();
+        let outcome = submit_and_wait(&server, &jobs, desired, Duration::from_secs(args.timeout_secs));
+        let placed_in = started.elapsed();
+        clients_done.store(true, Ordering::Release);
+        let _ = clients.join();
+        (placed_in, outcome)
+    });
+    outcome?;
+    let snapshot = server.store().snapshot();
+    report.record(&snapshot, &server.stats(), placed_in);
+    report.check_invariants(&snapshot, &jobs, args.nodes);
+    server.shutdown();
     report.peak_rss_bytes = report::peak_rss_bytes();
     report.print();
     if let Some(path) = &args.json {
@@ -117,122 +119,112 @@ fn simulated_node(n: usize, rng: &mut SmallRng) -> Node {
     node
 }
 
-/// Registers the jobs, then `evals_per_job - 1` more evals for each; returns
-/// every eval as stored, in creation order.
-fn register_jobs(run: &Run, args: &Args, rng: &mut SmallRng, report: &mut Report) -> Result<Vec<Arc<Evaluation>>> {
-    let types = [JobType::Service, JobType::Service, JobType::Batch, JobType::System];
-    let started = Instant::now();
-    let mut evals = Vec::with_capacity(args.jobs * args.evals_per_job);
-    let mut specs = Vec::with_capacity(args.jobs);
-    for j in 0..args.jobs {
-        let kind = types[j % types.len()];
-        let count = if kind == JobType::System { 1 } else { rng.random_range(1..=100) };
-        let mut job = Job::new_simple(&format!("job-{j}"), kind, count, Resources::new(100, 128, 0));
+/// One system job (node agents go on before the workloads, as they would
+/// in a real cluster), then service and batch jobs of `--allocs-per-job` each.
+fn workload(args: &Args, rng: &mut SmallRng) -> Vec<Job> {
+    let datacenters: Vec<String> = (1..=4).map(|dc| format!("dc{dc}")).collect();
+    let mut system = Job::new_simple("node-agent", JobType::System, 1, Resources::new(20, 32, 0));
+    system.datacenters = datacenters.clone();
+    let mut jobs = vec![system];
+    jobs.extend((0..args.jobs).map(|j| {
+        let kind = if j % 4 == 3 { JobType::Batch } else { JobType::Service };
+        let resources = Resources::new(rng.random_range(50..=200), rng.random_range(64..=256), 0);
+        let mut job = Job::new_simple(&format!("job-{j}"), kind, args.allocs_per_job, resources);
         job.priority = rng.random_range(1..=100);
-        job.validate()?;
-        let eval = Evaluation::for_job(&job, TriggerReason::JobRegister, run.clock.now());
-        let applied = run.store.apply(Command::RegisterJob { job: job.clone(), eval: Some(eval) })?;
-        evals.extend(applied.evals);
-        specs.push(job);
-    }
-    report.job_register_per_sec = per_sec(args.jobs, started.elapsed());
-    for round in 1..args.evals_per_job {
-        let trigger = if round % 2 == 0 { TriggerReason::NodeUpdate } else { TriggerReason::JobScaling };
-        let batch: Vec<_> = specs.iter().map(|job| Evaluation::for_job(job, trigger, run.clock.now())).collect();
-        evals.extend(run.store.apply(Command::UpsertEvals { evals: batch })?.evals);
-    }
-    report.evals_created = evals.len();
-    Ok(evals)
+        job.datacenters = datacenters.clone();
+        job
+    }));
+    jobs
 }
 
-/// Feeds every eval through the broker to `workers` threads; returns when
-/// each one is acked or canceled.
-fn process_evals(run: &Run, evals: Vec<Arc<Evaluation>>, workers: usize, report: &mut Report) -> Result<()> {
-    let reaper = EvalReaper::new(
-        ReaperConfig { sweep_interval: Duration::from_millis(50), ..ReaperConfig::default() },
-        run.broker.clone(),
-        run.blocked.clone(),
-        run.store.clone(),
-        run.clock.clone(),
-    );
-    let reaper_handle = reaper.clone().spawn();
-    let latency = Mutex::new(Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3)?);
-    let acked = AtomicU64::new(0);
-    let total = evals.len() as u64;
-    let started = Instant::now();
-    run.broker.enqueue_all(evals);
-    let (finished, finished_signal) = crossbeam::channel::bounded::<()>(0);
-    let (results, elapsed) = std::thread::scope(|scope| {
-        let progress = scope.spawn(|| progress_line(run, &acked, total, finished_signal));
-        let handles: Vec<_> = (0..workers).map(|_| scope.spawn(|| work(run, &latency, &acked, total))).collect();
-        let results: Vec<_> = handles.into_iter().map(|handle| handle.join()).collect();
-        let elapsed = started.elapsed();
-        drop(finished);
-        let _ = progress.join();
-        (results, elapsed)
-    });
-    for outcome in results {
-        outcome.map_err(|_| anyhow::anyhow!("a worker panicked"))??;
+fn desired_count(job: &Job, n_nodes: usize) -> u64 {
+    if job.job_type.is_system_like() {
+        n_nodes as u64
+    } else {
+        job.task_groups.iter().map(|group| u64::from(group.count)).sum()
     }
-    reaper_handle.stop();
-    reaper.reap_all()?;
-    report.record_evals(&run.broker.stats(), acked.load(Ordering::SeqCst), elapsed, &latency.lock());
-    report.evals_canceled = run.store.snapshot().evals().filter(|eval| eval.status == EvalStatus::Canceled).count();
-    eprintln!();
-    Ok(())
 }
 
-/// One worker: dequeue → wait for the eval's index → snapshot → write the
-/// eval complete → ack. Stops once every eval is acked or cancelable.
-fn work(run: &Run, latency: &Mutex<Histogram<u64>>, acked: &AtomicU64, total: u64) -> Result<()> {
-    let types = JobType::ALL;
-    while acked.load(Ordering::SeqCst) + canceled_so_far(run) < total {
-        let Some(held) = run.broker.dequeue(&types, Duration::from_millis(20))? else {
-            continue;
-        };
-        let snapshot = run.store.snapshot_min_index(held.eval.modify_index, Duration::from_secs(5))?;
-        let job = snapshot.job(&held.eval.job_key()).context("an eval's job is in the snapshot")?;
-        let mut done = Evaluation::clone(&held.eval);
-        done.status = EvalStatus::Complete;
-        done.snapshot_index = snapshot.index();
-        done.job_modify_index = job.job_modify_index;
-        done.modify_time = run.clock.now();
-        run.store.apply(Command::UpsertEvals { evals: vec![done] })?;
-        run.broker.ack(held.eval.id, held.token)?;
-        let micros = run.clock.now().since(held.eval.create_time).as_micros() as u64;
-        latency.lock().saturating_record(micros.max(1));
-        acked.fetch_add(1, Ordering::SeqCst);
+/// Submits every job, then waits until the allocations are placed and the
+/// server is idle. Prints a progress line.
+fn submit_and_wait(server: &Server, jobs: &[Job], desired: u64, timeout: Duration) -> Result<()> {
+    for job in jobs {
+        server.jobs().register(job.clone()).with_context(|| format!("registering {}", job.id))?;
     }
-    Ok(())
-}
-
-/// Evals the broker has set aside as superseded (taken or not yet taken by the reaper).
-fn canceled_so_far(run: &Run) -> u64 {
-    run.broker.canceled_total()
-}
-
-/// A progress line: rewritten in place on a terminal, one line every few
-/// seconds otherwise.
-fn progress_line(run: &Run, acked: &AtomicU64, total: u64, finished: crossbeam::channel::Receiver<()>) {
     let terminal = std::io::stderr().is_terminal();
-    let interval = if terminal { Duration::from_millis(200) } else { Duration::from_secs(5) };
+    let started = Instant::now();
+    let mut last_line = Instant::now();
+    let (mut counted_at, mut placed) = (0, 0);
     loop {
-        let (acked, canceled) = (acked.load(Ordering::SeqCst), canceled_so_far(run));
-        let line = format!("  evals: {}/{total} done (acked {acked}, canceled {canceled})", acked + canceled);
-        if terminal {
-            eprint!("\r{line}");
-        } else {
-            eprintln!("{line}");
+        // Counting walks every allocation: do it only when the allocations changed.
+        let snapshot = server.store().snapshot();
+        if snapshot.table_indexes().allocs != counted_at {
+            counted_at = snapshot.table_indexes().allocs;
+            placed = live_allocs(&snapshot);
         }
-        if acked + canceled >= total {
-            return;
+        if placed >= desired && server.is_idle() {
+            eprintln!("\r  placed {placed}/{desired} allocations in {:.2?}", started.elapsed());
+            return Ok(());
         }
-        if finished.recv_timeout(interval).is_err_and(|error| error.is_disconnected()) {
-            return;
+        if started.elapsed() > timeout {
+            bail!("not converged after {timeout:?}: {placed}/{desired} placed, {:?}", server.stats());
         }
+        if terminal || last_line.elapsed() > Duration::from_secs(5) {
+            let line = format!("  placed {placed}/{desired} allocations, {:.1?} elapsed", started.elapsed());
+            if terminal {
+                eprint!("\r{line}");
+            } else {
+                eprintln!("{line}");
+            }
+            last_line = Instant::now();
+        }
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
-fn per_sec(count: usize, elapsed: Duration) -> f64 {
-    count as f64 / elapsed.as_secs_f64().max(1e-9)
+fn live_allocs(snapshot: &Snapshot) -> u64 {
+    snapshot.allocs().filter(|alloc| !alloc.terminal()).count() as u64
+}
+
+/// Simulated clients: each node reports its new allocations running, in one
+/// update per node, as a client does after starting them.
+fn simulate_clients(server: &Server, done: &AtomicBool) {
+    let mut seen_index = 0;
+    while !done.load(Ordering::Acquire) {
+        let snapshot = server.store().snapshot();
+        if snapshot.table_indexes().allocs > seen_index {
+            seen_index = snapshot.table_indexes().allocs;
+            let mut by_node: std::collections::BTreeMap<NodeId, Vec<ClientAllocUpdate>> = Default::default();
+            for alloc in
+                snapshot.allocs().filter(|alloc| alloc.client_status == ClientStatus::Pending && !alloc.terminal())
+            {
+                by_node.entry(alloc.node_id).or_default().push(ClientAllocUpdate {
+                    alloc_id: alloc.id,
+                    node_id: alloc.node_id,
+                    client_status: ClientStatus::Running,
+                    client_description: "started".into(),
+                });
+            }
+            for (node_id, updates) in by_node {
+                if let Err(error) = server.nodes().update_allocs(node_id, updates) {
+                    eprintln!("client {node_id}: {error}");
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_workload_asks_for_at_least_100000_allocations() {
+        let args = Args::parse_from(["loadgen"]);
+        let jobs = workload(&args, &mut SmallRng::seed_from_u64(1));
+        let desired: u64 = jobs.iter().map(|job| desired_count(job, args.nodes)).sum();
+        assert!(desired >= 100_000, "{desired}");
+        assert!(jobs.iter().all(|job| job.validate().is_ok()));
+    }
 }

@@ -2,9 +2,9 @@
 
 use std::time::Duration;
 
-use engine::broker::BrokerStats;
+use engine::server::ServerStats;
 use engine::state::Snapshot;
-use engine::structs::EvalStatus;
+use engine::structs::{EvalStatus, Job, Resources};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
@@ -24,90 +24,114 @@ pub struct Report {
     pub jobs: usize,
     pub workers: usize,
     pub node_register_per_sec: f64,
-    pub job_register_per_sec: f64,
-    pub evals_created: usize,
+    pub allocs_desired: u64,
+    pub allocs_placed: u64,
+    pub placement_secs: f64,
+    pub placements_per_sec: f64,
+    pub eval_latency_ms: Latency,
     pub evals_processed: u64,
-    pub evals_canceled: usize,
     pub evals_nacked: u64,
     pub evals_failed: u64,
-    pub evals_per_sec: f64,
-    pub eval_latency_ms: Latency,
+    pub evals_canceled: u64,
+    pub plans_submitted: u64,
+    pub plans_partially_rejected: u64,
+    pub plan_rejection_rate: f64,
+    pub backoff_count: u64,
+    pub backoff_ms_total: u64,
+    pub blocked_evals: usize,
     pub state_index: u64,
     pub peak_rss_bytes: u64,
     pub invariant_violations: Vec<String>,
 }
 
 impl Report {
-    /// Records the eval phase: counts, rate and latency (creation → ack).
-    pub fn record_evals(&mut self, stats: &BrokerStats, acked: u64, elapsed: Duration, latency: &Histogram<u64>) {
-        self.evals_processed = acked;
-        self.evals_nacked = stats.total_nack_timeouts;
-        self.evals_failed = stats.total_delivery_limit_reached;
-        self.evals_per_sec = acked as f64 / elapsed.as_secs_f64().max(1e-9);
+    /// Records the run's counters and the eval latencies (creation → completion).
+    pub fn record(&mut self, snapshot: &Snapshot, stats: &ServerStats, placed_in: Duration) {
+        self.allocs_placed = snapshot.allocs().filter(|alloc| !alloc.terminal()).count() as u64;
+        self.placement_secs = placed_in.as_secs_f64();
+        self.placements_per_sec = self.allocs_placed as f64 / placed_in.as_secs_f64().max(1e-9);
+        self.evals_processed = stats.workers.evals_processed;
+        self.evals_nacked = stats.workers.evals_nacked;
+        self.evals_failed = stats.broker.total_delivery_limit_reached;
+        self.evals_canceled = snapshot.evals().filter(|eval| eval.status == EvalStatus::Canceled).count() as u64;
+        self.plans_submitted = stats.workers.plans_submitted;
+        self.plans_partially_rejected = stats.plan_applier.plans_partially_refused;
+        self.plan_rejection_rate = self.plans_partially_rejected as f64 / (self.plans_submitted.max(1)) as f64;
+        self.backoff_count = stats.workers.backoff_count;
+        self.backoff_ms_total = stats.workers.backoff_ms_total;
+        self.blocked_evals = stats.blocked.total_blocked;
+        self.state_index = snapshot.index();
+        let mut histogram = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).expect("valid bounds");
+        for eval in snapshot.evals().filter(|eval| eval.status == EvalStatus::Complete) {
+            histogram.saturating_record((eval.modify_time.since(eval.create_time).as_micros() as u64).max(1));
+        }
         let ms = |micros: u64| micros as f64 / 1000.0;
         self.eval_latency_ms = Latency {
-            p50: ms(latency.value_at_quantile(0.50)),
-            p90: ms(latency.value_at_quantile(0.90)),
-            p99: ms(latency.value_at_quantile(0.99)),
-            max: ms(latency.max()),
+            p50: ms(histogram.value_at_quantile(0.50)),
+            p90: ms(histogram.value_at_quantile(0.90)),
+            p99: ms(histogram.value_at_quantile(0.99)),
+            max: ms(histogram.max()),
         };
     }
 
-    /// Checks the end state: every eval ended exactly once, the broker is empty.
-    pub fn check_invariants(&mut self, snapshot: &Snapshot, stats: &BrokerStats) {
-        self.state_index = snapshot.index();
-        if snapshot.node_count() != self.nodes {
-            self.invariant_violations.push(format!(
-                "{} nodes stored, {} registered",
-                snapshot.node_count(),
-                self.nodes
-            ));
+    /// Checks the end state: no node oversubscribed, every job at its
+    /// desired count, every eval finished.
+    pub fn check_invariants(&mut self, snapshot: &Snapshot, jobs: &[Job], n_nodes: usize) {
+        for node in snapshot.nodes() {
+            let used = snapshot
+                .allocs_by_node(node.id)
+                .filter(|alloc| !alloc.terminal())
+                .fold(Resources::default(), |sum, alloc| sum.plus(alloc.resources));
+            if !node.allocatable().covers(used) {
+                self.invariant_violations.push(format!(
+                    "node {} oversubscribed: {used:?} of {:?}",
+                    node.id,
+                    node.allocatable()
+                ));
+            }
         }
-        let open: Vec<_> = snapshot.evals().filter(|eval| !eval.status.is_terminal()).map(|eval| eval.id).collect();
-        if !open.is_empty() {
-            self.invariant_violations.push(format!("{} evals are not terminal, e.g. {}", open.len(), open[0]));
+        for job in jobs {
+            let desired = if job.job_type.is_system_like() { n_nodes } else { job.task_groups[0].count as usize };
+            let running = snapshot.allocs_by_job(&job.key()).filter(|alloc| !alloc.terminal()).count();
+            if running != desired {
+                self.invariant_violations
+                    .push(format!("job {} has {running} live allocations, wants {desired}", job.id));
+            }
         }
-        let complete = snapshot.evals().filter(|eval| eval.status == EvalStatus::Complete).count() as u64;
-        if complete != self.evals_processed {
-            self.invariant_violations.push(format!("{complete} evals complete but {} acked", self.evals_processed));
-        }
-        if complete as usize + self.evals_canceled != self.evals_created {
-            self.invariant_violations.push(format!(
-                "{} complete + {} canceled != {} created",
-                complete, self.evals_canceled, self.evals_created
-            ));
-        }
-        let left = stats.total_ready + stats.total_unacked + stats.total_pending + stats.total_cancelable;
-        if left != 0 {
-            self.invariant_violations.push(format!("the broker still holds {left} evals: {stats:?}"));
+        let open = snapshot.evals().filter(|eval| matches!(eval.status, EvalStatus::Pending)).count();
+        if open > 0 {
+            self.invariant_violations.push(format!("{open} evals still pending"));
         }
     }
 
     /// Prints the report for people.
     pub fn print(&self) {
-        println!("loadgen report (in-process: state store, eval broker, reaper; no scheduler yet)");
-        println!("  nodes                  {}", self.nodes);
-        println!("  node registrations/s   {:.0}", self.node_register_per_sec);
-        println!("  jobs                   {}", self.jobs);
-        println!("  job registrations/s    {:.0}", self.job_register_per_sec);
-        println!("  workers                {}", self.workers);
-        println!("  evals created          {}", self.evals_created);
-        println!("  evals processed        {} (acked, written complete)", self.evals_processed);
-        println!("  evals canceled         {} (superseded, written by the reaper)", self.evals_canceled);
-        println!("  evals nacked / failed  {} / {}", self.evals_nacked, self.evals_failed);
-        println!("  evals/s                {:.0}", self.evals_per_sec);
-        let latency = &self.eval_latency_ms;
+        println!("loadgen report (in-process server)");
+        println!("  nodes / jobs / workers     {} / {} / {}", self.nodes, self.jobs, self.workers);
+        println!("  node registrations/s       {:.0}", self.node_register_per_sec);
+        println!("  allocations placed         {} of {}", self.allocs_placed, self.allocs_desired);
+        println!("  placement time             {:.2} s", self.placement_secs);
+        println!("  placements/s               {:.0}", self.placements_per_sec);
+        let l = &self.eval_latency_ms;
+        println!("  eval latency ms            p50 {:.1}  p90 {:.1}  p99 {:.1}  max {:.1}", l.p50, l.p90, l.p99, l.max);
+        println!("  evals processed            {}", self.evals_processed);
+        println!("  evals nacked / failed      {} / {}", self.evals_nacked, self.evals_failed);
+        println!("  evals canceled             {}", self.evals_canceled);
+        println!("  plans submitted            {}", self.plans_submitted);
         println!(
-            "  eval latency ms        p50 {:.2}  p90 {:.2}  p99 {:.2}  max {:.2}",
-            latency.p50, latency.p90, latency.p99, latency.max
+            "  plans partially rejected   {} ({:.2}%)",
+            self.plans_partially_rejected,
+            self.plan_rejection_rate * 100.0
         );
-        println!("  state index            {}", self.state_index);
-        println!("  peak RSS               {:.1} MiB", self.peak_rss_bytes as f64 / (1024.0 * 1024.0));
+        println!("  worker backoffs            {} ({} ms)", self.backoff_count, self.backoff_ms_total);
+        println!("  blocked evals              {}", self.blocked_evals);
+        println!("  state index                {}", self.state_index);
+        println!("  peak RSS                   {:.1} MiB", self.peak_rss_bytes as f64 / (1024.0 * 1024.0));
         if self.invariant_violations.is_empty() {
-            println!("  invariants             all held");
+            println!("  invariants                 all held");
         } else {
             for violation in &self.invariant_violations {
-                println!("  INVARIANT VIOLATED     {violation}");
+                println!("  INVARIANT VIOLATED         {violation}");
             }
         }
     }

@@ -1,0 +1,166 @@
+//! The job endpoint, transport-free: register, deregister and scale jobs,
+//! and read a job, its allocations, its evals and its summary.
+//!
+//! Every write stores the job and the evaluation that schedules it in one
+//! command, so a job is never stored without the eval that acts on it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use crate::clock::SharedClock;
+use crate::router::Router;
+use crate::state::{Command, StateError};
+use crate::structs::{
+    Allocation, ClientStatus, EvalId, Evaluation, Job, JobKey, JobValidationError, TriggerReason, MAX_GROUP_COUNT,
+};
+
+/// Why a job request was refused. Nothing was written.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum JobError {
+    /// The job spec is invalid; every problem is listed.
+    #[error(transparent)]
+    Invalid(#[from] JobValidationError),
+    /// No such job.
+    #[error("unknown job {0}")]
+    UnknownJob(JobKey),
+    /// The job has no such task group.
+    #[error("job {job} has no task group {group:?}")]
+    UnknownGroup {
+        /// The job.
+        job: JobKey,
+        /// The group asked for.
+        group: String,
+    },
+    /// The write failed.
+    #[error(transparent)]
+    State(#[from] StateError),
+}
+
+/// What a register, deregister or scale wrote.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct JobWriteResponse {
+    /// The eval created to act on it.
+    pub eval_id: EvalId,
+    /// The index of the write.
+    pub index: u64,
+    /// The job's version after the write.
+    pub version: u64,
+}
+
+/// Allocation counts of one task group.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct GroupSummary {
+    /// Still to be placed, per the job's latest eval.
+    pub queued: u64,
+    /// Placed, not yet running.
+    pub starting: u64,
+    /// Running.
+    pub running: u64,
+    /// Failed.
+    pub failed: u64,
+    /// Finished.
+    pub complete: u64,
+    /// Lost with their node.
+    pub lost: u64,
+    /// On a disconnected node.
+    pub unknown: u64,
+}
+
+/// The job endpoint; see the module docs.
+#[derive(Debug, Clone)]
+pub struct JobEndpoint {
+    router: Router,
+    clock: SharedClock,
+}
+
+impl JobEndpoint {
+    /// An endpoint writing through `router`.
+    pub fn new(router: Router, clock: SharedClock) -> Self {
+        JobEndpoint { router, clock }
+    }
+
+    /// Validates and registers (or updates) a job with its eval.
+    pub fn register(&self, job: Job) -> Result<JobWriteResponse, JobError> {
+        job.validate()?;
+        self.write_job(job, TriggerReason::JobRegister)
+    }
+
+    fn write_job(&self, job: Job, trigger: TriggerReason) -> Result<JobWriteResponse, JobError> {
+        let key = job.key();
+        let eval = Evaluation::for_job(&job, trigger, self.clock.now());
+        let eval_id = eval.id;
+        let applied = self.router.apply(Command::RegisterJob { job, eval: Some(eval) })?;
+        let version = self.router.store().snapshot().job(&key).map_or(0, |job| job.version);
+        Ok(JobWriteResponse { eval_id, index: applied.index, version })
+    }
+
+    /// Stops a job (or removes it with `purge`); its eval stops the allocations.
+    pub fn deregister(&self, key: &JobKey, purge: bool) -> Result<JobWriteResponse, JobError> {
+        let job = self.job(key)?;
+        let eval = Evaluation::for_job(&job, TriggerReason::JobDeregister, self.clock.now());
+        let eval_id = eval.id;
+        let applied = self.router.apply(Command::DeregisterJob { job: key.clone(), purge, eval: Some(eval) })?;
+        let version = self.router.store().snapshot().job(key).map_or(job.version, |job| job.version);
+        Ok(JobWriteResponse { eval_id, index: applied.index, version })
+    }
+
+    /// Sets a group's count.
+    pub fn scale(&self, key: &JobKey, group: &str, count: u32) -> Result<JobWriteResponse, JobError> {
+        let mut job = Job::clone(&*self.job(key)?);
+        let target = job
+            .task_groups
+            .iter_mut()
+            .find(|candidate| candidate.name == group)
+            .ok_or_else(|| JobError::UnknownGroup { job: key.clone(), group: group.to_string() })?;
+        target.count = count.min(MAX_GROUP_COUNT.saturating_add(1));
+        job.validate()?;
+        self.write_job(job, TriggerReason::JobScaling)
+    }
+
+    /// The job as stored.
+    pub fn job(&self, key: &JobKey) -> Result<Arc<Job>, JobError> {
+        self.router.store().snapshot().job(key).cloned().ok_or_else(|| JobError::UnknownJob(key.clone()))
+    }
+
+    /// The job's allocations, terminal ones included.
+    pub fn allocs(&self, key: &JobKey) -> Vec<Arc<Allocation>> {
+        self.router.store().snapshot().allocs_by_job(key).cloned().collect()
+    }
+
+    /// The job's evals.
+    pub fn evals(&self, key: &JobKey) -> Vec<Arc<Evaluation>> {
+        self.router.store().snapshot().evals_by_job(key).cloned().collect()
+    }
+
+    /// Allocation counts per task group.
+    pub fn summary(&self, key: &JobKey) -> Result<BTreeMap<String, GroupSummary>, JobError> {
+        let job = self.job(key)?;
+        let snapshot = self.router.store().snapshot();
+        let mut groups: BTreeMap<String, GroupSummary> =
+            job.task_groups.iter().map(|group| (group.name.clone(), GroupSummary::default())).collect();
+        for alloc in snapshot.allocs_by_job(key) {
+            let Some(summary) = groups.get_mut(&*alloc.task_group) else { continue };
+            let counter = match (alloc.client_status, alloc.server_terminal()) {
+                (ClientStatus::Pending, false) => &mut summary.starting,
+                (ClientStatus::Pending, true) => continue,
+                (ClientStatus::Running, false) => &mut summary.running,
+                (ClientStatus::Running, true) => continue,
+                (ClientStatus::Failed, _) => &mut summary.failed,
+                (ClientStatus::Complete, _) => &mut summary.complete,
+                (ClientStatus::Lost, _) => &mut summary.lost,
+                (ClientStatus::Unknown, _) => &mut summary.unknown,
+            };
+            *counter += 1;
+        }
+        let latest =
+            snapshot.evals_by_job(key).filter(|eval| eval.status.is_terminal()).max_by_key(|eval| eval.modify_index);
+        for (group, queued) in latest.map(|eval| eval.queued_allocations.clone()).unwrap_or_default() {
+            if let Some(summary) = groups.get_mut(&group) {
+                summary.queued = queued;
+            }
+        }
+        Ok(groups)
+    }
+}

@@ -1,0 +1,248 @@
+//! `Server`: starts and wires every part of the engine in one process.
+//!
+//! Start-up: state store → broker → blocked evals → router → plan queue and
+//! applier → worker pool → eval reaper → timer thread (broker timers and
+//! blocked-eval pruning, driven by the server's clock).
+//!
+//! Shutdown, in order, so nothing is left behind and no eval is lost:
+//! 1. pause the broker, so no new eval is handed out;
+//! 2. stop the workers: each finishes or nacks the eval it holds;
+//! 3. shut the plan queue (waiting plans are answered) and stop the applier;
+//! 4. stop the reaper and the timer thread;
+//! 5. shut the broker and the store, waking anything still waiting.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use serde::Serialize;
+
+use crate::blocked::{BlockedEvals, BlockedStats};
+use crate::broker::{BrokerConfig, BrokerStats, EvalBroker};
+use crate::clock::SharedClock;
+use crate::job_endpoint::JobEndpoint;
+use crate::node_endpoint::NodeEndpoint;
+use crate::plan_apply::{OnApplied, PlanApplier, PlanApplierConfig, PlanApplierHandle, PlanApplierStats};
+use crate::plan_queue::PlanQueue;
+use crate::reaper::{EvalReaper, ReaperConfig, ReaperHandle};
+use crate::router::Router;
+use crate::state::StateStore;
+use crate::structs::JobType;
+use crate::worker::{WorkerConfig, WorkerContext, WorkerPool, WorkerStats};
+
+/// How often the timer thread runs the broker's timers.
+const TIMER_INTERVAL: Duration = Duration::from_millis(20);
+/// Unblock indexes older than this are forgotten.
+const BLOCKED_PRUNE_AGE: Duration = Duration::from_secs(15 * 60);
+
+/// Server settings.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    /// Scheduling workers (default: number of cores).
+    pub workers: usize,
+    /// Scheduler types the workers serve.
+    pub worker_types: Vec<JobType>,
+    /// Worker settings.
+    pub worker: WorkerConfig,
+    /// Broker settings.
+    pub broker: BrokerConfig,
+    /// Reaper settings.
+    pub reaper: ReaperConfig,
+    /// Plan applier settings.
+    pub plan_applier: PlanApplierConfig,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            workers: std::thread::available_parallelism().map_or(2, usize::from),
+            worker_types: JobType::ALL.to_vec(),
+            worker: WorkerConfig::default(),
+            broker: BrokerConfig::default(),
+            reaper: ReaperConfig::default(),
+            plan_applier: PlanApplierConfig::default(),
+        }
+    }
+}
+
+/// Everything the server counts.
+#[derive(Clone, Debug, Serialize)]
+pub struct ServerStats {
+    /// State index.
+    pub index: u64,
+    /// Broker counters.
+    pub broker: BrokerStats,
+    /// Blocked evals.
+    pub blocked: BlockedStats,
+    /// Plan applier counters.
+    pub plan_applier: PlanApplierStats,
+    /// Worker counters.
+    pub workers: WorkerStats,
+    /// Plans waiting for the applier.
+    pub plan_queue_depth: usize,
+}
+
+/// The in-process server; see the module docs.
+#[derive(Debug)]
+pub struct Server {
+    clock: SharedClock,
+    store: Arc<StateStore>,
+    broker: Arc<EvalBroker>,
+    blocked: Arc<BlockedEvals>,
+    router: Router,
+    plan_queue: Arc<PlanQueue>,
+    applier: Mutex<Option<PlanApplierHandle>>,
+    workers: WorkerPool,
+    reaper: Mutex<Option<ReaperHandle>>,
+    timers: Mutex<Option<JoinHandle<()>>>,
+    stopping: Arc<AtomicBool>,
+}
+
+impl Server {
+    /// Starts every part (module docs, start-up order).
+    pub fn start(config: ServerConfig, clock: SharedClock) -> Server {
+        let store = Arc::new(StateStore::new());
+        let broker = Arc::new(EvalBroker::new(config.broker.clone(), clock.clone()));
+        let blocked = Arc::new(BlockedEvals::new(broker.clone(), clock.clone()));
+        let router = Router::new(store.clone(), broker.clone(), blocked.clone());
+        let plan_queue = Arc::new(PlanQueue::new());
+        let on_applied: OnApplied = {
+            let router = router.clone();
+            Arc::new(move |applied| router.route(applied, None))
+        };
+        let applier = PlanApplier::start(
+            config.plan_applier.clone(),
+            store.clone(),
+            plan_queue.clone(),
+            broker.clone(),
+            clock.clone(),
+            on_applied,
+        );
+        let context = WorkerContext::new(
+            router.clone(),
+            broker.clone(),
+            plan_queue.clone(),
+            clock.clone(),
+            config.worker.clone(),
+        );
+        let workers = WorkerPool::start(Arc::new(context), config.workers, config.worker_types.clone());
+        let reaper =
+            EvalReaper::new(config.reaper.clone(), broker.clone(), blocked.clone(), store.clone(), clock.clone())
+                .spawn();
+        let stopping = Arc::new(AtomicBool::new(false));
+        let timers = spawn_timers(broker.clone(), blocked.clone(), stopping.clone());
+        Server {
+            clock,
+            store,
+            broker,
+            blocked,
+            router,
+            plan_queue,
+            applier: Mutex::new(Some(applier)),
+            workers,
+            reaper: Mutex::new(Some(reaper)),
+            timers: Mutex::new(Some(timers)),
+            stopping,
+        }
+    }
+
+    /// The job endpoint.
+    pub fn jobs(&self) -> JobEndpoint {
+        JobEndpoint::new(self.router.clone(), self.clock.clone())
+    }
+
+    /// The node endpoint.
+    pub fn nodes(&self) -> NodeEndpoint {
+        NodeEndpoint::new(self.router.clone(), self.clock.clone())
+    }
+
+    /// The state store (read it through snapshots).
+    pub fn store(&self) -> &Arc<StateStore> {
+        &self.store
+    }
+
+    /// The router, for writes that are not an endpoint's.
+    pub fn router(&self) -> &Router {
+        &self.router
+    }
+
+    /// The eval broker.
+    pub fn broker(&self) -> &Arc<EvalBroker> {
+        &self.broker
+    }
+
+    /// The blocked-evals tracker.
+    pub fn blocked(&self) -> &Arc<BlockedEvals> {
+        &self.blocked
+    }
+
+    /// The worker pool (resize, retarget, pause, resume, status).
+    pub fn workers(&self) -> &WorkerPool {
+        &self.workers
+    }
+
+    /// Everything the server counts.
+    pub fn stats(&self) -> ServerStats {
+        ServerStats {
+            index: self.store.latest_index(),
+            broker: self.broker.stats(),
+            blocked: self.blocked.stats(),
+            plan_applier: self.applier.lock().as_ref().map(PlanApplierHandle::stats).unwrap_or_default(),
+            workers: self.workers.stats(),
+            plan_queue_depth: self.plan_queue.depth(),
+        }
+    }
+
+    /// Whether nothing is queued, held or being planned.
+    pub fn is_idle(&self) -> bool {
+        let broker = self.broker.stats();
+        broker.total_ready + broker.total_unacked + broker.total_pending + broker.total_delayed == 0
+            && self.plan_queue.depth() == 0
+    }
+
+    /// Stops everything (module docs, shutdown order). Idempotent.
+    pub fn shutdown(&self) {
+        if self.stopping.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        self.broker.pause();
+        self.workers.stop();
+        self.plan_queue.shutdown();
+        if let Some(applier) = self.applier.lock().take() {
+            applier.stop();
+        }
+        if let Some(reaper) = self.reaper.lock().take() {
+            reaper.stop();
+        }
+        if let Some(timers) = self.timers.lock().take() {
+            let _ = timers.join();
+        }
+        self.broker.shutdown();
+        self.store.shutdown();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn spawn_timers(broker: Arc<EvalBroker>, blocked: Arc<BlockedEvals>, stopping: Arc<AtomicBool>) -> JoinHandle<()> {
+    std::thread::Builder::new()
+        .name("server-timers".into())
+        .spawn(move || {
+            let mut ticks: u64 = 0;
+            while !stopping.load(Ordering::Acquire) {
+                broker.process_timers();
+                ticks += 1;
+                if ticks % 3_000 == 0 {
+                    blocked.prune(BLOCKED_PRUNE_AGE);
+                }
+                std::thread::sleep(TIMER_INTERVAL);
+            }
+        })
+        .expect("spawning the timer thread")
+}

@@ -1,0 +1,567 @@
+//! Scheduling workers and their pool.
+//!
+//! Each worker loops:
+//! 1. Dequeue an eval of its enabled scheduler types, with a timeout so that
+//!    pause and shutdown are noticed.
+//! 2. Wait until the state store reaches the eval's index. If it does not
+//!    within the sync limit, nack and hold off on a long backoff that ends
+//!    early as soon as the state catches up (a server that is behind must not
+//!    churn through evals).
+//! 3. Take a snapshot and run the scheduler for the eval's type, with the
+//!    worker as its [`Planner`]: plans go to the plan queue; on a partial
+//!    refusal the worker waits for the refresh index and hands the scheduler
+//!    the newer state; eval updates are written through the [`Router`].
+//! 4. Ack on success (then route the eval's own reblock, which the broker
+//!    would have dropped while the eval was held), nack on error and back
+//!    off exponentially (fast base for plan conflicts, slow base for other
+//!    errors, capped), resetting on success. Shutdown is its own outcome,
+//!    never counted as a failure.
+//!
+//! The pool can be resized and re-targeted at run time; each worker can be
+//! paused and resumed and reports its status and current activity.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use parking_lot::{Condvar, Mutex, RwLock};
+use serde::Serialize;
+
+use crate::broker::{BrokerError, Dequeued, EvalBroker, Token};
+use crate::clock::SharedClock;
+use crate::plan_queue::{PlanError, PlanQueue};
+use crate::router::Router;
+use crate::scheduler::{new_scheduler, Algorithm, Planner, SchedulerConfig, SchedulerError, State};
+use crate::state::{Command, WaitError};
+use crate::structs::{EvalId, Evaluation, JobType, Plan, PlanResult};
+
+/// Worker settings.
+#[derive(Clone, Debug)]
+pub struct WorkerConfig {
+    /// How long one dequeue waits before checking for pause or shutdown.
+    pub dequeue_timeout: Duration,
+    /// How long to wait for the state to reach an eval's index.
+    pub sync_limit: Duration,
+    /// How long to hold off after the sync limit passed (ends early on catch-up).
+    pub long_backoff: Duration,
+    /// Backoff base after a plan conflict or a retryable error.
+    pub backoff_fast_base: Duration,
+    /// Backoff base after other errors.
+    pub backoff_slow_base: Duration,
+    /// Longest backoff.
+    pub backoff_cap: Duration,
+    /// Scoring strategy for the schedulers.
+    pub algorithm: Algorithm,
+}
+
+impl Default for WorkerConfig {
+    /// Nomad's values where it has them.
+    fn default() -> Self {
+        WorkerConfig {
+            dequeue_timeout: Duration::from_millis(500),
+            sync_limit: Duration::from_secs(5),
+            long_backoff: Duration::from_secs(10),
+            backoff_fast_base: Duration::from_millis(20),
+            backoff_slow_base: Duration::from_millis(500),
+            backoff_cap: Duration::from_secs(10),
+            algorithm: Algorithm::Binpack,
+        }
+    }
+}
+
+/// A worker's lifecycle status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WorkerStatus {
+    /// Thread starting.
+    Starting,
+    /// Running.
+    Started,
+    /// Asked to pause; finishing its current eval.
+    Pausing,
+    /// Paused.
+    Paused,
+    /// Asked to stop; finishing its current eval.
+    Stopping,
+    /// Stopped.
+    Stopped,
+}
+
+/// What a worker is doing right now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkerActivity {
+    /// Not in the loop.
+    Idle,
+    /// Blocked in dequeue.
+    WaitingToDequeue,
+    /// Waiting for the state to reach an index.
+    WaitingForIndex,
+    /// Running a scheduler.
+    Scheduling,
+    /// Waiting for the plan applier.
+    Submitting,
+    /// Backing off after an error.
+    Backoff,
+}
+
+const STATUSES: [WorkerStatus; 6] = [
+    WorkerStatus::Starting,
+    WorkerStatus::Started,
+    WorkerStatus::Pausing,
+    WorkerStatus::Paused,
+    WorkerStatus::Stopping,
+    WorkerStatus::Stopped,
+];
+const ACTIVITIES: [WorkerActivity; 6] = [
+    WorkerActivity::Idle,
+    WorkerActivity::WaitingToDequeue,
+    WorkerActivity::WaitingForIndex,
+    WorkerActivity::Scheduling,
+    WorkerActivity::Submitting,
+    WorkerActivity::Backoff,
+];
+
+/// One worker's report.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct WorkerInfo {
+    /// Worker id, unique in the pool.
+    pub id: usize,
+    /// Lifecycle status.
+    pub status: WorkerStatus,
+    /// Current activity.
+    pub activity: WorkerActivity,
+    /// Scheduler types it serves.
+    pub types: Vec<JobType>,
+}
+
+/// Counters over all workers.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct WorkerStats {
+    /// Evals acked.
+    pub evals_processed: u64,
+    /// Evals nacked.
+    pub evals_nacked: u64,
+    /// Plans submitted.
+    pub plans_submitted: u64,
+    /// Backoffs taken.
+    pub backoff_count: u64,
+    /// Time spent in backoff, milliseconds.
+    pub backoff_ms_total: u64,
+    /// Times the state did not reach an eval's index within the sync limit.
+    pub index_timeouts: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    evals_processed: AtomicU64,
+    evals_nacked: AtomicU64,
+    plans_submitted: AtomicU64,
+    backoff_count: AtomicU64,
+    backoff_ms_total: AtomicU64,
+    index_timeouts: AtomicU64,
+}
+
+/// Everything workers share.
+#[derive(Debug)]
+pub struct WorkerContext {
+    /// Writes and their routing.
+    pub router: Router,
+    /// The broker.
+    pub broker: Arc<EvalBroker>,
+    /// The plan queue.
+    pub plan_queue: Arc<PlanQueue>,
+    /// Time.
+    pub clock: SharedClock,
+    /// Settings.
+    pub config: WorkerConfig,
+    counters: Counters,
+}
+
+impl WorkerContext {
+    /// A context over the server's parts.
+    pub fn new(
+        router: Router,
+        broker: Arc<EvalBroker>,
+        plan_queue: Arc<PlanQueue>,
+        clock: SharedClock,
+        config: WorkerConfig,
+    ) -> Self {
+        WorkerContext { router, broker, plan_queue, clock, config, counters: Counters::default() }
+    }
+}
+
+/// A worker's controls, shared with its thread.
+#[derive(Debug)]
+struct Control {
+    id: usize,
+    paused: Mutex<bool>,
+    resumed: Condvar,
+    stop: AtomicBool,
+    types: RwLock<Vec<JobType>>,
+    status: AtomicU8,
+    activity: AtomicU8,
+}
+
+impl Control {
+    fn set_status(&self, status: WorkerStatus) {
+        self.status.store(STATUSES.iter().position(|s| *s == status).unwrap_or(0) as u8, Ordering::Release);
+    }
+    fn set_activity(&self, activity: WorkerActivity) {
+        self.activity.store(ACTIVITIES.iter().position(|a| *a == activity).unwrap_or(0) as u8, Ordering::Release);
+    }
+    fn info(&self) -> WorkerInfo {
+        WorkerInfo {
+            id: self.id,
+            status: STATUSES[self.status.load(Ordering::Acquire) as usize],
+            activity: ACTIVITIES[self.activity.load(Ordering::Acquire) as usize],
+            types: self.types.read().clone(),
+        }
+    }
+    fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
+    }
+}
+
+/// Why processing one eval did not end in an ack.
+#[derive(Debug)]
+enum Failure {
+    /// The server is shutting down.
+    Shutdown,
+    /// The state did not reach the eval's index in time.
+    IndexTimeout(u64),
+    /// A plan conflict or write error: retry soon.
+    Retryable(String),
+    /// Anything else.
+    Other(String),
+}
+
+/// The pool; see the module docs.
+#[derive(Debug)]
+pub struct WorkerPool {
+    ctx: Arc<WorkerContext>,
+    workers: Mutex<Vec<(Arc<Control>, Option<JoinHandle<()>>)>>,
+    next_id: AtomicUsize,
+    types: RwLock<Vec<JobType>>,
+}
+
+impl WorkerPool {
+    /// Starts `n` workers serving `types`.
+    pub fn start(ctx: Arc<WorkerContext>, n: usize, types: Vec<JobType>) -> Self {
+        let pool = WorkerPool {
+            ctx,
+            workers: Mutex::new(Vec::new()),
+            next_id: AtomicUsize::new(0),
+            types: RwLock::new(types),
+        };
+        pool.resize(n);
+        pool
+    }
+
+    /// Grows or shrinks the pool to `n` workers. Removed workers finish
+    /// their current eval first.
+    pub fn resize(&self, n: usize) {
+        let removed: Vec<_> = {
+            let mut workers = self.workers.lock();
+            while workers.len() < n {
+                workers.push(self.spawn());
+            }
+            let keep = n.min(workers.len());
+            workers.drain(keep..).collect()
+        };
+        stop_and_join(removed);
+    }
+
+    fn spawn(&self) -> (Arc<Control>, Option<JoinHandle<()>>) {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let control = Arc::new(Control {
+            id,
+            paused: Mutex::new(false),
+            resumed: Condvar::new(),
+            stop: AtomicBool::new(false),
+            types: RwLock::new(self.types.read().clone()),
+            status: AtomicU8::new(0),
+            activity: AtomicU8::new(0),
+        });
+        let (ctx, thread_control) = (self.ctx.clone(), control.clone());
+        let thread = std::thread::Builder::new()
+            .name(format!("worker-{id}"))
+            .spawn(move || Worker { ctx, control: thread_control, backoff_attempt: 0 }.run())
+            .expect("spawning a worker thread");
+        (control, Some(thread))
+    }
+
+    /// Sets the scheduler types every worker serves.
+    pub fn set_types(&self, types: Vec<JobType>) {
+        *self.types.write() = types.clone();
+        for (control, _) in self.workers.lock().iter() {
+            *control.types.write() = types.clone();
+        }
+    }
+
+    /// Pauses one worker (all when `id` is `None`); it finishes its current eval first.
+    pub fn pause(&self, id: Option<usize>) {
+        self.for_workers(id, |control| {
+            *control.paused.lock() = true;
+            if control.info().status == WorkerStatus::Started {
+                control.set_status(WorkerStatus::Pausing);
+            }
+        });
+    }
+
+    /// Resumes paused workers.
+    pub fn resume(&self, id: Option<usize>) {
+        self.for_workers(id, |control| {
+            *control.paused.lock() = false;
+            control.resumed.notify_all();
+        });
+    }
+
+    fn for_workers(&self, id: Option<usize>, action: impl Fn(&Control)) {
+        for (control, _) in self.workers.lock().iter().filter(|(control, _)| id.is_none_or(|id| id == control.id)) {
+            action(control);
+        }
+    }
+
+    /// Every worker's status and activity.
+    pub fn workers(&self) -> Vec<WorkerInfo> {
+        self.workers.lock().iter().map(|(control, _)| control.info()).collect()
+    }
+
+    /// Counters over all workers.
+    pub fn stats(&self) -> WorkerStats {
+        let c = &self.ctx.counters;
+        WorkerStats {
+            evals_processed: c.evals_processed.load(Ordering::Relaxed),
+            evals_nacked: c.evals_nacked.load(Ordering::Relaxed),
+            plans_submitted: c.plans_submitted.load(Ordering::Relaxed),
+            backoff_count: c.backoff_count.load(Ordering::Relaxed),
+            backoff_ms_total: c.backoff_ms_total.load(Ordering::Relaxed),
+            index_timeouts: c.index_timeouts.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Stops every worker and waits for their threads.
+    pub fn stop(&self) {
+        let all: Vec<_> = self.workers.lock().drain(..).collect();
+        stop_and_join(all);
+    }
+}
+
+impl Drop for WorkerPool {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn stop_and_join(workers: Vec<(Arc<Control>, Option<JoinHandle<()>>)>) {
+    for (control, _) in &workers {
+        control.stop.store(true, Ordering::Release);
+        control.set_status(WorkerStatus::Stopping);
+        *control.paused.lock() = false;
+        control.resumed.notify_all();
+    }
+    for (_, thread) in workers {
+        if let Some(thread) = thread {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// One worker thread.
+struct Worker {
+    ctx: Arc<WorkerContext>,
+    control: Arc<Control>,
+    backoff_attempt: u32,
+}
+
+impl Worker {
+    fn run(mut self) {
+        self.control.set_status(WorkerStatus::Started);
+        while !self.control.stopping() {
+            self.wait_while_paused();
+            if self.control.stopping() {
+                break;
+            }
+            self.control.set_activity(WorkerActivity::WaitingToDequeue);
+            let types = self.control.types.read().clone();
+            match self.ctx.broker.dequeue(&types, self.ctx.config.dequeue_timeout) {
+                Err(BrokerError::ShuttingDown) => break,
+                Err(_) | Ok(None) => continue,
+                Ok(Some(held)) => self.handle(held),
+            }
+        }
+        self.control.set_activity(WorkerActivity::Idle);
+        self.control.set_status(WorkerStatus::Stopped);
+    }
+
+    fn wait_while_paused(&self) {
+        let mut paused = self.control.paused.lock();
+        if *paused {
+            self.control.set_status(WorkerStatus::Paused);
+            self.control.set_activity(WorkerActivity::Idle);
+            while *paused && !self.control.stopping() {
+                self.control.resumed.wait(&mut paused);
+            }
+            if !self.control.stopping() {
+                self.control.set_status(WorkerStatus::Started);
+            }
+        }
+    }
+
+    /// Steps 2-4 for one eval.
+    fn handle(&mut self, held: Dequeued) {
+        let (outcome, reblocked) = self.process(&held);
+        let broker = &self.ctx.broker;
+        match outcome {
+            Ok(()) => {
+                if broker.ack(held.eval.id, held.token).is_ok() {
+                    self.ctx.counters.evals_processed.fetch_add(1, Ordering::Relaxed);
+                }
+                if let Some(eval) = reblocked {
+                    self.ctx.router.route_eval(&eval);
+                }
+                self.backoff_attempt = 0;
+            }
+            Err(failure) => {
+                if broker.nack(held.eval.id, held.token).is_ok() {
+                    self.ctx.counters.evals_nacked.fetch_add(1, Ordering::Relaxed);
+                }
+                self.back_off(failure, &held.eval);
+            }
+        }
+    }
+
+    fn process(&mut self, held: &Dequeued) -> (Result<(), Failure>, Option<Arc<Evaluation>>) {
+        self.control.set_activity(WorkerActivity::WaitingForIndex);
+        let store = self.ctx.router.store();
+        let snapshot = match store.snapshot_min_index(held.eval.modify_index, self.ctx.config.sync_limit) {
+            Ok(snapshot) => snapshot,
+            Err(WaitError::Shutdown { .. }) => return (Err(Failure::Shutdown), None),
+            Err(WaitError::Timeout { wanted, .. }) => return (Err(Failure::IndexTimeout(wanted)), None),
+        };
+        self.control.set_activity(WorkerActivity::Scheduling);
+        let mut planner = WorkerPlanner {
+            ctx: &self.ctx,
+            control: &self.control,
+            eval_id: held.eval.id,
+            token: held.token,
+            reblocked: None,
+        };
+        let config = SchedulerConfig {
+            algorithm: self.ctx.config.algorithm,
+            seed: self.control.id as u64,
+            now: self.ctx.clock.now(),
+        };
+        let state: Arc<dyn State> = snapshot;
+        let result = new_scheduler(held.eval.eval_type, state, &mut planner, config).process(&held.eval);
+        let reblocked = planner.reblocked.take();
+        let outcome = result.map_err(|error| match error {
+            SchedulerError::Planner(message) if message.contains("shutting down") => Failure::Shutdown,
+            SchedulerError::Planner(message) => Failure::Retryable(message),
+            SchedulerError::InvalidEval(message) => Failure::Other(message),
+        });
+        (outcome, reblocked)
+    }
+
+    fn back_off(&mut self, failure: Failure, eval: &Evaluation) {
+        let store = self.ctx.router.store().clone();
+        let config = &self.ctx.config;
+        let started = std::time::Instant::now();
+        self.control.set_activity(WorkerActivity::Backoff);
+        match failure {
+            Failure::Shutdown => return,
+            Failure::IndexTimeout(wanted) => {
+                self.ctx.counters.index_timeouts.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(eval = %eval.id, wanted, "state did not reach the eval's index; backing off");
+                // Ends as soon as the state catches up (or the store shuts down).
+                let _ = store.snapshot_min_index(wanted, config.long_backoff);
+            }
+            Failure::Retryable(message) | Failure::Other(message) if self.control.stopping() => {
+                tracing::debug!(eval = %eval.id, %message, "eval nacked while stopping");
+                return;
+            }
+            Failure::Retryable(message) => self.sleep_backoff(config.backoff_fast_base, &message, eval),
+            Failure::Other(message) => self.sleep_backoff(config.backoff_slow_base, &message, eval),
+        }
+        self.ctx.counters.backoff_count.fetch_add(1, Ordering::Relaxed);
+        self.ctx.counters.backoff_ms_total.fetch_add(started.elapsed().as_millis() as u64, Ordering::Relaxed);
+    }
+
+    /// Exponential backoff from `base`, capped; a pause or stop cuts it short.
+    fn sleep_backoff(&mut self, base: Duration, message: &str, eval: &Evaluation) {
+        tracing::warn!(eval = %eval.id, %message, "eval nacked; backing off");
+        let delay = base.saturating_mul(1u32 << self.backoff_attempt.min(16)).min(self.ctx.config.backoff_cap);
+        self.backoff_attempt += 1;
+        let mut paused = self.control.paused.lock();
+        if !self.control.stopping() {
+            self.control.resumed.wait_for(&mut paused, delay);
+        }
+    }
+}
+
+/// The worker as the scheduler's [`Planner`].
+struct WorkerPlanner<'a> {
+    ctx: &'a WorkerContext,
+    control: &'a Control,
+    eval_id: EvalId,
+    token: Token,
+    reblocked: Option<Arc<Evaluation>>,
+}
+
+impl WorkerPlanner<'_> {
+    fn write_eval(&mut self, eval: Evaluation) -> Result<(), SchedulerError> {
+        let applied = self
+            .ctx
+            .router
+            .store()
+            .apply(Command::UpsertEvals { evals: vec![eval] })
+            .map_err(|error| SchedulerError::Planner(error.to_string()))?;
+        self.ctx.router.route(&applied, Some(self.eval_id));
+        if let Some(own) = applied.evals.iter().find(|eval| eval.id == self.eval_id) {
+            self.reblocked = Some(own.clone()).filter(|eval| eval.status == crate::structs::EvalStatus::Blocked);
+        }
+        Ok(())
+    }
+}
+
+impl Planner for WorkerPlanner<'_> {
+    fn submit_plan(&mut self, mut plan: Plan) -> Result<(PlanResult, Option<Arc<dyn State>>), SchedulerError> {
+        self.control.set_activity(WorkerActivity::Submitting);
+        // Scheduling may have been slow: keep the hold alive while the plan waits.
+        let _ = self.ctx.broker.outstanding_reset(self.eval_id, self.token);
+        plan.eval_token = self.token.0;
+        self.ctx.counters.plans_submitted.fetch_add(1, Ordering::Relaxed);
+        let result = self.ctx.plan_queue.enqueue(plan).wait().map_err(|error| match error {
+            PlanError::ShuttingDown => SchedulerError::Planner("the plan queue is shutting down".into()),
+            other => SchedulerError::Planner(other.to_string()),
+        })?;
+        self.control.set_activity(WorkerActivity::Scheduling);
+        if result.refresh_index == 0 {
+            return Ok((result, None));
+        }
+        self.control.set_activity(WorkerActivity::WaitingForIndex);
+        let state = self
+            .ctx
+            .router
+            .store()
+            .snapshot_min_index(result.refresh_index, self.ctx.config.sync_limit)
+            .map_err(|error| SchedulerError::Planner(error.to_string()))?;
+        self.control.set_activity(WorkerActivity::Scheduling);
+        let state: Arc<dyn State> = state;
+        Ok((result, Some(state)))
+    }
+
+    fn update_eval(&mut self, eval: Evaluation) -> Result<(), SchedulerError> {
+        self.write_eval(eval)
+    }
+
+    fn create_eval(&mut self, eval: Evaluation) -> Result<(), SchedulerError> {
+        self.write_eval(eval)
+    }
+
+    fn reblock_eval(&mut self, eval: Evaluation) -> Result<(), SchedulerError> {
+        self.write_eval(eval)
+    }
+}
