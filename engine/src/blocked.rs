@@ -201,6 +201,32 @@ impl BlockedEvals {
         count
     }
 
+    /// Releases the evals blocked because their plans kept being refused
+    /// (`max-plan-attempts`): no capacity change may ever come for them on a
+    /// quiet cluster, so the server retries them on a timer, as Nomad does.
+    pub fn unblock_failed(&self) -> usize {
+        let released: Vec<_> = {
+            let mut inner = self.inner.lock();
+            let failed: Vec<EvalId> = inner
+                .captured
+                .values()
+                .chain(inner.escaped.values())
+                .filter(|eval| eval.triggered_by == crate::structs::TriggerReason::MaxPlanAttempts)
+                .map(|eval| eval.id)
+                .collect();
+            let released: Vec<_> =
+                failed.iter().filter_map(|id| inner.captured.remove(id).or_else(|| inner.escaped.remove(id))).collect();
+            for eval in &released {
+                inner.by_job.remove(&eval.job_key());
+            }
+            inner.unblocked += released.len() as u64;
+            released
+        };
+        let count = released.len();
+        self.broker.enqueue_all(released);
+        count
+    }
+
     /// Stops tracking every blocked eval of `job` (job deregistered, or an
     /// eval of it placed everything). The dropped evals are returned and also
     /// queued as duplicates, so the reaper writes them as canceled.

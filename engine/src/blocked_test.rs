@@ -143,3 +143,17 @@ fn prune_forgets_old_unblock_indexes() {
     assert!(ready_ids(&broker).is_empty(), "the old unblock was forgotten");
     assert_eq!(tracker.stats().total_blocked, 1);
 }
+
+#[test]
+fn evals_blocked_by_plan_failures_are_retried_on_the_timer() {
+    let (tracker, broker, _) = tracker();
+    let mut failed = Evaluation::clone(&blocked("web", 10, 10));
+    failed.triggered_by = TriggerReason::MaxPlanAttempts;
+    failed.escaped_computed_class = true;
+    let failed = Arc::new(failed);
+    tracker.block(failed.clone());
+    tracker.block(blocked("api", 11, 11));
+    assert_eq!(tracker.unblock_failed(), 1);
+    assert_eq!(ready_ids(&broker), vec![failed.id]);
+    assert_eq!(tracker.stats().total_blocked, 1, "the capacity-blocked eval stays");
+}

@@ -238,6 +238,9 @@ fn spawn_timers(broker: Arc<EvalBroker>, blocked: Arc<BlockedEvals>, stopping: A
             while !stopping.load(Ordering::Acquire) {
                 broker.process_timers();
                 ticks += 1;
+                if ticks % 50 == 0 {
+                    blocked.unblock_failed();
+                }
                 if ticks % 3_000 == 0 {
                     blocked.prune(BLOCKED_PRUNE_AGE);
                 }

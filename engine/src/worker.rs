@@ -32,9 +32,9 @@ use crate::broker::{BrokerError, Dequeued, EvalBroker, Token};
 use crate::clock::SharedClock;
 use crate::plan_queue::{PlanError, PlanQueue};
 use crate::router::Router;
-use crate::scheduler::{new_scheduler, Algorithm, Planner, SchedulerConfig, SchedulerError, State};
+use crate::scheduler::{new_scheduler, Algorithm, NodeClaims, Planner, SchedulerConfig, SchedulerError, State};
 use crate::state::{Command, WaitError};
-use crate::structs::{EvalId, Evaluation, JobType, Plan, PlanResult};
+use crate::structs::{EvalId, Evaluation, JobType, NodeId, Plan, PlanResult};
 
 /// Worker settings.
 #[derive(Clone, Debug)]
@@ -163,6 +163,42 @@ struct Counters {
     index_timeouts: AtomicU64,
 }
 
+/// The node claims workers share ([`NodeClaims`]): node → the worker placing
+/// on it. A worker drops its claims once its plan is answered.
+#[derive(Debug)]
+pub struct ClaimTable {
+    shards: Vec<Mutex<hashbrown::HashMap<NodeId, u64>>>,
+}
+
+impl Default for ClaimTable {
+    fn default() -> Self {
+        ClaimTable { shards: (0..64).map(|_| Mutex::new(hashbrown::HashMap::new())).collect() }
+    }
+}
+
+impl ClaimTable {
+    fn shard(&self, node: NodeId) -> &Mutex<hashbrown::HashMap<NodeId, u64>> {
+        &self.shards[(node.0.as_u64_pair().0 ^ node.0.as_u64_pair().1) as usize % self.shards.len()]
+    }
+
+    /// Drops every claim of `claimant`.
+    pub fn release_all(&self, claimant: u64) {
+        for shard in &self.shards {
+            shard.lock().retain(|_, holder| *holder != claimant);
+        }
+    }
+}
+
+impl NodeClaims for ClaimTable {
+    fn claimed_by_other(&self, node: NodeId, claimant: u64) -> bool {
+        self.shard(node).lock().get(&node).is_some_and(|holder| *holder != claimant)
+    }
+
+    fn claim(&self, node: NodeId, claimant: u64) {
+        self.shard(node).lock().insert(node, claimant);
+    }
+}
+
 /// Everything workers share.
 #[derive(Debug)]
 pub struct WorkerContext {
@@ -176,6 +212,7 @@ pub struct WorkerContext {
     pub clock: SharedClock,
     /// Settings.
     pub config: WorkerConfig,
+    claims: Arc<ClaimTable>,
     counters: Counters,
 }
 
@@ -188,7 +225,15 @@ impl WorkerContext {
         clock: SharedClock,
         config: WorkerConfig,
     ) -> Self {
-        WorkerContext { router, broker, plan_queue, clock, config, counters: Counters::default() }
+        WorkerContext {
+            router,
+            broker,
+            plan_queue,
+            clock,
+            config,
+            claims: Arc::default(),
+            counters: Counters::default(),
+        }
     }
 }
 
@@ -449,14 +494,17 @@ impl Worker {
             token: held.token,
             reblocked: None,
         };
+        let claims: Arc<dyn NodeClaims> = self.ctx.claims.clone();
         let config = SchedulerConfig {
             algorithm: self.ctx.config.algorithm,
             seed: self.control.id as u64,
             now: self.ctx.clock.now(),
+            claims: Some((claims, self.control.id as u64)),
         };
         let state: Arc<dyn State> = snapshot;
         let result = new_scheduler(held.eval.eval_type, state, &mut planner, config).process(&held.eval);
         let reblocked = planner.reblocked.take();
+        self.ctx.claims.release_all(self.control.id as u64);
         let outcome = result.map_err(|error| match error {
             SchedulerError::Planner(message) if message.contains("shutting down") => Failure::Shutdown,
             SchedulerError::Planner(message) => Failure::Retryable(message),
@@ -533,7 +581,10 @@ impl Planner for WorkerPlanner<'_> {
         let _ = self.ctx.broker.outstanding_reset(self.eval_id, self.token);
         plan.eval_token = self.token.0;
         self.ctx.counters.plans_submitted.fetch_add(1, Ordering::Relaxed);
-        let result = self.ctx.plan_queue.enqueue(plan).wait().map_err(|error| match error {
+        let answer = self.ctx.plan_queue.enqueue(plan).wait();
+        // The plan is in the state now (or refused): the claims have done their job.
+        self.ctx.claims.release_all(self.control.id as u64);
+        let result = answer.map_err(|error| match error {
             PlanError::ShuttingDown => SchedulerError::Planner("the plan queue is shutting down".into()),
             other => SchedulerError::Planner(other.to_string()),
         })?;

@@ -91,8 +91,10 @@ impl<'a> GenericScheduler<'a> {
             ..Plan::default()
         };
         let mut summary = Summary { follow_up_at: reconciled.follow_up_at, ..Summary::default() };
-        let mut stack =
-            job.as_ref().map(|job| Stack::new(self.state.clone(), job.clone(), self.config.algorithm, self.seed(eval)));
+        let mut stack = job.as_ref().map(|job| {
+            Stack::new(self.state.clone(), job.clone(), self.config.algorithm, self.seed(eval))
+                .with_claims(self.config.claims.clone())
+        });
         self.plan_changes(eval, &reconciled, &mut plan, stack.as_mut())?;
         if let (Some(job), Some(stack)) = (&job, stack.as_mut()) {
             self.plan_placements(eval, job, &reconciled.place, stack, &mut plan, &mut summary);
@@ -232,7 +234,8 @@ impl<'a> GenericScheduler<'a> {
         let now = self.config.now;
         let mut done = eval.clone();
         if !summary.failed.is_empty() || summary.block {
-            let mut blocked = eval.follow_up(TriggerReason::QueuedAllocs, now, now);
+            let trigger = if summary.block { TriggerReason::MaxPlanAttempts } else { TriggerReason::QueuedAllocs };
+            let mut blocked = eval.follow_up(trigger, now, now);
             blocked.wait_until = None;
             blocked.status = EvalStatus::Blocked;
             blocked.status_description = "created to place remaining allocations".into();

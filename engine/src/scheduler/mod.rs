@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use crate::clock::Timestamp;
 use crate::state::Snapshot;
-use crate::structs::{Allocation, Evaluation, Job, JobKey, JobType, Node, NodeId, Plan, PlanResult};
+use crate::structs::{Allocation, Evaluation, Job, JobKey, JobType, Node, NodeId, Plan, PlanResult, Resources};
 
 /// A read-only view of the cluster state at one index.
 pub trait State: Send + Sync {
@@ -39,6 +39,10 @@ pub trait State: Send + Sync {
     fn allocs_by_job(&self, key: &JobKey) -> Vec<Arc<Allocation>>;
     /// All allocations on a node, terminal ones included.
     fn allocs_by_node(&self, id: NodeId) -> Vec<Arc<Allocation>>;
+    /// Ready and eligible nodes, sorted by id (a persistent vector: O(1) to take).
+    fn schedulable_nodes(&self) -> imbl::Vector<NodeId>;
+    /// Resources used by the live allocations on a node.
+    fn node_usage(&self, id: NodeId) -> Resources;
 }
 
 impl State for Snapshot {
@@ -59,6 +63,12 @@ impl State for Snapshot {
     }
     fn allocs_by_node(&self, id: NodeId) -> Vec<Arc<Allocation>> {
         Snapshot::allocs_by_node(self, id).cloned().collect()
+    }
+    fn schedulable_nodes(&self) -> imbl::Vector<NodeId> {
+        Snapshot::schedulable_nodes(self).clone()
+    }
+    fn node_usage(&self, id: NodeId) -> Resources {
+        Snapshot::node_usage(self, id)
     }
 }
 
@@ -89,6 +99,17 @@ pub trait Planner {
     fn reblock_eval(&mut self, eval: Evaluation) -> Result<(), SchedulerError>;
 }
 
+/// Nodes that other workers are placing on right now: a hint that keeps
+/// parallel workers off each other's nodes, so fewer plans conflict. It is
+/// only a hint: the plan applier still checks every plan, and a placement
+/// that finds room nowhere else ignores the claims.
+pub trait NodeClaims: Send + Sync + std::fmt::Debug {
+    /// Whether someone other than `claimant` holds `node`.
+    fn claimed_by_other(&self, node: NodeId, claimant: u64) -> bool;
+    /// Claims `node` for `claimant`.
+    fn claim(&self, node: NodeId, claimant: u64);
+}
+
 /// Scoring strategy for placements.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Algorithm {
@@ -110,11 +131,13 @@ pub struct SchedulerConfig {
     /// The time the scheduler takes as now: reschedule delays, follow-up
     /// evals and disconnect expiries are computed from it.
     pub now: Timestamp,
+    /// Claims shared with other workers, and this scheduler's claimant id.
+    pub claims: Option<(Arc<dyn NodeClaims>, u64)>,
 }
 
 impl Default for SchedulerConfig {
     fn default() -> Self {
-        SchedulerConfig { algorithm: Algorithm::Binpack, seed: 0, now: Timestamp::ZERO }
+        SchedulerConfig { algorithm: Algorithm::Binpack, seed: 0, now: Timestamp::ZERO, claims: None }
     }
 }
 

@@ -1,8 +1,9 @@
 //! The placement stack: picks a node for one allocation of a task group.
 //!
-//! 1. Candidates are the ready, eligible nodes, shuffled once per eval with a
-//!    seed mixed from the eval id, so parallel workers start in different
-//!    places; a cursor carries on from one placement to the next.
+//! 1. Candidates are the ready, eligible nodes (a sorted list the state
+//!    keeps), visited in a permutation drawn from a seed mixed from the eval
+//!    id, so parallel workers start in different places; the walk carries on
+//!    from one placement to the next.
 //! 2. Each candidate is checked for feasibility (cached per computed class),
 //!    for `distinct_hosts` / `distinct_property`, then for room: its
 //!    allocatable resources against existing allocations plus what this plan
@@ -14,12 +15,11 @@
 use std::sync::Arc;
 
 use hashbrown::{HashMap, HashSet};
-use rand::seq::SliceRandom;
-use rand::SeedableRng;
+use rand::{Rng, SeedableRng};
 
 use super::feasible::{resolve_target, FeasibilityChecker};
 use super::rank::{anti_affinity_score, combine, fit_score};
-use super::{Algorithm, State};
+use super::{Algorithm, NodeClaims, State};
 use crate::structs::{AllocMetric, Allocation, ConstraintOperand, Job, Node, NodeId, Resources, TaskGroup};
 
 /// How many feasible nodes with room to score per placement: ceil(log2(n))
@@ -44,8 +44,13 @@ pub struct Selection {
 pub struct Stack {
     state: Arc<dyn State>,
     job: Arc<Job>,
-    candidates: Vec<Arc<Node>>,
-    cursor: usize,
+    /// Ready, eligible nodes sorted by id, visited in a seeded order: from a
+    /// random start with a random stride coprime to their number, which is a
+    /// permutation without copying or shuffling 10,000 entries per eval.
+    candidates: imbl::Vector<NodeId>,
+    start: usize,
+    stride: usize,
+    visited_total: usize,
     limit: usize,
     algorithm: Algorithm,
     usage: HashMap<NodeId, Resources>,
@@ -54,8 +59,7 @@ pub struct Stack {
     job_allocs: HashMap<(NodeId, Arc<str>), u32>,
     job_allocs_on_node: HashMap<NodeId, u32>,
     checkers: HashMap<Arc<str>, FeasibilityChecker>,
-    /// Nodes ready per datacenter, for metrics.
-    available: std::collections::BTreeMap<String, u64>,
+    claims: Option<(Arc<dyn NodeClaims>, u64)>,
 }
 
 impl std::fmt::Debug for Stack {
@@ -64,35 +68,56 @@ impl std::fmt::Debug for Stack {
     }
 }
 
+fn gcd(mut a: usize, mut b: usize) -> usize {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
 impl Stack {
     /// A stack for `job` over the nodes of `state`, in an order drawn from `seed`.
     pub fn new(state: Arc<dyn State>, job: Arc<Job>, algorithm: Algorithm, seed: u64) -> Self {
-        let mut available = std::collections::BTreeMap::new();
-        let mut candidates: Vec<Arc<Node>> = state
-            .nodes()
-            .into_iter()
-            .filter(|node| node.is_schedulable() && job.datacenters.iter().any(|dc| *dc == *node.datacenter))
-            .inspect(|node| *available.entry(node.datacenter.to_string()).or_insert(0) += 1)
-            .collect();
-        // Node order from the state is a hash order; sort first so the seed alone decides it.
-        candidates.sort_unstable_by_key(|node| node.id);
-        candidates.shuffle(&mut rand::rngs::SmallRng::seed_from_u64(seed));
+        let candidates = state.schedulable_nodes();
+        let n = candidates.len().max(1);
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+        let start = rng.random_range(0..n);
+        let mut stride = rng.random_range(1..n.max(2)).min(n);
+        while n > 1 && gcd(stride, n) != 1 {
+            stride = stride % (n - 1) + 1;
+        }
         let limit = score_limit(candidates.len());
         let mut stack = Stack {
             state,
             job,
             candidates,
-            cursor: 0,
+            start,
+            stride,
+            visited_total: 0,
             limit,
             algorithm,
             usage: HashMap::new(),
             job_allocs: HashMap::new(),
             job_allocs_on_node: HashMap::new(),
             checkers: HashMap::new(),
-            available,
+            claims: None,
         };
         stack.count_existing_job_allocs();
         stack
+    }
+
+    /// Shares node claims with other workers ([`NodeClaims`]).
+    pub fn with_claims(mut self, claims: Option<(Arc<dyn NodeClaims>, u64)>) -> Self {
+        self.claims = claims;
+        self
+    }
+
+    /// The next candidate in this eval's order.
+    fn next_candidate(&mut self) -> Option<Arc<Node>> {
+        let n = self.candidates.len();
+        let position = (self.start + self.visited_total % n * self.stride) % n;
+        self.visited_total += 1;
+        self.state.node(self.candidates[position])
     }
 
     fn count_existing_job_allocs(&mut self) {
@@ -115,22 +140,12 @@ impl Stack {
         self.candidates.len()
     }
 
-    /// The candidates, in this eval's order.
-    pub fn candidates(&self) -> &[Arc<Node>] {
-        &self.candidates
-    }
-
     /// Resources in use on a node: existing live allocations plus this plan's changes.
     pub fn used(&mut self, node_id: NodeId) -> Resources {
         if let Some(used) = self.usage.get(&node_id) {
             return *used;
         }
-        let used = self
-            .state
-            .allocs_by_node(node_id)
-            .iter()
-            .filter(|alloc| !alloc.terminal())
-            .fold(Resources::default(), |sum, alloc| sum.plus(alloc.resources));
+        let used = self.state.node_usage(node_id);
         self.usage.insert(node_id, used);
         used
     }
@@ -179,22 +194,50 @@ impl Stack {
     }
 
     /// Picks the best node for one allocation of `group` (module docs, steps 1-4).
+    /// Nodes claimed by other workers are passed over, unless no other node
+    /// has room.
     pub fn select(
         &mut self,
         group: &TaskGroup,
         penalty: &HashSet<NodeId>,
         metrics: &mut AllocMetric,
     ) -> Option<Selection> {
-        metrics.nodes_available = self.available.clone();
+        let mut passed_over = 0;
+        let mut best = self.select_pass(group, penalty, metrics, true, &mut passed_over);
+        if best.is_none() && passed_over > 0 {
+            *metrics = AllocMetric::default();
+            best = self.select_pass(group, penalty, metrics, false, &mut passed_over);
+        }
+        if let (Some(selection), Some((claims, claimant))) = (&best, &self.claims) {
+            claims.claim(selection.node.id, *claimant);
+        }
+        if best.is_none() {
+            metrics.nodes_available = self.available_per_datacenter();
+        }
+        best
+    }
+
+    fn select_pass(
+        &mut self,
+        group: &TaskGroup,
+        penalty: &HashSet<NodeId>,
+        metrics: &mut AllocMetric,
+        respect_claims: bool,
+        passed_over: &mut usize,
+    ) -> Option<Selection> {
         let ask = group.resources();
         let group_name: Arc<str> = Arc::from(group.name.as_str());
         let distinct = DistinctRules::of(&self.job, group);
         let mut best: Option<Selection> = None;
         let (mut scored, mut visited) = (0, 0);
         while visited < self.candidates.len() && scored < self.limit {
-            let node = self.candidates[self.cursor].clone();
-            self.cursor = (self.cursor + 1) % self.candidates.len();
             visited += 1;
+            let Some(node) = self.next_candidate() else { continue };
+            if respect_claims && self.claims.as_ref().is_some_and(|(claims, me)| claims.claimed_by_other(node.id, *me))
+            {
+                *passed_over += 1;
+                continue;
+            }
             metrics.nodes_evaluated += 1;
             if let Err(filtered) = self.checker(group).check(&node) {
                 count_filtered(metrics, &node, filtered.metric_key());
@@ -223,6 +266,15 @@ impl Stack {
             }
         }
         best
+    }
+
+    /// Schedulable nodes per datacenter, for the metrics of a failed placement.
+    fn available_per_datacenter(&self) -> std::collections::BTreeMap<String, u64> {
+        let mut available = std::collections::BTreeMap::new();
+        for node in self.candidates.iter().filter_map(|id| self.state.node(*id)) {
+            *available.entry(node.datacenter.to_string()).or_insert(0) += 1;
+        }
+        available
     }
 
     fn distinct_violation(&self, rules: &DistinctRules, node: &Node, group: &Arc<str>) -> Option<String> {

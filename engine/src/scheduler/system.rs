@@ -294,11 +294,7 @@ fn decide(state: &dyn State, checker: &FeasibilityChecker, node: &Node, ask: Res
     if present {
         return NodeDecision::Nothing;
     }
-    let used = state
-        .allocs_by_node(node.id)
-        .iter()
-        .filter(|alloc| !alloc.terminal())
-        .fold(Resources::default(), |sum, alloc| sum.plus(alloc.resources));
+    let used = state.node_usage(node.id);
     match node.allocatable().exhausted_dimension(used.plus(ask)) {
         Some(dimension) => NodeDecision::Exhausted(dimension),
         None => NodeDecision::Place,

@@ -80,13 +80,16 @@ impl Snapshot {
                 }
             }
         }
-        self.nodes.insert(node.id, Arc::new(node));
+        self.put_node(node);
         self.table_indexes.nodes = index;
         Ok(())
     }
 
     fn deregister_node(&mut self, index: u64, node_id: NodeId) -> Result<(), StateError> {
         let node = self.nodes.remove(&node_id).ok_or(StateError::UnknownNode(node_id))?;
+        if let Ok(position) = self.schedulable.binary_search(&node_id) {
+            self.schedulable.remove(position);
+        }
         index_remove(&mut self.nodes_by_class, &node.computed_class, &node_id);
         self.table_indexes.nodes = index;
         Ok(())
@@ -111,7 +114,7 @@ impl Snapshot {
         if !was_schedulable && node.is_schedulable() {
             applied.capacity_changes.push(CapacityChange::of(&node));
         }
-        self.nodes.insert(node_id, Arc::new(node));
+        self.put_node(node);
         self.table_indexes.nodes = index;
         Ok(())
     }
@@ -131,7 +134,7 @@ impl Snapshot {
         if !was_schedulable && node.is_schedulable() {
             applied.capacity_changes.push(CapacityChange::of(&node));
         }
-        self.nodes.insert(node_id, Arc::new(node));
+        self.put_node(node);
         self.table_indexes.nodes = index;
         Ok(())
     }
@@ -221,7 +224,7 @@ impl Snapshot {
             if !was_terminal && alloc.terminal() {
                 self.note_freed_capacity(alloc.node_id, applied);
             }
-            self.allocs.insert(alloc.id, Arc::new(alloc));
+            self.put_alloc(alloc);
             self.touch_node_alloc_update(index, update.node_id)?;
         }
         self.table_indexes.allocs = index;
@@ -233,7 +236,7 @@ impl Snapshot {
         if existing.last_alloc_update_index != index {
             let mut node = Node::clone(existing);
             node.last_alloc_update_index = index;
-            self.nodes.insert(node_id, Arc::new(node));
+            self.put_node(node);
             self.table_indexes.nodes = index;
         }
         Ok(())
@@ -269,10 +272,35 @@ impl Snapshot {
                     self.link_previous(index, &alloc);
                 }
             }
-            self.allocs.insert(alloc.id, Arc::new(alloc));
+            self.put_alloc(alloc);
         }
         self.table_indexes.allocs = index;
         Ok(())
+    }
+
+    /// Stores a node, keeping the schedulable-node list in step.
+    fn put_node(&mut self, node: Node) {
+        let was = self.nodes.get(&node.id).is_some_and(|old| old.is_schedulable());
+        match (was, node.is_schedulable(), self.schedulable.binary_search(&node.id)) {
+            (false, true, Err(position)) => self.schedulable.insert(position, node.id),
+            (true, false, Ok(position)) => {
+                self.schedulable.remove(position);
+            }
+            _ => {}
+        }
+        self.nodes.insert(node.id, Arc::new(node));
+    }
+
+    /// Stores an allocation, keeping its node's usage in step.
+    fn put_alloc(&mut self, alloc: Allocation) {
+        let live = |alloc: &Allocation| (!alloc.terminal()).then_some(alloc.resources).unwrap_or_default();
+        let before = self.allocs.get(&alloc.id).map(|old| live(old)).unwrap_or_default();
+        let after = live(&alloc);
+        if before != after {
+            let usage = self.node_usage.get(&alloc.node_id).copied().unwrap_or_default();
+            self.node_usage.insert(alloc.node_id, usage.minus(before).plus(after));
+        }
+        self.allocs.insert(alloc.id, Arc::new(alloc));
     }
 
     /// Points a replaced allocation at its replacement, so it is not
@@ -283,7 +311,7 @@ impl Snapshot {
             let mut previous = Allocation::clone(previous);
             previous.next_allocation = Some(alloc.id);
             previous.modify_index = index;
-            self.allocs.insert(previous.id, Arc::new(previous));
+            self.put_alloc(previous);
         }
     }
 

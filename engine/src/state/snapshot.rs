@@ -10,7 +10,7 @@ use std::sync::Arc;
 use imbl::Vector;
 
 use super::table::Table;
-use crate::structs::{AllocId, Allocation, ComputedClass, EvalId, Evaluation, Job, JobKey, Node, NodeId};
+use crate::structs::{AllocId, Allocation, ComputedClass, EvalId, Evaluation, Job, JobKey, Node, NodeId, Resources};
 
 /// The state at one index.
 #[derive(Clone, Debug)]
@@ -24,6 +24,10 @@ pub struct Snapshot {
     pub(super) allocs_by_job: Table<JobKey, Vector<AllocId>>,
     pub(super) evals_by_job: Table<JobKey, Vector<EvalId>>,
     pub(super) nodes_by_class: Table<ComputedClass, Vector<NodeId>>,
+    /// Ready and eligible nodes, sorted by id; changes only when that set does.
+    pub(super) schedulable: Vector<NodeId>,
+    /// Resources used by live allocations, per node.
+    pub(super) node_usage: Table<NodeId, Resources>,
     pub(super) table_indexes: TableIndexes,
 }
 
@@ -52,6 +56,8 @@ impl Default for Snapshot {
             allocs_by_job: Table::with_depth(3),
             evals_by_job: Table::with_depth(3),
             nodes_by_class: Table::with_depth(1),
+            schedulable: Vector::new(),
+            node_usage: Table::with_depth(3),
             table_indexes: TableIndexes::default(),
         }
     }
@@ -81,6 +87,16 @@ impl Snapshot {
     /// Number of nodes.
     pub fn node_count(&self) -> usize {
         self.nodes.len()
+    }
+
+    /// Ready and eligible nodes, sorted by id. O(1) to take.
+    pub fn schedulable_nodes(&self) -> &Vector<NodeId> {
+        &self.schedulable
+    }
+
+    /// Resources used by the live allocations on a node.
+    pub fn node_usage(&self, node: NodeId) -> Resources {
+        self.node_usage.get(&node).copied().unwrap_or_default()
     }
 
     /// Nodes of one computed class.
