@@ -53,6 +53,8 @@ pub struct WorkerConfig {
     pub backoff_cap: Duration,
     /// Scoring strategy for the schedulers.
     pub algorithm: Algorithm,
+    /// Share node claims between workers to avoid plan conflicts.
+    pub node_claims: bool,
 }
 
 impl Default for WorkerConfig {
@@ -66,6 +68,7 @@ impl Default for WorkerConfig {
             backoff_slow_base: Duration::from_millis(500),
             backoff_cap: Duration::from_secs(10),
             algorithm: Algorithm::Binpack,
+            node_claims: true,
         }
     }
 }
@@ -245,6 +248,9 @@ struct Control {
     resumed: Condvar,
     stop: AtomicBool,
     types: RwLock<Vec<JobType>>,
+    /// The generation of `types` the worker last started a dequeue with.
+    types_seen: AtomicU64,
+    types_generation: AtomicU64,
     status: AtomicU8,
     activity: AtomicU8,
 }
@@ -326,6 +332,8 @@ impl WorkerPool {
             resumed: Condvar::new(),
             stop: AtomicBool::new(false),
             types: RwLock::new(self.types.read().clone()),
+            types_seen: AtomicU64::new(0),
+            types_generation: AtomicU64::new(0),
             status: AtomicU8::new(0),
             activity: AtomicU8::new(0),
         });
@@ -337,11 +345,23 @@ impl WorkerPool {
         (control, Some(thread))
     }
 
-    /// Sets the scheduler types every worker serves.
+    /// Sets the scheduler types every worker serves. Returns once every
+    /// running worker has started a dequeue with them (within one dequeue
+    /// timeout), so no eval of a dropped type is taken after it returns.
     pub fn set_types(&self, types: Vec<JobType>) {
         *self.types.write() = types.clone();
-        for (control, _) in self.workers.lock().iter() {
+        let workers: Vec<Arc<Control>> = self.workers.lock().iter().map(|(control, _)| control.clone()).collect();
+        for control in &workers {
             *control.types.write() = types.clone();
+            control.types_generation.fetch_add(1, Ordering::AcqRel);
+        }
+        for control in &workers {
+            let wanted = control.types_generation.load(Ordering::Acquire);
+            while control.types_seen.load(Ordering::Acquire) < wanted
+                && matches!(control.info().status, WorkerStatus::Starting | WorkerStatus::Started)
+            {
+                std::thread::yield_now();
+            }
         }
     }
 
@@ -430,7 +450,9 @@ impl Worker {
                 break;
             }
             self.control.set_activity(WorkerActivity::WaitingToDequeue);
+            let generation = self.control.types_generation.load(Ordering::Acquire);
             let types = self.control.types.read().clone();
+            self.control.types_seen.store(generation, Ordering::Release);
             match self.ctx.broker.dequeue(&types, self.ctx.config.dequeue_timeout) {
                 Err(BrokerError::ShuttingDown) => break,
                 Err(_) | Ok(None) => continue,
@@ -499,7 +521,7 @@ impl Worker {
             algorithm: self.ctx.config.algorithm,
             seed: self.control.id as u64,
             now: self.ctx.clock.now(),
-            claims: Some((claims, self.control.id as u64)),
+            claims: self.ctx.config.node_claims.then_some((claims, self.control.id as u64)),
         };
         let state: Arc<dyn State> = snapshot;
         let result = new_scheduler(held.eval.eval_type, state, &mut planner, config).process(&held.eval);
