@@ -55,6 +55,9 @@ struct Args {
     /// Also write the report as JSON to this path.
     #[arg(long)]
     json: Option<std::path::PathBuf>,
+    /// Sample the whole run in-process (pprof, 999 Hz) and write a flame graph SVG here.
+    #[arg(long)]
+    flamegraph: Option<std::path::PathBuf>,
 }
 
 fn main() -> Result<()> {
@@ -67,6 +70,12 @@ fn main() -> Result<()> {
         config.workers = workers;
     }
     let workers = config.workers;
+    let profiler = match &args.flamegraph {
+        Some(_) => {
+            Some(pprof::ProfilerGuardBuilder::default().frequency(999).build().context("starting the profiler")?)
+        }
+        None => None,
+    };
     let server = Server::start(config, SystemClock::shared());
     let mut rng = SmallRng::seed_from_u64(args.seed);
     let mut report = Report { nodes: args.nodes, jobs: args.jobs + 1, workers, ..Report::default() };
@@ -97,6 +106,9 @@ fn main() -> Result<()> {
     report.check_invariants(&snapshot, &jobs, args.nodes);
     server.shutdown();
     report.peak_rss_bytes = report::peak_rss_bytes();
+    if let (Some(profiler), Some(path)) = (profiler, &args.flamegraph) {
+        write_flamegraph(&profiler, path)?;
+    }
     report.print();
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_vec_pretty(&report)?)
@@ -105,6 +117,14 @@ fn main() -> Result<()> {
     if !report.invariant_violations.is_empty() {
         bail!("{} invariant violations", report.invariant_violations.len());
     }
+    Ok(())
+}
+
+fn write_flamegraph(profiler: &pprof::ProfilerGuard<'_>, path: &std::path::Path) -> Result<()> {
+    let report = profiler.report().build().context("building the profile")?;
+    let file = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    report.flamegraph(file).context("writing the flame graph")?;
+    eprintln!("flame graph written to {}", path.display());
     Ok(())
 }
 
