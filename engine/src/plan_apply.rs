@@ -127,20 +127,25 @@ fn node_fits(plan: &Plan, snapshot: &Snapshot, overlay: &HashMap<NodeId, Vec<All
     if places_new && !node.is_schedulable() {
         return false;
     }
-    let mut live: HashMap<_, &Allocation> =
-        snapshot.allocs_by_node(node_id).map(|alloc| (alloc.id, &**alloc)).collect();
+    // Start from the node's usage and adjust for what the overlay and the plan
+    // change: O(allocations in the plan), not O(allocations on the node).
+    let empty: &[Allocation] = &[];
     let layers = [
-        overlay.get(&node_id).map(Vec::as_slice).unwrap_or_default(),
-        plan.node_update.get(&node_id).map(Vec::as_slice).unwrap_or_default(),
+        overlay.get(&node_id).map_or(empty, Vec::as_slice),
+        plan.node_update.get(&node_id).map_or(empty, Vec::as_slice),
         allocs,
     ];
+    let live = |alloc: &Allocation| if alloc.terminal() { Resources::default() } else { alloc.resources };
+    let mut latest: HashMap<_, &Allocation> = HashMap::new();
+    let (mut added, mut removed) = (Resources::default(), Resources::default());
     for alloc in layers.into_iter().flatten() {
-        live.insert(alloc.id, alloc);
+        let previous =
+            latest.get(&alloc.id).copied().map(live).or_else(|| snapshot.alloc(alloc.id).map(|old| live(old)));
+        removed = removed.plus(previous.unwrap_or_default());
+        added = added.plus(live(alloc));
+        latest.insert(alloc.id, alloc);
     }
-    let used = live
-        .values()
-        .filter(|alloc| !alloc.terminal())
-        .fold(Resources::default(), |sum, alloc| sum.plus(alloc.resources));
+    let used = snapshot.node_usage(node_id).plus(added).minus(removed);
     node.allocatable().covers(used)
 }
 
