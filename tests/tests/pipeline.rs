@@ -42,17 +42,18 @@ fn job(id: &str, job_type: JobType, count: u32, cpu: u64) -> Job {
 /// Waits, on index notifications, until `done` holds for the newest snapshot.
 fn wait_for(server: &Server, what: &str, done: impl Fn(&Snapshot) -> bool) -> Arc<Snapshot> {
     let deadline = Instant::now() + PATIENCE;
-    let mut snapshot = server.store().snapshot();
-    while !(done(&snapshot) && server.is_idle()) {
+    loop {
+        // Idle first, then the snapshot: a worker writes its eval before it
+        // acks, so a snapshot taken after an idle broker holds every write.
+        let idle = server.is_idle();
+        let snapshot = server.store().snapshot();
+        if idle && done(&snapshot) {
+            return snapshot;
+        }
         let remaining = deadline.saturating_duration_since(Instant::now());
         assert!(!remaining.is_zero(), "timed out waiting for {what}: {:?}", server.stats());
-        snapshot =
-            match server.store().snapshot_min_index(snapshot.index() + 1, remaining.min(Duration::from_millis(200))) {
-                Ok(newer) => newer,
-                Err(_) => server.store().snapshot(),
-            };
+        let _ = server.store().snapshot_min_index(snapshot.index() + 1, remaining.min(Duration::from_millis(200)));
     }
-    snapshot
 }
 
 fn live(snapshot: &Snapshot, job: &Job) -> usize {
@@ -86,7 +87,12 @@ fn jobs_converge_to_their_counts_on_1000_nodes() {
         })
     });
     assert_not_oversubscribed(&snapshot);
-    assert!(snapshot.evals().all(|eval| eval.status == EvalStatus::Complete), "every eval finished");
+    let unfinished: Vec<_> = snapshot
+        .evals()
+        .filter(|eval| eval.status != EvalStatus::Complete)
+        .map(|eval| (eval.job_id.to_string(), eval.status, eval.triggered_by, eval.status_description.clone()))
+        .collect();
+    assert!(unfinished.is_empty(), "every eval finished: {unfinished:?} {:?}", server.stats());
     let summary = server.jobs().summary(&jobs[0].key()).expect("summary");
     assert_eq!(summary["group"].starting, 50);
     server.shutdown();
