@@ -149,6 +149,9 @@ fn node_fits(plan: &Plan, snapshot: &Snapshot, overlay: &HashMap<NodeId, Vec<All
     node.allocatable().covers(used)
 }
 
+/// The plan being committed: its allocations per node (the overlay) and its completion signal.
+type InFlight = (HashMap<NodeId, Vec<Allocation>>, Receiver<()>);
+
 /// What the server does with each applied command (route evals, unblock).
 pub type OnApplied = Arc<dyn Fn(&Applied) + Send + Sync>;
 
@@ -290,7 +293,7 @@ impl PlanApplier {
 
     fn evaluate_loop(&self, stop: &AtomicBool, commits: Sender<Commit>) {
         // The plan being committed, for the overlay, and its completion signal.
-        let mut in_flight: Option<(HashMap<NodeId, Vec<Allocation>>, Receiver<()>)> = None;
+        let mut in_flight: Option<InFlight> = None;
         while !stop.load(Ordering::Acquire) {
             let Some(pending) = self.queue.dequeue(Duration::from_millis(50)) else { continue };
             self.counters.plans_evaluated.fetch_add(1, Ordering::Relaxed);

@@ -166,39 +166,95 @@ struct Counters {
     index_timeouts: AtomicU64,
 }
 
-/// The node claims workers share ([`NodeClaims`]): node → the worker placing
-/// on it. A worker drops its claims once its plan is answered.
+/// A claimant's nodes: claimed while planning, and of its last committed plan.
+type Held = (Vec<NodeId>, Vec<NodeId>);
+
+/// A worker's controls and its thread.
+type WorkerSlot = (Arc<Control>, Option<JoinHandle<()>>);
+
+/// Marks a claim whose plan is still being made or waiting to be applied.
+const PLANNING: u64 = u64::MAX;
+
+/// The node claims workers share ([`NodeClaims`]): node → (worker, the index
+/// its plan was committed at, or [`PLANNING`]). A committed claim stays
+/// visible to workers whose snapshot is older than the commit, and is dropped
+/// when its worker commits its next plan.
 #[derive(Debug)]
 pub struct ClaimTable {
-    shards: Vec<Mutex<hashbrown::HashMap<NodeId, u64>>>,
+    shards: Vec<Mutex<hashbrown::HashMap<NodeId, (u64, u64)>>>,
+    /// Per claimant: nodes claimed while planning, and nodes of its last committed plan.
+    held: Mutex<hashbrown::HashMap<u64, Held>>,
 }
 
 impl Default for ClaimTable {
     fn default() -> Self {
-        ClaimTable { shards: (0..64).map(|_| Mutex::new(hashbrown::HashMap::new())).collect() }
-    }
-}
-
-impl ClaimTable {
-    fn shard(&self, node: NodeId) -> &Mutex<hashbrown::HashMap<NodeId, u64>> {
-        &self.shards[(node.0.as_u64_pair().0 ^ node.0.as_u64_pair().1) as usize % self.shards.len()]
-    }
-
-    /// Drops every claim of `claimant`.
-    pub fn release_all(&self, claimant: u64) {
-        for shard in &self.shards {
-            shard.lock().retain(|_, holder| *holder != claimant);
+        ClaimTable {
+            shards: (0..64).map(|_| Mutex::new(hashbrown::HashMap::new())).collect(),
+            held: Mutex::new(hashbrown::HashMap::new()),
         }
     }
 }
 
-impl NodeClaims for ClaimTable {
-    fn claimed_by_other(&self, node: NodeId, claimant: u64) -> bool {
-        self.shard(node).lock().get(&node).is_some_and(|holder| *holder != claimant)
+impl ClaimTable {
+    fn shard(&self, node: NodeId) -> &Mutex<hashbrown::HashMap<NodeId, (u64, u64)>> {
+        let (high, low) = node.0.as_u64_pair();
+        &self.shards[(high ^ low) as usize % self.shards.len()]
     }
 
-    fn claim(&self, node: NodeId, claimant: u64) {
-        self.shard(node).lock().insert(node, claimant);
+    /// Applies `change` to each of `nodes` still held by `claimant`; drops the entry when it returns false.
+    fn update(&self, claimant: u64, nodes: &[NodeId], change: impl Fn(&mut u64) -> bool) {
+        for node in nodes {
+            let mut shard = self.shard(*node).lock();
+            if let Some((holder, committed)) = shard.get_mut(node) {
+                if *holder == claimant && !change(committed) {
+                    shard.remove(node);
+                }
+            }
+        }
+    }
+
+    /// The claimant's plan was committed at `index`: its planning claims
+    /// become committed claims, and those of its previous plan are dropped.
+    pub fn settle(&self, claimant: u64, index: u64) {
+        let (planning, previous) = {
+            let mut held = self.held.lock();
+            let (planning, committed) = held.entry(claimant).or_default();
+            let previous = std::mem::replace(committed, planning.clone());
+            (std::mem::take(planning), previous)
+        };
+        self.update(claimant, &previous, |committed| *committed == PLANNING);
+        self.update(claimant, &planning, |committed| {
+            *committed = index;
+            true
+        });
+    }
+
+    /// Drops the claimant's planning claims (a refused or abandoned plan).
+    pub fn release(&self, claimant: u64) {
+        let planning = std::mem::take(&mut self.held.lock().entry(claimant).or_default().0);
+        self.update(claimant, &planning, |committed| *committed != PLANNING);
+    }
+}
+
+impl NodeClaims for ClaimTable {
+    fn claimed_by_other(&self, node: NodeId, claimant: u64, snapshot_index: u64) -> bool {
+        self.shard(node)
+            .lock()
+            .get(&node)
+            .is_some_and(|(holder, committed)| *holder != claimant && *committed > snapshot_index)
+    }
+
+    fn try_claim(&self, node: NodeId, claimant: u64) -> bool {
+        let mut shard = self.shard(node).lock();
+        match shard.get(&node) {
+            Some((holder, PLANNING)) if *holder != claimant => false,
+            _ => {
+                shard.insert(node, (claimant, PLANNING));
+                drop(shard);
+                self.held.lock().entry(claimant).or_default().0.push(node);
+                true
+            }
+        }
     }
 }
 
@@ -292,7 +348,7 @@ enum Failure {
 #[derive(Debug)]
 pub struct WorkerPool {
     ctx: Arc<WorkerContext>,
-    workers: Mutex<Vec<(Arc<Control>, Option<JoinHandle<()>>)>>,
+    workers: Mutex<Vec<WorkerSlot>>,
     next_id: AtomicUsize,
     types: RwLock<Vec<JobType>>,
 }
@@ -324,7 +380,7 @@ impl WorkerPool {
         stop_and_join(removed);
     }
 
-    fn spawn(&self) -> (Arc<Control>, Option<JoinHandle<()>>) {
+    fn spawn(&self) -> WorkerSlot {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let control = Arc::new(Control {
             id,
@@ -420,7 +476,7 @@ impl Drop for WorkerPool {
     }
 }
 
-fn stop_and_join(workers: Vec<(Arc<Control>, Option<JoinHandle<()>>)>) {
+fn stop_and_join(workers: Vec<WorkerSlot>) {
     for (control, _) in &workers {
         control.stop.store(true, Ordering::Release);
         control.set_status(WorkerStatus::Stopping);
@@ -526,7 +582,7 @@ impl Worker {
         let state: Arc<dyn State> = snapshot;
         let result = new_scheduler(held.eval.eval_type, state, &mut planner, config).process(&held.eval);
         let reblocked = planner.reblocked.take();
-        self.ctx.claims.release_all(self.control.id as u64);
+        self.ctx.claims.release(self.control.id as u64);
         let outcome = result.map_err(|error| match error {
             SchedulerError::Planner(message) if message.contains("shutting down") => Failure::Shutdown,
             SchedulerError::Planner(message) => Failure::Retryable(message),
@@ -604,8 +660,11 @@ impl Planner for WorkerPlanner<'_> {
         plan.eval_token = self.token.0;
         self.ctx.counters.plans_submitted.fetch_add(1, Ordering::Relaxed);
         let answer = self.ctx.plan_queue.enqueue(plan).wait();
-        // The plan is in the state now (or refused): the claims have done their job.
-        self.ctx.claims.release_all(self.control.id as u64);
+        // What was committed stays claimed for workers reading older snapshots.
+        match &answer {
+            Ok(result) if result.alloc_index > 0 => self.ctx.claims.settle(self.control.id as u64, result.alloc_index),
+            _ => self.ctx.claims.release(self.control.id as u64),
+        }
         let result = answer.map_err(|error| match error {
             PlanError::ShuttingDown => SchedulerError::Planner("the plan queue is shutting down".into()),
             other => SchedulerError::Planner(other.to_string()),
@@ -636,5 +695,32 @@ impl Planner for WorkerPlanner<'_> {
 
     fn reblock_eval(&mut self, eval: Evaluation) -> Result<(), SchedulerError> {
         self.write_eval(eval)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn claims_hide_nodes_until_other_workers_can_see_the_commit() {
+        let table = ClaimTable::default();
+        let node = NodeId::from_u128(1);
+        assert!(table.try_claim(node, 1));
+        assert!(!table.try_claim(node, 2), "worker 1 is still planning on it");
+        assert!(table.claimed_by_other(node, 2, 1_000));
+        assert!(!table.claimed_by_other(node, 1, 0), "a worker's own claims never hide a node from it");
+
+        table.settle(1, 50);
+        assert!(table.claimed_by_other(node, 2, 49), "a snapshot before the commit cannot see it");
+        assert!(!table.claimed_by_other(node, 2, 50), "a snapshot at the commit can");
+        assert!(table.try_claim(node, 2), "committed claims do not block a new plan");
+
+        let other = NodeId::from_u128(2);
+        assert!(table.try_claim(other, 1));
+        table.release(1);
+        assert!(!table.claimed_by_other(other, 2, 0), "a refused plan's claims are dropped");
+        table.settle(3, 60);
+        assert!(table.claimed_by_other(node, 1, 0), "worker 2 still plans on the first node");
     }
 }

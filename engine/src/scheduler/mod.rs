@@ -104,10 +104,12 @@ pub trait Planner {
 /// only a hint: the plan applier still checks every plan, and a placement
 /// that finds room nowhere else ignores the claims.
 pub trait NodeClaims: Send + Sync + std::fmt::Debug {
-    /// Whether someone other than `claimant` holds `node`.
-    fn claimed_by_other(&self, node: NodeId, claimant: u64) -> bool;
-    /// Claims `node` for `claimant`.
-    fn claim(&self, node: NodeId, claimant: u64);
+    /// Whether someone other than `claimant` holds `node` in a way a
+    /// scheduler reading a snapshot at `snapshot_index` cannot see: still
+    /// planning on it, or committed after that snapshot.
+    fn claimed_by_other(&self, node: NodeId, claimant: u64, snapshot_index: u64) -> bool;
+    /// Claims `node` for `claimant` unless another claimant is still planning on it.
+    fn try_claim(&self, node: NodeId, claimant: u64) -> bool;
 }
 
 /// Scoring strategy for placements.

@@ -204,12 +204,19 @@ impl Stack {
     ) -> Option<Selection> {
         let mut passed_over = 0;
         let mut best = self.select_pass(group, penalty, metrics, true, &mut passed_over);
+        if let (Some(selection), Some((claims, claimant))) = (&best, &self.claims) {
+            if !claims.try_claim(selection.node.id, *claimant) {
+                // Another worker claimed it between our check and our claim: look again.
+                *metrics = AllocMetric::default();
+                best = self.select_pass(group, penalty, metrics, true, &mut passed_over);
+            }
+        }
         if best.is_none() && passed_over > 0 {
             *metrics = AllocMetric::default();
             best = self.select_pass(group, penalty, metrics, false, &mut passed_over);
         }
         if let (Some(selection), Some((claims, claimant))) = (&best, &self.claims) {
-            claims.claim(selection.node.id, *claimant);
+            claims.try_claim(selection.node.id, *claimant);
         }
         if best.is_none() {
             metrics.nodes_available = self.available_per_datacenter();
@@ -233,8 +240,10 @@ impl Stack {
         while visited < self.candidates.len() && scored < self.limit {
             visited += 1;
             let Some(node) = self.next_candidate() else { continue };
-            if respect_claims && self.claims.as_ref().is_some_and(|(claims, me)| claims.claimed_by_other(node.id, *me))
-            {
+            let snapshot_index = self.state.index();
+            let claimed =
+                |(claims, me): &(Arc<dyn NodeClaims>, u64)| claims.claimed_by_other(node.id, *me, snapshot_index);
+            if respect_claims && self.claims.as_ref().is_some_and(claimed) {
                 *passed_over += 1;
                 continue;
             }

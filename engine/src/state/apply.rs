@@ -8,7 +8,9 @@ use super::command::{ClientAllocUpdate, Command};
 use super::snapshot::{index_add, index_remove, Snapshot};
 use super::{Applied, CapacityChange, StateError};
 use crate::clock::Timestamp;
-use crate::structs::{Allocation, EvalId, Evaluation, Job, JobKey, Node, NodeEligibility, NodeId, NodeStatus};
+use crate::structs::{
+    Allocation, EvalId, Evaluation, Job, JobKey, Node, NodeEligibility, NodeId, NodeStatus, Resources,
+};
 
 impl Snapshot {
     /// Applies `command` at `index`, recording what followers of the store
@@ -293,7 +295,7 @@ impl Snapshot {
 
     /// Stores an allocation, keeping its node's usage in step.
     fn put_alloc(&mut self, alloc: Allocation) {
-        let live = |alloc: &Allocation| (!alloc.terminal()).then_some(alloc.resources).unwrap_or_default();
+        let live = |alloc: &Allocation| if alloc.terminal() { Resources::default() } else { alloc.resources };
         let before = self.allocs.get(&alloc.id).map(|old| live(old)).unwrap_or_default();
         let after = live(&alloc);
         if before != after {
