@@ -84,6 +84,17 @@ impl Inner {
         self.captured.remove(&id).or_else(|| self.escaped.remove(&id))
     }
 
+    /// Removes parked evals by id and counts them as unblocked.
+    fn take_parked(&mut self, ids: &[EvalId]) -> Vec<Arc<Evaluation>> {
+        let released: Vec<_> =
+            ids.iter().filter_map(|id| self.captured.remove(id).or_else(|| self.escaped.remove(id))).collect();
+        for eval in &released {
+            self.by_job.remove(&eval.job_key());
+        }
+        self.unblocked += released.len() as u64;
+        released
+    }
+
     fn park(&mut self, eval: Arc<Evaluation>) {
         self.by_job.insert(eval.job_key(), eval.id);
         if eval.escaped_computed_class {
@@ -166,19 +177,19 @@ impl BlockedEvals {
         let released = {
             let mut inner = self.inner.lock();
             inner.class_unblocks.insert(class, (index, self.clock.now()));
-            let mut released: Vec<_> = inner.escaped.drain().map(|(_, eval)| eval).collect();
-            let eligible: Vec<EvalId> = inner
-                .captured
-                .values()
-                .filter(|eval| eval.class_eligibility.get(&class) != Some(&false))
-                .map(|eval| eval.id)
+            let ids: Vec<EvalId> = inner
+                .escaped
+                .keys()
+                .copied()
+                .chain(
+                    inner
+                        .captured
+                        .values()
+                        .filter(|eval| eval.class_eligibility.get(&class) != Some(&false))
+                        .map(|eval| eval.id),
+                )
                 .collect();
-            released.extend(eligible.iter().filter_map(|id| inner.captured.remove(id)));
-            for eval in &released {
-                inner.by_job.remove(&eval.job_key());
-            }
-            inner.unblocked += released.len() as u64;
-            released
+            inner.take_parked(&ids)
         };
         let count = released.len();
         self.broker.enqueue_all(released);
@@ -214,13 +225,7 @@ impl BlockedEvals {
                 .filter(|eval| eval.triggered_by == crate::structs::TriggerReason::MaxPlanAttempts)
                 .map(|eval| eval.id)
                 .collect();
-            let released: Vec<_> =
-                failed.iter().filter_map(|id| inner.captured.remove(id).or_else(|| inner.escaped.remove(id))).collect();
-            for eval in &released {
-                inner.by_job.remove(&eval.job_key());
-            }
-            inner.unblocked += released.len() as u64;
-            released
+            inner.take_parked(&failed)
         };
         let count = released.len();
         self.broker.enqueue_all(released);

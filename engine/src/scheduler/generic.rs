@@ -22,7 +22,7 @@ use hashbrown::HashSet;
 
 use super::reconcile::{PlaceRequest, Reconciled, Reconciler};
 use super::stack::Stack;
-use super::{Planner, Scheduler, SchedulerConfig, SchedulerError, State};
+use super::{blocked_eval, Planner, Scheduler, SchedulerConfig, SchedulerError, State};
 use crate::clock::Timestamp;
 use crate::structs::{
     AllocMetric, Allocation, ClientStatus, DesiredStatus, EvalStatus, Evaluation, Job, JobType, NodeId, Plan,
@@ -235,13 +235,14 @@ impl<'a> GenericScheduler<'a> {
         let mut done = eval.clone();
         if !summary.failed.is_empty() || summary.block {
             let trigger = if summary.block { TriggerReason::MaxPlanAttempts } else { TriggerReason::QueuedAllocs };
-            let mut blocked = eval.follow_up(trigger, now, now);
-            blocked.wait_until = None;
-            blocked.status = EvalStatus::Blocked;
-            blocked.status_description = "created to place remaining allocations".into();
-            blocked.class_eligibility = summary.class_eligibility.clone();
-            blocked.escaped_computed_class = summary.escaped;
-            blocked.snapshot_index = self.state.index();
+            let mut blocked = blocked_eval(
+                eval,
+                trigger,
+                summary.class_eligibility.clone(),
+                summary.escaped,
+                self.state.index(),
+                now,
+            );
             blocked.queued_allocations = summary.queued.clone();
             if eval.status == EvalStatus::Blocked {
                 // This eval was the blocked one, unblocked and still short: park it again.

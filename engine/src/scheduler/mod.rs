@@ -143,6 +143,26 @@ impl Default for SchedulerConfig {
     }
 }
 
+/// A blocked eval for what `eval` could not place: parked by the classes it
+/// was checked against (or escaped) until capacity changes after `snapshot_index`.
+pub(crate) fn blocked_eval(
+    eval: &Evaluation,
+    trigger: crate::structs::TriggerReason,
+    class_eligibility: std::collections::BTreeMap<crate::structs::ComputedClass, bool>,
+    escaped: bool,
+    snapshot_index: u64,
+    now: Timestamp,
+) -> Evaluation {
+    let mut blocked = eval.follow_up(trigger, now, now);
+    blocked.wait_until = None;
+    blocked.status = crate::structs::EvalStatus::Blocked;
+    blocked.status_description = "created to place remaining allocations".into();
+    blocked.class_eligibility = class_eligibility;
+    blocked.escaped_computed_class = escaped;
+    blocked.snapshot_index = snapshot_index;
+    blocked
+}
+
 /// Processes one evaluation.
 pub trait Scheduler {
     /// Reconciles the eval's job against `state` and plans the changes.

@@ -25,7 +25,7 @@ use rayon::prelude::*;
 
 use super::feasible::FeasibilityChecker;
 use super::reconcile::{needs_destructive_update, taint_of, Taint};
-use super::{Planner, Scheduler, SchedulerConfig, SchedulerError, State};
+use super::{blocked_eval, Planner, Scheduler, SchedulerConfig, SchedulerError, State};
 use crate::structs::{
     AllocMetric, Allocation, ClientStatus, DesiredStatus, EvalStatus, Evaluation, Job, Node, NodeId, Plan, Resources,
     TaskGroup, TriggerReason,
@@ -258,13 +258,14 @@ impl<'a> SystemScheduler<'a> {
         let now = self.config.now;
         let mut done = eval.clone();
         if !outcome.failed.is_empty() {
-            let mut blocked = eval.follow_up(TriggerReason::QueuedAllocs, now, now);
-            blocked.wait_until = None;
-            blocked.status = EvalStatus::Blocked;
-            blocked.status_description = "created to place remaining allocations".into();
-            blocked.class_eligibility = outcome.class_eligibility;
-            blocked.escaped_computed_class = outcome.escaped;
-            blocked.snapshot_index = self.state.index();
+            let blocked = blocked_eval(
+                eval,
+                TriggerReason::QueuedAllocs,
+                outcome.class_eligibility,
+                outcome.escaped,
+                self.state.index(),
+                now,
+            );
             if eval.status == EvalStatus::Blocked {
                 let mut reblocked = eval.clone();
                 reblocked.class_eligibility = blocked.class_eligibility;
