@@ -584,7 +584,7 @@ impl Worker {
         let reblocked = planner.reblocked.take();
         self.ctx.claims.release(self.control.id as u64);
         let outcome = result.map_err(|error| match error {
-            SchedulerError::Planner(message) if message.contains("shutting down") => Failure::Shutdown,
+            SchedulerError::ShuttingDown => Failure::Shutdown,
             SchedulerError::Planner(message) => Failure::Retryable(message),
             SchedulerError::InvalidEval(message) => Failure::Other(message),
         });
@@ -638,12 +638,11 @@ struct WorkerPlanner<'a> {
 
 impl WorkerPlanner<'_> {
     fn write_eval(&mut self, eval: Evaluation) -> Result<(), SchedulerError> {
-        let applied = self
-            .ctx
-            .router
-            .store()
-            .apply(Command::UpsertEvals { evals: vec![eval] })
-            .map_err(|error| SchedulerError::Planner(error.to_string()))?;
+        let applied =
+            self.ctx.router.store().apply(Command::UpsertEvals { evals: vec![eval] }).map_err(|error| match error {
+                crate::state::StateError::ShuttingDown => SchedulerError::ShuttingDown,
+                other => SchedulerError::Planner(other.to_string()),
+            })?;
         self.ctx.router.route(&applied, Some(self.eval_id));
         if let Some(own) = applied.evals.iter().find(|eval| eval.id == self.eval_id) {
             self.reblocked = Some(own.clone()).filter(|eval| eval.status == crate::structs::EvalStatus::Blocked);
@@ -666,7 +665,7 @@ impl Planner for WorkerPlanner<'_> {
             _ => self.ctx.claims.release(self.control.id as u64),
         }
         let result = answer.map_err(|error| match error {
-            PlanError::ShuttingDown => SchedulerError::Planner("the plan queue is shutting down".into()),
+            PlanError::ShuttingDown => SchedulerError::ShuttingDown,
             other => SchedulerError::Planner(other.to_string()),
         })?;
         self.control.set_activity(WorkerActivity::Scheduling);
@@ -674,12 +673,13 @@ impl Planner for WorkerPlanner<'_> {
             return Ok((result, None));
         }
         self.control.set_activity(WorkerActivity::WaitingForIndex);
-        let state = self
-            .ctx
-            .router
-            .store()
-            .snapshot_min_index(result.refresh_index, self.ctx.config.sync_limit)
-            .map_err(|error| SchedulerError::Planner(error.to_string()))?;
+        let state =
+            self.ctx.router.store().snapshot_min_index(result.refresh_index, self.ctx.config.sync_limit).map_err(
+                |error| match error {
+                    WaitError::Shutdown { .. } => SchedulerError::ShuttingDown,
+                    WaitError::Timeout { .. } => SchedulerError::Planner(error.to_string()),
+                },
+            )?;
         self.control.set_activity(WorkerActivity::Scheduling);
         let state: Arc<dyn State> = state;
         Ok((result, Some(state)))

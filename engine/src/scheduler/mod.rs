@@ -79,6 +79,9 @@ pub enum SchedulerError {
     /// is shutting down, or the write failed).
     #[error("planner failed: {0}")]
     Planner(String),
+    /// The server is shutting down; the eval goes back to the broker.
+    #[error("the server is shutting down")]
+    ShuttingDown,
     /// The evaluation cannot be processed by this scheduler.
     #[error("invalid evaluation: {0}")]
     InvalidEval(String),
