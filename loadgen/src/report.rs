@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use engine::server::ServerStats;
 use engine::state::Snapshot;
-use engine::structs::{EvalStatus, Job, Resources};
+use engine::structs::{EvalStatus, Job};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
@@ -77,18 +77,8 @@ impl Report {
     /// Checks the end state: no node oversubscribed, every job at its
     /// desired count, every eval finished.
     pub fn check_invariants(&mut self, snapshot: &Snapshot, jobs: &[Job], n_nodes: usize) {
-        for node in snapshot.nodes() {
-            let used = snapshot
-                .allocs_by_node(node.id)
-                .filter(|alloc| !alloc.terminal())
-                .fold(Resources::default(), |sum, alloc| sum.plus(alloc.resources));
-            if !node.allocatable().covers(used) {
-                self.invariant_violations.push(format!(
-                    "node {} oversubscribed: {used:?} of {:?}",
-                    node.id,
-                    node.allocatable()
-                ));
-            }
+        for (node, used, allocatable) in snapshot.oversubscribed_nodes() {
+            self.invariant_violations.push(format!("node {node} oversubscribed: {used:?} of {allocatable:?}"));
         }
         for job in jobs {
             let desired = if job.job_type.is_system_like() { n_nodes } else { job.task_groups[0].count as usize };

@@ -61,13 +61,8 @@ fn live(snapshot: &Snapshot, job: &Job) -> usize {
 }
 
 fn assert_not_oversubscribed(snapshot: &Snapshot) {
-    for node in snapshot.nodes() {
-        let used = snapshot
-            .allocs_by_node(node.id)
-            .filter(|alloc| !alloc.terminal())
-            .fold(Resources::default(), |sum, alloc| sum.plus(alloc.resources));
-        assert!(node.allocatable().covers(used), "node {} holds {used:?} of {:?}", node.id, node.allocatable());
-    }
+    let oversubscribed = snapshot.oversubscribed_nodes();
+    assert!(oversubscribed.is_empty(), "(node, used, allocatable): {oversubscribed:?}");
 }
 
 #[test]

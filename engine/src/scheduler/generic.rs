@@ -22,7 +22,7 @@ use hashbrown::HashSet;
 
 use super::reconcile::{PlaceRequest, Reconciled, Reconciler};
 use super::stack::Stack;
-use super::{blocked_eval, Planner, Scheduler, SchedulerConfig, SchedulerError, State};
+use super::{park_shortfall, Parked, Planner, Scheduler, SchedulerConfig, SchedulerError, Shortfall, State};
 use crate::clock::Timestamp;
 use crate::structs::{
     AllocMetric, Allocation, ClientStatus, DesiredStatus, EvalStatus, Evaluation, Job, JobType, NodeId, Plan,
@@ -234,28 +234,17 @@ impl<'a> GenericScheduler<'a> {
         let now = self.config.now;
         let mut done = eval.clone();
         if !summary.failed.is_empty() || summary.block {
-            let trigger = if summary.block { TriggerReason::MaxPlanAttempts } else { TriggerReason::QueuedAllocs };
-            let mut blocked = blocked_eval(
-                eval,
-                trigger,
-                summary.class_eligibility.clone(),
-                summary.escaped,
-                self.state.index(),
-                now,
-            );
-            blocked.queued_allocations = summary.queued.clone();
-            if eval.status == EvalStatus::Blocked {
-                // This eval was the blocked one, unblocked and still short: park it again.
-                let mut reblocked = eval.clone();
-                reblocked.class_eligibility = blocked.class_eligibility;
-                reblocked.escaped_computed_class = blocked.escaped_computed_class;
-                reblocked.snapshot_index = blocked.snapshot_index;
-                reblocked.failed_tg_allocs = summary.failed.clone();
-                reblocked.queued_allocations = summary.queued.clone();
-                return self.planner.reblock_eval(reblocked);
+            let shortfall = Shortfall {
+                trigger: if summary.block { TriggerReason::MaxPlanAttempts } else { TriggerReason::QueuedAllocs },
+                class_eligibility: summary.class_eligibility.clone(),
+                escaped: summary.escaped,
+                failed: summary.failed.clone(),
+                queued: summary.queued.clone(),
+            };
+            match park_shortfall(&mut *self.planner, eval, shortfall, self.state.index(), now)? {
+                Parked::Reblocked => return Ok(()),
+                Parked::Created(id) => done.blocked_eval = Some(id),
             }
-            done.blocked_eval = Some(blocked.id);
-            self.planner.create_eval(blocked)?;
         }
         if let Some(at) = summary.follow_up_at {
             let follow_up = eval.follow_up(TriggerReason::MaxDisconnectTimeout, at, now);

@@ -146,24 +146,60 @@ impl Default for SchedulerConfig {
     }
 }
 
-/// A blocked eval for what `eval` could not place: parked by the classes it
-/// was checked against (or escaped) until capacity changes after `snapshot_index`.
-pub(crate) fn blocked_eval(
+/// What an eval could not place, and what it learned about the cluster.
+pub(crate) struct Shortfall {
+    /// Why the blocked eval exists (queued allocations, or plan failures).
+    pub trigger: crate::structs::TriggerReason,
+    /// Per computed class: whether the job can run there.
+    pub class_eligibility: std::collections::BTreeMap<crate::structs::ComputedClass, bool>,
+    /// Whether class checks could not decide the job's constraints.
+    pub escaped: bool,
+    /// Placement metrics per task group.
+    pub failed: std::collections::BTreeMap<String, crate::structs::AllocMetric>,
+    /// Allocations still to place per task group.
+    pub queued: std::collections::BTreeMap<String, u64>,
+}
+
+/// Where a shortfall was parked.
+pub(crate) enum Parked {
+    /// A new blocked eval was created with this id.
+    Created(crate::structs::EvalId),
+    /// `eval` was itself the blocked eval, unblocked and still short: it went
+    /// back to the blocked tracker and needs no further update.
+    Reblocked,
+}
+
+/// Parks what `eval` could not place until capacity changes after
+/// `snapshot_index`: a new blocked eval, or the eval itself when it was the
+/// blocked one (Nomad's reblock).
+pub(crate) fn park_shortfall(
+    planner: &mut dyn Planner,
     eval: &Evaluation,
-    trigger: crate::structs::TriggerReason,
-    class_eligibility: std::collections::BTreeMap<crate::structs::ComputedClass, bool>,
-    escaped: bool,
+    shortfall: Shortfall,
     snapshot_index: u64,
     now: Timestamp,
-) -> Evaluation {
-    let mut blocked = eval.follow_up(trigger, now, now);
-    blocked.wait_until = None;
-    blocked.status = crate::structs::EvalStatus::Blocked;
-    blocked.status_description = "created to place remaining allocations".into();
-    blocked.class_eligibility = class_eligibility;
-    blocked.escaped_computed_class = escaped;
-    blocked.snapshot_index = snapshot_index;
-    blocked
+) -> Result<Parked, SchedulerError> {
+    let mut parked = if eval.status == crate::structs::EvalStatus::Blocked {
+        eval.clone()
+    } else {
+        let mut blocked = eval.follow_up(shortfall.trigger, now, now);
+        blocked.wait_until = None;
+        blocked.status = crate::structs::EvalStatus::Blocked;
+        blocked.status_description = "created to place remaining allocations".into();
+        blocked
+    };
+    parked.class_eligibility = shortfall.class_eligibility;
+    parked.escaped_computed_class = shortfall.escaped;
+    parked.snapshot_index = snapshot_index;
+    parked.queued_allocations = shortfall.queued;
+    if eval.status == crate::structs::EvalStatus::Blocked {
+        parked.failed_tg_allocs = shortfall.failed;
+        planner.reblock_eval(parked)?;
+        return Ok(Parked::Reblocked);
+    }
+    let id = parked.id;
+    planner.create_eval(parked)?;
+    Ok(Parked::Created(id))
 }
 
 /// Processes one evaluation.

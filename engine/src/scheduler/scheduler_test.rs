@@ -37,14 +37,8 @@ fn per_node(harness: &Harness, job: &Job) -> BTreeMap<NodeId, usize> {
 }
 
 fn assert_not_oversubscribed(harness: &Harness) {
-    let snapshot = harness.store.snapshot();
-    for node in snapshot.nodes() {
-        let used = snapshot
-            .allocs_by_node(node.id)
-            .filter(|alloc| !alloc.terminal())
-            .fold(Resources::default(), |sum, alloc| sum.plus(alloc.resources));
-        assert!(node.allocatable().covers(used), "node {} holds {used:?} of {:?}", node.id, node.allocatable());
-    }
+    let oversubscribed = harness.store.snapshot().oversubscribed_nodes();
+    assert!(oversubscribed.is_empty(), "(node, used, allocatable): {oversubscribed:?}");
 }
 
 fn report(harness: &Harness, alloc: &crate::structs::Allocation, status: ClientStatus, at: Timestamp) {

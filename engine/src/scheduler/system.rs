@@ -25,7 +25,7 @@ use rayon::prelude::*;
 
 use super::feasible::FeasibilityChecker;
 use super::reconcile::{needs_destructive_update, taint_of, Taint};
-use super::{blocked_eval, Planner, Scheduler, SchedulerConfig, SchedulerError, State};
+use super::{park_shortfall, Parked, Planner, Scheduler, SchedulerConfig, SchedulerError, Shortfall, State};
 use crate::structs::{
     AllocMetric, Allocation, ClientStatus, DesiredStatus, EvalStatus, Evaluation, Job, Node, NodeId, Plan, Resources,
     TaskGroup, TriggerReason,
@@ -258,23 +258,17 @@ impl<'a> SystemScheduler<'a> {
         let now = self.config.now;
         let mut done = eval.clone();
         if !outcome.failed.is_empty() {
-            let blocked = blocked_eval(
-                eval,
-                TriggerReason::QueuedAllocs,
-                outcome.class_eligibility,
-                outcome.escaped,
-                self.state.index(),
-                now,
-            );
-            if eval.status == EvalStatus::Blocked {
-                let mut reblocked = eval.clone();
-                reblocked.class_eligibility = blocked.class_eligibility;
-                reblocked.snapshot_index = blocked.snapshot_index;
-                reblocked.failed_tg_allocs = outcome.failed;
-                return self.planner.reblock_eval(reblocked);
+            let shortfall = Shortfall {
+                trigger: TriggerReason::QueuedAllocs,
+                class_eligibility: outcome.class_eligibility,
+                escaped: outcome.escaped,
+                failed: outcome.failed.clone(),
+                queued: outcome.queued.clone(),
+            };
+            match park_shortfall(&mut *self.planner, eval, shortfall, self.state.index(), now)? {
+                Parked::Reblocked => return Ok(()),
+                Parked::Created(id) => done.blocked_eval = Some(id),
             }
-            done.blocked_eval = Some(blocked.id);
-            self.planner.create_eval(blocked)?;
         }
         done.status = EvalStatus::Complete;
         done.failed_tg_allocs = outcome.failed;

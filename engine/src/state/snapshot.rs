@@ -99,6 +99,22 @@ impl Snapshot {
         self.node_usage.get(&node).copied().unwrap_or_default()
     }
 
+    /// Nodes whose live allocations need more than they can give, each with
+    /// what is in use and what is allocatable. An audit for tests and load
+    /// checks: it sums the allocations themselves (O(allocations)) rather than
+    /// trusting the `node_usage` index.
+    pub fn oversubscribed_nodes(&self) -> Vec<(NodeId, Resources, Resources)> {
+        self.nodes()
+            .filter_map(|node| {
+                let used = self
+                    .allocs_by_node(node.id)
+                    .filter(|alloc| !alloc.terminal())
+                    .fold(Resources::default(), |sum, alloc| sum.plus(alloc.resources));
+                (!node.allocatable().covers(used)).then(|| (node.id, used, node.allocatable()))
+            })
+            .collect()
+    }
+
     /// Nodes of one computed class.
     pub fn nodes_by_class(&self, class: ComputedClass) -> impl Iterator<Item = NodeId> + '_ {
         self.nodes_by_class.get(&class).into_iter().flat_map(|ids| ids.iter().copied())

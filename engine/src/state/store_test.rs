@@ -351,3 +351,35 @@ fn commands_round_trip_through_serde() {
     let back: Command = serde_json::from_str(&text).expect("deserializes");
     assert_eq!(back, command);
 }
+
+#[test]
+fn the_oversubscription_audit_reports_nodes_past_their_capacity() {
+    let store = StateStore::new();
+    store.apply(Command::UpsertNode { node: node(1) }).expect("node");
+    let web = job("web");
+    register(&store, &web);
+    place(&store, &web, NodeId::from_u128(1), 0);
+    assert!(store.snapshot().oversubscribed_nodes().is_empty());
+    // The store does not check fit (the plan applier does), so an oversized placement lands and the audit sees it.
+    let stored = store.snapshot().job(&web.key()).expect("job").clone();
+    let mut huge = Allocation::new_placement(&stored, "group", 1, NodeId::from_u128(1), EvalId::from_u128(9));
+    huge.resources = Resources::new(4000, 1, 0);
+    store
+        .apply(Command::ApplyPlanResults {
+            eval_id: EvalId::from_u128(9),
+            allocs: vec![huge],
+            evals: vec![],
+            time: Timestamp(6),
+        })
+        .expect("applies");
+    let reported = store.snapshot().oversubscribed_nodes();
+    assert_eq!(
+        reported,
+        vec![(NodeId::from_u128(1), Resources::new(4100, 129, 0), Resources::new(4000, 8192, 100_000))]
+    );
+    assert_eq!(
+        store.snapshot().node_usage(NodeId::from_u128(1)),
+        Resources::new(4100, 129, 0),
+        "the usage index agrees"
+    );
+}
