@@ -1,21 +1,34 @@
-//! The node endpoint, transport-free: what clients call.
+//! The node endpoint, transport-free: what clients call. It carries the
+//! strict reconnect protocol (DESIGN.md "Node lifecycle"):
 //!
-//! - `register`: stores the node's information; a known node keeps its
-//!   status (DESIGN.md). A new ready node gets evals for every system job.
-//! - `update_status`: changes the status and creates node evals when the
-//!   change needs scheduling (to or from ready).
-//! - `update_allocs`: the client's allocation updates, refused while the
-//!   node is down or disconnected; failed allocations get an eval.
-//! - `allocs`: blocks until something changes for the node after an index.
+//! 1. `register` stores the node's information; a known node keeps its
+//!    status. A new node gets a heartbeat deadline, and a new ready node
+//!    evals for every system job.
+//! 2. `update_status` is the heartbeat. A ready node that stays ready
+//!    writes nothing: its deadline moves and it gets its TTL back. A
+//!    `disconnected` node asking for `ready` becomes `initializing`; an
+//!    `initializing` node with live allocations becomes `ready` only once
+//!    its last alloc update is newer than its last missed heartbeat (nodes
+//!    without live allocations become ready at once). Transitions that need
+//!    scheduling (to `ready`, to `down`, to or from `disconnected`) create
+//!    node evals. Clients may not declare themselves `disconnected`.
+//! 3. `update_allocs` is refused with [`NodeError::NotConnected`] while the
+//!    node is `down` or `disconnected`, and changes nothing; the client
+//!    heartbeats back first and retries. Accepted updates are batched
+//!    ([`crate::update_batch`]) and record the node's last alloc update index.
+//! 4. `allocs` blocks until something changes for the node after an index.
+//!    Allocations whose desired status is `stop` must not be (re)started.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::clock::SharedClock;
+use crate::heartbeat::Heartbeats;
 use crate::router::Router;
 use crate::state::{ClientAllocUpdate, Command, Snapshot, StateError, WaitError};
-use crate::structs::{Allocation, ClientStatus, Evaluation, Node, NodeId, NodeStatus, TriggerReason};
+use crate::structs::{Allocation, Evaluation, Node, NodeId, NodeStatus, TriggerReason};
+use crate::update_batch::{batch_command, own_outcome, PendingUpdate, UpdateBatcher};
 
 /// Why a node request was refused. Nothing was written.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -24,12 +37,28 @@ pub enum NodeError {
     #[error("unknown node {0}")]
     UnknownNode(NodeId),
     /// The node is down or disconnected: it must heartbeat back to ready first.
-    #[error("node {node} is {status:?}; allocation updates are refused until it is ready again")]
+    #[error("node {node} is {status:?}; allocation updates are refused until it heartbeats again")]
     NotConnected {
         /// The node.
         node: NodeId,
         /// Its status.
         status: NodeStatus,
+    },
+    /// A client asked for a status only the servers set.
+    #[error("node {node} may not set its own status to {status:?}")]
+    StatusNotAllowed {
+        /// The node.
+        node: NodeId,
+        /// The status asked for.
+        status: NodeStatus,
+    },
+    /// A client reported an allocation that is not its own.
+    #[error("node {node} reported allocation {alloc}, which is not placed on it")]
+    NotItsAllocation {
+        /// The node.
+        node: NodeId,
+        /// The allocation.
+        alloc: crate::structs::AllocId,
     },
     /// The write failed.
     #[error(transparent)]
@@ -39,67 +68,127 @@ pub enum NodeError {
     Wait(#[from] WaitError),
 }
 
+/// What a node learns from `register` and `update_status`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NodeResponse {
+    /// The state index the answer is current at.
+    pub index: u64,
+    /// The node's status now (it may differ from what was asked for).
+    pub status: NodeStatus,
+    /// When to heartbeat again (zero for a node that is down).
+    pub heartbeat_ttl: Duration,
+}
+
 /// The node endpoint; see the module docs.
 #[derive(Debug, Clone)]
 pub struct NodeEndpoint {
     router: Router,
     clock: SharedClock,
+    heartbeats: Arc<Heartbeats>,
+    batcher: Option<Arc<UpdateBatcher>>,
 }
 
 impl NodeEndpoint {
-    /// An endpoint writing through `router`.
-    pub fn new(router: Router, clock: SharedClock) -> Self {
-        NodeEndpoint { router, clock }
+    /// An endpoint writing through `router`. Without a `batcher`, each
+    /// alloc update is written as its own command.
+    pub fn new(
+        router: Router,
+        clock: SharedClock,
+        heartbeats: Arc<Heartbeats>,
+        batcher: Option<Arc<UpdateBatcher>>,
+    ) -> Self {
+        NodeEndpoint { router, clock, heartbeats, batcher }
     }
 
-    /// Registers a node or updates its information; returns the write index.
-    pub fn register(&self, node: Node) -> Result<u64, NodeError> {
+    /// Registers a node or updates its information (step 1).
+    pub fn register(&self, node: Node) -> Result<NodeResponse, NodeError> {
         let snapshot = self.router.store().snapshot();
         let is_new = snapshot.node(node.id).is_none();
         let node_id = node.id;
-        let ready = node.status == NodeStatus::Ready;
         let applied = self.router.apply(Command::UpsertNode { node })?;
-        if is_new && ready {
-            let evals = node_evals(&self.router.store().snapshot(), node_id, self.clock.now());
+        let snapshot = self.router.store().snapshot();
+        let stored = snapshot.node(node_id).ok_or(NodeError::UnknownNode(node_id))?;
+        if is_new && stored.status == NodeStatus::Ready {
+            let evals = node_evals(&snapshot, node_id, self.clock.now());
             if !evals.is_empty() {
                 self.router.apply(Command::UpsertEvals { evals })?;
             }
         }
-        Ok(applied.index)
+        let heartbeat_ttl = self.heartbeat(stored);
+        Ok(NodeResponse { index: applied.index, status: stored.status, heartbeat_ttl })
     }
 
-    /// Changes a node's status, with node evals when scheduling is affected.
-    pub fn update_status(&self, node_id: NodeId, status: NodeStatus) -> Result<u64, NodeError> {
+    /// The heartbeat and status change (step 2).
+    pub fn update_status(&self, node_id: NodeId, asked: NodeStatus) -> Result<NodeResponse, NodeError> {
+        if asked == NodeStatus::Disconnected {
+            return Err(NodeError::StatusNotAllowed { node: node_id, status: asked });
+        }
         let snapshot = self.router.store().snapshot();
         let node = snapshot.node(node_id).ok_or(NodeError::UnknownNode(node_id))?;
-        let changes_scheduling = (node.status == NodeStatus::Ready) != (status == NodeStatus::Ready);
-        let evals = if changes_scheduling { node_evals(&snapshot, node_id, self.clock.now()) } else { Vec::new() };
-        let applied =
-            self.router.apply(Command::UpdateNodeStatus { node_id, status, missed_heartbeat: false, evals })?;
-        Ok(applied.index)
+        let status = next_status(&snapshot, node, asked);
+        if status == node.status {
+            let heartbeat_ttl = self.heartbeat(node);
+            return Ok(NodeResponse { index: snapshot.index(), status, heartbeat_ttl });
+        }
+        let evals = if needs_evals(node.status, status) {
+            node_evals(&snapshot, node_id, self.clock.now())
+        } else {
+            Vec::new()
+        };
+        let applied = self.router.apply(Command::UpdateNodeStatus { node_id, status, evals })?;
+        let snapshot = self.router.store().snapshot();
+        let node = snapshot.node(node_id).ok_or(NodeError::UnknownNode(node_id))?;
+        let heartbeat_ttl = self.heartbeat(node);
+        Ok(NodeResponse { index: applied.index, status: node.status, heartbeat_ttl })
     }
 
-    /// Applies a client's allocation updates.
+    /// Moves a live node's deadline, or forgets a down one's.
+    fn heartbeat(&self, node: &Node) -> Duration {
+        if node.status.is_terminal_for_scheduling() {
+            self.heartbeats.remove(node.id);
+            Duration::ZERO
+        } else {
+            self.heartbeats.reset(node.id)
+        }
+    }
+
+    /// Applies a client's allocation updates and waits until they are
+    /// written (step 3).
     pub fn update_allocs(&self, node_id: NodeId, updates: Vec<ClientAllocUpdate>) -> Result<u64, NodeError> {
+        self.submit_allocs(node_id, updates)?.wait()
+    }
+
+    /// Checks a client's allocation updates and queues them for the next
+    /// batch; the caller waits on the returned handle. Lets one thread
+    /// speak for many clients.
+    pub fn submit_allocs(&self, node_id: NodeId, updates: Vec<ClientAllocUpdate>) -> Result<PendingUpdate, NodeError> {
+        self.check_updates(node_id, &updates)?;
+        match &self.batcher {
+            Some(batcher) => batcher.submit(updates),
+            None => {
+                let alloc_ids: Vec<_> = updates.iter().map(|update| update.alloc_id).collect();
+                let command = batch_command(&self.router.store().snapshot(), updates, &self.clock);
+                let applied = self.router.apply(command)?;
+                Ok(PendingUpdate::written(own_outcome(&applied, &alloc_ids)))
+            }
+        }
+    }
+
+    /// Refuses updates from a node that is not connected, or about
+    /// allocations that are not the node's.
+    fn check_updates(&self, node_id: NodeId, updates: &[ClientAllocUpdate]) -> Result<(), NodeError> {
         let snapshot = self.router.store().snapshot();
         let node = snapshot.node(node_id).ok_or(NodeError::UnknownNode(node_id))?;
         if node.status.is_terminal_for_scheduling() {
             return Err(NodeError::NotConnected { node: node_id, status: node.status });
         }
-        let now = self.clock.now();
-        let failed_jobs: BTreeSet<_> = updates
-            .iter()
-            .filter(|update| update.client_status == ClientStatus::Failed)
-            .filter_map(|update| snapshot.alloc(update.alloc_id))
-            .map(|alloc| alloc.job_key())
-            .collect();
-        let evals = failed_jobs
-            .iter()
-            .filter_map(|key| snapshot.job(key))
-            .map(|job| Evaluation::for_job(job, TriggerReason::AllocFailure, now))
-            .collect();
-        let applied = self.router.apply(Command::UpdateAllocsFromClient { updates, evals, time: now })?;
-        Ok(applied.index)
+        for update in updates {
+            let placed_here = snapshot.alloc(update.alloc_id).is_some_and(|alloc| alloc.node_id == node_id);
+            if update.node_id != node_id || !placed_here {
+                return Err(NodeError::NotItsAllocation { node: node_id, alloc: update.alloc_id });
+            }
+        }
+        Ok(())
     }
 
     /// The node's allocations once any of them changed after `min_index`,
@@ -127,8 +216,33 @@ impl NodeEndpoint {
     }
 }
 
+/// The status a node asking for `asked` moves to (module docs, step 2).
+fn next_status(snapshot: &Snapshot, node: &Node, asked: NodeStatus) -> NodeStatus {
+    match (node.status, asked) {
+        (NodeStatus::Disconnected, NodeStatus::Ready) => NodeStatus::Initializing,
+        (NodeStatus::Initializing, NodeStatus::Ready) => {
+            let has_live_allocs = snapshot.allocs_by_node(node.id).any(|alloc| !alloc.terminal());
+            if has_live_allocs && node.last_alloc_update_index <= node.last_missed_heartbeat_index {
+                NodeStatus::Initializing
+            } else {
+                NodeStatus::Ready
+            }
+        }
+        (_, asked) => asked,
+    }
+}
+
+/// Whether moving from `from` to `to` needs the node's jobs evaluated.
+fn needs_evals(from: NodeStatus, to: NodeStatus) -> bool {
+    from != to
+        && (to == NodeStatus::Ready
+            || to == NodeStatus::Down
+            || from == NodeStatus::Disconnected
+            || to == NodeStatus::Disconnected)
+}
+
 /// Evals for every job with live allocations on the node, and every system
-/// job (which may now run there).
+/// job (which may now run there, or must leave).
 pub fn node_evals(snapshot: &Snapshot, node_id: NodeId, now: crate::clock::Timestamp) -> Vec<Evaluation> {
     let mut keys: BTreeSet<_> =
         snapshot.allocs_by_node(node_id).filter(|alloc| !alloc.terminal()).map(|alloc| alloc.job_key()).collect();

@@ -342,6 +342,7 @@ impl PlanApplier {
             match self.store.apply(command) {
                 Ok(applied) => {
                     result.alloc_index = applied.index;
+                    result.refuse_placements(&applied.refused_placements, applied.index);
                     (self.on_applied)(&applied);
                     pending.respond(Ok(result));
                 }

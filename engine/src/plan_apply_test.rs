@@ -87,7 +87,6 @@ fn new_placements_need_a_ready_node_but_updates_do_not() {
         .apply(Command::UpdateNodeStatus {
             node_id: NodeId::from_u128(NODE),
             status: NodeStatus::Disconnected,
-            missed_heartbeat: true,
             evals: vec![],
         })
         .expect("disconnect");

@@ -1,14 +1,20 @@
 //! `Server`: starts and wires every part of the engine in one process.
 //!
 //! Start-up: state store → broker → blocked evals → router → plan queue and
-//! applier → worker pool → eval reaper → timer thread (broker timers and
-//! blocked-eval pruning, driven by the server's clock).
+//! applier → worker pool → eval reaper → heartbeat timers and the alloc
+//! update batcher → timer thread (broker timers, heartbeat expiry,
+//! blocked-eval retries and pruning, driven by the server's clock).
+//!
+//! A server started on existing state ([`Server::start_on`], a restore or a
+//! new leader) re-enqueues its pending and blocked evals and gives every
+//! live node the failover heartbeat TTL before it can be marked down.
 //!
 //! Shutdown, in order, so nothing is left behind and no eval is lost:
 //! 1. pause the broker, so no new eval is handed out;
 //! 2. stop the workers: each finishes or nacks the eval it holds;
 //! 3. shut the plan queue (waiting plans are answered) and stop the applier;
-//! 4. stop the reaper and the timer thread;
+//! 4. stop the reaper and the timer thread; write the open alloc update
+//!    batch and stop the batcher;
 //! 5. shut the broker and the store, waking anything still waiting.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,6 +28,7 @@ use serde::Serialize;
 use crate::blocked::{BlockedEvals, BlockedStats};
 use crate::broker::{BrokerConfig, BrokerStats, EvalBroker};
 use crate::clock::SharedClock;
+use crate::heartbeat::{HeartbeatConfig, HeartbeatStats, Heartbeats};
 use crate::job_endpoint::JobEndpoint;
 use crate::node_endpoint::NodeEndpoint;
 use crate::plan_apply::{OnApplied, PlanApplier, PlanApplierConfig, PlanApplierHandle, PlanApplierStats};
@@ -29,7 +36,8 @@ use crate::plan_queue::PlanQueue;
 use crate::reaper::{EvalReaper, ReaperConfig, ReaperHandle};
 use crate::router::Router;
 use crate::state::StateStore;
-use crate::structs::JobType;
+use crate::structs::{EvalStatus, JobType};
+use crate::update_batch::{BatchConfig, BatchStats, UpdateBatcher};
 use crate::worker::{WorkerConfig, WorkerContext, WorkerPool, WorkerStats};
 
 /// How often the timer thread runs the broker's timers.
@@ -52,6 +60,10 @@ pub struct ServerConfig {
     pub reaper: ReaperConfig,
     /// Plan applier settings.
     pub plan_applier: PlanApplierConfig,
+    /// Heartbeat TTLs.
+    pub heartbeat: HeartbeatConfig,
+    /// Batching of client alloc updates.
+    pub alloc_updates: BatchConfig,
 }
 
 impl Default for ServerConfig {
@@ -63,6 +75,8 @@ impl Default for ServerConfig {
             broker: BrokerConfig::default(),
             reaper: ReaperConfig::default(),
             plan_applier: PlanApplierConfig::default(),
+            heartbeat: HeartbeatConfig::default(),
+            alloc_updates: BatchConfig::default(),
         }
     }
 }
@@ -82,6 +96,10 @@ pub struct ServerStats {
     pub workers: WorkerStats,
     /// Plans waiting for the applier.
     pub plan_queue_depth: usize,
+    /// Heartbeat timers.
+    pub heartbeats: HeartbeatStats,
+    /// Client alloc update batches.
+    pub alloc_updates: BatchStats,
 }
 
 /// The in-process server; see the module docs.
@@ -96,14 +114,21 @@ pub struct Server {
     applier: Mutex<Option<PlanApplierHandle>>,
     workers: WorkerPool,
     reaper: Mutex<Option<ReaperHandle>>,
+    heartbeats: Arc<Heartbeats>,
+    batcher: Arc<UpdateBatcher>,
+    batcher_thread: Mutex<Option<JoinHandle<()>>>,
     timers: Mutex<Option<JoinHandle<()>>>,
     stopping: Arc<AtomicBool>,
 }
 
 impl Server {
-    /// Starts every part (module docs, start-up order).
+    /// Starts every part on an empty state (module docs, start-up order).
     pub fn start(config: ServerConfig, clock: SharedClock) -> Server {
-        let store = Arc::new(StateStore::new());
+        Server::start_on(config, clock, Arc::new(StateStore::new()))
+    }
+
+    /// Starts every part on existing state (module docs).
+    pub fn start_on(config: ServerConfig, clock: SharedClock, store: Arc<StateStore>) -> Server {
         let broker = Arc::new(EvalBroker::new(config.broker.clone(), clock.clone()));
         let blocked = Arc::new(BlockedEvals::new(broker.clone(), clock.clone()));
         let router = Router::new(store.clone(), broker.clone(), blocked.clone());
@@ -131,8 +156,16 @@ impl Server {
         let reaper =
             EvalReaper::new(config.reaper.clone(), broker.clone(), blocked.clone(), store.clone(), clock.clone())
                 .spawn();
+        let heartbeats = Heartbeats::new(config.heartbeat.clone(), clock.clone());
+        let batcher = UpdateBatcher::new(config.alloc_updates.clone(), router.clone(), clock.clone());
+        let batcher_thread = batcher.spawn();
+        restore(&store, &router, &heartbeats);
         let stopping = Arc::new(AtomicBool::new(false));
-        let timers = spawn_timers(broker.clone(), blocked.clone(), stopping.clone());
+        let timers = spawn_timers(
+            TimerParts { broker: broker.clone(), blocked: blocked.clone(), heartbeats: heartbeats.clone() },
+            router.clone(),
+            stopping.clone(),
+        );
         Server {
             clock,
             store,
@@ -143,6 +176,9 @@ impl Server {
             applier: Mutex::new(Some(applier)),
             workers,
             reaper: Mutex::new(Some(reaper)),
+            heartbeats,
+            batcher,
+            batcher_thread: Mutex::new(Some(batcher_thread)),
             timers: Mutex::new(Some(timers)),
             stopping,
         }
@@ -155,7 +191,7 @@ impl Server {
 
     /// The node endpoint.
     pub fn nodes(&self) -> NodeEndpoint {
-        NodeEndpoint::new(self.router.clone(), self.clock.clone())
+        NodeEndpoint::new(self.router.clone(), self.clock.clone(), self.heartbeats.clone(), Some(self.batcher.clone()))
     }
 
     /// The state store (read it through snapshots).
@@ -178,6 +214,11 @@ impl Server {
         &self.blocked
     }
 
+    /// The heartbeat timers.
+    pub fn heartbeats(&self) -> &Arc<Heartbeats> {
+        &self.heartbeats
+    }
+
     /// The worker pool (resize, retarget, pause, resume, status).
     pub fn workers(&self) -> &WorkerPool {
         &self.workers
@@ -192,6 +233,8 @@ impl Server {
             plan_applier: self.applier.lock().as_ref().map(PlanApplierHandle::stats).unwrap_or_default(),
             workers: self.workers.stats(),
             plan_queue_depth: self.plan_queue.depth(),
+            heartbeats: self.heartbeats.stats(),
+            alloc_updates: self.batcher.stats(),
         }
     }
 
@@ -219,6 +262,10 @@ impl Server {
         if let Some(timers) = self.timers.lock().take() {
             let _ = timers.join();
         }
+        self.batcher.stop();
+        if let Some(batcher) = self.batcher_thread.lock().take() {
+            let _ = batcher.join();
+        }
         self.broker.shutdown();
         self.store.shutdown();
     }
@@ -230,13 +277,32 @@ impl Drop for Server {
     }
 }
 
-fn spawn_timers(broker: Arc<EvalBroker>, blocked: Arc<BlockedEvals>, stopping: Arc<AtomicBool>) -> JoinHandle<()> {
+/// Re-enqueues the pending and blocked evals of existing state and gives
+/// every live node the failover heartbeat TTL (Nomad's `establishLeadership`).
+fn restore(store: &StateStore, router: &Router, heartbeats: &Heartbeats) {
+    let snapshot = store.snapshot();
+    for eval in snapshot.evals().filter(|eval| matches!(eval.status, EvalStatus::Pending | EvalStatus::Blocked)) {
+        router.route_eval(eval);
+    }
+    heartbeats.initialize(&snapshot);
+}
+
+/// What the timer thread drives.
+struct TimerParts {
+    broker: Arc<EvalBroker>,
+    blocked: Arc<BlockedEvals>,
+    heartbeats: Arc<Heartbeats>,
+}
+
+fn spawn_timers(parts: TimerParts, router: Router, stopping: Arc<AtomicBool>) -> JoinHandle<()> {
+    let TimerParts { broker, blocked, heartbeats } = parts;
     std::thread::Builder::new()
         .name("server-timers".into())
         .spawn(move || {
             let mut ticks: u64 = 0;
             while !stopping.load(Ordering::Acquire) {
                 broker.process_timers();
+                heartbeats.expire(&router);
                 ticks += 1;
                 if ticks % 50 == 0 {
                     blocked.unblock_failed();

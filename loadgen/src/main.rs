@@ -4,8 +4,8 @@
 //! The default (no server address) is in-process: it starts an embedded
 //! `engine::Server`, registers `--nodes` simulated nodes (varied sizes, 20
 //! classes, 4 datacenters), submits a mix of service and batch jobs plus one
-//! system job, lets simulated clients report their allocations running, and
-//! waits until every job has what it asked for. It then checks the final
+//! system job, lets simulated clients heartbeat and report their allocations
+//! running, and waits until every job has what it asked for. It then checks the final
 //! state and prints (and with `--json`, writes) the report.
 
 #![forbid(unsafe_code)]
@@ -21,7 +21,7 @@ use clap::Parser;
 use engine::clock::SystemClock;
 use engine::server::{Server, ServerConfig};
 use engine::state::{ClientAllocUpdate, Snapshot};
-use engine::structs::{ClientStatus, Job, JobType, Node, NodeId, Resources};
+use engine::structs::{ClientStatus, Job, JobType, Node, NodeId, NodeStatus, Resources};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -81,8 +81,11 @@ fn main() -> Result<()> {
     let mut report = Report { nodes: args.nodes, jobs: args.jobs + 1, workers, ..Report::default() };
 
     let started = Instant::now();
+    let mut node_ids = Vec::with_capacity(args.nodes);
     for n in 0..args.nodes {
-        server.nodes().register(simulated_node(n, &mut rng)).context("registering a node")?;
+        let node = simulated_node(n, &mut rng);
+        node_ids.push(node.id);
+        server.nodes().register(node).context("registering a node")?;
     }
     report.node_register_per_sec = args.nodes as f64 / started.elapsed().as_secs_f64().max(1e-9);
     eprintln!("registered {} nodes in {:.2?}", args.nodes, started.elapsed());
@@ -92,7 +95,7 @@ fn main() -> Result<()> {
     report.allocs_desired = desired;
     let clients_done = AtomicBool::new(false);
     let (placed_in, outcome) = std::thread::scope(|scope| {
-        let clients = scope.spawn(|| simulate_clients(&server, &clients_done));
+        let clients = scope.spawn(|| simulate_clients(&server, &node_ids, &clients_done));
         let started = Instant::now();
         let outcome = submit_and_wait(&server, &jobs, desired, Duration::from_secs(args.timeout_secs));
         let placed_in = started.elapsed();
@@ -206,32 +209,57 @@ fn live_allocs(snapshot: &Snapshot) -> u64 {
     snapshot.allocs().filter(|alloc| !alloc.terminal()).count() as u64
 }
 
-/// Simulated clients: each node reports its new allocations running, in one
-/// update per node, as a client does after starting them.
-fn simulate_clients(server: &Server, done: &AtomicBool) {
+/// Simulated clients: every node heartbeats at half its TTL, and reports
+/// its new allocations running (one update per node, as a client does after
+/// starting them). All nodes' updates of a round are submitted before any
+/// is waited for, so the server batches them as it would for real clients
+/// reporting at once.
+fn simulate_clients(server: &Server, node_ids: &[NodeId], done: &AtomicBool) {
+    let nodes = server.nodes();
+    let mut next_heartbeat: Vec<Instant> = vec![Instant::now(); node_ids.len()];
     let mut seen_index = 0;
     while !done.load(Ordering::Acquire) {
+        let now = Instant::now();
+        for (node_id, due) in node_ids.iter().zip(next_heartbeat.iter_mut()).filter(|(_, due)| **due <= now) {
+            match nodes.update_status(*node_id, NodeStatus::Ready) {
+                Ok(response) => *due = now + response.heartbeat_ttl / 2,
+                Err(error) => eprintln!("client {node_id}: heartbeat refused: {error}"),
+            }
+        }
         let snapshot = server.store().snapshot();
         if snapshot.table_indexes().allocs > seen_index {
             seen_index = snapshot.table_indexes().allocs;
-            let mut by_node: std::collections::BTreeMap<NodeId, Vec<ClientAllocUpdate>> = Default::default();
-            for alloc in
-                snapshot.allocs().filter(|alloc| alloc.client_status == ClientStatus::Pending && !alloc.terminal())
-            {
-                by_node.entry(alloc.node_id).or_default().push(ClientAllocUpdate {
-                    alloc_id: alloc.id,
-                    node_id: alloc.node_id,
-                    client_status: ClientStatus::Running,
-                    client_description: "started".into(),
-                });
-            }
-            for (node_id, updates) in by_node {
-                if let Err(error) = server.nodes().update_allocs(node_id, updates) {
-                    eprintln!("client {node_id}: {error}");
-                }
-            }
+            report_started(&nodes, &snapshot);
         }
-        std::thread::sleep(Duration::from_millis(500));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Reports every pending allocation running, one batched update per node.
+fn report_started(nodes: &engine::node_endpoint::NodeEndpoint, snapshot: &Snapshot) {
+    let mut by_node: std::collections::BTreeMap<NodeId, Vec<ClientAllocUpdate>> = Default::default();
+    for alloc in snapshot.allocs().filter(|alloc| alloc.client_status == ClientStatus::Pending && !alloc.terminal()) {
+        by_node.entry(alloc.node_id).or_default().push(ClientAllocUpdate {
+            alloc_id: alloc.id,
+            node_id: alloc.node_id,
+            client_status: ClientStatus::Running,
+            client_description: "started".into(),
+        });
+    }
+    let pending: Vec<_> = by_node
+        .into_iter()
+        .filter_map(|(node_id, updates)| match nodes.submit_allocs(node_id, updates) {
+            Ok(pending) => Some((node_id, pending)),
+            Err(error) => {
+                eprintln!("client {node_id}: {error}");
+                None
+            }
+        })
+        .collect();
+    for (node_id, pending) in pending {
+        if let Err(error) = pending.wait() {
+            eprintln!("client {node_id}: {error}");
+        }
     }
 }
 

@@ -39,6 +39,11 @@ pub struct Report {
     pub backoff_count: u64,
     pub backoff_ms_total: u64,
     pub blocked_evals: usize,
+    pub heartbeats: u64,
+    pub heartbeat_expirations: u64,
+    pub alloc_update_batches: u64,
+    pub alloc_updates: u64,
+    pub largest_alloc_update_batch: u64,
     pub state_index: u64,
     pub peak_rss_bytes: u64,
     pub invariant_violations: Vec<String>,
@@ -60,6 +65,11 @@ impl Report {
         self.backoff_count = stats.workers.backoff_count;
         self.backoff_ms_total = stats.workers.backoff_ms_total;
         self.blocked_evals = stats.blocked.total_blocked;
+        self.heartbeats = stats.heartbeats.resets;
+        self.heartbeat_expirations = stats.heartbeats.expirations;
+        self.alloc_update_batches = stats.alloc_updates.batches;
+        self.alloc_updates = stats.alloc_updates.updates;
+        self.largest_alloc_update_batch = stats.alloc_updates.largest_batch;
         self.state_index = snapshot.index();
         let mut histogram = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).expect("valid bounds");
         for eval in snapshot.evals().filter(|eval| eval.status == EvalStatus::Complete) {
@@ -115,6 +125,11 @@ impl Report {
         );
         println!("  worker backoffs            {} ({} ms)", self.backoff_count, self.backoff_ms_total);
         println!("  blocked evals              {}", self.blocked_evals);
+        println!("  heartbeats / missed        {} / {}", self.heartbeats, self.heartbeat_expirations);
+        println!(
+            "  client alloc updates       {} in {} batches (largest {})",
+            self.alloc_updates, self.alloc_update_batches, self.largest_alloc_update_batch
+        );
         println!("  state index                {}", self.state_index);
         println!("  peak RSS                   {:.1} MiB", self.peak_rss_bytes as f64 / (1024.0 * 1024.0));
         if self.invariant_violations.is_empty() {

@@ -2,8 +2,8 @@
 //!
 //! For one eval:
 //! 1. Reconcile the job against its allocations ([`super::reconcile`]).
-//! 2. Build a plan: stops, `unknown` marks, in-place updates, and a node for
-//!    every placement from the [`Stack`]. A group that fails to place once is
+//! 2. Build a plan: stops, `unknown` marks, recorded reconnects, in-place
+//!    updates, and a node for every placement from the [`Stack`]. A group that fails to place once is
 //!    not tried again in this eval; later failures are coalesced.
 //! 3. Submit it. If the plan applier refused part of it, re-plan against
 //!    the refreshed state, up to 5 times for services and 2 for batch jobs
@@ -25,8 +25,8 @@ use super::stack::Stack;
 use super::{park_shortfall, Parked, Planner, Scheduler, SchedulerConfig, SchedulerError, Shortfall, State};
 use crate::clock::Timestamp;
 use crate::structs::{
-    AllocMetric, Allocation, ClientStatus, DesiredStatus, EvalStatus, Evaluation, Job, JobType, NodeId, Plan,
-    RescheduleEvent, TriggerReason,
+    AllocId, AllocMetric, Allocation, ClientStatus, DesiredStatus, EvalId, EvalStatus, Evaluation, Job, JobType,
+    NodeId, Plan, RescheduleEvent, TriggerReason,
 };
 
 const SERVICE_MAX_ATTEMPTS: u32 = 5;
@@ -117,7 +117,9 @@ impl<'a> GenericScheduler<'a> {
         hasher.finish()
     }
 
-    /// Stops, `unknown` marks, in-place updates and delayed reschedules.
+    /// Stops, `unknown` marks, reconnects, in-place updates and delayed
+    /// reschedules. One allocation may get several of the last four (a
+    /// reconnect and an in-place update); they are merged into one entry.
     fn plan_changes(
         &mut self,
         eval: &Evaluation,
@@ -139,44 +141,55 @@ impl<'a> GenericScheduler<'a> {
             }
             plan.node_update.entry(alloc.node_id).or_default().push(alloc);
         }
+        let mut updates: BTreeMap<AllocId, Allocation> = BTreeMap::new();
+        let mut update = |alloc: &Arc<Allocation>, change: &mut dyn FnMut(&mut Allocation)| {
+            let entry = updates.entry(alloc.id).or_insert_with(|| {
+                let mut copy = Allocation::clone(alloc);
+                copy.eval_id = eval.id;
+                copy
+            });
+            change(entry);
+        };
         for alloc in &reconciled.disconnecting {
-            let mut alloc = Allocation::clone(alloc);
-            alloc.record_client_status(ClientStatus::Unknown, now);
-            alloc.eval_id = eval.id;
-            plan.node_allocation.entry(alloc.node_id).or_default().push(alloc);
+            update(alloc, &mut |alloc| alloc.record_client_status(ClientStatus::Unknown, now));
+        }
+        for alloc in &reconciled.reconnect {
+            let status = alloc.client_status;
+            update(alloc, &mut |alloc| alloc.record_client_status(status, now));
         }
         if let Some(job) = &plan.job {
             for alloc in &reconciled.inplace {
-                let mut alloc = Allocation::clone(alloc);
-                alloc.job = job.clone();
-                alloc.eval_id = eval.id;
-                plan.node_allocation.entry(alloc.node_id).or_default().push(alloc);
+                update(alloc, &mut |alloc| alloc.job = job.clone());
             }
         }
-        self.plan_delayed_reschedules(eval, reconciled, plan)
+        for (alloc, follow_up) in self.delayed_reschedules(eval, reconciled)? {
+            update(alloc, &mut |alloc| alloc.follow_up_eval_id = Some(follow_up));
+        }
+        for alloc in updates.into_values() {
+            plan.node_allocation.entry(alloc.node_id).or_default().push(alloc);
+        }
+        Ok(())
     }
 
     /// One follow-up eval per distinct reschedule time; each failed alloc
     /// records its follow-up so later evals do not make another.
-    fn plan_delayed_reschedules(
+    fn delayed_reschedules<'r>(
         &mut self,
         eval: &Evaluation,
-        reconciled: &Reconciled,
-        plan: &mut Plan,
-    ) -> Result<(), SchedulerError> {
+        reconciled: &'r Reconciled,
+    ) -> Result<Vec<(&'r Arc<Allocation>, EvalId)>, SchedulerError> {
         let mut by_time: BTreeMap<Timestamp, Evaluation> = BTreeMap::new();
+        let mut marked = Vec::new();
         for (alloc, at) in &reconciled.delayed_reschedules {
             let follow_up = by_time
                 .entry(*at)
                 .or_insert_with(|| eval.follow_up(TriggerReason::RetryFailedAlloc, *at, self.config.now));
-            let mut alloc = Allocation::clone(alloc);
-            alloc.follow_up_eval_id = Some(follow_up.id);
-            plan.node_allocation.entry(alloc.node_id).or_default().push(alloc);
+            marked.push((alloc, follow_up.id));
         }
         for follow_up in by_time.into_values() {
             self.planner.create_eval(follow_up)?;
         }
-        Ok(())
+        Ok(marked)
     }
 
     fn plan_placements(

@@ -5,20 +5,27 @@
 //! Per task group:
 //! 1. A stopped or missing job (or a removed group) stops every live allocation.
 //! 2. Live allocations are split by the state of their node (Nomad's
-//!    `filterByTainted`): untainted, migrate, lost (node down or gone),
-//!    disconnecting (node disconnected and the group tolerates it),
-//!    reconnecting (its last recorded client status is `unknown` and its node
-//!    is back), ignore.
-//! 3. Lost allocations are stopped as `lost` and replaced. Disconnecting ones
-//!    are marked `unknown`, replaced, and a follow-up eval is due when their
-//!    `max_client_disconnect` runs out.
-//! 4. Failed allocations are rescheduled per the reschedule policy: now
+//!    `filterByTainted`, see [`taint_of`]): untainted, migrate, lost,
+//!    disconnecting, unknown, awaiting report, reconnecting.
+//! 3. Lost allocations are stopped as `lost`. Disconnecting ones are marked
+//!    `unknown` and a follow-up eval is due when their `max_client_disconnect`
+//!    runs out. The slots of lost, disconnecting and unknown allocations get
+//!    a replacement (linked to them) unless another live allocation holds
+//!    the slot.
+//! 4. Reconnecting allocations (the servers marked them `unknown`, their
+//!    node is back and the client has reported them since) are settled: one
+//!    allocation per slot is kept, the original unless a replacement runs a
+//!    newer job version; the others are stopped. A kept original gets an
+//!    `AllocState` entry recording the reconnect, so later evals treat it as
+//!    settled. (A reconnecting allocation that failed is client-terminal and
+//!    handled as a failure; one the servers already stopped is not touched.)
+//! 5. Failed allocations are rescheduled per the reschedule policy: now
 //!    (replaced, linked to the failed one), later (a follow-up eval at the
 //!    delay), or never (attempts used up). Complete batch allocations keep
 //!    their slot and are never replaced.
-//! 5. Slots `0..count` not held are placed; live allocations beyond the
+//! 6. Slots `0..count` not held are placed; live allocations beyond the
 //!    count are stopped, highest index first.
-//! 6. Allocations of an older job version are updated in place when only
+//! 7. Allocations of an older job version are updated in place when only
 //!    non-scheduling fields changed, else destructively (stop and replace),
 //!    at most `update.max_parallel` at a time with a follow-up eval for the rest.
 
@@ -71,6 +78,8 @@ pub struct Reconciled {
     pub inplace: Vec<Arc<Allocation>>,
     /// Allocations on disconnected nodes to mark `unknown`.
     pub disconnecting: Vec<Arc<Allocation>>,
+    /// Allocations that reconnected and are kept: record the reconnect.
+    pub reconnect: Vec<Arc<Allocation>>,
     /// Failed allocations to reschedule later, with when.
     pub delayed_reschedules: Vec<(Arc<Allocation>, Timestamp)>,
     /// When an eval is next due: the next rolling-update batch or a disconnect expiry.
@@ -90,32 +99,51 @@ pub enum Taint {
     Untainted,
     /// The node is draining: move it.
     Migrate,
-    /// The node is down or gone.
+    /// The node is down or gone, or its `unknown` time ran out, or it was
+    /// still pending when its node disconnected (it never started).
     Lost,
-    /// The node is disconnected and the group tolerates a disconnect.
+    /// The node is disconnected and the group tolerates a disconnect: mark
+    /// it `unknown`.
     Disconnecting,
-    /// The allocation was `unknown` and its node is back.
+    /// Already `unknown` on a disconnected node: wait for it, replace it.
+    Unknown,
+    /// `unknown`, its node is back but the client has not reported it yet:
+    /// wait for the report, keep its slot.
+    AwaitingReport,
+    /// `unknown`, its node is back and the client reported it: settle it.
     Reconnecting,
-    /// Nothing to do now.
-    Ignore,
 }
 
-/// Classifies a live allocation by its node. `node` is `None` when the node
-/// no longer exists.
-pub fn taint_of(alloc: &Allocation, node: Option<&Node>, group: Option<&TaskGroup>) -> Taint {
+/// Classifies a live allocation by its node at `now`. `node` is `None`
+/// when the node no longer exists. Whether it was `unknown` is read from
+/// the servers' history ([`Allocation::needs_reconnect`]).
+pub fn taint_of(alloc: &Allocation, node: Option<&Node>, group: Option<&TaskGroup>, now: Timestamp) -> Taint {
     let Some(node) = node else { return Taint::Lost };
+    let window = group.and_then(|group| group.max_client_disconnect);
+    let expired = window.and_then(|window| alloc.disconnect_expires_at(window)).is_some_and(|at| at <= now);
     match node.status {
         NodeStatus::Down => Taint::Lost,
-        NodeStatus::Disconnected => match group.and_then(|group| group.max_client_disconnect) {
-            Some(_) if alloc.client_status == ClientStatus::Unknown => Taint::Ignore,
-            Some(_) => Taint::Disconnecting,
+        NodeStatus::Disconnected => match window {
             None => Taint::Lost,
+            Some(_) if alloc.needs_reconnect() => {
+                if expired {
+                    Taint::Lost
+                } else {
+                    Taint::Unknown
+                }
+            }
+            Some(_) if alloc.client_status == ClientStatus::Running => Taint::Disconnecting,
+            Some(_) => Taint::Lost,
         },
         NodeStatus::Ready | NodeStatus::Initializing => {
-            if alloc.last_recorded_client_status() == Some(ClientStatus::Unknown) {
-                Taint::Reconnecting
-            } else {
+            if !alloc.needs_reconnect() {
                 Taint::Untainted
+            } else if expired {
+                Taint::Lost
+            } else if alloc.client_status == ClientStatus::Unknown {
+                Taint::AwaitingReport
+            } else {
+                Taint::Reconnecting
             }
         }
     }
@@ -137,7 +165,7 @@ pub struct Reconciler<'a> {
 }
 
 impl Reconciler<'_> {
-    /// Computes the changes (module docs, steps 1-6).
+    /// Computes the changes (module docs, steps 1-7).
     pub fn compute(&self) -> Reconciled {
         let mut result = Reconciled::default();
         let mut by_group: BTreeMap<&str, Vec<&Arc<Allocation>>> = BTreeMap::new();
@@ -163,17 +191,19 @@ impl Reconciler<'_> {
         let group_name: Arc<str> = Arc::from(group.name.as_str());
         let mut held: BTreeMap<u32, Vec<&Arc<Allocation>>> = BTreeMap::new();
         let mut replacements: Vec<PlaceRequest> = Vec::new();
+        let mut reconnecting: Vec<&Arc<Allocation>> = Vec::new();
         for alloc in allocs.iter().copied().filter(|alloc| !alloc.server_terminal()) {
             let index = alloc.index().unwrap_or(u32::MAX);
             if alloc.client_terminal() {
                 self.reconcile_terminal(job, group, alloc, index, &mut held, &mut replacements, out);
                 continue;
             }
-            match taint_of(alloc, self.nodes.get(&alloc.node_id).map(|node| &**node), Some(group)) {
+            let node = self.nodes.get(&alloc.node_id).map(|node| &**node);
+            match taint_of(alloc, node, Some(group), self.now) {
                 Taint::Lost => {
                     out.stop.push(StopRequest {
                         alloc: alloc.clone(),
-                        description: "alloc is lost since its node is down",
+                        description: "alloc is lost since its node is down or its disconnect ran out",
                         client_status: Some(ClientStatus::Lost),
                     });
                     replacements.push(replacement(&group_name, index, alloc, false));
@@ -185,17 +215,66 @@ impl Reconciler<'_> {
                     }
                     replacements.push(replacement(&group_name, index, alloc, false));
                 }
-                Taint::Ignore => {}
-                Taint::Untainted | Taint::Migrate | Taint::Reconnecting => held.entry(index).or_default().push(alloc),
+                Taint::Unknown => replacements.push(replacement(&group_name, index, alloc, false)),
+                Taint::Reconnecting => reconnecting.push(alloc),
+                Taint::Untainted | Taint::Migrate | Taint::AwaitingReport => held.entry(index).or_default().push(alloc),
             }
         }
+        self.reconnect(job, reconnecting, &mut held, out);
         self.stop_extras(group, &mut held, out);
-        let replaced: BTreeSet<u32> = replacements.iter().map(|request| request.index).collect();
-        out.place.extend(replacements.into_iter().filter(|request| request.index < group.count));
-        for index in (0..group.count).filter(|index| !held.contains_key(index) && !replaced.contains(index)) {
+        // A slot gets one replacement, and none while a live allocation holds it.
+        let mut placed: BTreeSet<u32> = held.keys().copied().collect();
+        for request in replacements {
+            if request.index < group.count && placed.insert(request.index) {
+                out.place.push(request);
+            }
+        }
+        for index in (0..group.count).filter(|index| !placed.contains(index)) {
             out.place.push(PlaceRequest { group: group_name.clone(), index, previous: None, reschedule: false });
         }
         self.update_versions(job, group, &held, out);
+    }
+
+    /// Settles reconnecting allocations (module docs, step 4).
+    fn reconnect<'b>(
+        &self,
+        job: &Job,
+        reconnecting: Vec<&'b Arc<Allocation>>,
+        held: &mut BTreeMap<u32, Vec<&'b Arc<Allocation>>>,
+        out: &mut Reconciled,
+    ) {
+        for original in reconnecting {
+            let index = original.index().unwrap_or(u32::MAX);
+            let slot = held.entry(index).or_default();
+            let (live, finished): (Vec<_>, Vec<_>) = slot.drain(..).partition(|alloc| !alloc.client_terminal());
+            let newer = live.iter().copied().find(|other| other.job.version > original.job.version);
+            let stale_version = original.job.version < job.version;
+            match newer {
+                Some(newer) if stale_version => {
+                    out.stop.push(StopRequest {
+                        alloc: original.clone(),
+                        description: "alloc not needed: its replacement runs a newer job version",
+                        client_status: None,
+                    });
+                    slot.push(newer);
+                    for other in live.iter().filter(|other| other.id != newer.id) {
+                        slot.push(other);
+                    }
+                }
+                _ => {
+                    for replacement in &live {
+                        out.stop.push(StopRequest {
+                            alloc: (*replacement).clone(),
+                            description: "alloc not needed as the original allocation reconnected",
+                            client_status: None,
+                        });
+                    }
+                    out.reconnect.push(original.clone());
+                    slot.push(original);
+                }
+            }
+            slot.extend(finished);
+        }
     }
 
     /// A client-terminal allocation: a complete batch alloc keeps its slot;
@@ -234,10 +313,10 @@ impl Reconciler<'_> {
     }
 
     /// Stops live allocations beyond the count (highest index first) and
-    /// duplicates of one slot (keeping the oldest).
+    /// duplicates of one slot (keeping the oldest live one).
     fn stop_extras(&self, group: &TaskGroup, held: &mut BTreeMap<u32, Vec<&Arc<Allocation>>>, out: &mut Reconciled) {
         for allocs in held.values_mut() {
-            allocs.sort_by_key(|alloc| alloc.create_index);
+            allocs.sort_by_key(|alloc| (alloc.client_terminal(), alloc.create_index));
             for duplicate in allocs.drain(1..).filter(|alloc| !alloc.client_terminal()) {
                 out.stop.push(StopRequest {
                     alloc: duplicate.clone(),
@@ -258,7 +337,7 @@ impl Reconciler<'_> {
         }
     }
 
-    /// Moves allocations of older job versions to the current one (step 6).
+    /// Moves allocations of older job versions to the current one (step 7).
     fn update_versions(
         &self,
         job: &Arc<Job>,

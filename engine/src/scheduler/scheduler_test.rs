@@ -399,12 +399,7 @@ fn allocations_on_a_down_node_are_replaced_elsewhere() {
     h.process(&eval).expect("scheduled");
     let victim = h.live_allocs(&job)[0].clone();
     h.store
-        .apply(Command::UpdateNodeStatus {
-            node_id: victim.node_id,
-            status: NodeStatus::Down,
-            missed_heartbeat: true,
-            evals: vec![],
-        })
+        .apply(Command::UpdateNodeStatus { node_id: victim.node_id, status: NodeStatus::Down, evals: vec![] })
         .expect("down");
     let eval = new_eval(&h, &job, TriggerReason::NodeUpdate);
     h.process(&eval).expect("replaced");

@@ -6,7 +6,11 @@
 //! 1. A stopped or missing job stops every live allocation.
 //! 2. Allocations on nodes that are down or gone are stopped as lost (a
 //!    system allocation belongs to its node and is not moved); on a
-//!    disconnected node that the group tolerates, they are marked `unknown`.
+//!    disconnected node that the group tolerates, they are marked `unknown`
+//!    with a follow-up eval when the disconnect runs out, and are waited
+//!    for. When their node is back and the client reported them, the
+//!    reconnect is recorded (see [`super::reconcile`], step 4). Allocations
+//!    on an `initializing` node are left alone.
 //! 3. Feasibility is decided once per computed class, then every ready node
 //!    is checked (unique-attribute constraints, current usage, room) in
 //!    parallel with rayon.
@@ -27,8 +31,8 @@ use super::feasible::FeasibilityChecker;
 use super::reconcile::{needs_destructive_update, taint_of, Taint};
 use super::{park_shortfall, Parked, Planner, Scheduler, SchedulerConfig, SchedulerError, Shortfall, State};
 use crate::structs::{
-    AllocMetric, Allocation, ClientStatus, DesiredStatus, EvalStatus, Evaluation, Job, Node, NodeId, Plan, Resources,
-    TaskGroup, TriggerReason,
+    AllocId, AllocMetric, Allocation, ClientStatus, DesiredStatus, EvalStatus, Evaluation, Job, Node, NodeId,
+    NodeStatus, Plan, Resources, TaskGroup, TriggerReason,
 };
 
 const MAX_ATTEMPTS: u32 = 5;
@@ -46,6 +50,8 @@ pub struct SystemScheduler<'a> {
     state: Arc<dyn State>,
     planner: &'a mut dyn Planner,
     config: SchedulerConfig,
+    /// Allocations of this attempt whose reconnect is recorded if kept.
+    reconnecting: hashbrown::HashSet<AllocId>,
 }
 
 impl std::fmt::Debug for SystemScheduler<'_> {
@@ -56,6 +62,7 @@ impl std::fmt::Debug for SystemScheduler<'_> {
 
 #[derive(Default)]
 struct Outcome {
+    follow_up_at: Option<crate::clock::Timestamp>,
     failed: BTreeMap<String, AllocMetric>,
     queued: BTreeMap<String, u64>,
     class_eligibility: BTreeMap<crate::structs::ComputedClass, bool>,
@@ -65,7 +72,7 @@ struct Outcome {
 impl<'a> SystemScheduler<'a> {
     /// A scheduler reading `state` and writing through `planner`.
     pub fn new(state: Arc<dyn State>, planner: &'a mut dyn Planner, config: SchedulerConfig) -> Self {
-        SystemScheduler { state, planner, config }
+        SystemScheduler { state, planner, config, reconnecting: hashbrown::HashSet::new() }
     }
 
     /// One planning attempt; `Err(state)` asks for a re-plan against it.
@@ -84,18 +91,35 @@ impl<'a> SystemScheduler<'a> {
         let nodes = self.state.nodes();
         let by_id: HashMap<NodeId, &Arc<Node>> = nodes.iter().map(|node| (node.id, node)).collect();
         let mut live: HashMap<(NodeId, &str), Vec<&Arc<Allocation>>> = HashMap::new();
+        self.reconnecting.clear();
+        let now = self.config.now;
         for alloc in allocs.iter().filter(|alloc| !alloc.terminal()) {
             let group = job.as_ref().and_then(|job| job.group(&alloc.task_group));
-            match (group, taint_of(alloc, by_id.get(&alloc.node_id).map(|node| &***node), group)) {
+            match (group, taint_of(alloc, by_id.get(&alloc.node_id).map(|node| &***node), group, now)) {
                 (None, _) => {
                     self.stop(&mut plan, eval, alloc, "alloc not needed as the job or its group was stopped", None)
                 }
-                (_, Taint::Lost) => {
-                    self.stop(&mut plan, eval, alloc, "alloc is lost since its node is down", Some(ClientStatus::Lost))
+                (_, Taint::Lost) => self.stop(
+                    &mut plan,
+                    eval,
+                    alloc,
+                    "alloc is lost since its node is down or its disconnect ran out",
+                    Some(ClientStatus::Lost),
+                ),
+                (Some(group), Taint::Disconnecting) => {
+                    self.mark_unknown(&mut plan, eval, alloc);
+                    if let Some(window) = group.max_client_disconnect {
+                        let at = now.plus(window);
+                        outcome.follow_up_at = Some(outcome.follow_up_at.map_or(at, |current| current.min(at)));
+                    }
                 }
-                (_, Taint::Disconnecting) => self.mark_unknown(&mut plan, eval, alloc),
-                (_, Taint::Ignore) => {}
-                (Some(_), _) => live.entry((alloc.node_id, &alloc.task_group)).or_default().push(alloc),
+                (_, Taint::Unknown) => {}
+                (Some(_), taint) => {
+                    if taint == Taint::Reconnecting {
+                        self.reconnecting.insert(alloc.id);
+                    }
+                    live.entry((alloc.node_id, &alloc.task_group)).or_default().push(alloc);
+                }
             }
         }
         if let Some(job) = &job {
@@ -108,9 +132,15 @@ impl<'a> SystemScheduler<'a> {
                 self.plan_group(eval, job, group, &ready, &allocs, &mut live, &mut plan, &mut outcome);
             }
         }
-        // Whatever is left in `live` sits on nodes that are not ready or not in the job's datacenters.
+        // Whatever is left in `live` sits on nodes that are not ready or not
+        // in the job's datacenters. A node that is initializing is coming back: wait for it.
         for alloc in live.into_values().flatten() {
-            self.stop(&mut plan, eval, alloc, "alloc not needed: its node is no longer eligible", None);
+            let initializing = by_id.get(&alloc.node_id).is_some_and(|node| node.status == NodeStatus::Initializing);
+            if !initializing {
+                self.stop(&mut plan, eval, alloc, "alloc not needed: its node is no longer eligible", None);
+            } else if self.reconnecting.contains(&alloc.id) {
+                plan.node_allocation.entry(alloc.node_id).or_default().push(self.reconnected(alloc, eval));
+            }
         }
         if plan.is_no_op() {
             return Ok(Ok(outcome));
@@ -210,7 +240,11 @@ impl<'a> SystemScheduler<'a> {
         for duplicate in existing {
             self.stop(plan, eval, duplicate, "alloc not needed: another allocation holds its node", None);
         }
+        let reconnected = self.reconnecting.contains(&kept.id);
         if kept.job.job_modify_index == job.job_modify_index {
+            if reconnected {
+                plan.node_allocation.entry(kept.node_id).or_default().push(self.reconnected(kept, eval));
+            }
             return;
         }
         let destructive = kept.job.group(&group.name).is_none_or(|old| needs_destructive_update(old, group));
@@ -222,11 +256,19 @@ impl<'a> SystemScheduler<'a> {
             alloc.modify_time = self.config.now;
             plan.node_allocation.entry(kept.node_id).or_default().push(alloc);
         } else {
-            let mut alloc = Allocation::clone(kept);
+            let mut alloc = if reconnected { self.reconnected(kept, eval) } else { Allocation::clone(kept) };
             alloc.job = job.clone();
             alloc.eval_id = eval.id;
             plan.node_allocation.entry(kept.node_id).or_default().push(alloc);
         }
+    }
+
+    /// A kept reconnecting allocation with its reconnect recorded.
+    fn reconnected(&self, alloc: &Allocation, eval: &Evaluation) -> Allocation {
+        let mut alloc = alloc.clone();
+        alloc.record_client_status(alloc.client_status, self.config.now);
+        alloc.eval_id = eval.id;
+        alloc
     }
 
     fn stop(
@@ -257,6 +299,11 @@ impl<'a> SystemScheduler<'a> {
     fn finish(&mut self, eval: &Evaluation, outcome: Outcome) -> Result<(), SchedulerError> {
         let now = self.config.now;
         let mut done = eval.clone();
+        if let Some(at) = outcome.follow_up_at {
+            let follow_up = eval.follow_up(TriggerReason::MaxDisconnectTimeout, at, now);
+            done.next_eval = Some(follow_up.id);
+            self.planner.create_eval(follow_up)?;
+        }
         if !outcome.failed.is_empty() {
             let shortfall = Shortfall {
                 trigger: TriggerReason::QueuedAllocs,

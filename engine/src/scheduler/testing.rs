@@ -94,13 +94,15 @@ impl Planner for Harness {
             .store
             .apply(Command::ApplyPlanResults { eval_id: plan.eval_id, allocs, evals: vec![], time: self.config.now })
             .map_err(|error| SchedulerError::Planner(error.to_string()))?;
-        let result = PlanResult {
+        let mut result = PlanResult {
             node_update: plan.node_update,
             node_allocation: plan.node_allocation,
             refresh_index: 0,
             alloc_index: applied.index,
         };
-        Ok((result, None))
+        result.refuse_placements(&applied.refused_placements, applied.index);
+        let refreshed = (result.refresh_index != 0).then(|| self.refresh_state());
+        Ok((result, refreshed))
     }
 
     fn update_eval(&mut self, eval: Evaluation) -> Result<(), SchedulerError> {

@@ -9,7 +9,7 @@ use super::snapshot::{index_add, index_remove, Snapshot};
 use super::{Applied, CapacityChange, StateError};
 use crate::clock::Timestamp;
 use crate::structs::{
-    Allocation, EvalId, Evaluation, Job, JobKey, Node, NodeEligibility, NodeId, NodeStatus, Resources,
+    Allocation, ClientStatus, EvalId, Evaluation, Job, JobKey, Node, NodeEligibility, NodeId, NodeStatus, Resources,
 };
 
 impl Snapshot {
@@ -20,8 +20,14 @@ impl Snapshot {
         match command {
             Command::UpsertNode { node } => self.upsert_node(index, node, applied),
             Command::DeregisterNode { node_id } => self.deregister_node(index, node_id),
-            Command::UpdateNodeStatus { node_id, status, missed_heartbeat, evals } => {
-                self.update_node_status(index, node_id, status, missed_heartbeat, applied)?;
+            Command::UpdateNodeStatus { node_id, status, evals } => {
+                self.update_node_status(index, node_id, status, false, applied)?;
+                self.upsert_evals(index, evals, applied);
+                Ok(())
+            }
+            Command::MissHeartbeat { node_id, evals } => {
+                let status = self.status_after_missed_heartbeat(node_id)?;
+                self.update_node_status(index, node_id, status, true, applied)?;
                 self.upsert_evals(index, evals, applied);
                 Ok(())
             }
@@ -121,6 +127,19 @@ impl Snapshot {
         Ok(())
     }
 
+    /// `disconnected` when a live allocation on the node tolerates it, else `down`.
+    fn status_after_missed_heartbeat(&self, node_id: NodeId) -> Result<NodeStatus, StateError> {
+        let node = self.nodes.get(&node_id).ok_or(StateError::UnknownNode(node_id))?;
+        if node.status.is_terminal_for_scheduling() {
+            return Err(StateError::NodeNotConnected { node_id, status: node.status });
+        }
+        let tolerates = |alloc: &Allocation| {
+            alloc.job.group(&alloc.task_group).is_some_and(|group| group.max_client_disconnect.is_some())
+        };
+        let disconnect = self.allocs_by_node(node_id).any(|alloc| !alloc.terminal() && tolerates(alloc));
+        Ok(if disconnect { NodeStatus::Disconnected } else { NodeStatus::Down })
+    }
+
     fn update_node_eligibility(
         &mut self,
         index: u64,
@@ -209,18 +228,16 @@ impl Snapshot {
         applied: &mut Applied,
     ) -> Result<(), StateError> {
         for update in updates {
-            let existing = self.allocs.get(&update.alloc_id).ok_or(StateError::UnknownAlloc(update.alloc_id))?;
-            if existing.node_id != update.node_id {
-                return Err(StateError::AllocOnOtherNode {
-                    alloc_id: update.alloc_id,
-                    reported_by: update.node_id,
-                    placed_on: existing.node_id,
-                });
-            }
+            let existing = match self.check_client_update(update) {
+                Ok(existing) => existing,
+                Err(error) => {
+                    applied.refused_updates.push((update.alloc_id, error));
+                    continue;
+                }
+            };
             let was_terminal = existing.terminal();
-            let mut alloc = Allocation::clone(existing);
-            alloc.record_client_status(update.client_status, time);
-            alloc.client_description.clone_from(&update.client_description);
+            let mut alloc = Allocation::clone(&existing);
+            alloc.set_client_status(update.client_status, &update.client_description);
             alloc.modify_index = index;
             alloc.modify_time = time;
             if !was_terminal && alloc.terminal() {
@@ -231,6 +248,23 @@ impl Snapshot {
         }
         self.table_indexes.allocs = index;
         Ok(())
+    }
+
+    /// The allocation a client update changes, if the update may be taken.
+    fn check_client_update(&self, update: &ClientAllocUpdate) -> Result<Arc<Allocation>, StateError> {
+        let node = self.nodes.get(&update.node_id).ok_or(StateError::UnknownNode(update.node_id))?;
+        if node.status.is_terminal_for_scheduling() {
+            return Err(StateError::NodeNotConnected { node_id: node.id, status: node.status });
+        }
+        let existing = self.allocs.get(&update.alloc_id).ok_or(StateError::UnknownAlloc(update.alloc_id))?;
+        if existing.node_id != update.node_id {
+            return Err(StateError::AllocOnOtherNode {
+                alloc_id: update.alloc_id,
+                reported_by: update.node_id,
+                placed_on: existing.node_id,
+            });
+        }
+        Ok(existing.clone())
     }
 
     fn touch_node_alloc_update(&mut self, index: u64, node_id: NodeId) -> Result<(), StateError> {
@@ -259,13 +293,24 @@ impl Snapshot {
                 Some(existing) => {
                     alloc.create_index = existing.create_index;
                     alloc.create_time = existing.create_time;
+                    if !matches!(alloc.client_status, ClientStatus::Lost | ClientStatus::Unknown) {
+                        alloc.client_status = existing.client_status;
+                        alloc.client_description.clone_from(&existing.client_description);
+                    }
                     if !existing.terminal() && alloc.terminal() {
                         self.note_freed_capacity(alloc.node_id, applied);
                     }
                 }
                 None => {
-                    if !self.nodes.contains_key(&alloc.node_id) {
-                        return Err(StateError::PlacementOnUnknownNode { eval_id, node_id: alloc.node_id });
+                    let node = self
+                        .nodes
+                        .get(&alloc.node_id)
+                        .ok_or(StateError::PlacementOnUnknownNode { eval_id, node_id: alloc.node_id })?;
+                    // The applier checked the node, but a heartbeat miss may
+                    // have been written since: never place on a node that left.
+                    if !node.is_schedulable() {
+                        applied.refused_placements.push(alloc.id);
+                        continue;
                     }
                     alloc.create_index = index;
                     alloc.create_time = time;

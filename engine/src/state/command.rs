@@ -32,10 +32,18 @@ pub enum Command {
         node_id: NodeId,
         /// Its new status.
         status: NodeStatus,
-        /// Whether the change is a missed heartbeat; if so the node records
-        /// this command's index as its last missed heartbeat.
-        missed_heartbeat: bool,
         /// Evals created by the change.
+        evals: Vec<Evaluation>,
+    },
+    /// A live (ready or initializing) node missed its heartbeat. The writer
+    /// marks it `disconnected` when any of its live allocations' groups has
+    /// `max_client_disconnect`, else `down`, and records this command's
+    /// index as its last missed heartbeat. Refused for a node that is
+    /// already down or disconnected.
+    MissHeartbeat {
+        /// The node.
+        node_id: NodeId,
+        /// Evals for the jobs with allocations on the node.
         evals: Vec<Evaluation>,
     },
     /// Mark a node eligible or ineligible for new placements.
@@ -68,7 +76,10 @@ pub enum Command {
         /// The evals.
         evals: Vec<Evaluation>,
     },
-    /// Client-reported allocation status changes, batched.
+    /// Client-reported allocation status changes, batched. Each update is
+    /// taken or refused on its own (unknown allocation, another node's
+    /// allocation, a node that is down or disconnected); refused ones are
+    /// listed in [`super::Applied::refused_updates`].
     UpdateAllocsFromClient {
         /// One entry per allocation.
         updates: Vec<ClientAllocUpdate>,
@@ -78,7 +89,11 @@ pub enum Command {
         time: Timestamp,
     },
     /// The committed part of a plan: new and changed allocations (stops
-    /// included), and the evals the scheduler created or updated.
+    /// included), and the evals the scheduler created or updated. A changed
+    /// allocation keeps the client's status unless the plan marks it `lost`
+    /// or `unknown` (a client report between plan and commit is not lost).
+    /// A new placement on a node that is no longer ready and eligible is
+    /// left out and listed in [`super::Applied::refused_placements`].
     ApplyPlanResults {
         /// The eval whose plan this is.
         eval_id: EvalId,
@@ -98,6 +113,7 @@ impl Command {
             Command::UpsertNode { .. } => "upsert_node",
             Command::DeregisterNode { .. } => "deregister_node",
             Command::UpdateNodeStatus { .. } => "update_node_status",
+            Command::MissHeartbeat { .. } => "miss_heartbeat",
             Command::UpdateNodeEligibility { .. } => "update_node_eligibility",
             Command::RegisterJob { .. } => "register_job",
             Command::DeregisterJob { .. } => "deregister_job",

@@ -62,6 +62,14 @@ pub enum StateError {
         /// The node.
         node_id: NodeId,
     },
+    /// The node is down or disconnected, which the change needs it not to be.
+    #[error("node {node_id} is {status:?}")]
+    NodeNotConnected {
+        /// The node.
+        node_id: NodeId,
+        /// Its status.
+        status: crate::structs::NodeStatus,
+    },
     /// The store is shutting down and takes no more writes.
     #[error("the state store is shutting down")]
     ShuttingDown,
@@ -111,6 +119,11 @@ pub struct Applied {
     /// Nodes where capacity appeared (node became ready or eligible, an
     /// allocation stopped or finished).
     pub capacity_changes: Vec<CapacityChange>,
+    /// New placements of a plan left out because their node was no longer
+    /// ready and eligible when the plan was written.
+    pub refused_placements: Vec<AllocId>,
+    /// Client alloc updates left out, with why.
+    pub refused_updates: Vec<(AllocId, StateError)>,
 }
 
 /// The state store. See the module docs for its contract.

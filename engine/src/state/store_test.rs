@@ -88,60 +88,117 @@ fn a_failing_command_changes_nothing_and_consumes_no_index() {
     store.apply(Command::UpsertNode { node: node(1) }).expect("node");
     let web = job("web");
     register(&store, &web);
-    let alloc = place(&store, &web, NodeId::from_u128(1), 0);
     let before = store.snapshot();
+    let alloc = Allocation::new_placement(
+        before.job(&web.key()).expect("job"),
+        "group",
+        0,
+        NodeId::from_u128(1),
+        EvalId::from_u128(1),
+    );
+    let mut stranger = alloc.clone();
+    stranger.id = AllocId::from_u128(78);
+    stranger.node_id = NodeId::from_u128(9);
 
-    // The first update is fine, the second names an unknown allocation: neither lands.
-    let result = store.apply(Command::UpdateAllocsFromClient {
-        updates: vec![
-            ClientAllocUpdate {
-                alloc_id: alloc.id,
-                node_id: alloc.node_id,
-                client_status: ClientStatus::Running,
-                client_description: String::new(),
-            },
-            ClientAllocUpdate {
-                alloc_id: AllocId::from_u128(77),
-                node_id: alloc.node_id,
-                client_status: ClientStatus::Running,
-                client_description: String::new(),
-            },
-        ],
+    // The first placement is fine, the second names an unknown node: neither lands.
+    let result = store.apply(Command::ApplyPlanResults {
+        eval_id: EvalId::from_u128(1),
+        allocs: vec![alloc, stranger],
         evals: vec![],
         time: Timestamp(6),
     });
-    assert_eq!(result.expect_err("unknown alloc"), StateError::UnknownAlloc(AllocId::from_u128(77)));
+    assert!(matches!(result, Err(StateError::PlacementOnUnknownNode { .. })), "{result:?}");
     let after = store.snapshot();
     assert!(Arc::ptr_eq(&before, &after), "nothing was published");
-    assert_eq!(after.alloc(alloc.id).expect("alloc").client_status, ClientStatus::Pending);
+    assert_eq!(after.alloc_count(), 0);
     assert_eq!(store.latest_index(), before.index());
 }
 
 #[test]
-fn a_client_may_only_report_its_own_allocations() {
+fn client_updates_are_taken_or_refused_one_by_one() {
     let store = StateStore::new();
     store.apply(Command::UpsertNode { node: node(1) }).expect("node");
     store.apply(Command::UpsertNode { node: node(2) }).expect("node");
     let web = job("web");
     register(&store, &web);
     let alloc = place(&store, &web, NodeId::from_u128(1), 0);
-    let error = store
+    let other = place(&store, &web, NodeId::from_u128(2), 1);
+    store
+        .apply(Command::UpdateNodeStatus { node_id: NodeId::from_u128(2), status: NodeStatus::Down, evals: vec![] })
+        .expect("down");
+    let update = |alloc_id, node_id| ClientAllocUpdate {
+        alloc_id,
+        node_id,
+        client_status: ClientStatus::Running,
+        client_description: String::new(),
+    };
+    let applied = store
         .apply(Command::UpdateAllocsFromClient {
-            updates: vec![ClientAllocUpdate {
-                alloc_id: alloc.id,
-                node_id: NodeId::from_u128(2),
-                client_status: ClientStatus::Failed,
-                client_description: String::new(),
-            }],
+            updates: vec![
+                update(alloc.id, alloc.node_id),
+                update(AllocId::from_u128(77), alloc.node_id),
+                update(other.id, NodeId::from_u128(1)),
+                update(other.id, other.node_id),
+            ],
             evals: vec![],
             time: Timestamp(6),
         })
-        .expect_err("wrong node");
-    assert!(error.to_string().contains("not on the reporting node"), "{error}");
+        .expect("the batch applies");
+    let refused: Vec<_> = applied.refused_updates.iter().map(|(_, error)| error.clone()).collect();
+    assert_eq!(refused.len(), 3, "{refused:?}");
+    assert_eq!(refused[0], StateError::UnknownAlloc(AllocId::from_u128(77)));
+    assert!(refused[1].to_string().contains("not on the reporting node"), "{}", refused[1]);
+    assert_eq!(refused[2], StateError::NodeNotConnected { node_id: other.node_id, status: NodeStatus::Down });
+    let snapshot = store.snapshot();
+    assert_eq!(snapshot.alloc(alloc.id).expect("alloc").client_status, ClientStatus::Running);
+    assert_eq!(snapshot.alloc(other.id).expect("alloc").client_status, ClientStatus::Pending);
+    assert_eq!(snapshot.node(other.node_id).expect("node").last_alloc_update_index, 0);
 }
 
 #[test]
-fn client_updates_record_history_node_index_and_freed_capacity() {
+fn a_plan_keeps_what_the_client_reported_and_never_places_on_a_node_that_left() {
+    let store = StateStore::new();
+    store.apply(Command::UpsertNode { node: node(1) }).expect("node");
+    store.apply(Command::UpsertNode { node: node(2) }).expect("node");
+    let web = job("web");
+    register(&store, &web);
+    let alloc = place(&store, &web, NodeId::from_u128(1), 0);
+    // A plan made before the client's report: it updates the alloc in place.
+    let mut inplace = Allocation::clone(&alloc);
+    inplace.desired_description = "updated in place".into();
+    let report = ClientAllocUpdate {
+        alloc_id: alloc.id,
+        node_id: alloc.node_id,
+        client_status: ClientStatus::Running,
+        client_description: "started".into(),
+    };
+    store
+        .apply(Command::UpdateAllocsFromClient { updates: vec![report], evals: vec![], time: Timestamp(6) })
+        .expect("report");
+    store
+        .apply(Command::UpdateNodeStatus { node_id: NodeId::from_u128(2), status: NodeStatus::Down, evals: vec![] })
+        .expect("down");
+    let mut late = Allocation::new_placement(&alloc.job, "group", 1, NodeId::from_u128(2), EvalId::from_u128(1));
+    late.id = AllocId::from_u128(99);
+    let applied = store
+        .apply(Command::ApplyPlanResults {
+            eval_id: EvalId::from_u128(1),
+            allocs: vec![inplace, late],
+            evals: vec![],
+            time: Timestamp(7),
+        })
+        .expect("plan applies");
+    assert_eq!(applied.refused_placements, vec![AllocId::from_u128(99)]);
+    let snapshot = store.snapshot();
+    let stored = snapshot.alloc(alloc.id).expect("alloc");
+    assert_eq!(stored.client_status, ClientStatus::Running, "the report is not overwritten");
+    assert_eq!(stored.client_description, "started");
+    assert_eq!(stored.desired_description, "updated in place");
+    assert!(snapshot.alloc(AllocId::from_u128(99)).is_none());
+}
+
+#[test]
+fn client_updates_record_the_node_index_and_freed_capacity() {
     let store = StateStore::new();
     store.apply(Command::UpsertNode { node: node(1) }).expect("node");
     let web = job("web");
@@ -163,8 +220,8 @@ fn client_updates_record_history_node_index_and_freed_capacity() {
     assert_eq!(failed.capacity_changes.len(), 1, "a failed alloc frees its node");
     let snapshot = store.snapshot();
     let stored = snapshot.alloc(alloc.id).expect("alloc");
-    let history: Vec<_> = stored.alloc_states.iter().map(|state| state.client_status).collect();
-    assert_eq!(history, vec![ClientStatus::Running, ClientStatus::Failed]);
+    assert_eq!(stored.client_status, ClientStatus::Failed);
+    assert!(stored.alloc_states.is_empty(), "the history holds only the servers' decisions");
     assert_eq!(snapshot.node(alloc.node_id).expect("node").last_alloc_update_index, failed.index);
 }
 
@@ -200,14 +257,7 @@ fn secondary_indexes_follow_writes() {
 fn register_keeps_the_status_of_a_known_node() {
     let store = StateStore::new();
     store.apply(Command::UpsertNode { node: node(1) }).expect("node");
-    store
-        .apply(Command::UpdateNodeStatus {
-            node_id: NodeId::from_u128(1),
-            status: NodeStatus::Disconnected,
-            missed_heartbeat: true,
-            evals: vec![],
-        })
-        .expect("disconnect");
+    store.apply(Command::MissHeartbeat { node_id: NodeId::from_u128(1), evals: vec![] }).expect("missed heartbeat");
     let missed_at = store.latest_index();
     let mut again = node(1);
     again.status = NodeStatus::Ready;
@@ -215,7 +265,7 @@ fn register_keeps_the_status_of_a_known_node() {
     store.apply(Command::UpsertNode { node: again }).expect("re-register");
     let snapshot = store.snapshot();
     let stored = snapshot.node(NodeId::from_u128(1)).expect("node");
-    assert_eq!(stored.status, NodeStatus::Disconnected);
+    assert_eq!(stored.status, NodeStatus::Down, "no allocation tolerates a disconnect");
     assert_eq!(stored.last_missed_heartbeat_index, missed_at);
     assert_eq!(stored.attributes.get("os.version").map(String::as_str), Some("12"));
 }

@@ -168,12 +168,34 @@ impl Allocation {
         self.alloc_states.last().map(|state| state.client_status)
     }
 
-    /// Sets the client status and appends it to the history when it changed.
+    /// Sets the client status as a server decision (`unknown` on a
+    /// disconnect, `lost`, the status it reconnected with) and appends it to
+    /// the history. Client reports go through [`Allocation::set_client_status`].
     pub fn record_client_status(&mut self, status: ClientStatus, time: Timestamp) {
-        if self.last_recorded_client_status() != Some(status) {
-            self.alloc_states.push(AllocState { client_status: status, time });
-        }
+        self.alloc_states.push(AllocState { client_status: status, time });
         self.client_status = status;
+    }
+
+    /// Takes a status the client reported. The history is the servers'
+    /// record and is not touched: a client that reports `running` after a
+    /// disconnect still needs the reconciler to settle its reconnect.
+    pub fn set_client_status(&mut self, status: ClientStatus, description: &str) {
+        self.client_status = status;
+        description.clone_into(&mut self.client_description);
+    }
+
+    /// Whether the servers marked it `unknown` and have not yet settled its
+    /// return: the last client-status entry of the history is `unknown`
+    /// (DESIGN.md: decided from the history, never from client timestamps).
+    pub fn needs_reconnect(&self) -> bool {
+        self.last_recorded_client_status() == Some(ClientStatus::Unknown)
+    }
+
+    /// When its `unknown` mark runs out after `max_client_disconnect`, if it
+    /// is marked `unknown`.
+    pub fn disconnect_expires_at(&self, max_client_disconnect: std::time::Duration) -> Option<Timestamp> {
+        let last = self.alloc_states.last().filter(|state| state.client_status == ClientStatus::Unknown)?;
+        Some(last.time.plus(max_client_disconnect))
     }
 
     /// The slot index from the name (`job.group[7]` → 7).
@@ -218,14 +240,19 @@ mod tests {
     use crate::structs::JobType;
 
     #[test]
-    fn record_client_status_appends_only_changes() {
+    fn only_server_decisions_enter_the_history() {
         let job = Arc::new(Job::new_simple("web", JobType::Service, 1, Resources::new(1, 1, 0)));
         let mut alloc = Allocation::new_placement(&job, "group", 4, NodeId::from_u128(1), EvalId::from_u128(1));
-        alloc.record_client_status(ClientStatus::Running, Timestamp(1));
-        alloc.record_client_status(ClientStatus::Running, Timestamp(2));
+        alloc.set_client_status(ClientStatus::Running, "started");
+        assert!(alloc.alloc_states.is_empty());
         alloc.record_client_status(ClientStatus::Unknown, Timestamp(3));
-        let history: Vec<_> = alloc.alloc_states.iter().map(|state| state.client_status).collect();
-        assert_eq!(history, vec![ClientStatus::Running, ClientStatus::Unknown]);
+        assert!(alloc.needs_reconnect());
+        assert_eq!(alloc.disconnect_expires_at(std::time::Duration::from_nanos(10)), Some(Timestamp(13)));
+        alloc.set_client_status(ClientStatus::Running, "back");
+        assert!(alloc.needs_reconnect(), "a client report does not settle a reconnect");
+        alloc.record_client_status(ClientStatus::Running, Timestamp(4));
+        assert!(!alloc.needs_reconnect());
+        assert_eq!(alloc.disconnect_expires_at(std::time::Duration::from_nanos(10)), None);
         assert_eq!(alloc.index(), Some(4));
         assert!(!alloc.terminal());
         alloc.desired_status = DesiredStatus::Stop;

@@ -5,9 +5,25 @@
 use std::fmt;
 use std::sync::Arc;
 
-use rand::Rng;
+use std::cell::RefCell;
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
+
+thread_local! {
+    /// Where this thread's new ids come from: seeded from the OS, or by
+    /// [`seed_thread_ids`] in a simulation.
+    static ID_RNG: RefCell<SmallRng> = RefCell::new(SmallRng::from_os_rng());
+}
+
+/// Makes the ids this thread creates from now on a function of `seed`, so a
+/// single-threaded simulation replays exactly (same ids, same order, same
+/// placements). Other threads are unaffected.
+pub fn seed_thread_ids(seed: u64) {
+    ID_RNG.with(|rng| *rng.borrow_mut() = SmallRng::seed_from_u64(seed));
+}
 
 macro_rules! uuid_id {
     ($(#[$doc:meta])* $name:ident) => {
@@ -17,9 +33,10 @@ macro_rules! uuid_id {
         pub struct $name(pub Uuid);
 
         impl $name {
-            /// A fresh random identifier.
+            /// A fresh random identifier, drawn from this thread's id
+            /// generator (see [`seed_thread_ids`]).
             pub fn new_random() -> Self {
-                $name(Uuid::new_v4())
+                ID_RNG.with(|rng| Self::from_rng(&mut *rng.borrow_mut()))
             }
 
             /// An identifier drawn from `rng`, so seeded simulations are reproducible.

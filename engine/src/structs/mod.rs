@@ -17,7 +17,7 @@ mod resources;
 pub use alloc::{AllocMetric, AllocState, Allocation, ClientStatus, DesiredStatus, RescheduleEvent};
 pub use duration::human_duration;
 pub use eval::{EvalStatus, Evaluation, TriggerReason};
-pub use ids::{AllocId, EvalId, JobKey, NodeId};
+pub use ids::{seed_thread_ids, AllocId, EvalId, JobKey, NodeId};
 pub use job::{
     Constraint, ConstraintOperand, DelayFunction, Job, JobType, JobValidationError, ReschedulePolicy, RestartMode,
     RestartPolicy, Task, TaskGroup, UpdateStrategy, DEFAULT_NAMESPACE, MAX_GROUP_COUNT,

@@ -62,4 +62,18 @@ impl PlanResult {
         let asked: usize = plan.placement_count() + plan.node_update.values().map(Vec::len).sum::<usize>();
         committed == asked
     }
+
+    /// Takes out placements the state store refused at commit time (their
+    /// node left between the applier's check and the write) and asks for a
+    /// re-plan at `index`.
+    pub fn refuse_placements(&mut self, refused: &[super::AllocId], index: u64) {
+        if refused.is_empty() {
+            return;
+        }
+        for allocs in self.node_allocation.values_mut() {
+            allocs.retain(|alloc| !refused.contains(&alloc.id));
+        }
+        self.node_allocation.retain(|_, allocs| !allocs.is_empty());
+        self.refresh_index = index;
+    }
 }

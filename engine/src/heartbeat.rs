@@ -1,0 +1,449 @@
+//! Heartbeat timers: when each live node must be heard from again.
+//!
+//! 1. Every `ready` or `initializing` node has one deadline. A heartbeat
+//!    ([`HeartbeatTimers::reset`]) hands the node a TTL of
+//!    `max(min_heartbeat_ttl, n_nodes / max_heartbeats_per_second)` plus
+//!    random jitter of up to that TTL, so the cluster as a whole stays under
+//!    the heartbeat rate and nodes that registered together drift apart. The
+//!    server waits TTL + `heartbeat_grace` before giving up on it.
+//! 2. After a server (re)start every known live node gets the longer
+//!    `failover_heartbeat_ttl` ([`HeartbeatTimers::initialize`]), so clients
+//!    that were heartbeating a previous leader are not all marked down
+//!    before they find the new one.
+//! 3. [`HeartbeatTimers::expire`] returns the nodes whose deadline passed
+//!    and forgets them; [`Heartbeats::expire`] writes one
+//!    [`Command::MissHeartbeat`] per node, which marks it `down` or
+//!    `disconnected` and creates evals for the jobs with allocations there.
+//!
+//! The timers are a hashed timing wheel: a reset is O(1) (two hash lookups
+//! and a swap-remove), whatever the number of nodes; no thread or task per
+//! node. The core takes `now` from its caller and is driven step by step in
+//! tests; [`Heartbeats`] is the thread-safe form the server uses.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hashbrown::HashMap;
+use parking_lot::Mutex;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+
+use crate::clock::{SharedClock, Timestamp};
+use crate::node_endpoint::node_evals;
+use crate::router::Router;
+use crate::state::{Command, Snapshot, StateError};
+use crate::structs::{Evaluation, NodeId, TriggerReason};
+
+/// Width of one wheel slot. Expiry is noticed within one slot of the deadline.
+const TICK: Duration = Duration::from_millis(50);
+/// Slots in the wheel (204.8 s per turn); later deadlines wait for a later turn.
+const SLOTS: usize = 4096;
+
+/// Heartbeat settings (all four of Nomad's).
+#[derive(Clone, Debug)]
+pub struct HeartbeatConfig {
+    /// The shortest TTL handed to a node.
+    pub min_heartbeat_ttl: Duration,
+    /// The cluster-wide heartbeat rate the TTL is scaled to.
+    pub max_heartbeats_per_second: f64,
+    /// Extra time the server waits past a node's TTL.
+    pub heartbeat_grace: Duration,
+    /// The TTL every known node gets when a server starts leading.
+    pub failover_heartbeat_ttl: Duration,
+}
+
+impl Default for HeartbeatConfig {
+    /// Nomad's TTL floor, grace and failover TTL; a rate 20 times Nomad's 50/s,
+    /// since heartbeats are cheap here (10 s TTLs up to 10,000 nodes, 100 s at 100,000).
+    fn default() -> Self {
+        HeartbeatConfig {
+            min_heartbeat_ttl: Duration::from_secs(10),
+            max_heartbeats_per_second: 1_000.0,
+            heartbeat_grace: Duration::from_secs(10),
+            failover_heartbeat_ttl: Duration::from_secs(5 * 60),
+        }
+    }
+}
+
+/// Heartbeat counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct HeartbeatStats {
+    /// Nodes with a deadline.
+    pub active_timers: usize,
+    /// Heartbeats taken (timer resets).
+    pub resets: u64,
+    /// Deadlines that passed.
+    pub expirations: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    deadline: Timestamp,
+    slot: u32,
+    position: u32,
+}
+
+/// A hashed timing wheel of node deadlines; see the module docs.
+#[derive(Debug)]
+struct TimerWheel {
+    slots: Vec<Vec<NodeId>>,
+    entries: HashMap<NodeId, Entry>,
+    /// The last tick whose slot was swept.
+    swept_tick: u64,
+}
+
+impl TimerWheel {
+    fn new(now: Timestamp) -> Self {
+        TimerWheel { slots: vec![Vec::new(); SLOTS], entries: HashMap::new(), swept_tick: tick_of(now) }
+    }
+
+    fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    fn deadline(&self, node_id: NodeId) -> Option<Timestamp> {
+        self.entries.get(&node_id).map(|entry| entry.deadline)
+    }
+
+    fn set(&mut self, node_id: NodeId, deadline: Timestamp) {
+        self.remove(node_id);
+        // A deadline already past is swept at the next tick.
+        let tick = tick_of(deadline).max(self.swept_tick + 1);
+        let slot = (tick % SLOTS as u64) as usize;
+        let position = self.slots[slot].len() as u32;
+        self.slots[slot].push(node_id);
+        self.entries.insert(node_id, Entry { deadline, slot: slot as u32, position });
+    }
+
+    fn remove(&mut self, node_id: NodeId) -> bool {
+        let Some(entry) = self.entries.remove(&node_id) else { return false };
+        let slot = &mut self.slots[entry.slot as usize];
+        slot.swap_remove(entry.position as usize);
+        if let Some(moved) = slot.get(entry.position as usize) {
+            self.entries.get_mut(moved).expect("every slot member has an entry").position = entry.position;
+        }
+        true
+    }
+
+    /// Removes and returns the nodes whose deadline is at or before `now`.
+    fn expire(&mut self, now: Timestamp) -> Vec<NodeId> {
+        let now_tick = tick_of(now);
+        let turns = (now_tick.saturating_sub(self.swept_tick) as usize).min(SLOTS);
+        let (mut expired, mut carried) = (Vec::new(), Vec::new());
+        for step in 1..=turns as u64 {
+            let slot = ((self.swept_tick + step) % SLOTS as u64) as usize;
+            self.sweep(slot, now, &mut expired, &mut carried);
+        }
+        self.swept_tick = self.swept_tick.max(now_tick);
+        // Deadlines later in the tick just swept move to the next one.
+        for (node_id, deadline) in carried {
+            self.set(node_id, deadline);
+        }
+        expired
+    }
+
+    fn sweep(
+        &mut self,
+        slot: usize,
+        now: Timestamp,
+        expired: &mut Vec<NodeId>,
+        carried: &mut Vec<(NodeId, Timestamp)>,
+    ) {
+        let members = std::mem::take(&mut self.slots[slot]);
+        let mut kept = Vec::with_capacity(members.len());
+        for node_id in members {
+            let entry = self.entries.get_mut(&node_id).expect("every slot member has an entry");
+            if entry.deadline <= now {
+                self.entries.remove(&node_id);
+                expired.push(node_id);
+            } else if tick_of(entry.deadline) <= tick_of(now) {
+                let deadline = entry.deadline;
+                self.entries.remove(&node_id);
+                carried.push((node_id, deadline));
+            } else {
+                entry.position = kept.len() as u32;
+                kept.push(node_id);
+            }
+        }
+        self.slots[slot] = kept;
+    }
+}
+
+fn tick_of(at: Timestamp) -> u64 {
+    at.0 / TICK.as_nanos() as u64
+}
+
+/// The deterministic heartbeat timers (module docs, steps 1-3).
+#[derive(Debug)]
+pub struct HeartbeatTimers {
+    config: HeartbeatConfig,
+    wheel: TimerWheel,
+    rng: SmallRng,
+    resets: u64,
+    expirations: u64,
+}
+
+impl HeartbeatTimers {
+    /// Empty timers; `seed` drives the jitter.
+    pub fn new(config: HeartbeatConfig, now: Timestamp, seed: u64) -> Self {
+        HeartbeatTimers {
+            config,
+            wheel: TimerWheel::new(now),
+            rng: SmallRng::seed_from_u64(seed),
+            resets: 0,
+            expirations: 0,
+        }
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &HeartbeatConfig {
+        &self.config
+    }
+
+    /// Takes a heartbeat from `node_id` at `now`: returns the TTL the node
+    /// is handed; the server gives up at `now + ttl + heartbeat_grace`.
+    pub fn reset(&mut self, node_id: NodeId, now: Timestamp) -> Duration {
+        let base = self.base_ttl(self.wheel.len() + usize::from(self.wheel.deadline(node_id).is_none()));
+        let ttl = base + base.mul_f64(self.rng.random::<f64>());
+        self.wheel.set(node_id, now.plus(ttl + self.config.heartbeat_grace));
+        self.resets += 1;
+        ttl
+    }
+
+    /// The TTL before jitter for a cluster of `n_nodes` live nodes.
+    pub fn base_ttl(&self, n_nodes: usize) -> Duration {
+        let scaled = Duration::from_secs_f64(n_nodes as f64 / self.config.max_heartbeats_per_second);
+        scaled.max(self.config.min_heartbeat_ttl)
+    }
+
+    /// Gives every live node of `snapshot` the failover TTL (step 2).
+    pub fn initialize(&mut self, snapshot: &Snapshot, now: Timestamp) {
+        let deadline = now.plus(self.config.failover_heartbeat_ttl);
+        for node in snapshot.nodes().filter(|node| !node.status.is_terminal_for_scheduling()) {
+            self.wheel.set(node.id, deadline);
+        }
+    }
+
+    /// Forgets a node's deadline (it went down, or was removed).
+    pub fn remove(&mut self, node_id: NodeId) {
+        self.wheel.remove(node_id);
+    }
+
+    /// When the server gives up on `node_id`, if it has a deadline.
+    pub fn deadline(&self, node_id: NodeId) -> Option<Timestamp> {
+        self.wheel.deadline(node_id)
+    }
+
+    /// The nodes whose deadline passed by `now`, forgotten.
+    pub fn expire(&mut self, now: Timestamp) -> Vec<NodeId> {
+        let expired = self.wheel.expire(now);
+        self.expirations += expired.len() as u64;
+        expired
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> HeartbeatStats {
+        HeartbeatStats { active_timers: self.wheel.len(), resets: self.resets, expirations: self.expirations }
+    }
+}
+
+/// The server's heartbeat timers, shared by the node endpoint (resets) and
+/// the server's timer thread (expiry).
+#[derive(Debug)]
+pub struct Heartbeats {
+    timers: Mutex<HeartbeatTimers>,
+    clock: SharedClock,
+}
+
+impl Heartbeats {
+    /// Timers on `clock`.
+    pub fn new(config: HeartbeatConfig, clock: SharedClock) -> Arc<Self> {
+        let seed = rand::rng().random();
+        Arc::new(Heartbeats { timers: Mutex::new(HeartbeatTimers::new(config, clock.now(), seed)), clock })
+    }
+
+    /// Timers with a fixed jitter seed, for simulations.
+    pub fn seeded(config: HeartbeatConfig, clock: SharedClock, seed: u64) -> Arc<Self> {
+        Arc::new(Heartbeats { timers: Mutex::new(HeartbeatTimers::new(config, clock.now(), seed)), clock })
+    }
+
+    /// Takes a heartbeat now; returns the node's TTL.
+    pub fn reset(&self, node_id: NodeId) -> Duration {
+        self.timers.lock().reset(node_id, self.clock.now())
+    }
+
+    /// Forgets a node's deadline.
+    pub fn remove(&self, node_id: NodeId) {
+        self.timers.lock().remove(node_id);
+    }
+
+    /// When the server gives up on `node_id`.
+    pub fn deadline(&self, node_id: NodeId) -> Option<Timestamp> {
+        self.timers.lock().deadline(node_id)
+    }
+
+    /// Gives every live node the failover TTL (module docs, step 2).
+    pub fn initialize(&self, snapshot: &Snapshot) {
+        self.timers.lock().initialize(snapshot, self.clock.now());
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> HeartbeatStats {
+        self.timers.lock().stats()
+    }
+
+    /// Marks every node whose deadline passed as having missed its
+    /// heartbeat (module docs, step 3); returns how many were marked.
+    pub fn expire(&self, router: &Router) -> usize {
+        let expired = self.timers.lock().expire(self.clock.now());
+        expired.into_iter().filter(|node_id| self.miss(router, *node_id)).count()
+    }
+
+    /// Writes one missed heartbeat. The evals are computed before the write;
+    /// a job placed on the node in between gets its eval right after, and
+    /// none can be placed once the node has left (the store refuses it).
+    fn miss(&self, router: &Router, node_id: NodeId) -> bool {
+        let now = self.clock.now();
+        let evals = missed_heartbeat_evals(&router.store().snapshot(), node_id, now);
+        let covered: BTreeSet<_> = evals.iter().map(Evaluation::job_key).collect();
+        let applied = match router.apply(Command::MissHeartbeat { node_id, evals }) {
+            Ok(applied) => applied,
+            // It left or was removed since its deadline was set: nothing to do.
+            Err(StateError::NodeNotConnected { .. } | StateError::UnknownNode(_)) => return false,
+            Err(error) => {
+                tracing::warn!(%node_id, %error, "could not mark a node that missed its heartbeat");
+                return false;
+            }
+        };
+        let late: Vec<Evaluation> = missed_heartbeat_evals(&router.store().snapshot(), node_id, now)
+            .into_iter()
+            .filter(|eval| !covered.contains(&eval.job_key()))
+            .collect();
+        if !late.is_empty() {
+            if let Err(error) = router.apply(Command::UpsertEvals { evals: late }) {
+                tracing::warn!(%node_id, %error, "could not create evals for a node that missed its heartbeat");
+            }
+        }
+        tracing::debug!(%node_id, index = applied.index, "node missed its heartbeat");
+        true
+    }
+}
+
+/// Evals for a node that missed its heartbeat: every job with live
+/// allocations there, system jobs included.
+fn missed_heartbeat_evals(snapshot: &Snapshot, node_id: NodeId, now: Timestamp) -> Vec<Evaluation> {
+    let mut evals = node_evals(snapshot, node_id, now);
+    for eval in &mut evals {
+        eval.triggered_by = TriggerReason::NodeUpdate;
+    }
+    evals
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::{Command, StateStore};
+    use crate::testing::node;
+
+    const SECOND: Duration = Duration::from_secs(1);
+
+    fn timers() -> HeartbeatTimers {
+        HeartbeatTimers::new(HeartbeatConfig::default(), Timestamp::ZERO, 7)
+    }
+
+    #[test]
+    fn a_node_expires_after_its_ttl_and_grace_and_not_before() {
+        let mut timers = timers();
+        let node_id = NodeId::from_u128(1);
+        let ttl = timers.reset(node_id, Timestamp::ZERO);
+        assert!(ttl >= 10 * SECOND && ttl < 20 * SECOND, "jitter stays within one TTL: {ttl:?}");
+        let deadline = Timestamp::ZERO.plus(ttl + 10 * SECOND);
+        assert!(timers.expire(Timestamp(deadline.0 - 1)).is_empty());
+        assert_eq!(timers.expire(deadline.plus(TICK)), vec![node_id]);
+        assert!(timers.expire(deadline.plus(100 * SECOND)).is_empty(), "expired once");
+        assert_eq!(timers.stats(), HeartbeatStats { active_timers: 0, resets: 1, expirations: 1 });
+    }
+
+    #[test]
+    fn a_heartbeat_moves_the_deadline() {
+        let mut timers = timers();
+        let node_id = NodeId::from_u128(1);
+        timers.reset(node_id, Timestamp::ZERO);
+        let later = Timestamp::ZERO.plus(15 * SECOND);
+        timers.reset(node_id, later);
+        assert!(timers.expire(later.plus(19 * SECOND)).is_empty());
+        assert_eq!(timers.expire(later.plus(31 * SECOND)), vec![node_id]);
+    }
+
+    #[test]
+    fn removed_and_far_deadlines_survive_many_turns_of_the_wheel() {
+        let mut timers = timers();
+        let (gone, far) = (NodeId::from_u128(1), NodeId::from_u128(2));
+        timers.reset(gone, Timestamp::ZERO);
+        timers.remove(gone);
+        timers.wheel.set(far, Timestamp::ZERO.plus(1_000 * SECOND));
+        let mut at = Timestamp::ZERO;
+        for _ in 0..99 {
+            at = at.plus(10 * SECOND);
+            assert!(timers.expire(at).is_empty());
+        }
+        assert_eq!(timers.expire(Timestamp::ZERO.plus(1_000 * SECOND)), vec![far]);
+    }
+
+    #[test]
+    fn the_ttl_scales_with_the_cluster_to_keep_the_heartbeat_rate() {
+        let timers = timers();
+        assert_eq!(timers.base_ttl(100), 10 * SECOND);
+        assert_eq!(timers.base_ttl(100_000), 100 * SECOND);
+    }
+
+    #[test]
+    fn heartbeats_of_ten_thousand_nodes_spread_across_the_ttl() {
+        let mut timers = timers();
+        let ttls: Vec<Duration> =
+            (0..10_000u128).map(|n| timers.reset(NodeId::from_u128(n), Timestamp::ZERO)).collect();
+        let base = timers.base_ttl(10_000);
+        // Ten buckets over [base, 2 base): jitter puts roughly a tenth in each.
+        let mut buckets = [0usize; 10];
+        for ttl in &ttls {
+            assert!(*ttl >= base && *ttl < base * 2, "{ttl:?} outside [{base:?}, {:?})", base * 2);
+            buckets[((ttl.as_secs_f64() / base.as_secs_f64() - 1.0) * 10.0) as usize] += 1;
+        }
+        for (bucket, count) in buckets.iter().enumerate() {
+            assert!((800..1_200).contains(count), "bucket {bucket} holds {count} of 10,000: {buckets:?}");
+        }
+        // The expiries come in the same spread: about a tenth of the cluster
+        // in each second of the TTL, never a stampede.
+        let mut per_second: BTreeMap<u64, usize> = BTreeMap::new();
+        let mut at = Timestamp::ZERO;
+        while timers.stats().active_timers > 0 {
+            at = at.plus(SECOND);
+            *per_second.entry(at.0 / SECOND.as_nanos() as u64).or_default() += timers.expire(at).len();
+        }
+        assert_eq!(timers.stats().expirations, 10_000);
+        let busy = per_second.values().filter(|count| **count > 0).count();
+        assert!(busy >= 10, "{per_second:?}");
+        assert!(per_second.values().all(|count| *count <= 1_200), "{per_second:?}");
+    }
+
+    #[test]
+    fn failover_gives_every_live_node_the_long_ttl() {
+        let store = StateStore::new();
+        for n in 0..3 {
+            store.apply(Command::UpsertNode { node: node(n) }).expect("node");
+        }
+        let down = node(0).id;
+        store
+            .apply(Command::UpdateNodeStatus { node_id: down, status: crate::structs::NodeStatus::Down, evals: vec![] })
+            .expect("down");
+        let mut timers = timers();
+        timers.initialize(&store.snapshot(), Timestamp::ZERO);
+        assert_eq!(timers.stats().active_timers, 2, "a down node has no deadline");
+        assert!(timers.expire(Timestamp::ZERO.plus(299 * SECOND)).is_empty());
+        assert_eq!(timers.expire(Timestamp::ZERO.plus(300 * SECOND)).len(), 2);
+    }
+
+    use std::collections::BTreeMap;
+}

@@ -1,0 +1,277 @@
+//! Client allocation updates, batched on the server (Nomad's `batchUpdate`):
+//! thousands of clients reporting at once become a few commands.
+//!
+//! 1. [`UpdateBatcher::submit`] adds a client's updates to the open batch
+//!    and returns a [`PendingUpdate`]; the client is answered only after its
+//!    batch is written, so nothing acknowledged is lost.
+//! 2. A batch is written when `window` has passed since its first update,
+//!    or at once when it holds `max_updates` (the bound; one oversized
+//!    submission is a batch of its own). One flusher thread writes batches
+//!    in order, each as one [`Command::UpdateAllocsFromClient`] with an eval
+//!    for every job whose allocation failed.
+//! 3. The store takes or refuses each update on its own (a node that went
+//!    down between submit and write is refused); each submitter learns the
+//!    outcome of its own updates.
+//! 4. On shutdown the flusher writes what is open, then stops; later
+//!    submissions are refused.
+
+use std::collections::{BTreeSet, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+use serde::Serialize;
+
+use crate::clock::SharedClock;
+use crate::node_endpoint::NodeError;
+use crate::router::Router;
+use crate::state::{Applied, ClientAllocUpdate, Command, Snapshot, StateError};
+use crate::structs::{AllocId, ClientStatus, Evaluation, TriggerReason};
+
+/// Batching settings.
+#[derive(Clone, Debug)]
+pub struct BatchConfig {
+    /// How long a batch stays open after its first update.
+    pub window: Duration,
+    /// Most updates in one batch.
+    pub max_updates: usize,
+}
+
+impl Default for BatchConfig {
+    /// Nomad's 50 ms window; a bound that keeps one write near a millisecond.
+    fn default() -> Self {
+        BatchConfig { window: Duration::from_millis(50), max_updates: 8_192 }
+    }
+}
+
+/// Batching counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct BatchStats {
+    /// Batches written.
+    pub batches: u64,
+    /// Updates written (taken or refused).
+    pub updates: u64,
+    /// Largest batch written.
+    pub largest_batch: u64,
+}
+
+/// The outcome of one batch, shared by its submitters.
+#[derive(Debug, Default)]
+struct Outcome {
+    result: Mutex<Option<Result<Arc<Applied>, StateError>>>,
+    written: Condvar,
+}
+
+impl Outcome {
+    fn set(&self, result: Result<Arc<Applied>, StateError>) {
+        *self.result.lock() = Some(result);
+        self.written.notify_all();
+    }
+}
+
+/// A submission waiting for its batch to be written.
+#[derive(Debug)]
+pub struct PendingUpdate(Pending);
+
+#[derive(Debug)]
+enum Pending {
+    /// In a batch not yet written.
+    Batched { outcome: Arc<Outcome>, alloc_ids: Vec<AllocId> },
+    /// Written (or refused) without batching.
+    Done(Result<u64, NodeError>),
+}
+
+impl PendingUpdate {
+    /// A submission already written (or refused) without batching.
+    pub(crate) fn written(result: Result<u64, NodeError>) -> Self {
+        PendingUpdate(Pending::Done(result))
+    }
+
+    /// Waits for the batch; returns the index it was written at, or why
+    /// this submission's updates were refused.
+    pub fn wait(self) -> Result<u64, NodeError> {
+        let (outcome, alloc_ids) = match self.0 {
+            Pending::Done(result) => return result,
+            Pending::Batched { outcome, alloc_ids } => (outcome, alloc_ids),
+        };
+        let mut result = outcome.result.lock();
+        while result.is_none() {
+            outcome.written.wait(&mut result);
+        }
+        let applied = result.as_ref().expect("checked above").clone()?;
+        own_outcome(&applied, &alloc_ids)
+    }
+}
+
+/// This submission's part of a written batch: its first refused update, or
+/// the index.
+pub(crate) fn own_outcome(applied: &Applied, alloc_ids: &[AllocId]) -> Result<u64, NodeError> {
+    let refused = applied.refused_updates.iter().find(|(alloc_id, _)| alloc_ids.contains(alloc_id));
+    match refused {
+        Some((_, StateError::NodeNotConnected { node_id, status })) => {
+            Err(NodeError::NotConnected { node: *node_id, status: *status })
+        }
+        Some((_, error)) => Err(NodeError::State(error.clone())),
+        None => Ok(applied.index),
+    }
+}
+
+/// The command for a batch: the updates, and an eval for each job with a
+/// failed allocation among them.
+pub(crate) fn batch_command(snapshot: &Snapshot, updates: Vec<ClientAllocUpdate>, clock: &SharedClock) -> Command {
+    let now = clock.now();
+    let failed_jobs: BTreeSet<_> = updates
+        .iter()
+        .filter(|update| update.client_status == ClientStatus::Failed)
+        .filter_map(|update| snapshot.alloc(update.alloc_id))
+        .map(|alloc| alloc.job_key())
+        .collect();
+    let evals = failed_jobs
+        .iter()
+        .filter_map(|key| snapshot.job(key))
+        .map(|job| Evaluation::for_job(job, TriggerReason::AllocFailure, now))
+        .collect();
+    Command::UpdateAllocsFromClient { updates, evals, time: now }
+}
+
+#[derive(Debug, Default)]
+struct Batches {
+    open: Vec<ClientAllocUpdate>,
+    open_outcome: Arc<Outcome>,
+    opened_at: Option<Instant>,
+    sealed: VecDeque<(Vec<ClientAllocUpdate>, Arc<Outcome>)>,
+    stopping: bool,
+}
+
+impl Batches {
+    fn seal(&mut self) {
+        if !self.open.is_empty() {
+            self.sealed.push_back((std::mem::take(&mut self.open), std::mem::take(&mut self.open_outcome)));
+        }
+        self.opened_at = None;
+    }
+}
+
+/// The batcher; see the module docs.
+#[derive(Debug)]
+pub struct UpdateBatcher {
+    config: BatchConfig,
+    router: Router,
+    clock: SharedClock,
+    batches: Mutex<Batches>,
+    changed: Condvar,
+    batches_written: AtomicU64,
+    updates_written: AtomicU64,
+    largest_batch: AtomicU64,
+    stopped: AtomicBool,
+}
+
+impl UpdateBatcher {
+    /// A batcher writing through `router`; start its flusher with [`UpdateBatcher::spawn`].
+    pub fn new(config: BatchConfig, router: Router, clock: SharedClock) -> Arc<Self> {
+        Arc::new(UpdateBatcher {
+            config,
+            router,
+            clock,
+            batches: Mutex::new(Batches::default()),
+            changed: Condvar::new(),
+            batches_written: AtomicU64::new(0),
+            updates_written: AtomicU64::new(0),
+            largest_batch: AtomicU64::new(0),
+            stopped: AtomicBool::new(false),
+        })
+    }
+
+    /// Starts the flusher thread.
+    pub fn spawn(self: &Arc<Self>) -> JoinHandle<()> {
+        let batcher = self.clone();
+        std::thread::Builder::new()
+            .name("alloc-update-batcher".into())
+            .spawn(move || batcher.flush_loop())
+            .expect("spawning the alloc update batcher")
+    }
+
+    /// Adds updates to the open batch (step 1).
+    pub fn submit(&self, updates: Vec<ClientAllocUpdate>) -> Result<PendingUpdate, NodeError> {
+        let alloc_ids = updates.iter().map(|update| update.alloc_id).collect();
+        let mut batches = self.batches.lock();
+        if batches.stopping {
+            return Err(NodeError::State(StateError::ShuttingDown));
+        }
+        if batches.open.len() + updates.len() > self.config.max_updates {
+            batches.seal();
+        }
+        batches.open.extend(updates);
+        let outcome = batches.open_outcome.clone();
+        if batches.open.len() >= self.config.max_updates {
+            batches.seal();
+            self.changed.notify_one();
+        } else if batches.opened_at.is_none() {
+            batches.opened_at = Some(Instant::now());
+            self.changed.notify_one();
+        }
+        Ok(PendingUpdate(Pending::Batched { outcome, alloc_ids }))
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> BatchStats {
+        BatchStats {
+            batches: self.batches_written.load(Ordering::Relaxed),
+            updates: self.updates_written.load(Ordering::Relaxed),
+            largest_batch: self.largest_batch.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Writes what is open and stops the flusher (step 4).
+    pub fn stop(&self) {
+        let mut batches = self.batches.lock();
+        batches.stopping = true;
+        batches.seal();
+        self.changed.notify_all();
+    }
+
+    /// Whether the flusher has written everything and stopped.
+    pub fn is_stopped(&self) -> bool {
+        self.stopped.load(Ordering::Acquire)
+    }
+
+    fn flush_loop(&self) {
+        while let Some((updates, outcome)) = self.next_batch() {
+            self.write(updates, &outcome);
+        }
+        self.stopped.store(true, Ordering::Release);
+    }
+
+    /// The next batch to write, waiting for one to be sealed or for the
+    /// open one's window to pass; `None` once stopped and drained.
+    fn next_batch(&self) -> Option<(Vec<ClientAllocUpdate>, Arc<Outcome>)> {
+        let mut batches = self.batches.lock();
+        loop {
+            if let Some(batch) = batches.sealed.pop_front() {
+                return Some(batch);
+            }
+            if batches.stopping {
+                return None;
+            }
+            match batches.opened_at {
+                Some(opened) if opened.elapsed() >= self.config.window => batches.seal(),
+                Some(opened) => {
+                    let deadline = opened + self.config.window;
+                    self.changed.wait_until(&mut batches, deadline);
+                }
+                None => self.changed.wait(&mut batches),
+            }
+        }
+    }
+
+    fn write(&self, updates: Vec<ClientAllocUpdate>, outcome: &Outcome) {
+        let n_updates = updates.len() as u64;
+        let command = batch_command(&self.router.store().snapshot(), updates, &self.clock);
+        outcome.set(self.router.apply(command).map(Arc::new));
+        self.batches_written.fetch_add(1, Ordering::Relaxed);
+        self.updates_written.fetch_add(n_updates, Ordering::Relaxed);
+        self.largest_batch.fetch_max(n_updates, Ordering::Relaxed);
+    }
+}
