@@ -8,14 +8,14 @@
 //!    or at once when it holds `max_updates` (the bound; one oversized
 //!    submission is a batch of its own). One flusher thread writes batches
 //!    in order, each as one [`Command::UpdateAllocsFromClient`] with an eval
-//!    for every job whose allocation failed.
+//!    for every job whose allocation failed or came back from `unknown`.
 //! 3. The store takes or refuses each update on its own (a node that went
 //!    down between submit and write is refused); each submitter learns the
 //!    outcome of its own updates.
 //! 4. On shutdown the flusher writes what is open, then stops; later
 //!    submissions are refused.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -28,7 +28,7 @@ use crate::clock::SharedClock;
 use crate::node_endpoint::NodeError;
 use crate::router::Router;
 use crate::state::{Applied, ClientAllocUpdate, Command, Snapshot, StateError};
-use crate::structs::{AllocId, ClientStatus, Evaluation, TriggerReason};
+use crate::structs::{AllocId, ClientStatus, Evaluation, JobKey, TriggerReason};
 
 /// Batching settings.
 #[derive(Clone, Debug)]
@@ -119,19 +119,23 @@ pub(crate) fn own_outcome(applied: &Applied, alloc_ids: &[AllocId]) -> Result<u6
 }
 
 /// The command for a batch: the updates, and an eval for each job with a
-/// failed allocation among them.
+/// failed allocation among them, or with an allocation that came back from
+/// `unknown` (so its reconnect is settled at once, not when its disconnect
+/// window runs out).
 pub(crate) fn batch_command(snapshot: &Snapshot, updates: Vec<ClientAllocUpdate>, clock: &SharedClock) -> Command {
     let now = clock.now();
-    let failed_jobs: BTreeSet<_> = updates
+    let mut jobs: BTreeMap<JobKey, TriggerReason> = BTreeMap::new();
+    for update in &updates {
+        let Some(alloc) = snapshot.alloc(update.alloc_id) else { continue };
+        if update.client_status == ClientStatus::Failed {
+            jobs.insert(alloc.job_key(), TriggerReason::AllocFailure);
+        } else if alloc.needs_reconnect() && !update.client_status.is_terminal() {
+            jobs.entry(alloc.job_key()).or_insert(TriggerReason::Reconnect);
+        }
+    }
+    let evals = jobs
         .iter()
-        .filter(|update| update.client_status == ClientStatus::Failed)
-        .filter_map(|update| snapshot.alloc(update.alloc_id))
-        .map(|alloc| alloc.job_key())
-        .collect();
-    let evals = failed_jobs
-        .iter()
-        .filter_map(|key| snapshot.job(key))
-        .map(|job| Evaluation::for_job(job, TriggerReason::AllocFailure, now))
+        .filter_map(|(key, reason)| snapshot.job(key).map(|job| Evaluation::for_job(job, *reason, now)))
         .collect();
     Command::UpdateAllocsFromClient { updates, evals, time: now }
 }

@@ -1,1 +1,148 @@
-//! Integration and simulation tests live in `tests/`; this crate has no library code.
+//! Integration and simulation tests live in `tests/`; this library holds
+//! what several of them share: a [`Cluster`] of simulated clients around a
+//! [`SteppedServer`], driven one call at a time.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use engine::heartbeat::HeartbeatConfig;
+use engine::node_endpoint::{NodeError, NodeResponse};
+use engine::state::{ClientAllocUpdate, Snapshot};
+use engine::stepped::SteppedServer;
+use engine::structs::{Allocation, ClientStatus, DesiredStatus, Job, Node, NodeId, NodeStatus, Resources};
+
+/// A stepped server and the clients that talk to it.
+#[derive(Debug)]
+pub struct Cluster {
+    /// The server.
+    pub server: SteppedServer,
+}
+
+impl Cluster {
+    /// A cluster whose ids and heartbeat jitter come from `seed`.
+    pub fn new(seed: u64) -> Self {
+        Cluster { server: SteppedServer::new(seed, HeartbeatConfig::default()) }
+    }
+
+    /// Node `n` with `cpu` MHz, as its client describes it.
+    pub fn node(n: u128, cpu: u64) -> Node {
+        Node::new_ready(NodeId::from_u128(n), "dc1", "general", Resources::new(cpu, 8_192, 10_000))
+    }
+
+    /// Registers node `n`; returns its id.
+    pub fn add_node(&self, n: u128, cpu: u64) -> NodeId {
+        let node = Cluster::node(n, cpu);
+        self.server.nodes().register(node.clone()).expect("node registers");
+        node.id
+    }
+
+    /// Registers (or updates) a job and runs the evals that follow.
+    pub fn register_job(&mut self, job: &Job) {
+        self.server.jobs().register(job.clone()).expect("job registers");
+        self.settle();
+    }
+
+    /// The node's heartbeat.
+    pub fn heartbeat(&self, node_id: NodeId) -> Result<NodeResponse, NodeError> {
+        self.server.nodes().update_status(node_id, NodeStatus::Ready)
+    }
+
+    /// What a client does with the allocations it fetched: runs what it
+    /// should run (reports `running`), never resumes what the servers
+    /// stopped (reports `complete`). Only allocations whose reported status
+    /// differs are sent.
+    pub fn report(&self, node_id: NodeId) -> Result<u64, NodeError> {
+        let snapshot = self.server.store().snapshot();
+        let updates: Vec<ClientAllocUpdate> = snapshot
+            .allocs_by_node(node_id)
+            .filter(|alloc| !alloc.client_terminal())
+            .filter_map(|alloc| {
+                let status = client_view(alloc)?;
+                (status != alloc.client_status).then(|| update(alloc, status))
+            })
+            .collect();
+        if updates.is_empty() {
+            return Ok(snapshot.index());
+        }
+        self.server.nodes().update_allocs(node_id, updates)
+    }
+
+    /// Reports one allocation's status.
+    pub fn report_one(&self, alloc: &Allocation, status: ClientStatus) -> Result<u64, NodeError> {
+        self.server.nodes().update_allocs(alloc.node_id, vec![update(alloc, status)])
+    }
+
+    /// Advances the clock a second at a time, heartbeating `alive`, until
+    /// `node_id` is marked as having missed its heartbeat.
+    pub fn miss_heartbeat(&self, node_id: NodeId, alive: &[NodeId]) {
+        for _ in 0..600 {
+            for other in alive {
+                self.heartbeat(*other).expect("a live node heartbeats");
+            }
+            self.server.advance(Duration::from_secs(1));
+            let status = self.server.store().snapshot().node(node_id).expect("node").status;
+            if status.is_terminal_for_scheduling() {
+                return;
+            }
+        }
+        panic!("node {node_id} never missed its heartbeat");
+    }
+
+    /// Advances the clock by `by` in one-second steps, heartbeating `alive`.
+    pub fn pass_time(&mut self, by: Duration, alive: &[NodeId]) {
+        let mut passed = Duration::ZERO;
+        while passed < by {
+            for node_id in alive {
+                self.heartbeat(*node_id).expect("a live node heartbeats");
+            }
+            self.server.advance(Duration::from_secs(1));
+            passed += Duration::from_secs(1);
+            self.settle();
+        }
+    }
+
+    /// Runs evals until none is ready.
+    pub fn settle(&mut self) -> usize {
+        self.server.advance(Duration::ZERO);
+        self.server.run_evals()
+    }
+
+    /// The newest state.
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.server.store().snapshot()
+    }
+}
+
+/// The status a client reports for an allocation it was handed, if any.
+fn client_view(alloc: &Allocation) -> Option<ClientStatus> {
+    match alloc.desired_status {
+        DesiredStatus::Stop | DesiredStatus::Evict => Some(ClientStatus::Complete),
+        DesiredStatus::Run if matches!(alloc.client_status, ClientStatus::Pending | ClientStatus::Unknown) => {
+            Some(ClientStatus::Running)
+        }
+        DesiredStatus::Run => None,
+    }
+}
+
+fn update(alloc: &Allocation, status: ClientStatus) -> ClientAllocUpdate {
+    ClientAllocUpdate {
+        alloc_id: alloc.id,
+        node_id: alloc.node_id,
+        client_status: status,
+        client_description: String::new(),
+    }
+}
+
+/// Allocations of `job` the servers want running.
+pub fn live_allocs(snapshot: &Snapshot, job: &Job) -> Vec<Arc<Allocation>> {
+    snapshot.allocs_by_job(&job.key()).filter(|alloc| !alloc.terminal()).cloned().collect()
+}
+
+/// Allocations of `job` running on their client with desired status `run`.
+pub fn running_allocs(snapshot: &Snapshot, job: &Job) -> Vec<Arc<Allocation>> {
+    snapshot
+        .allocs_by_job(&job.key())
+        .filter(|alloc| alloc.desired_status == DesiredStatus::Run && alloc.client_status == ClientStatus::Running)
+        .cloned()
+        .collect()
+}
