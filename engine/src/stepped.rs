@@ -1,7 +1,8 @@
 //! A stepped server for simulations and interleaving tests (the `testing`
 //! feature): the real state store, eval broker, blocked-evals tracker,
 //! router, heartbeat timers, node and job endpoints and schedulers, driven
-//! by one thread on a manual clock. No worker or applier thread: an eval
+//! by one thread on a manual clock, with the eval reaper's batches run
+//! inline. No worker, applier or reaper thread: an eval
 //! runs when the test says so, and its plan is checked by the plan
 //! applier's own [`evaluate_plan`] and written by the store, inline.
 //!
@@ -20,6 +21,7 @@ use crate::heartbeat::{HeartbeatConfig, Heartbeats};
 use crate::job_endpoint::JobEndpoint;
 use crate::node_endpoint::NodeEndpoint;
 use crate::plan_apply::evaluate_plan;
+use crate::reaper::{EvalReaper, ReaperConfig};
 use crate::router::Router;
 use crate::scheduler::{new_scheduler, Planner, SchedulerConfig, SchedulerError, State};
 use crate::state::{Command, StateStore};
@@ -47,6 +49,7 @@ pub struct SteppedServer {
     blocked: Arc<BlockedEvals>,
     router: Router,
     heartbeats: Arc<Heartbeats>,
+    reaper: EvalReaper,
     seed: u64,
     stats: SteppedStats,
 }
@@ -61,8 +64,10 @@ impl SteppedServer {
         let broker = Arc::new(EvalBroker::new(BrokerConfig::default(), shared.clone()));
         let blocked = Arc::new(BlockedEvals::new(broker.clone(), shared.clone()));
         let router = Router::new(store.clone(), broker.clone(), blocked.clone());
-        let heartbeats = Heartbeats::seeded(heartbeat, shared, seed);
-        SteppedServer { clock, store, broker, blocked, router, heartbeats, seed, stats: SteppedStats::default() }
+        let heartbeats = Heartbeats::seeded(heartbeat, shared.clone(), seed);
+        let reaper = EvalReaper::new(ReaperConfig::default(), broker.clone(), blocked.clone(), store.clone(), shared);
+        let stats = SteppedStats::default();
+        SteppedServer { clock, store, broker, blocked, router, heartbeats, reaper, seed, stats }
     }
 
     /// The node endpoint (alloc updates written one call at a time).
@@ -107,12 +112,22 @@ impl SteppedServer {
 
     /// Moves the clock and runs every timer that came due: delayed and
     /// timed-out evals, missed heartbeats, retries of evals blocked after
-    /// plan failures. Returns the nodes marked as having missed a heartbeat.
+    /// plan failures, the reaper's batches. Returns the nodes marked as
+    /// having missed a heartbeat.
     pub fn advance(&self, by: Duration) -> usize {
         self.clock.advance(by);
         self.broker.process_timers();
         self.blocked.unblock_failed();
-        self.heartbeats.expire(&self.router)
+        let missed = self.heartbeats.expire(&self.router);
+        self.reap();
+        missed
+    }
+
+    /// Writes cancelable and failed evals, as the reaper thread would.
+    fn reap(&self) {
+        if let Err(error) = self.reaper.reap_all() {
+            tracing::warn!(%error, "stepped reaper could not write");
+        }
     }
 
     /// Runs ready evals until none is left; returns how many ran.
@@ -121,6 +136,7 @@ impl SteppedServer {
         while self.run_one_eval() {
             ran += 1;
         }
+        self.reap();
         ran
     }
 
