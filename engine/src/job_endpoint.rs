@@ -33,6 +33,17 @@ pub enum JobError {
         /// The group asked for.
         group: String,
     },
+    /// A job's type cannot change: its evals and allocations belong to one
+    /// scheduler. Purge the job first.
+    #[error("job {job} is a {from} job and cannot become a {to} job; purge it first")]
+    TypeChange {
+        /// The job.
+        job: JobKey,
+        /// Its current type.
+        from: crate::structs::JobType,
+        /// The type asked for.
+        to: crate::structs::JobType,
+    },
     /// The write failed.
     #[error(transparent)]
     State(#[from] StateError),
@@ -84,6 +95,11 @@ impl JobEndpoint {
     /// Validates and registers (or updates) a job with its eval.
     pub fn register(&self, job: Job) -> Result<JobWriteResponse, JobError> {
         job.validate()?;
+        if let Some(existing) = self.router.store().snapshot().job(&job.key()) {
+            if existing.job_type != job.job_type {
+                return Err(JobError::TypeChange { job: job.key(), from: existing.job_type, to: job.job_type });
+            }
+        }
         self.write_job(job, TriggerReason::JobRegister)
     }
 

@@ -9,7 +9,9 @@
 //!    `disconnected` node asking for `ready` becomes `initializing`; an
 //!    `initializing` node with live allocations becomes `ready` only once
 //!    its last alloc update is newer than its last missed heartbeat (nodes
-//!    without live allocations become ready at once). Transitions that need
+//!    without live allocations become ready at once). A client told it is
+//!    `initializing` therefore reports every allocation it has, changed or
+//!    not (the resync), then heartbeats again. Transitions that need
 //!    scheduling (to `ready`, to `down`, to or from `disconnected`) create
 //!    node evals. Clients may not declare themselves `disconnected`.
 //! 3. `update_allocs` is refused with [`NodeError::NotConnected`] while the

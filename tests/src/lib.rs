@@ -50,15 +50,18 @@ impl Cluster {
     /// What a client does with the allocations it fetched: runs what it
     /// should run (reports `running`), never resumes what the servers
     /// stopped (reports `complete`). Only allocations whose reported status
-    /// differs are sent.
+    /// differs are sent, except while the node is `initializing`: a client
+    /// that is back then reports every allocation it has (the reconnect
+    /// protocol's resync), which lets the node become ready.
     pub fn report(&self, node_id: NodeId) -> Result<u64, NodeError> {
         let snapshot = self.server.store().snapshot();
+        let resync = snapshot.node(node_id).is_some_and(|node| node.status == NodeStatus::Initializing);
         let updates: Vec<ClientAllocUpdate> = snapshot
             .allocs_by_node(node_id)
             .filter(|alloc| !alloc.client_terminal())
             .filter_map(|alloc| {
-                let status = client_view(alloc)?;
-                (status != alloc.client_status).then(|| update(alloc, status))
+                let status = client_view(alloc).unwrap_or(alloc.client_status);
+                (resync || status != alloc.client_status).then(|| update(alloc, status))
             })
             .collect();
         if updates.is_empty() {

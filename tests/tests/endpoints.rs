@@ -50,6 +50,16 @@ fn an_invalid_job_is_refused_and_nothing_is_written() {
     assert!(server.jobs().job(&job.key()).is_err());
     let unknown = server.jobs().scale(&job.key(), "group", 3).expect_err("unknown job");
     assert!(matches!(unknown, JobError::UnknownJob(_)));
+
+    // A job's type is fixed: its pending evals and allocations belong to one scheduler.
+    let service = Job::new_simple("typed", JobType::Service, 1, Resources::new(10, 64, 0));
+    server.jobs().register(service.clone()).expect("service");
+    let before = server.store().latest_index();
+    let as_system = Job { job_type: JobType::System, ..service.clone() };
+    let error = server.jobs().register(as_system).expect_err("type change");
+    assert!(matches!(error, JobError::TypeChange { .. }), "{error}");
+    assert!(error.to_string().contains("purge it first"), "{error}");
+    assert_eq!(server.store().latest_index(), before, "nothing written");
 }
 
 #[test]

@@ -138,8 +138,8 @@ impl Sim {
             self.jobs.remove(&id);
             return;
         }
-        let kind = self.rng.random_range(0..10);
-        let job_type = match kind {
+        // A job keeps its type (the server refuses a change).
+        let job_type = match n {
             0 => JobType::System,
             1..=2 => JobType::Batch,
             _ => JobType::Service,
@@ -273,13 +273,53 @@ impl Sim {
         }
     }
 
+    /// A job's allocations, one line each, for failure messages.
+    fn dump(&self, job: &str) -> String {
+        let snapshot = self.cluster.snapshot();
+        let key = engine::structs::JobKey::new("default", job);
+        let lines: Vec<String> = snapshot
+            .allocs_by_job(&key)
+            .map(|alloc| {
+                let node = snapshot.node(alloc.node_id).map(|node| node.status);
+                let states: Vec<_> = alloc.alloc_states.iter().map(|state| state.client_status).collect();
+                format!(
+                    "\n  {:?} {} on {:?} {node:?} {:?}/{:?} v{} {:?} created {} history {states:?} prev {:?}",
+                    alloc.id,
+                    alloc.name,
+                    alloc.node_id,
+                    alloc.desired_status,
+                    alloc.client_status,
+                    alloc.job.version,
+                    alloc.job.job_type,
+                    alloc.create_index,
+                    alloc.previous_allocation,
+                )
+            })
+            .collect();
+        let evals: Vec<String> = snapshot
+            .evals_by_job(&key)
+            .map(|eval| {
+                format!(
+                    "\n  eval {:?} {:?} {:?} {:?} at {} blocked {:?}",
+                    eval.id, eval.eval_type, eval.triggered_by, eval.status, eval.modify_index, eval.blocked_eval
+                )
+            })
+            .collect();
+        lines.concat() + &evals.concat()
+    }
+
     fn check_settled(&self) {
         let seed = self.seed;
         let snapshot = self.cluster.snapshot();
         let ready: BTreeSet<NodeId> =
             snapshot.nodes().filter(|node| node.status == NodeStatus::Ready).map(|node| node.id).collect();
         for alloc in snapshot.allocs().filter(|alloc| !alloc.terminal()) {
-            assert!(ready.contains(&alloc.node_id), "seed {seed}: {} live on a node that is not ready", alloc.name);
+            assert!(
+                ready.contains(&alloc.node_id),
+                "seed {seed}: {} live on a node that is not ready:{}",
+                alloc.name,
+                self.dump(&alloc.job_id)
+            );
         }
         for job in self.jobs.values() {
             let live: Vec<_> = snapshot.allocs_by_job(&job.key()).filter(|alloc| !alloc.terminal()).collect();
@@ -287,11 +327,17 @@ impl Sim {
             if job.job_type == JobType::System {
                 let nodes: BTreeSet<_> = live.iter().map(|alloc| alloc.node_id).collect();
                 assert_eq!(nodes.len(), live.len(), "seed {seed}: {} twice on a node", job.id);
-                assert_eq!(nodes, ready, "seed {seed}: {} not on every ready node", job.id);
+                assert_eq!(nodes, ready, "seed {seed}: {} not on every ready node:{}", job.id, self.dump(&job.id));
                 continue;
             }
             let count = job.task_groups[0].count as usize;
-            assert!(live.len() <= count, "seed {seed}: {} has {} live, count {count}", job.id, live.len());
+            assert!(
+                live.len() <= count,
+                "seed {seed}: {} has {} live, count {count}:{}",
+                job.id,
+                live.len(),
+                self.dump(&job.id)
+            );
             assert!(running <= count, "seed {seed}: {} runs {running}, count {count}", job.id);
             let complete = snapshot
                 .allocs_by_job(&job.key())

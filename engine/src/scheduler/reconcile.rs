@@ -116,10 +116,12 @@ pub enum Taint {
 
 /// Classifies a live allocation by its node at `now`. `node` is `None`
 /// when the node no longer exists. Whether it was `unknown` is read from
-/// the servers' history ([`Allocation::needs_reconnect`]).
-pub fn taint_of(alloc: &Allocation, node: Option<&Node>, group: Option<&TaskGroup>, now: Timestamp) -> Taint {
+/// the servers' history ([`Allocation::needs_reconnect`]); how long it may
+/// stay so from its own job version (the one its node disconnected under,
+/// as the state store decides `down` or `disconnected`).
+pub fn taint_of(alloc: &Allocation, node: Option<&Node>, now: Timestamp) -> Taint {
     let Some(node) = node else { return Taint::Lost };
-    let window = group.and_then(|group| group.max_client_disconnect);
+    let window = disconnect_window(alloc);
     let expired = window.and_then(|window| alloc.disconnect_expires_at(window)).is_some_and(|at| at <= now);
     match node.status {
         NodeStatus::Down => Taint::Lost,
@@ -147,6 +149,12 @@ pub fn taint_of(alloc: &Allocation, node: Option<&Node>, group: Option<&TaskGrou
             }
         }
     }
+}
+
+/// How long `alloc` may stay `unknown`: its own job version's
+/// `max_client_disconnect`.
+pub fn disconnect_window(alloc: &Allocation) -> Option<Duration> {
+    alloc.job.group(&alloc.task_group).and_then(|group| group.max_client_disconnect)
 }
 
 /// Inputs of one reconciliation.
@@ -199,7 +207,7 @@ impl Reconciler<'_> {
                 continue;
             }
             let node = self.nodes.get(&alloc.node_id).map(|node| &**node);
-            match taint_of(alloc, node, Some(group), self.now) {
+            match taint_of(alloc, node, self.now) {
                 Taint::Lost => {
                     out.stop.push(StopRequest {
                         alloc: alloc.clone(),
@@ -210,7 +218,7 @@ impl Reconciler<'_> {
                 }
                 Taint::Disconnecting => {
                     out.disconnecting.push(alloc.clone());
-                    if let Some(window) = group.max_client_disconnect {
+                    if let Some(window) = disconnect_window(alloc) {
                         out.follow_up_no_later_than(self.now.plus(window));
                     }
                     replacements.push(replacement(&group_name, index, alloc, false));

@@ -28,7 +28,7 @@ use hashbrown::HashMap;
 use rayon::prelude::*;
 
 use super::feasible::FeasibilityChecker;
-use super::reconcile::{needs_destructive_update, taint_of, Taint};
+use super::reconcile::{disconnect_window, needs_destructive_update, taint_of, Taint};
 use super::{park_shortfall, Parked, Planner, Scheduler, SchedulerConfig, SchedulerError, Shortfall, State};
 use crate::structs::{
     AllocId, AllocMetric, Allocation, ClientStatus, DesiredStatus, EvalStatus, Evaluation, Job, Node, NodeId,
@@ -95,7 +95,7 @@ impl<'a> SystemScheduler<'a> {
         let now = self.config.now;
         for alloc in allocs.iter().filter(|alloc| !alloc.terminal()) {
             let group = job.as_ref().and_then(|job| job.group(&alloc.task_group));
-            match (group, taint_of(alloc, by_id.get(&alloc.node_id).map(|node| &***node), group, now)) {
+            match (group, taint_of(alloc, by_id.get(&alloc.node_id).map(|node| &***node), now)) {
                 (None, _) => {
                     self.stop(&mut plan, eval, alloc, "alloc not needed as the job or its group was stopped", None)
                 }
@@ -106,9 +106,9 @@ impl<'a> SystemScheduler<'a> {
                     "alloc is lost since its node is down or its disconnect ran out",
                     Some(ClientStatus::Lost),
                 ),
-                (Some(group), Taint::Disconnecting) => {
+                (Some(_), Taint::Disconnecting) => {
                     self.mark_unknown(&mut plan, eval, alloc);
-                    if let Some(window) = group.max_client_disconnect {
+                    if let Some(window) = disconnect_window(alloc) {
                         let at = now.plus(window);
                         outcome.follow_up_at = Some(outcome.follow_up_at.map_or(at, |current| current.min(at)));
                     }
@@ -123,11 +123,13 @@ impl<'a> SystemScheduler<'a> {
             }
         }
         if let Some(job) = &job {
-            let ready: Vec<Arc<Node>> = nodes
+            // In id order, so that a seeded run places the same allocations on the same nodes.
+            let mut ready: Vec<Arc<Node>> = nodes
                 .iter()
                 .filter(|node| node.is_schedulable() && job.datacenters.iter().any(|dc| *dc == *node.datacenter))
                 .cloned()
                 .collect();
+            ready.sort_unstable_by_key(|node| node.id);
             for group in &job.task_groups {
                 self.plan_group(eval, job, group, &ready, &allocs, &mut live, &mut plan, &mut outcome);
             }
