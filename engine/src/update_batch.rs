@@ -279,3 +279,125 @@ impl UpdateBatcher {
         self.largest_batch.fetch_max(n_updates, Ordering::Relaxed);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::blocked::BlockedEvals;
+    use crate::broker::{BrokerConfig, EvalBroker};
+    use crate::clock::{ManualClock, Timestamp};
+    use crate::state::StateStore;
+    use crate::structs::{Allocation, EvalId, Job, JobType, NodeStatus, Resources};
+    use crate::testing::node;
+
+    /// A router over a store with two nodes and `per_node` pending allocations on each.
+    fn fixture(per_node: u32) -> (Router, SharedClock, Vec<Allocation>) {
+        let clock: SharedClock = ManualClock::new(Timestamp(1));
+        let store = Arc::new(StateStore::new());
+        let broker = Arc::new(EvalBroker::new(BrokerConfig::default(), clock.clone()));
+        let blocked = Arc::new(BlockedEvals::new(broker.clone(), clock.clone()));
+        let router = Router::new(store.clone(), broker, blocked);
+        for n in 0..2 {
+            store.apply(Command::UpsertNode { node: node(n) }).expect("node");
+        }
+        let spec = Job::new_simple("web", JobType::Service, per_node * 2, Resources::new(10, 10, 0));
+        store.apply(Command::RegisterJob { job: spec.clone(), eval: None }).expect("job");
+        let job = store.snapshot().job(&spec.key()).expect("job").clone();
+        let allocs: Vec<Allocation> = (0..per_node * 2)
+            .map(|i| Allocation::new_placement(&job, "group", i, node((i % 2) as usize).id, EvalId::from_u128(1)))
+            .collect();
+        let command = Command::ApplyPlanResults {
+            eval_id: EvalId::from_u128(1),
+            allocs: allocs.clone(),
+            evals: vec![],
+            time: Timestamp(1),
+        };
+        store.apply(command).expect("allocs");
+        (router, clock, allocs)
+    }
+
+    fn running(alloc: &Allocation) -> ClientAllocUpdate {
+        ClientAllocUpdate {
+            alloc_id: alloc.id,
+            node_id: alloc.node_id,
+            client_status: ClientStatus::Running,
+            client_description: String::new(),
+        }
+    }
+
+    fn never_by_time() -> BatchConfig {
+        BatchConfig { window: Duration::from_secs(3_600), max_updates: 10 }
+    }
+
+    #[test]
+    fn many_clients_become_a_few_bounded_batches_and_each_hears_its_outcome() {
+        let (router, clock, allocs) = fixture(13);
+        let batcher = UpdateBatcher::new(never_by_time(), router.clone(), clock);
+        let flusher = batcher.spawn();
+        let pending: Vec<PendingUpdate> =
+            allocs.iter().map(|alloc| batcher.submit(vec![running(alloc)]).expect("submitted")).collect();
+        batcher.stop();
+        let indexes: Vec<u64> = pending.into_iter().map(|pending| pending.wait().expect("written")).collect();
+        flusher.join().expect("flusher");
+        assert!(batcher.is_stopped());
+        let stats = batcher.stats();
+        assert_eq!(stats, BatchStats { batches: 3, updates: 26, largest_batch: 10 });
+        let distinct: std::collections::BTreeSet<_> = indexes.iter().collect();
+        assert_eq!(distinct.len(), 3, "one write per batch");
+        let snapshot = router.store().snapshot();
+        assert!(allocs
+            .iter()
+            .all(|alloc| snapshot.alloc(alloc.id).expect("alloc").client_status == ClientStatus::Running));
+        assert!(matches!(batcher.submit(vec![running(&allocs[0])]), Err(NodeError::State(StateError::ShuttingDown))));
+    }
+
+    #[test]
+    fn a_node_that_left_before_the_write_is_refused_alone() {
+        let (router, clock, allocs) = fixture(1);
+        let batcher = UpdateBatcher::new(never_by_time(), router.clone(), clock);
+        let flusher = batcher.spawn();
+        let (first, second) = (&allocs[0], &allocs[1]);
+        let refused = batcher.submit(vec![running(first)]).expect("submitted");
+        let taken = batcher.submit(vec![running(second)]).expect("submitted");
+        let down = Command::UpdateNodeStatus { node_id: first.node_id, status: NodeStatus::Down, evals: vec![] };
+        router.apply(down).expect("the node leaves");
+        batcher.stop();
+        assert_eq!(refused.wait(), Err(NodeError::NotConnected { node: first.node_id, status: NodeStatus::Down }));
+        assert!(taken.wait().is_ok());
+        flusher.join().expect("flusher");
+        let snapshot = router.store().snapshot();
+        assert_eq!(snapshot.alloc(first.id).expect("alloc").client_status, ClientStatus::Pending);
+        assert_eq!(snapshot.alloc(second.id).expect("alloc").client_status, ClientStatus::Running);
+    }
+
+    #[test]
+    fn a_failed_allocation_and_a_reconnecting_one_get_evals() {
+        let (router, clock, allocs) = fixture(1);
+        let mut marked = allocs[1].clone();
+        marked.record_client_status(ClientStatus::Unknown, Timestamp(2));
+        let command = Command::ApplyPlanResults {
+            eval_id: EvalId::from_u128(1),
+            allocs: vec![marked],
+            evals: vec![],
+            time: Timestamp(2),
+        };
+        router.store().apply(command).expect("marked unknown");
+        let snapshot = router.store().snapshot();
+        let mut failed = running(&allocs[0]);
+        failed.client_status = ClientStatus::Failed;
+        let Command::UpdateAllocsFromClient { evals, .. } = batch_command(&snapshot, vec![failed], &clock) else {
+            panic!("an alloc update command")
+        };
+        assert_eq!(evals.iter().map(|eval| eval.triggered_by).collect::<Vec<_>>(), [TriggerReason::AllocFailure]);
+        let Command::UpdateAllocsFromClient { evals, .. } = batch_command(&snapshot, vec![running(&allocs[1])], &clock)
+        else {
+            panic!("an alloc update command")
+        };
+        assert_eq!(evals.iter().map(|eval| eval.triggered_by).collect::<Vec<_>>(), [TriggerReason::Reconnect]);
+        let Command::UpdateAllocsFromClient { evals, .. } = batch_command(&snapshot, vec![running(&allocs[0])], &clock)
+        else {
+            panic!("an alloc update command")
+        };
+        assert!(evals.is_empty(), "a plain running report needs no scheduling");
+    }
+}

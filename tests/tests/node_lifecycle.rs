@@ -319,3 +319,53 @@ fn ten_thousand_nodes_heartbeat_with_jitter_spread_across_the_ttl() {
     let snapshot = cluster.snapshot();
     assert!(snapshot.nodes().all(|node| node.status == NodeStatus::Down));
 }
+
+#[test]
+fn a_server_taking_over_existing_state_gives_every_live_node_the_failover_ttl() {
+    use engine::clock::{ManualClock, SharedClock, Timestamp};
+    use engine::server::{Server, ServerConfig};
+    use engine::state::{Command, StateStore};
+    use engine::structs::Evaluation;
+    use std::sync::Arc;
+
+    // State as a previous leader left it: three nodes (one down) and a job whose eval is pending.
+    let store = Arc::new(StateStore::new());
+    let nodes: Vec<NodeId> = (1..=3).map(|n| Cluster::node(n, 4_000).id).collect();
+    for n in 1..=3 {
+        store.apply(Command::UpsertNode { node: Cluster::node(n, 4_000) }).expect("node");
+    }
+    store
+        .apply(Command::UpdateNodeStatus { node_id: nodes[2], status: NodeStatus::Down, evals: vec![] })
+        .expect("down");
+    let job = service("web", 1_000, None);
+    let eval = Evaluation::for_job(&job, TriggerReason::JobRegister, Timestamp(1));
+    store.apply(Command::RegisterJob { job: job.clone(), eval: Some(eval) }).expect("job");
+
+    let start = Timestamp(1_000_000_000_000);
+    let clock = ManualClock::new(start);
+    let shared: SharedClock = clock.clone();
+    let server = Server::start_on(ServerConfig { workers: 1, ..ServerConfig::default() }, shared, store.clone());
+    let failover = ServerConfig::default().heartbeat.failover_heartbeat_ttl;
+    assert_eq!(server.heartbeats().stats().active_timers, 2, "the down node gets no deadline");
+    for node_id in &nodes[..2] {
+        assert_eq!(server.heartbeats().deadline(*node_id), Some(start.plus(failover)));
+    }
+    assert_eq!(server.heartbeats().deadline(nodes[2]), None);
+
+    // The pending eval was re-enqueued and runs.
+    let wait_for = |done: &dyn Fn(&engine::state::Snapshot) -> bool| loop {
+        let snapshot = store.snapshot();
+        if done(&snapshot) {
+            return;
+        }
+        store.snapshot_min_index(snapshot.index() + 1, Duration::from_secs(30)).expect("progress");
+    };
+    wait_for(&|snapshot| live_allocs(snapshot, &job).len() == 1);
+
+    // Past the failover TTL, silent nodes are marked.
+    clock.set(start.plus(failover + Duration::from_secs(1)));
+    wait_for(&|snapshot| {
+        nodes[..2].iter().all(|id| snapshot.node(*id).is_some_and(|node| node.status == NodeStatus::Down))
+    });
+    server.shutdown();
+}

@@ -119,6 +119,113 @@ fn a_disconnect_tolerant_group_marks_unknown_and_replaces() {
     assert_eq!(result.follow_up_at, Some(NOW.plus(Duration::from_secs(300))));
 }
 
+/// A fixture whose group tolerates a disconnect of `WINDOW`.
+const WINDOW: Duration = Duration::from_secs(300);
+
+fn tolerant_fixture() -> Fixture {
+    let mut fixture = Fixture::new(JobType::Service, 1);
+    let mut job = Job::clone(&fixture.job);
+    job.task_groups[0].max_client_disconnect = Some(WINDOW);
+    fixture.job = Arc::new(job);
+    fixture
+}
+
+/// An allocation the servers marked `unknown` at `marked_at`, now reported as `status`.
+fn marked_unknown(
+    fixture: &mut Fixture,
+    index: u32,
+    node: u128,
+    marked_at: Timestamp,
+    status: ClientStatus,
+) -> Arc<Allocation> {
+    let alloc = fixture.add(index, node, ClientStatus::Running);
+    let mut marked = Allocation::clone(&alloc);
+    marked.record_client_status(ClientStatus::Unknown, marked_at);
+    marked.client_status = status;
+    let marked = Arc::new(marked);
+    let last = fixture.allocs.len() - 1;
+    fixture.allocs[last] = marked.clone();
+    marked
+}
+
+#[test]
+fn an_unknown_allocation_waits_and_its_slot_is_replaced_while_its_node_is_away() {
+    let mut fixture = tolerant_fixture();
+    let unknown = marked_unknown(&mut fixture, 0, 2, NOW, ClientStatus::Unknown);
+    fixture.set_node_status(2, NodeStatus::Disconnected);
+    let result = fixture.compute();
+    assert!(result.stop.is_empty() && result.disconnecting.is_empty() && result.reconnect.is_empty());
+    assert_eq!(placed_indexes(&result), [0]);
+    assert_eq!(result.place[0].previous.as_ref().map(|alloc| alloc.id), Some(unknown.id));
+    assert_eq!(result.follow_up_at, None, "its expiry eval was made when it was marked");
+}
+
+#[test]
+fn an_unknown_allocation_whose_node_is_back_keeps_its_slot_until_the_client_reports() {
+    let mut fixture = tolerant_fixture();
+    marked_unknown(&mut fixture, 0, 2, NOW, ClientStatus::Unknown);
+    for status in [NodeStatus::Initializing, NodeStatus::Ready] {
+        fixture.set_node_status(2, status);
+        let result = fixture.compute();
+        assert!(result.place.is_empty(), "{status:?}: no replacement while the report is due");
+        assert!(result.stop.is_empty() && result.reconnect.is_empty(), "{status:?}");
+    }
+}
+
+#[test]
+fn a_reconnecting_original_is_kept_once_and_its_replacement_stopped() {
+    let mut fixture = tolerant_fixture();
+    let original = marked_unknown(&mut fixture, 0, 2, NOW, ClientStatus::Running);
+    let replacement = fixture.add(0, 1, ClientStatus::Running);
+    fixture.set_node_status(2, NodeStatus::Initializing);
+    let result = fixture.compute();
+    assert_eq!(result.reconnect.iter().map(|alloc| alloc.id).collect::<Vec<_>>(), [original.id]);
+    assert_eq!(result.stop.iter().map(|stop| stop.alloc.id).collect::<Vec<_>>(), [replacement.id]);
+    assert!(result.place.is_empty());
+}
+
+#[test]
+fn a_replacement_of_a_newer_job_version_wins_over_the_reconnecting_original() {
+    let mut fixture = tolerant_fixture();
+    let original = marked_unknown(&mut fixture, 0, 2, NOW, ClientStatus::Running);
+    let mut newer_job = Job::clone(&fixture.job);
+    newer_job.version = 1;
+    newer_job.job_modify_index = 20;
+    fixture.job = Arc::new(newer_job);
+    let replacement = fixture.add(0, 1, ClientStatus::Running);
+    let result = fixture.compute();
+    assert!(result.reconnect.is_empty());
+    assert_eq!(result.stop.iter().map(|stop| stop.alloc.id).collect::<Vec<_>>(), [original.id]);
+    assert!(result.place.is_empty(), "the replacement holds the slot");
+    assert_ne!(replacement.id, original.id);
+}
+
+#[test]
+fn an_unknown_allocation_is_lost_once_its_window_runs_out_wherever_its_node_is() {
+    for node_status in [NodeStatus::Disconnected, NodeStatus::Initializing, NodeStatus::Ready] {
+        let mut fixture = tolerant_fixture();
+        let marked_at = Timestamp(NOW.0 - WINDOW.as_nanos() as u64);
+        let unknown = marked_unknown(&mut fixture, 0, 2, marked_at, ClientStatus::Unknown);
+        fixture.set_node_status(2, node_status);
+        let result = fixture.compute();
+        assert_eq!(result.stop.len(), 1, "{node_status:?}");
+        assert_eq!(result.stop[0].alloc.id, unknown.id);
+        assert_eq!(result.stop[0].client_status, Some(ClientStatus::Lost));
+        assert_eq!(placed_indexes(&result), [0], "{node_status:?}");
+    }
+}
+
+#[test]
+fn a_pending_allocation_on_a_disconnected_node_is_lost_since_it_never_started() {
+    let mut fixture = tolerant_fixture();
+    fixture.add(0, 2, ClientStatus::Pending);
+    fixture.set_node_status(2, NodeStatus::Disconnected);
+    let result = fixture.compute();
+    assert_eq!(result.stop.len(), 1);
+    assert_eq!(result.stop[0].client_status, Some(ClientStatus::Lost));
+    assert!(result.disconnecting.is_empty());
+}
+
 #[test]
 fn a_stopped_job_stops_everything() {
     let mut fixture = Fixture::new(JobType::Service, 2);
