@@ -343,6 +343,8 @@ fn missed_heartbeat_evals(snapshot: &Snapshot, node_id: NodeId, now: Timestamp) 
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
     use crate::state::{Command, StateStore};
     use crate::testing::node;
@@ -444,6 +446,4 @@ mod tests {
         assert!(timers.expire(Timestamp::ZERO.plus(299 * SECOND)).is_empty());
         assert_eq!(timers.expire(Timestamp::ZERO.plus(300 * SECOND)).len(), 2);
     }
-
-    use std::collections::BTreeMap;
 }

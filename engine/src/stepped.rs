@@ -15,7 +15,7 @@ use std::time::Duration;
 use hashbrown::HashMap;
 
 use crate::blocked::BlockedEvals;
-use crate::broker::{BrokerConfig, EvalBroker, Token};
+use crate::broker::{BrokerConfig, EvalBroker};
 use crate::clock::{Clock, ManualClock, SharedClock, Timestamp};
 use crate::heartbeat::{HeartbeatConfig, Heartbeats};
 use crate::job_endpoint::JobEndpoint;
@@ -169,17 +169,6 @@ impl SteppedServer {
     pub fn broker_is_idle(&self) -> bool {
         let stats = self.broker.stats();
         stats.total_ready + stats.total_unacked + stats.total_pending + stats.total_delayed == 0
-    }
-
-    /// Every eval in the state that is still `pending`, by id.
-    pub fn pending_evals(&self) -> HashMap<EvalId, Arc<Evaluation>> {
-        let snapshot = self.store.snapshot();
-        snapshot.evals().filter(|eval| eval.status == EvalStatus::Pending).map(|eval| (eval.id, eval.clone())).collect()
-    }
-
-    /// The token of an eval the broker holds (for tests that inspect holds).
-    pub fn outstanding(&self, eval_id: EvalId) -> Option<Token> {
-        self.broker.outstanding(eval_id)
     }
 }
 
