@@ -22,7 +22,10 @@ use hashbrown::HashSet;
 
 use super::reconcile::{PlaceRequest, Reconciled, Reconciler};
 use super::stack::Stack;
-use super::{park_shortfall, Parked, Planner, Scheduler, SchedulerConfig, SchedulerError, Shortfall, State};
+use super::{
+    follow_up_disconnects, park_shortfall, Parked, Planner, Scheduler, SchedulerConfig, SchedulerError, Shortfall,
+    State,
+};
 use crate::clock::Timestamp;
 use crate::structs::{
     AllocId, AllocMetric, Allocation, ClientStatus, DesiredStatus, EvalId, EvalStatus, Evaluation, Job, JobType,
@@ -259,11 +262,7 @@ impl<'a> GenericScheduler<'a> {
                 Parked::Created(id) => done.blocked_eval = Some(id),
             }
         }
-        if let Some(at) = summary.follow_up_at {
-            let follow_up = eval.follow_up(TriggerReason::MaxDisconnectTimeout, at, now);
-            done.next_eval = Some(follow_up.id);
-            self.planner.create_eval(follow_up)?;
-        }
+        follow_up_disconnects(&mut *self.planner, eval, &mut done, summary.follow_up_at, now)?;
         done.status = status;
         done.status_description = description.to_string();
         done.failed_tg_allocs = summary.failed;

@@ -169,6 +169,22 @@ pub(crate) enum Parked {
     Reblocked,
 }
 
+/// Creates the follow-up eval due when the `unknown` allocations `eval`
+/// marked run out of disconnect time, and points `done` (the finished eval)
+/// at it.
+pub(crate) fn follow_up_disconnects(
+    planner: &mut dyn Planner,
+    eval: &Evaluation,
+    done: &mut Evaluation,
+    at: Option<Timestamp>,
+    now: Timestamp,
+) -> Result<(), SchedulerError> {
+    let Some(at) = at else { return Ok(()) };
+    let follow_up = eval.follow_up(crate::structs::TriggerReason::MaxDisconnectTimeout, at, now);
+    done.next_eval = Some(follow_up.id);
+    planner.create_eval(follow_up)
+}
+
 /// Parks what `eval` could not place until capacity changes after
 /// `snapshot_index`: a new blocked eval, or the eval itself when it was the
 /// blocked one (Nomad's reblock).

@@ -29,7 +29,10 @@ use rayon::prelude::*;
 
 use super::feasible::FeasibilityChecker;
 use super::reconcile::{disconnect_window, needs_destructive_update, taint_of, Taint};
-use super::{park_shortfall, Parked, Planner, Scheduler, SchedulerConfig, SchedulerError, Shortfall, State};
+use super::{
+    follow_up_disconnects, park_shortfall, Parked, Planner, Scheduler, SchedulerConfig, SchedulerError, Shortfall,
+    State,
+};
 use crate::structs::{
     AllocId, AllocMetric, Allocation, ClientStatus, DesiredStatus, EvalStatus, Evaluation, Job, Node, NodeId,
     NodeStatus, Plan, Resources, TaskGroup, TriggerReason,
@@ -301,11 +304,7 @@ impl<'a> SystemScheduler<'a> {
     fn finish(&mut self, eval: &Evaluation, outcome: Outcome) -> Result<(), SchedulerError> {
         let now = self.config.now;
         let mut done = eval.clone();
-        if let Some(at) = outcome.follow_up_at {
-            let follow_up = eval.follow_up(TriggerReason::MaxDisconnectTimeout, at, now);
-            done.next_eval = Some(follow_up.id);
-            self.planner.create_eval(follow_up)?;
-        }
+        follow_up_disconnects(&mut *self.planner, eval, &mut done, outcome.follow_up_at, now)?;
         if !outcome.failed.is_empty() {
             let shortfall = Shortfall {
                 trigger: TriggerReason::QueuedAllocs,
