@@ -320,13 +320,7 @@ impl PlanApplier {
             }
             let (done, finished) = channel::bounded(1);
             let overlay = overlay_of(&result);
-            let command = Command::ApplyPlanResults {
-                eval_id: pending.plan.eval_id,
-                // Stops first, so a replacement in the same plan links to the stopped version.
-                allocs: result.node_update.values().chain(result.node_allocation.values()).flatten().cloned().collect(),
-                evals: Vec::new(),
-                time: self.clock.now(),
-            };
+            let command = Command::apply_plan_result(pending.plan.eval_id, &result, self.clock.now());
             if commits.send(Commit { pending, result, command, done }).is_err() {
                 return;
             }

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use crate::blocked::BlockedEvals;
 use crate::broker::EvalBroker;
 use crate::state::{Applied, Command, StateError, StateStore};
-use crate::structs::{EvalId, EvalStatus};
+use crate::structs::{EvalId, EvalStatus, Evaluation};
 
 /// Applies commands and routes their effects; see the module docs.
 #[derive(Debug, Clone)]
@@ -54,8 +54,18 @@ impl Router {
         }
     }
 
+    /// Writes an eval created or updated while `held` is held by a worker,
+    /// and routes it, leaving `held` to the worker (see [`Router::route`]).
+    /// Returns `held` as stored when this write included it, so the worker
+    /// can route a reblock after its ack.
+    pub fn write_held_eval(&self, eval: Evaluation, held: EvalId) -> Result<Option<Arc<Evaluation>>, StateError> {
+        let applied = self.store.apply(Command::UpsertEvals { evals: vec![eval] })?;
+        self.route(&applied, Some(held));
+        Ok(applied.evals.iter().find(|eval| eval.id == held).cloned())
+    }
+
     /// Routes one stored eval (steps 1-3).
-    pub fn route_eval(&self, eval: &Arc<crate::structs::Evaluation>) {
+    pub fn route_eval(&self, eval: &Arc<Evaluation>) {
         match eval.status {
             EvalStatus::Pending => self.broker.enqueue(eval.clone()),
             EvalStatus::Blocked => self.blocked.block(eval.clone()),

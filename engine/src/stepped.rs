@@ -182,13 +182,13 @@ struct InlinePlanner<'a> {
 
 impl InlinePlanner<'_> {
     fn write_eval(&mut self, eval: Evaluation) -> Result<(), SchedulerError> {
-        let store = &self.server.store;
-        let applied = store
-            .apply(Command::UpsertEvals { evals: vec![eval] })
+        let own = self
+            .server
+            .router
+            .write_held_eval(eval, self.eval_id)
             .map_err(|error| SchedulerError::Planner(error.to_string()))?;
-        self.server.router.route(&applied, Some(self.eval_id));
-        if let Some(own) = applied.evals.iter().find(|eval| eval.id == self.eval_id) {
-            self.reblocked = Some(own.clone()).filter(|eval| eval.status == EvalStatus::Blocked);
+        if let Some(own) = own {
+            self.reblocked = Some(own).filter(|eval| eval.status == EvalStatus::Blocked);
         }
         Ok(())
     }
@@ -203,10 +203,7 @@ impl Planner for InlinePlanner<'_> {
             result.refresh_index = snapshot.index();
         }
         if !result.node_update.is_empty() || !result.node_allocation.is_empty() {
-            let allocs =
-                result.node_update.values().chain(result.node_allocation.values()).flatten().cloned().collect();
-            let command =
-                Command::ApplyPlanResults { eval_id: plan.eval_id, allocs, evals: vec![], time: self.server.now() };
+            let command = Command::apply_plan_result(plan.eval_id, &result, self.server.now());
             let applied =
                 self.server.store.apply(command).map_err(|error| SchedulerError::Planner(error.to_string()))?;
             self.server.router.route(&applied, None);

@@ -33,7 +33,7 @@ use crate::clock::SharedClock;
 use crate::plan_queue::{PlanError, PlanQueue};
 use crate::router::Router;
 use crate::scheduler::{new_scheduler, Algorithm, NodeClaims, Planner, SchedulerConfig, SchedulerError, State};
-use crate::state::{Command, WaitError};
+use crate::state::WaitError;
 use crate::structs::{EvalId, Evaluation, JobType, NodeId, Plan, PlanResult};
 
 /// Worker settings.
@@ -638,14 +638,12 @@ struct WorkerPlanner<'a> {
 
 impl WorkerPlanner<'_> {
     fn write_eval(&mut self, eval: Evaluation) -> Result<(), SchedulerError> {
-        let applied =
-            self.ctx.router.store().apply(Command::UpsertEvals { evals: vec![eval] }).map_err(|error| match error {
-                crate::state::StateError::ShuttingDown => SchedulerError::ShuttingDown,
-                other => SchedulerError::Planner(other.to_string()),
-            })?;
-        self.ctx.router.route(&applied, Some(self.eval_id));
-        if let Some(own) = applied.evals.iter().find(|eval| eval.id == self.eval_id) {
-            self.reblocked = Some(own.clone()).filter(|eval| eval.status == crate::structs::EvalStatus::Blocked);
+        let own = self.ctx.router.write_held_eval(eval, self.eval_id).map_err(|error| match error {
+            crate::state::StateError::ShuttingDown => SchedulerError::ShuttingDown,
+            other => SchedulerError::Planner(other.to_string()),
+        })?;
+        if let Some(own) = own {
+            self.reblocked = Some(own).filter(|eval| eval.status == crate::structs::EvalStatus::Blocked);
         }
         Ok(())
     }

@@ -87,19 +87,17 @@ impl Planner for Harness {
             let result = PlanResult { refresh_index: self.store.latest_index(), ..PlanResult::default() };
             return Ok((result, Some(self.refresh_state())));
         }
-        // Stops first, so a replacement placed in the same plan links to the stopped version.
-        let allocs: Vec<Allocation> =
-            plan.node_update.values().chain(plan.node_allocation.values()).flatten().cloned().collect();
-        let applied = self
-            .store
-            .apply(Command::ApplyPlanResults { eval_id: plan.eval_id, allocs, evals: vec![], time: self.config.now })
-            .map_err(|error| SchedulerError::Planner(error.to_string()))?;
         let mut result = PlanResult {
             node_update: plan.node_update,
             node_allocation: plan.node_allocation,
             refresh_index: 0,
-            alloc_index: applied.index,
+            alloc_index: 0,
         };
+        let applied = self
+            .store
+            .apply(Command::apply_plan_result(plan.eval_id, &result, self.config.now))
+            .map_err(|error| SchedulerError::Planner(error.to_string()))?;
+        result.alloc_index = applied.index;
         result.refuse_placements(&applied.refused_placements, applied.index);
         let refreshed = (result.refresh_index != 0).then(|| self.refresh_state());
         Ok((result, refreshed))

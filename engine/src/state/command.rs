@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::clock::Timestamp;
 use crate::structs::{
     AllocId, Allocation, ClientStatus, EvalId, Evaluation, Job, JobKey, Node, NodeEligibility, NodeId, NodeStatus,
+    PlanResult,
 };
 
 /// One write to the state store.
@@ -107,6 +108,13 @@ pub enum Command {
 }
 
 impl Command {
+    /// The write of what a plan applier committed of a plan: stops first, so
+    /// a replacement in the same plan links to the stopped version.
+    pub fn apply_plan_result(eval_id: EvalId, result: &PlanResult, time: Timestamp) -> Command {
+        let allocs = result.node_update.values().chain(result.node_allocation.values()).flatten().cloned().collect();
+        Command::ApplyPlanResults { eval_id, allocs, evals: Vec::new(), time }
+    }
+
     /// A short name for logs and metrics.
     pub fn kind(&self) -> &'static str {
         match self {
