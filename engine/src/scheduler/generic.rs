@@ -249,6 +249,9 @@ impl<'a> GenericScheduler<'a> {
     ) -> Result<(), SchedulerError> {
         let now = self.config.now;
         let mut done = eval.clone();
+        // Before parking: a reblocked eval returns early, and the expiry of
+        // what it marked `unknown` must still be scheduled.
+        follow_up_disconnects(&mut *self.planner, eval, &mut done, summary.follow_up_at, now)?;
         if !summary.failed.is_empty() || summary.block {
             let shortfall = Shortfall {
                 trigger: if summary.block { TriggerReason::MaxPlanAttempts } else { TriggerReason::QueuedAllocs },
@@ -262,7 +265,6 @@ impl<'a> GenericScheduler<'a> {
                 Parked::Created(id) => done.blocked_eval = Some(id),
             }
         }
-        follow_up_disconnects(&mut *self.planner, eval, &mut done, summary.follow_up_at, now)?;
         done.status = status;
         done.status_description = description.to_string();
         done.failed_tg_allocs = summary.failed;

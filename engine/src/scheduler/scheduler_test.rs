@@ -489,3 +489,30 @@ proptest! {
         prop_assert_eq!(placed + queued, u64::from(count), "every slot is placed or queued");
     }
 }
+
+#[test]
+fn a_reblocked_eval_that_marks_allocations_unknown_still_schedules_their_expiry() {
+    let mut h = harness(2);
+    let mut job = service(2, 3000);
+    job.task_groups[0].max_client_disconnect = Some(Duration::from_secs(300));
+    let eval = h.register(&job);
+    h.process(&eval).expect("one per node");
+    let live = h.live_allocs(&job);
+    for alloc in &live {
+        report(&h, alloc, ClientStatus::Running, NOW);
+    }
+    let away = live[0].node_id;
+    h.store.apply(Command::MissHeartbeat { node_id: away, evals: vec![] }).expect("missed heartbeat");
+    assert_eq!(h.store.snapshot().node(away).expect("node").status, NodeStatus::Disconnected);
+    // The job's blocked eval runs: it marks the allocation unknown, cannot place a replacement, and is reblocked.
+    let mut blocked = Evaluation::for_job(&job, TriggerReason::QueuedAllocs, NOW);
+    blocked.status = EvalStatus::Blocked;
+    let blocked =
+        Evaluation::clone(&h.store.apply(Command::UpsertEvals { evals: vec![blocked] }).expect("eval").evals[0]);
+    h.process(&blocked).expect("still short");
+    assert_eq!(h.reblocked_evals.len(), 1);
+    let unknown = h.store.snapshot().alloc(live[0].id).expect("alloc").clone();
+    assert_eq!(unknown.client_status, ClientStatus::Unknown);
+    let expiry = h.created_evals.iter().find(|eval| eval.triggered_by == TriggerReason::MaxDisconnectTimeout);
+    assert_eq!(expiry.map(|eval| eval.wait_until), Some(Some(NOW.plus(Duration::from_secs(300)))));
+}
