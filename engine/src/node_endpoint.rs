@@ -16,8 +16,10 @@
 //!    node evals. Clients may not declare themselves `disconnected`.
 //! 3. `update_allocs` is refused with [`NodeError::NotConnected`] while the
 //!    node is `down` or `disconnected`, and changes nothing; the client
-//!    heartbeats back first and retries. Accepted updates are batched
-//!    ([`crate::update_batch`]) and record the node's last alloc update index.
+//!    heartbeats back first and retries. An update naming no allocation is
+//!    refused at once ([`NodeError::EmptyUpdate`]). Accepted updates are
+//!    batched ([`crate::update_batch`]) and record the node's last alloc
+//!    update index; every submitter gets an answer.
 //! 4. `allocs` blocks until something changes for the node after an index.
 //!    Allocations whose desired status is `stop` must not be (re)started.
 
@@ -61,6 +63,12 @@ pub enum NodeError {
         node: NodeId,
         /// The allocation.
         alloc: crate::structs::AllocId,
+    },
+    /// An alloc update named no allocation.
+    #[error("an alloc update from node {node} must name at least one allocation")]
+    EmptyUpdate {
+        /// The node.
+        node: NodeId,
     },
     /// The write failed.
     #[error(transparent)]
@@ -176,9 +184,12 @@ impl NodeEndpoint {
         }
     }
 
-    /// Refuses updates from a node that is not connected, or about
-    /// allocations that are not the node's.
+    /// Refuses an update that names no allocation, updates from a node that
+    /// is not connected, and updates about allocations that are not the node's.
     fn check_updates(&self, node_id: NodeId, updates: &[ClientAllocUpdate]) -> Result<(), NodeError> {
+        if updates.is_empty() {
+            return Err(NodeError::EmptyUpdate { node: node_id });
+        }
         let snapshot = self.router.store().snapshot();
         let node = snapshot.node(node_id).ok_or(NodeError::UnknownNode(node_id))?;
         if node.status.is_terminal_for_scheduling() {

@@ -13,7 +13,9 @@
 //!    down between submit and write is refused); each submitter learns the
 //!    outcome of its own updates.
 //! 4. On shutdown the flusher writes what is open, then stops; later
-//!    submissions are refused.
+//!    submissions are refused. Every submission is answered: should the
+//!    flusher end any other way, whatever it left unwritten is answered
+//!    with [`StateError::ShuttingDown`] and the batcher refuses more.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -197,8 +199,12 @@ impl UpdateBatcher {
             .expect("spawning the alloc update batcher")
     }
 
-    /// Adds updates to the open batch (step 1).
+    /// Adds updates to the open batch (step 1). An empty submission has
+    /// nothing to wait for: it is answered at once with the current index.
     pub fn submit(&self, updates: Vec<ClientAllocUpdate>) -> Result<PendingUpdate, NodeError> {
+        if updates.is_empty() {
+            return Ok(PendingUpdate::written(Ok(self.router.store().latest_index())));
+        }
         let alloc_ids = updates.iter().map(|update| update.alloc_id).collect();
         let mut batches = self.batches.lock();
         if batches.stopping {
@@ -242,10 +248,10 @@ impl UpdateBatcher {
     }
 
     fn flush_loop(&self) {
+        let _answer_the_rest = AnswerTheRest(self);
         while let Some((updates, outcome)) = self.next_batch() {
             self.write(updates, &outcome);
         }
-        self.stopped.store(true, Ordering::Release);
     }
 
     /// The next batch to write, waiting for one to be sealed or for the
@@ -277,6 +283,22 @@ impl UpdateBatcher {
         self.batches_written.fetch_add(1, Ordering::Relaxed);
         self.updates_written.fetch_add(n_updates, Ordering::Relaxed);
         self.largest_batch.fetch_max(n_updates, Ordering::Relaxed);
+    }
+}
+
+/// Ends the flusher however it ends (step 4): refuses later submissions
+/// and answers every batch it did not write, so no submitter waits forever.
+struct AnswerTheRest<'a>(&'a UpdateBatcher);
+
+impl Drop for AnswerTheRest<'_> {
+    fn drop(&mut self) {
+        let mut batches = self.0.batches.lock();
+        batches.stopping = true;
+        batches.seal();
+        for (_, outcome) in batches.sealed.drain(..) {
+            outcome.set(Err(StateError::ShuttingDown));
+        }
+        self.0.stopped.store(true, Ordering::Release);
     }
 }
 

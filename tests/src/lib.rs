@@ -104,6 +104,19 @@ impl Cluster {
         }
     }
 
+    /// Advances the clock by `by` in one-second steps, heartbeating `alive`
+    /// and running due timers, but no eval: evals that become ready wait.
+    pub fn pass_time_without_evals(&self, by: Duration, alive: &[NodeId]) {
+        let mut passed = Duration::ZERO;
+        while passed < by {
+            for node_id in alive {
+                self.heartbeat(*node_id).expect("a live node heartbeats");
+            }
+            self.server.advance(Duration::from_secs(1));
+            passed += Duration::from_secs(1);
+        }
+    }
+
     /// Runs evals until none is ready.
     pub fn settle(&mut self) -> usize {
         self.server.advance(Duration::ZERO);

@@ -83,9 +83,15 @@ impl<'a> GenericScheduler<'a> {
             .filter(|alloc| !alloc.terminal())
             .filter_map(|alloc| self.state.node(alloc.node_id).map(|node| (node.id, node)))
             .collect();
-        let reconciled =
-            Reconciler { job: job.as_ref(), job_key: &key, allocs: &allocs, nodes: &nodes, now: self.config.now }
-                .compute();
+        let reconciled = Reconciler {
+            job: job.as_ref(),
+            job_key: &key,
+            allocs: &allocs,
+            nodes: &nodes,
+            now: self.config.now,
+            eval_id: eval.id,
+        }
+        .compute();
         let mut plan = Plan {
             eval_id: eval.id,
             priority: eval.priority,
@@ -285,7 +291,7 @@ fn link_replacement(alloc: &mut Allocation, previous: &Allocation, reschedule: b
             time: now,
             prev_alloc_id: previous.id,
             prev_node_id: previous.node_id,
-            delay_nanos: now.since(previous.modify_time).as_nanos() as u64,
+            delay_nanos: now.since(previous.client_status_time).as_nanos() as u64,
         });
     }
 }

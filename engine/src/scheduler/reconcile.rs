@@ -5,13 +5,18 @@
 //! Per task group:
 //! 1. A stopped or missing job (or a removed group) stops every live allocation.
 //! 2. Live allocations are split by the state of their node (Nomad's
-//!    `filterByTainted`, see [`taint_of`]): untainted, migrate, lost,
-//!    disconnecting, unknown, awaiting report, reconnecting.
+//!    `filterByTainted`, see [`taint_of`]): untainted, lost, disconnecting,
+//!    unknown, awaiting report, reconnecting.
 //! 3. Lost allocations are stopped as `lost`. Disconnecting ones are marked
 //!    `unknown` and a follow-up eval is due when their `max_client_disconnect`
 //!    runs out. The slots of lost, disconnecting and unknown allocations get
 //!    a replacement (linked to them) unless another live allocation holds
-//!    the slot.
+//!    the slot. An `unknown` allocation whose node is back but whose client
+//!    has not reported it yet is ignored, as Nomad 1.4/1.5 ignores it: it
+//!    neither holds its slot against a replacement nor is updated or
+//!    stopped; only the client's report decides its reconnect (step 4). Its
+//!    node accepts no placement meanwhile (only `ready` nodes do, and an
+//!    `initializing` node becomes ready only after the report).
 //! 4. Reconnecting allocations (the servers marked them `unknown`, their
 //!    node is back and the client has reported them since) are settled: one
 //!    allocation per slot is kept, the original unless a replacement runs a
@@ -21,7 +26,9 @@
 //!    handled as a failure; one the servers already stopped is not touched.)
 //! 5. Failed allocations are rescheduled per the reschedule policy: now
 //!    (replaced, linked to the failed one), later (a follow-up eval at the
-//!    delay), or never (attempts used up). Complete batch allocations keep
+//!    delay), or never (attempts used up). The delay counts from the
+//!    failure, and the follow-up eval itself always reschedules (Nomad's
+//!    rule), however late or early it runs. Complete batch allocations keep
 //!    their slot and are never replaced.
 //! 6. Slots `0..count` not held are placed; live allocations beyond the
 //!    count are stopped, highest index first.
@@ -37,7 +44,7 @@ use hashbrown::HashMap;
 
 use crate::clock::Timestamp;
 use crate::structs::{
-    Allocation, ClientStatus, DelayFunction, Job, JobKey, Node, NodeId, NodeStatus, ReschedulePolicy, TaskGroup,
+    Allocation, ClientStatus, DelayFunction, EvalId, Job, JobKey, Node, NodeId, NodeStatus, ReschedulePolicy, TaskGroup,
 };
 
 /// Delay between batches of a rolling (destructive) update.
@@ -97,8 +104,6 @@ impl Reconciled {
 pub enum Taint {
     /// The node is fine.
     Untainted,
-    /// The node is draining: move it.
-    Migrate,
     /// The node is down or gone, or its `unknown` time ran out, or it was
     /// still pending when its node disconnected (it never started).
     Lost,
@@ -108,7 +113,7 @@ pub enum Taint {
     /// Already `unknown` on a disconnected node: wait for it, replace it.
     Unknown,
     /// `unknown`, its node is back but the client has not reported it yet:
-    /// wait for the report, keep its slot.
+    /// ignored until the report; its slot is replaced, not held.
     AwaitingReport,
     /// `unknown`, its node is back and the client reported it: settle it.
     Reconnecting,
@@ -170,6 +175,9 @@ pub struct Reconciler<'a> {
     pub nodes: &'a HashMap<NodeId, Arc<Node>>,
     /// Now.
     pub now: Timestamp,
+    /// The eval being processed: a failed allocation whose follow-up eval
+    /// this is is rescheduled now.
+    pub eval_id: EvalId,
 }
 
 impl Reconciler<'_> {
@@ -223,9 +231,11 @@ impl Reconciler<'_> {
                     }
                     replacements.push(replacement(&group_name, index, alloc, false));
                 }
-                Taint::Unknown => replacements.push(replacement(&group_name, index, alloc, false)),
+                Taint::Unknown | Taint::AwaitingReport => {
+                    replacements.push(replacement(&group_name, index, alloc, false))
+                }
                 Taint::Reconnecting => reconnecting.push(alloc),
-                Taint::Untainted | Taint::Migrate | Taint::AwaitingReport => held.entry(index).or_default().push(alloc),
+                Taint::Untainted => held.entry(index).or_default().push(alloc),
             }
         }
         self.reconnect(job, reconnecting, &mut held, out);
@@ -306,7 +316,13 @@ impl Reconciler<'_> {
         if alloc.client_status != ClientStatus::Failed || alloc.next_allocation.is_some() {
             return;
         }
-        match reschedule_decision(job.reschedule_policy(group).as_ref(), alloc, self.now) {
+        let decision = match reschedule_decision(job.reschedule_policy(group).as_ref(), alloc, self.now) {
+            // The follow-up eval made for this allocation reschedules it,
+            // even if it runs before the computed time (Nomad's rule).
+            Reschedule::Later(_) if alloc.follow_up_eval_id == Some(self.eval_id) => Reschedule::Now,
+            decision => decision,
+        };
+        match decision {
             Reschedule::Now => replacements.push(replacement(&Arc::from(group.name.as_str()), index, alloc, true)),
             Reschedule::Later(at) => {
                 held.entry(index).or_default().push(alloc);
@@ -417,7 +433,8 @@ pub enum Reschedule {
 }
 
 /// Applies a reschedule policy to a failed allocation. The failure time is
-/// the allocation's last modify time; earlier reschedules are carried on it.
+/// when the servers took its `failed` report ([`Allocation::client_status_time`]);
+/// earlier reschedules are carried on it.
 pub fn reschedule_decision(policy: Option<&ReschedulePolicy>, alloc: &Allocation, now: Timestamp) -> Reschedule {
     let Some(policy) = policy else { return Reschedule::Never };
     if !policy.unlimited {
@@ -427,7 +444,7 @@ pub fn reschedule_decision(policy: Option<&ReschedulePolicy>, alloc: &Allocation
             return Reschedule::Never;
         }
     }
-    let at = alloc.modify_time.plus(reschedule_delay(policy, alloc));
+    let at = alloc.client_status_time.plus(reschedule_delay(policy, alloc));
     if at <= now {
         Reschedule::Now
     } else {

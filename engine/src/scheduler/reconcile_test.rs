@@ -5,6 +5,8 @@ use super::*;
 use crate::structs::{AllocId, DesiredStatus, EvalId, JobType, Resources, UpdateStrategy};
 
 const NOW: Timestamp = Timestamp(1_000_000 * 1_000_000_000);
+/// The eval being reconciled.
+const EVAL: EvalId = EvalId::from_u128(7);
 
 struct Fixture {
     job: Arc<Job>,
@@ -32,6 +34,7 @@ impl Fixture {
         alloc.create_index = self.allocs.len() as u64 + 1;
         alloc.client_status = status;
         alloc.modify_time = NOW;
+        alloc.client_status_time = NOW;
         let alloc = Arc::new(alloc);
         self.allocs.push(alloc.clone());
         alloc
@@ -45,7 +48,13 @@ impl Fixture {
 
     fn compute(&self) -> Reconciled {
         let key = self.job.key();
-        Reconciler { job: Some(&self.job), job_key: &key, allocs: &self.allocs, nodes: &self.nodes, now: NOW }.compute()
+        self.compute_for(EVAL)
+    }
+
+    fn compute_for(&self, eval_id: EvalId) -> Reconciled {
+        let key = self.job.key();
+        Reconciler { job: Some(&self.job), job_key: &key, allocs: &self.allocs, nodes: &self.nodes, now: NOW, eval_id }
+            .compute()
     }
 }
 
@@ -161,14 +170,34 @@ fn an_unknown_allocation_waits_and_its_slot_is_replaced_while_its_node_is_away()
 }
 
 #[test]
-fn an_unknown_allocation_whose_node_is_back_keeps_its_slot_until_the_client_reports() {
-    let mut fixture = tolerant_fixture();
-    marked_unknown(&mut fixture, 0, 2, NOW, ClientStatus::Unknown);
+fn an_unconfirmed_allocation_whose_node_is_back_is_ignored_until_the_client_reports() {
     for status in [NodeStatus::Initializing, NodeStatus::Ready] {
+        // No replacement yet: the slot is not held, so one is asked for (it
+        // cannot land on the original's node, which takes no placement until
+        // the client has reported).
+        let mut fixture = tolerant_fixture();
+        let original = marked_unknown(&mut fixture, 0, 2, NOW, ClientStatus::Unknown);
         fixture.set_node_status(2, status);
         let result = fixture.compute();
-        assert!(result.place.is_empty(), "{status:?}: no replacement while the report is due");
+        assert_eq!(placed_indexes(&result), [0], "{status:?}");
+        assert_eq!(result.place[0].previous.as_ref().map(|alloc| alloc.id), Some(original.id));
         assert!(result.stop.is_empty() && result.reconnect.is_empty(), "{status:?}");
+
+        // A running replacement keeps running, and the original is not rolled over.
+        let replacement = fixture.add(0, 1, ClientStatus::Running);
+        let mut newer_job = Job::clone(&fixture.job);
+        newer_job.version = 1;
+        newer_job.job_modify_index = 20;
+        newer_job.task_groups[0].tasks[0].config.insert("image".into(), "v2".into());
+        fixture.job = Arc::new(newer_job);
+        let result = fixture.compute();
+        assert!(result
+            .place
+            .iter()
+            .all(|request| request.previous.as_ref().map(|alloc| alloc.id) != Some(original.id)));
+        assert!(result.reconnect.is_empty() && result.inplace.is_empty(), "{status:?}");
+        let stopped: Vec<_> = result.stop.iter().map(|stop| stop.alloc.id).collect();
+        assert_eq!(stopped, [replacement.id], "{status:?}: only the outdated replacement rolls over");
     }
 }
 
@@ -262,11 +291,32 @@ fn failed_allocations_reschedule_after_their_delay() {
 
     // Failed 31 s ago: now, replacing it and penalizing its node.
     let mut earlier = Allocation::clone(&failed);
-    earlier.modify_time = Timestamp(NOW.0 - 31_000_000_000);
+    earlier.client_status_time = Timestamp(NOW.0 - 31_000_000_000);
     fixture.allocs = vec![Arc::new(earlier)];
     let result = fixture.compute();
     assert_eq!(placed_indexes(&result), [0]);
     assert!(result.place[0].reschedule);
+}
+
+#[test]
+fn the_delay_counts_from_the_failure_and_the_follow_up_eval_always_reschedules() {
+    let mut fixture = Fixture::new(JobType::Service, 1);
+    let failed = fixture.add(0, 1, ClientStatus::Failed);
+    // A plan recorded the follow-up later; that moved the modify time, not the failure time.
+    let mut marked = Allocation::clone(&failed);
+    marked.client_status_time = Timestamp(NOW.0 - 31_000_000_000);
+    marked.modify_time = NOW;
+    marked.follow_up_eval_id = Some(EvalId::from_u128(99));
+    fixture.allocs = vec![Arc::new(marked.clone())];
+    assert_eq!(placed_indexes(&fixture.compute()), [0], "due 1 s ago");
+
+    // Not yet due, but this is its follow-up eval: rescheduled now.
+    marked.client_status_time = NOW;
+    fixture.allocs = vec![Arc::new(marked)];
+    let result = fixture.compute();
+    assert!(result.place.is_empty() && result.delayed_reschedules.is_empty(), "another eval waits for it");
+    let result = fixture.compute_for(EvalId::from_u128(99));
+    assert_eq!(placed_indexes(&result), [0], "its follow-up eval");
 }
 
 #[test]
@@ -282,7 +332,7 @@ fn reschedule_attempts_run_out() {
     let job = Job::new_simple("web", JobType::Batch, 1, Resources::new(1, 1, 0));
     let mut alloc = Allocation::new_placement(&Arc::new(job), "group", 0, NodeId::from_u128(1), EvalId::from_u128(1));
     alloc.client_status = ClientStatus::Failed;
-    alloc.modify_time = Timestamp(NOW.0 - 10_000_000_000);
+    alloc.client_status_time = Timestamp(NOW.0 - 10_000_000_000);
     let event = |ago_secs: u64| crate::structs::RescheduleEvent {
         time: Timestamp(NOW.0 - ago_secs * 1_000_000_000),
         prev_alloc_id: AllocId::from_u128(1),

@@ -9,8 +9,9 @@
 //!    disconnected node that the group tolerates, they are marked `unknown`
 //!    with a follow-up eval when the disconnect runs out, and are waited
 //!    for. When their node is back and the client reported them, the
-//!    reconnect is recorded (see [`super::reconcile`], step 4). Allocations
-//!    on an `initializing` node are left alone.
+//!    reconnect is recorded (see [`super::reconcile`], step 4); until the
+//!    report they are ignored, though they still occupy their node.
+//!    Allocations on an `initializing` node are left alone.
 //! 3. Feasibility is decided once per computed class, then every ready node
 //!    is checked (unique-attribute constraints, current usage, room) in
 //!    parallel with rayon.
@@ -55,6 +56,9 @@ pub struct SystemScheduler<'a> {
     config: SchedulerConfig,
     /// Allocations of this attempt whose reconnect is recorded if kept.
     reconnecting: hashbrown::HashSet<AllocId>,
+    /// Nodes and groups of `unknown` allocations whose node is back but
+    /// whose client has not reported them: nothing is placed beside them.
+    awaiting: hashbrown::HashSet<(NodeId, Arc<str>)>,
 }
 
 impl std::fmt::Debug for SystemScheduler<'_> {
@@ -75,7 +79,13 @@ struct Outcome {
 impl<'a> SystemScheduler<'a> {
     /// A scheduler reading `state` and writing through `planner`.
     pub fn new(state: Arc<dyn State>, planner: &'a mut dyn Planner, config: SchedulerConfig) -> Self {
-        SystemScheduler { state, planner, config, reconnecting: hashbrown::HashSet::new() }
+        SystemScheduler {
+            state,
+            planner,
+            config,
+            reconnecting: hashbrown::HashSet::new(),
+            awaiting: hashbrown::HashSet::new(),
+        }
     }
 
     /// One planning attempt; `Err(state)` asks for a re-plan against it.
@@ -95,6 +105,7 @@ impl<'a> SystemScheduler<'a> {
         let by_id: HashMap<NodeId, &Arc<Node>> = nodes.iter().map(|node| (node.id, node)).collect();
         let mut live: HashMap<(NodeId, &str), Vec<&Arc<Allocation>>> = HashMap::new();
         self.reconnecting.clear();
+        self.awaiting.clear();
         let now = self.config.now;
         for alloc in allocs.iter().filter(|alloc| !alloc.terminal()) {
             let group = job.as_ref().and_then(|job| job.group(&alloc.task_group));
@@ -117,6 +128,9 @@ impl<'a> SystemScheduler<'a> {
                     }
                 }
                 (_, Taint::Unknown) => {}
+                (Some(_), Taint::AwaitingReport) => {
+                    self.awaiting.insert((alloc.node_id, alloc.task_group.clone()));
+                }
                 (Some(_), taint) => {
                     if taint == Taint::Reconnecting {
                         self.reconnecting.insert(alloc.id);
@@ -177,12 +191,16 @@ impl<'a> SystemScheduler<'a> {
             .filter(|alloc| alloc.job.job_modify_index == job.job_modify_index)
             .map(|alloc| alloc.node_id)
             .collect();
+        let awaiting_here: hashbrown::HashSet<NodeId> =
+            self.awaiting.iter().filter(|(_, name)| **name == *group.name).map(|(node_id, _)| *node_id).collect();
         let ask = group.resources();
         let state = &*self.state;
         let decisions: Vec<NodeDecision> = ready
             .par_iter()
             .map(|node| {
-                let present = live.contains_key(&(node.id, group.name.as_str())) || ran_here.contains(&node.id);
+                let present = live.contains_key(&(node.id, group.name.as_str()))
+                    || ran_here.contains(&node.id)
+                    || awaiting_here.contains(&node.id);
                 decide(state, &checker, node, ask, present)
             })
             .collect();

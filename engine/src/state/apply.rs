@@ -237,7 +237,7 @@ impl Snapshot {
             };
             let was_terminal = existing.terminal();
             let mut alloc = Allocation::clone(&existing);
-            alloc.set_client_status(update.client_status, &update.client_description);
+            alloc.set_client_status(update.client_status, &update.client_description, time);
             alloc.modify_index = index;
             alloc.modify_time = time;
             if !was_terminal && alloc.terminal() {
@@ -297,6 +297,7 @@ impl Snapshot {
                         alloc.client_status = existing.client_status;
                         alloc.client_description.clone_from(&existing.client_description);
                     }
+                    alloc.client_status_time = existing.client_status_time;
                     if !existing.terminal() && alloc.terminal() {
                         self.note_freed_capacity(alloc.node_id, applied);
                     }
@@ -314,6 +315,7 @@ impl Snapshot {
                     }
                     alloc.create_index = index;
                     alloc.create_time = time;
+                    alloc.client_status_time = time;
                     index_add(&mut self.allocs_by_node, alloc.node_id, alloc.id);
                     index_add(&mut self.allocs_by_job, alloc.job_key(), alloc.id);
                     self.link_previous(index, &alloc);

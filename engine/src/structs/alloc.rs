@@ -139,6 +139,11 @@ pub struct Allocation {
     pub create_time: Timestamp,
     /// When it last changed.
     pub modify_time: Timestamp,
+    /// When the servers took the client's latest change of its client
+    /// status: for a failed allocation, when it failed. Plans that touch
+    /// the allocation later (to record a follow-up eval, say) move
+    /// `modify_time`, never this, so a reschedule delay counts from the failure.
+    pub client_status_time: Timestamp,
 }
 
 impl Allocation {
@@ -176,10 +181,13 @@ impl Allocation {
         self.client_status = status;
     }
 
-    /// Takes a status the client reported. The history is the servers'
-    /// record and is not touched: a client that reports `running` after a
-    /// disconnect still needs the reconciler to settle its reconnect.
-    pub fn set_client_status(&mut self, status: ClientStatus, description: &str) {
+    /// Takes a status the client reported at `time`. The history is the
+    /// servers' record and is not touched: a client that reports `running`
+    /// after a disconnect still needs the reconciler to settle its reconnect.
+    pub fn set_client_status(&mut self, status: ClientStatus, description: &str, time: Timestamp) {
+        if self.client_status != status {
+            self.client_status_time = time;
+        }
         self.client_status = status;
         description.clone_into(&mut self.client_description);
     }
@@ -230,6 +238,7 @@ impl Allocation {
             modify_index: 0,
             create_time: Timestamp::ZERO,
             modify_time: Timestamp::ZERO,
+            client_status_time: Timestamp::ZERO,
         }
     }
 }
@@ -243,12 +252,16 @@ mod tests {
     fn only_server_decisions_enter_the_history() {
         let job = Arc::new(Job::new_simple("web", JobType::Service, 1, Resources::new(1, 1, 0)));
         let mut alloc = Allocation::new_placement(&job, "group", 4, NodeId::from_u128(1), EvalId::from_u128(1));
-        alloc.set_client_status(ClientStatus::Running, "started");
+        alloc.set_client_status(ClientStatus::Running, "started", Timestamp(2));
+        assert_eq!(alloc.client_status_time, Timestamp(2));
         assert!(alloc.alloc_states.is_empty());
         alloc.record_client_status(ClientStatus::Unknown, Timestamp(3));
         assert!(alloc.needs_reconnect());
         assert_eq!(alloc.disconnect_expires_at(std::time::Duration::from_nanos(10)), Some(Timestamp(13)));
-        alloc.set_client_status(ClientStatus::Running, "back");
+        alloc.set_client_status(ClientStatus::Running, "back", Timestamp(5));
+        assert_eq!(alloc.client_status_time, Timestamp(5));
+        alloc.set_client_status(ClientStatus::Running, "still running", Timestamp(6));
+        assert_eq!(alloc.client_status_time, Timestamp(5), "a repeated report is not a change");
         assert!(alloc.needs_reconnect(), "a client report does not settle a reconnect");
         alloc.record_client_status(ClientStatus::Running, Timestamp(4));
         assert!(!alloc.needs_reconnect());

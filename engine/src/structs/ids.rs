@@ -45,7 +45,7 @@ macro_rules! uuid_id {
             }
 
             /// An identifier made from a number; for tests and generated fixtures.
-            pub fn from_u128(value: u128) -> Self {
+            pub const fn from_u128(value: u128) -> Self {
                 $name(Uuid::from_u128(value))
             }
         }
