@@ -47,7 +47,6 @@ impl Fixture {
     }
 
     fn compute(&self) -> Reconciled {
-        let key = self.job.key();
         self.compute_for(EVAL)
     }
 
