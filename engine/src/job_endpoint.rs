@@ -122,6 +122,16 @@ impl JobEndpoint {
         Ok(JobWriteResponse { eval_id, index: applied.index, version })
     }
 
+    /// Creates an eval for a job as it stands, without changing it (Nomad's
+    /// `job eval`): its allocations are reconciled again.
+    pub fn evaluate(&self, key: &JobKey) -> Result<JobWriteResponse, JobError> {
+        let job = self.job(key)?;
+        let eval = Evaluation::for_job(&job, TriggerReason::JobEvaluate, self.clock.now());
+        let eval_id = eval.id;
+        let applied = self.router.apply(Command::UpsertEvals { evals: vec![eval] })?;
+        Ok(JobWriteResponse { eval_id, index: applied.index, version: job.version })
+    }
+
     /// Sets a group's count.
     pub fn scale(&self, key: &JobKey, group: &str, count: u32) -> Result<JobWriteResponse, JobError> {
         let mut job = Job::clone(&*self.job(key)?);

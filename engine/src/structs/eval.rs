@@ -45,6 +45,8 @@ pub enum TriggerReason {
     AllocFailure,
     /// A group was scaled.
     JobScaling,
+    /// An operator asked for the job to be evaluated again.
+    JobEvaluate,
     /// A delayed reschedule came due.
     RetryFailedAlloc,
     /// Follow-up of an eval that failed its delivery limit.
