@@ -162,3 +162,54 @@ pub fn running_allocs(snapshot: &Snapshot, job: &Job) -> Vec<Arc<Allocation>> {
         .cloned()
         .collect()
 }
+
+/// Turns an endpoint call that never returns into a failure that names it,
+/// instead of a test that hangs: each call is announced to a watchdog
+/// thread, which aborts the process, printing the call and the seed, when
+/// one is still outstanding `bound` after it was announced. It measures
+/// nothing: the bound is generous and only there so that a hang ends.
+#[derive(Debug)]
+pub struct Watchdog {
+    announce: std::sync::mpsc::Sender<Option<(&'static str, u64)>>,
+    calls: std::cell::Cell<u64>,
+}
+
+impl Watchdog {
+    /// A watchdog allowing each call `bound`.
+    pub fn new(bound: Duration) -> Watchdog {
+        let (announce, announced) = std::sync::mpsc::channel::<Option<(&'static str, u64)>>();
+        std::thread::Builder::new()
+            .name("endpoint-watchdog".into())
+            .spawn(move || {
+                let mut outstanding = None;
+                loop {
+                    match announced.recv_timeout(bound) {
+                        Ok(call) => outstanding = call,
+                        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                            if let Some((call, seed)) = outstanding {
+                                eprintln!("seed {seed}: endpoint call {call} did not return within {bound:?}");
+                                std::process::abort();
+                            }
+                        }
+                        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return,
+                    }
+                }
+            })
+            .expect("spawning the watchdog");
+        Watchdog { announce, calls: std::cell::Cell::new(0) }
+    }
+
+    /// Runs the endpoint call `what` of run `seed` under the watchdog.
+    pub fn call<T>(&self, what: &'static str, seed: u64, call: impl FnOnce() -> T) -> T {
+        let _ = self.announce.send(Some((what, seed)));
+        let result = call();
+        let _ = self.announce.send(None);
+        self.calls.set(self.calls.get() + 1);
+        result
+    }
+
+    /// Calls made, every one of which returned.
+    pub fn calls(&self) -> u64 {
+        self.calls.get()
+    }
+}

@@ -8,6 +8,17 @@
 //! Invariants, checked as it runs and once it has settled:
 //! - no allocation is ever placed on a node that is not ready;
 //! - no node is oversubscribed;
+//! - no allocation is stopped because of an allocation whose node is not
+//!   ready or whose client has not confirmed it since its node came back
+//!   (the holder of a slot it was stopped for is running on a ready, or a
+//!   returning, node and not `unknown`);
+//! - every failed allocation with reschedule attempts left has a
+//!   replacement once its delay has passed and the ready evals have run
+//!   (unless the job no longer needs it, or no node has room and a blocked
+//!   eval waits);
+//! - every endpoint call returns (a [`Watchdog`] turns a hang into a
+//!   failure naming the call); clients also send empty alloc updates and
+//!   calls for unknown nodes, which are refused;
 //! - once settled: no live allocation on a node that is not ready, never more
 //!   running allocations than a group's count (exactly the count when none
 //!   of the job's allocations failed), one system allocation per node, the
@@ -18,15 +29,22 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use engine::clock::Timestamp;
 use engine::node_endpoint::NodeError;
-use engine::structs::{AllocId, ClientStatus, DesiredStatus, EvalStatus, Job, JobType, NodeId, NodeStatus, Resources};
+use engine::scheduler::reconcile::{reschedule_decision, stop_reason, Reschedule};
+use engine::state::Snapshot;
+use engine::structs::{
+    AllocId, Allocation, ClientStatus, DesiredStatus, EvalStatus, Job, JobType, NodeId, NodeStatus, Resources,
+};
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
-use tests::Cluster;
+use tests::{Cluster, Watchdog};
 
 const CI_SEEDS: std::ops::RangeInclusive<u64> = 1..=40;
 const STEPS: usize = 120;
+/// How long an endpoint call may take before the run is declared hung.
+const CALL_BOUND: Duration = Duration::from_secs(120);
 
 /// One simulated client.
 #[derive(Debug)]
@@ -53,6 +71,14 @@ struct Sim {
     churn: bool,
     /// Alloc reports refused because the node was down or disconnected.
     refused_reports: u64,
+    /// Failed allocations waiting for their replacement, with when it is due.
+    failures: BTreeMap<AllocId, Timestamp>,
+    /// Failures whose replacement was checked once due.
+    reschedules_checked: u64,
+    /// Stops checked against the holder of the slot they were stopped for.
+    slot_stops_checked: u64,
+    /// Every endpoint call goes through it.
+    watchdog: Watchdog,
 }
 
 /// What happened in one run, to show the faults really occurred.
@@ -63,6 +89,9 @@ struct Tally {
     reconnects: u64,
     lost: u64,
     refused_reports: u64,
+    reschedules_checked: u64,
+    slot_stops_checked: u64,
+    endpoint_calls: u64,
 }
 
 impl std::ops::AddAssign for Tally {
@@ -72,6 +101,9 @@ impl std::ops::AddAssign for Tally {
         self.reconnects += other.reconnects;
         self.lost += other.lost;
         self.refused_reports += other.refused_reports;
+        self.reschedules_checked += other.reschedules_checked;
+        self.slot_stops_checked += other.slot_stops_checked;
+        self.endpoint_calls += other.endpoint_calls;
     }
 }
 
@@ -94,6 +126,10 @@ impl Sim {
             second: 0,
             churn: true,
             refused_reports: 0,
+            failures: BTreeMap::new(),
+            reschedules_checked: 0,
+            slot_stops_checked: 0,
+            watchdog: Watchdog::new(CALL_BOUND),
         }
     }
 
@@ -134,7 +170,8 @@ impl Sim {
         let id = format!("job-{n}");
         if let Some(job) = self.jobs.get(&id).filter(|_| self.rng.random_bool(0.25)) {
             let key = job.key();
-            self.cluster.server.jobs().deregister(&key, false).expect("stop");
+            let jobs = self.cluster.server.jobs();
+            self.watchdog.call("job deregister", self.seed, || jobs.deregister(&key, false)).expect("stop");
             self.jobs.remove(&id);
             return;
         }
@@ -150,7 +187,8 @@ impl Sim {
             job.task_groups[0].max_client_disconnect = Some(Duration::from_secs(self.rng.random_range(30..=120)));
         }
         job.priority = self.rng.random_range(40..=60);
-        self.cluster.server.jobs().register(job.clone()).expect("job registers");
+        let jobs = self.cluster.server.jobs();
+        self.watchdog.call("job register", self.seed, || jobs.register(job.clone())).expect("job registers");
         self.jobs.insert(id, job);
     }
 
@@ -175,10 +213,12 @@ impl Sim {
             let id = self.clients[index].id;
             match call {
                 0 => {
-                    self.cluster.server.nodes().register(Cluster::node(node_number(id), 4_000)).expect("register");
+                    let nodes = self.cluster.server.nodes();
+                    let node = Cluster::node(node_number(id), 4_000);
+                    self.watchdog.call("node register", self.seed, || nodes.register(node)).expect("register");
                 }
                 1 => {
-                    self.cluster.heartbeat(id).expect("heartbeat");
+                    self.watchdog.call("heartbeat", self.seed, || self.cluster.heartbeat(id)).expect("heartbeat");
                     if std::mem::take(&mut self.clients[index].report_refused) {
                         self.report(index);
                     }
@@ -186,6 +226,25 @@ impl Sim {
                 _ => self.report(index),
             }
         }
+        if self.rng.random_bool(0.02) {
+            self.bad_calls(self.clients[index].id);
+        }
+    }
+
+    /// Calls a client gets wrong: refused with a clear error, writing nothing.
+    fn bad_calls(&mut self, id: NodeId) {
+        let nodes = self.cluster.server.nodes();
+        let before = self.cluster.snapshot().index();
+        let empty = self.watchdog.call("empty alloc update", self.seed, || nodes.update_allocs(id, vec![]));
+        assert_eq!(empty, Err(NodeError::EmptyUpdate { node: id }), "seed {}", self.seed);
+        let stranger = NodeId::from_u128(10_000 + u128::from(self.seed));
+        let unknown = self
+            .watchdog
+            .call("unknown node heartbeat", self.seed, || nodes.update_status(stranger, NodeStatus::Ready));
+        assert_eq!(unknown, Err(NodeError::UnknownNode(stranger)), "seed {}", self.seed);
+        let fetched = self.watchdog.call("alloc watch", self.seed, || nodes.allocs(id, before, Duration::ZERO));
+        assert!(fetched.is_ok() || matches!(fetched, Err(NodeError::Wait(_))), "seed {}: {fetched:?}", self.seed);
+        assert_eq!(self.cluster.snapshot().index(), before, "seed {}: a refused call wrote", self.seed);
     }
 
     /// The client reports what it runs; now and then an allocation fails or
@@ -203,12 +262,15 @@ impl Sim {
                 _ => None,
             })
             .collect();
-        let result = self.cluster.report(id).and_then(|_| {
+        let result = self.watchdog.call("alloc update", self.seed, || self.cluster.report(id)).and_then(|_| {
             for (alloc, status) in &finished {
                 if *status == ClientStatus::Failed {
                     self.failed_jobs.insert(alloc.job_id.to_string());
                 }
-                self.cluster.report_one(alloc, *status)?;
+                self.watchdog.call("alloc update", self.seed, || self.cluster.report_one(alloc, *status))?;
+                if *status == ClientStatus::Failed {
+                    self.expect_reschedule(alloc.id);
+                }
             }
             Ok(())
         });
@@ -222,13 +284,110 @@ impl Sim {
         }
     }
 
+    /// A failed allocation with attempts left must be replaced once due.
+    fn expect_reschedule(&mut self, alloc_id: AllocId) {
+        let snapshot = self.cluster.snapshot();
+        let Some(alloc) = snapshot.alloc(alloc_id) else { return };
+        let Some(group) = alloc.job.group(&alloc.task_group) else { return };
+        let now = self.cluster.server.now();
+        match reschedule_decision(alloc.job.reschedule_policy(group).as_ref(), alloc, now) {
+            Reschedule::Never => {}
+            Reschedule::Now => {
+                self.failures.insert(alloc_id, now);
+            }
+            Reschedule::Later(at) => {
+                self.failures.insert(alloc_id, at);
+            }
+        }
+    }
+
+    /// Runs up to `max` ready evals; when none is left, every failure that
+    /// was due must have its replacement.
     fn run_evals(&mut self, max: usize) {
         for _ in 0..max {
+            let before = self.cluster.snapshot();
             if !self.cluster.server.run_one_eval() {
+                self.check_reschedules();
                 return;
             }
             self.check_placements();
+            self.check_slot_stops(&before);
         }
+    }
+
+    /// No allocation the last eval stopped for another one's sake was
+    /// stopped for an allocation that is not running on a ready node, or
+    /// whose client has not confirmed it since its node came back.
+    fn check_slot_stops(&mut self, before: &Snapshot) {
+        let after = self.cluster.snapshot();
+        let holds_for = [stop_reason::SLOT_TAKEN, stop_reason::ORIGINAL_RECONNECTED, stop_reason::REPLACEMENT_NEWER];
+        for stopped in after.allocs().filter(|alloc| alloc.server_terminal()) {
+            let was_live = before.alloc(stopped.id).is_some_and(|old| !old.server_terminal());
+            let reason = stopped.desired_description.as_str();
+            let same_node = reason == stop_reason::NODE_TAKEN;
+            if !was_live || !(holds_for.contains(&reason) || same_node) {
+                continue;
+            }
+            self.slot_stops_checked += 1;
+            let holders: Vec<&std::sync::Arc<Allocation>> = after
+                .allocs_by_job(&stopped.job_key())
+                .filter(|alloc| !alloc.terminal() && alloc.name == stopped.name && alloc.id != stopped.id)
+                .filter(|alloc| !same_node || alloc.node_id == stopped.node_id)
+                .collect();
+            let confirmed = |holder: &&std::sync::Arc<Allocation>| {
+                let node = after.node(holder.node_id).map(|node| node.status);
+                matches!(node, Some(NodeStatus::Ready | NodeStatus::Initializing))
+                    && holder.client_status != ClientStatus::Unknown
+            };
+            assert!(
+                holders.iter().any(confirmed),
+                "seed {}: {} stopped ({reason}) with no confirmed allocation holding its slot, only {:?}:{}",
+                self.seed,
+                stopped.name,
+                holders.iter().map(|holder| (holder.id, holder.client_status)).collect::<Vec<_>>(),
+                self.dump(&stopped.job_id)
+            );
+        }
+    }
+
+    /// Every failure due by now has its replacement, unless the job no longer
+    /// needs one or a blocked eval waits for room.
+    fn check_reschedules(&mut self) {
+        let now = self.cluster.server.now();
+        let snapshot = self.cluster.snapshot();
+        let due: Vec<AllocId> = self.failures.iter().filter(|(_, at)| **at <= now).map(|(id, _)| *id).collect();
+        for alloc_id in due {
+            self.failures.remove(&alloc_id);
+            self.reschedules_checked += 1;
+            let alloc = snapshot.alloc(alloc_id).expect("allocations are never removed");
+            if alloc.next_allocation.is_some() || !self.still_needed(&snapshot, alloc) {
+                continue;
+            }
+            let waits_for_room = self.cluster.server.blocked().blocked_eval_of(&alloc.job_key()).is_some();
+            assert!(
+                waits_for_room,
+                "seed {}: {} failed and was not rescheduled when due (now {}, {:?}):{}",
+                self.seed,
+                alloc.name,
+                now.0 / 1_000_000_000,
+                self.cluster.server.broker().stats(),
+                self.dump(&alloc.job_id)
+            );
+        }
+    }
+
+    /// Whether the job, as it stands, still has the failed allocation's
+    /// slot, no other live allocation holds it, and no later failure in it
+    /// (whose own delay then governs the slot) supersedes it.
+    fn still_needed(&self, snapshot: &Snapshot, alloc: &Allocation) -> bool {
+        let Some(job) = snapshot.job(&alloc.job_key()).filter(|job| !job.stop) else { return false };
+        let Some(group) = job.group(&alloc.task_group) else { return false };
+        let same_slot = || snapshot.allocs_by_job(&alloc.job_key()).filter(|other| other.name == alloc.name);
+        let held = same_slot().any(|other| !other.terminal());
+        let superseded = same_slot().any(|other| {
+            other.client_status == ClientStatus::Failed && other.client_status_time > alloc.client_status_time
+        });
+        alloc.index().is_some_and(|index| index < group.count) && !held && !superseded
     }
 
     /// Every new allocation sits on a node that was ready when it was placed
@@ -283,7 +442,8 @@ impl Sim {
                 let node = snapshot.node(alloc.node_id).map(|node| node.status);
                 let states: Vec<_> = alloc.alloc_states.iter().map(|state| state.client_status).collect();
                 format!(
-                    "\n  {:?} {} on {:?} {node:?} {:?}/{:?} v{} {:?} created {} history {states:?} prev {:?}",
+                    "\n  {:?} {} on {:?} {node:?} {:?}/{:?} v{} {:?} created {} history {states:?} prev {:?} \
+                     next {:?} follow-up {:?} status at {}",
                     alloc.id,
                     alloc.name,
                     alloc.node_id,
@@ -293,6 +453,9 @@ impl Sim {
                     alloc.job.job_type,
                     alloc.create_index,
                     alloc.previous_allocation,
+                    alloc.next_allocation,
+                    alloc.follow_up_eval_id,
+                    alloc.client_status_time.0 / 1_000_000_000,
                 )
             })
             .collect();
@@ -300,8 +463,15 @@ impl Sim {
             .evals_by_job(&key)
             .map(|eval| {
                 format!(
-                    "\n  eval {:?} {:?} {:?} {:?} at {} blocked {:?}",
-                    eval.id, eval.eval_type, eval.triggered_by, eval.status, eval.modify_index, eval.blocked_eval
+                    "\n  eval {:?} {:?} {:?} {:?} at {} blocked {:?} wait until {:?} created {}",
+                    eval.id,
+                    eval.eval_type,
+                    eval.triggered_by,
+                    eval.status,
+                    eval.modify_index,
+                    eval.blocked_eval,
+                    eval.wait_until.map(|at| at.0 / 1_000_000_000),
+                    eval.create_index
                 )
             })
             .collect();
@@ -360,7 +530,7 @@ impl Sim {
 
     fn tally(&self) -> Tally {
         let snapshot = self.cluster.snapshot();
-        let states = |alloc: &engine::structs::Allocation| -> Vec<ClientStatus> {
+        let states = |alloc: &Allocation| -> Vec<ClientStatus> {
             alloc.alloc_states.iter().map(|state| state.client_status).collect()
         };
         Tally {
@@ -378,6 +548,9 @@ impl Sim {
                 .sum(),
             lost: snapshot.allocs().filter(|alloc| alloc.client_status == ClientStatus::Lost).count() as u64,
             refused_reports: self.refused_reports,
+            reschedules_checked: self.reschedules_checked,
+            slot_stops_checked: self.slot_stops_checked,
+            endpoint_calls: self.watchdog.calls(),
         }
     }
 
@@ -444,6 +617,7 @@ fn flapping_clusters_keep_every_invariant() {
     // The faults the invariants are about really happened.
     assert!(tally.missed_heartbeats > 0 && tally.disconnected > 0 && tally.reconnects > 0, "{tally:?}");
     assert!(tally.lost > 0 && tally.refused_reports > 0, "{tally:?}");
+    assert!(tally.reschedules_checked > 0 && tally.slot_stops_checked > 0, "{tally:?}");
 }
 
 #[test]

@@ -11,7 +11,9 @@
 //!    `unknown` and a follow-up eval is due when their `max_client_disconnect`
 //!    runs out. The slots of lost, disconnecting and unknown allocations get
 //!    a replacement (linked to them) unless another live allocation holds
-//!    the slot. An `unknown` allocation whose node is back but whose client
+//!    the slot, and unless it was replaced before by an allocation that has
+//!    not been stopped (that replacement's chain owns the slot: a failed
+//!    replacement is rescheduled by its own policy). An `unknown` allocation whose node is back but whose client
 //!    has not reported it yet is ignored, as Nomad 1.4/1.5 ignores it: it
 //!    neither holds its slot against a replacement nor is updated or
 //!    stopped; only the client's report decides its reconnect (step 4). Its
@@ -44,11 +46,37 @@ use hashbrown::HashMap;
 
 use crate::clock::Timestamp;
 use crate::structs::{
-    Allocation, ClientStatus, DelayFunction, EvalId, Job, JobKey, Node, NodeId, NodeStatus, ReschedulePolicy, TaskGroup,
+    AllocId, Allocation, ClientStatus, DelayFunction, EvalId, Job, JobKey, Node, NodeId, NodeStatus, ReschedulePolicy,
+    TaskGroup,
 };
 
 /// Delay between batches of a rolling (destructive) update.
 pub const ROLLING_UPDATE_STAGGER: Duration = Duration::from_secs(30);
+
+/// Why an allocation is stopped: the descriptions both schedulers record
+/// (Nomad's `allocNotNeeded`, `allocLost`, `allocUpdating` and kin).
+pub mod stop_reason {
+    /// The job was stopped or purged, or the group removed.
+    pub const JOB_STOPPED: &str = "alloc not needed as the job or its group was stopped";
+    /// Its node is down or gone, or its disconnect window ran out.
+    pub const LOST: &str = "alloc is lost since its node is down or its disconnect ran out";
+    /// A reconnecting original lost to a replacement running a newer job version.
+    pub const REPLACEMENT_NEWER: &str = "alloc not needed: its replacement runs a newer job version";
+    /// A replacement stopped because its original reconnected.
+    pub const ORIGINAL_RECONNECTED: &str = "alloc not needed as the original allocation reconnected";
+    /// A duplicate of a slot another live allocation holds.
+    pub const SLOT_TAKEN: &str = "alloc not needed: another allocation holds its slot";
+    /// Beyond the group's count.
+    pub const SCALED_DOWN: &str = "alloc not needed due to job update";
+    /// Replaced by an allocation of the new job version (a destructive update).
+    pub const UPDATING: &str = "alloc is being updated due to job update";
+    /// A system allocation whose node is no longer ready and eligible.
+    pub const NODE_INELIGIBLE: &str = "alloc not needed: its node is no longer eligible";
+    /// A system allocation whose node no longer meets the job's constraints.
+    pub const NODE_INFEASIBLE: &str = "alloc not needed: its node no longer meets the job's constraints";
+    /// A duplicate of a system allocation on the same node.
+    pub const NODE_TAKEN: &str = "alloc not needed: another allocation holds its node";
+}
 
 /// One allocation to place.
 #[derive(Clone, Debug)]
@@ -192,7 +220,7 @@ impl Reconciler<'_> {
         for (group_name, allocs) in &by_group {
             match job.and_then(|job| job.group(group_name).map(|group| (job, group))) {
                 Some((job, group)) => self.reconcile_group(job, group, allocs, &mut result),
-                None => stop_live(allocs, "alloc not needed as the job or its group was stopped", &mut result),
+                None => stop_live(allocs, stop_reason::JOB_STOPPED, &mut result),
             }
         }
         if let Some(job) = job {
@@ -208,6 +236,14 @@ impl Reconciler<'_> {
         let mut held: BTreeMap<u32, Vec<&Arc<Allocation>>> = BTreeMap::new();
         let mut replacements: Vec<PlaceRequest> = Vec::new();
         let mut reconnecting: Vec<&Arc<Allocation>> = Vec::new();
+        let by_id: HashMap<AllocId, &Arc<Allocation>> = allocs.iter().map(|alloc| (alloc.id, *alloc)).collect();
+        // An allocation that was replaced before (it went `unknown`, say)
+        // leaves its slot to its replacement's chain while that replacement
+        // has not been stopped: a failed replacement is rescheduled, or not,
+        // by its own policy, never replaced a second time on its original's behalf.
+        let replaced = |alloc: &Allocation| {
+            alloc.next_allocation.and_then(|next| by_id.get(&next)).is_some_and(|next| !next.server_terminal())
+        };
         for alloc in allocs.iter().copied().filter(|alloc| !alloc.server_terminal()) {
             let index = alloc.index().unwrap_or(u32::MAX);
             if alloc.client_terminal() {
@@ -219,21 +255,26 @@ impl Reconciler<'_> {
                 Taint::Lost => {
                     out.stop.push(StopRequest {
                         alloc: alloc.clone(),
-                        description: "alloc is lost since its node is down or its disconnect ran out",
+                        description: stop_reason::LOST,
                         client_status: Some(ClientStatus::Lost),
                     });
-                    replacements.push(replacement(&group_name, index, alloc, false));
+                    if !replaced(alloc) {
+                        replacements.push(replacement(&group_name, index, alloc, false));
+                    }
                 }
                 Taint::Disconnecting => {
                     out.disconnecting.push(alloc.clone());
                     if let Some(window) = disconnect_window(alloc) {
                         out.follow_up_no_later_than(self.now.plus(window));
                     }
-                    replacements.push(replacement(&group_name, index, alloc, false));
+                    if !replaced(alloc) {
+                        replacements.push(replacement(&group_name, index, alloc, false));
+                    }
                 }
-                Taint::Unknown | Taint::AwaitingReport => {
+                Taint::Unknown | Taint::AwaitingReport if !replaced(alloc) => {
                     replacements.push(replacement(&group_name, index, alloc, false))
                 }
+                Taint::Unknown | Taint::AwaitingReport => {}
                 Taint::Reconnecting => reconnecting.push(alloc),
                 Taint::Untainted => held.entry(index).or_default().push(alloc),
             }
@@ -271,7 +312,7 @@ impl Reconciler<'_> {
                 Some(newer) if stale_version => {
                     out.stop.push(StopRequest {
                         alloc: original.clone(),
-                        description: "alloc not needed: its replacement runs a newer job version",
+                        description: stop_reason::REPLACEMENT_NEWER,
                         client_status: None,
                     });
                     slot.push(newer);
@@ -283,7 +324,7 @@ impl Reconciler<'_> {
                     for replacement in &live {
                         out.stop.push(StopRequest {
                             alloc: (*replacement).clone(),
-                            description: "alloc not needed as the original allocation reconnected",
+                            description: stop_reason::ORIGINAL_RECONNECTED,
                             client_status: None,
                         });
                     }
@@ -344,7 +385,7 @@ impl Reconciler<'_> {
             for duplicate in allocs.drain(1..).filter(|alloc| !alloc.client_terminal()) {
                 out.stop.push(StopRequest {
                     alloc: duplicate.clone(),
-                    description: "alloc not needed: another allocation holds its slot",
+                    description: stop_reason::SLOT_TAKEN,
                     client_status: None,
                 });
             }
@@ -354,7 +395,7 @@ impl Reconciler<'_> {
             for alloc in held.remove(&index).into_iter().flatten().filter(|alloc| !alloc.client_terminal()) {
                 out.stop.push(StopRequest {
                     alloc: alloc.clone(),
-                    description: "alloc not needed due to job update",
+                    description: stop_reason::SCALED_DOWN,
                     client_status: None,
                 });
             }
@@ -390,7 +431,7 @@ impl Reconciler<'_> {
         for alloc in destructive.iter().take(budget) {
             out.stop.push(StopRequest {
                 alloc: (*alloc).clone(),
-                description: "alloc is being updated due to job update",
+                description: stop_reason::UPDATING,
                 client_status: None,
             });
             out.place.push(replacement(&group_name, alloc.index().unwrap_or(0), alloc, false));

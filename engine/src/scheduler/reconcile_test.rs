@@ -229,6 +229,28 @@ fn a_replacement_of_a_newer_job_version_wins_over_the_reconnecting_original() {
 }
 
 #[test]
+fn a_failed_replacement_of_an_unknown_allocation_carries_the_slot_on_its_own() {
+    for node_status in [NodeStatus::Disconnected, NodeStatus::Initializing] {
+        let mut fixture = tolerant_fixture();
+        let original = marked_unknown(&mut fixture, 0, 2, NOW, ClientStatus::Unknown);
+        let failed = fixture.add(0, 1, ClientStatus::Failed);
+        let mut replaced = Allocation::clone(&original);
+        replaced.next_allocation = Some(failed.id);
+        fixture.allocs[0] = Arc::new(replaced);
+        let mut linked = Allocation::clone(&failed);
+        linked.previous_allocation = Some(original.id);
+        linked.client_status_time = Timestamp(NOW.0 - 3_600_000_000_000);
+        fixture.allocs[1] = Arc::new(linked);
+        fixture.set_node_status(2, node_status);
+        let result = fixture.compute();
+        assert_eq!(placed_indexes(&result), [0], "{node_status:?}: one replacement");
+        let request = &result.place[0];
+        assert_eq!(request.previous.as_ref().map(|alloc| alloc.id), Some(failed.id), "{node_status:?}");
+        assert!(request.reschedule, "{node_status:?}: a reschedule of the failed replacement");
+    }
+}
+
+#[test]
 fn an_unknown_allocation_is_lost_once_its_window_runs_out_wherever_its_node_is() {
     for node_status in [NodeStatus::Disconnected, NodeStatus::Initializing, NodeStatus::Ready] {
         let mut fixture = tolerant_fixture();

@@ -29,7 +29,7 @@ use hashbrown::HashMap;
 use rayon::prelude::*;
 
 use super::feasible::FeasibilityChecker;
-use super::reconcile::{disconnect_window, needs_destructive_update, taint_of, Taint};
+use super::reconcile::{disconnect_window, needs_destructive_update, stop_reason, taint_of, Taint};
 use super::{
     follow_up_disconnects, park_shortfall, Parked, Planner, Scheduler, SchedulerConfig, SchedulerError, Shortfall,
     State,
@@ -110,16 +110,8 @@ impl<'a> SystemScheduler<'a> {
         for alloc in allocs.iter().filter(|alloc| !alloc.terminal()) {
             let group = job.as_ref().and_then(|job| job.group(&alloc.task_group));
             match (group, taint_of(alloc, by_id.get(&alloc.node_id).map(|node| &***node), now)) {
-                (None, _) => {
-                    self.stop(&mut plan, eval, alloc, "alloc not needed as the job or its group was stopped", None)
-                }
-                (_, Taint::Lost) => self.stop(
-                    &mut plan,
-                    eval,
-                    alloc,
-                    "alloc is lost since its node is down or its disconnect ran out",
-                    Some(ClientStatus::Lost),
-                ),
+                (None, _) => self.stop(&mut plan, eval, alloc, stop_reason::JOB_STOPPED, None),
+                (_, Taint::Lost) => self.stop(&mut plan, eval, alloc, stop_reason::LOST, Some(ClientStatus::Lost)),
                 (Some(_), Taint::Disconnecting) => {
                     self.mark_unknown(&mut plan, eval, alloc);
                     if let Some(window) = disconnect_window(alloc) {
@@ -156,7 +148,7 @@ impl<'a> SystemScheduler<'a> {
         for alloc in live.into_values().flatten() {
             let initializing = by_id.get(&alloc.node_id).is_some_and(|node| node.status == NodeStatus::Initializing);
             if !initializing {
-                self.stop(&mut plan, eval, alloc, "alloc not needed: its node is no longer eligible", None);
+                self.stop(&mut plan, eval, alloc, stop_reason::NODE_INELIGIBLE, None);
             } else if self.reconnecting.contains(&alloc.id) {
                 plan.node_allocation.entry(alloc.node_id).or_default().push(self.reconnected(alloc, eval));
             }
@@ -227,13 +219,7 @@ impl<'a> SystemScheduler<'a> {
                     *metric.class_filtered.entry(node.node_class.to_string()).or_insert(0) += 1;
                     *metric.constraint_filtered.entry(reason).or_insert(0) += 1;
                     for alloc in existing {
-                        self.stop(
-                            plan,
-                            eval,
-                            alloc,
-                            "alloc not needed: its node no longer meets the job's constraints",
-                            None,
-                        );
+                        self.stop(plan, eval, alloc, stop_reason::NODE_INFEASIBLE, None);
                     }
                 }
             }
@@ -261,7 +247,7 @@ impl<'a> SystemScheduler<'a> {
         let mut existing = existing.into_iter();
         let Some(kept) = existing.next() else { return };
         for duplicate in existing {
-            self.stop(plan, eval, duplicate, "alloc not needed: another allocation holds its node", None);
+            self.stop(plan, eval, duplicate, stop_reason::NODE_TAKEN, None);
         }
         let reconnected = self.reconnecting.contains(&kept.id);
         if kept.job.job_modify_index == job.job_modify_index {
@@ -272,7 +258,7 @@ impl<'a> SystemScheduler<'a> {
         }
         let destructive = kept.job.group(&group.name).is_none_or(|old| needs_destructive_update(old, group));
         if destructive {
-            self.stop(plan, eval, kept, "alloc is being updated due to job update", None);
+            self.stop(plan, eval, kept, stop_reason::UPDATING, None);
             let mut alloc = Allocation::new_placement(job, &group.name, 0, kept.node_id, eval.id);
             alloc.previous_allocation = Some(kept.id);
             alloc.create_time = self.config.now;

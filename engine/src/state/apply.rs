@@ -298,6 +298,9 @@ impl Snapshot {
                         alloc.client_description.clone_from(&existing.client_description);
                     }
                     alloc.client_status_time = existing.client_status_time;
+                    // Only the store links a replacement to what it replaces
+                    // (below); a plan's copy may predate the link.
+                    alloc.next_allocation = alloc.next_allocation.or(existing.next_allocation);
                     if !existing.terminal() && alloc.terminal() {
                         self.note_freed_capacity(alloc.node_id, applied);
                     }

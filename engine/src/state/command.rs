@@ -92,7 +92,8 @@ pub enum Command {
     /// The committed part of a plan: new and changed allocations (stops
     /// included), and the evals the scheduler created or updated. A changed
     /// allocation keeps the client's status unless the plan marks it `lost`
-    /// or `unknown` (a client report between plan and commit is not lost).
+    /// or `unknown` (a client report between plan and commit is not lost),
+    /// and keeps the link to its replacement, which only the store sets.
     /// A new placement on a node that is no longer ready and eligible is
     /// left out and listed in [`super::Applied::refused_placements`].
     ApplyPlanResults {

@@ -433,3 +433,32 @@ fn the_oversubscription_audit_reports_nodes_past_their_capacity() {
         "the usage index agrees"
     );
 }
+
+#[test]
+fn a_plan_written_with_an_older_copy_keeps_the_link_to_the_replacement() {
+    let store = StateStore::new();
+    store.apply(Command::UpsertNode { node: node(1) }).expect("node");
+    store.apply(Command::UpsertNode { node: node(2) }).expect("node");
+    let web = job("web");
+    register(&store, &web);
+    let original = place(&store, &web, NodeId::from_u128(1), 0);
+    // One plan marks the original `unknown` and places its replacement; the
+    // replacement is written first, so the marked copy (read before the
+    // plan) does not know it was replaced.
+    let stored = store.snapshot().job(&web.key()).expect("job").clone();
+    let mut replacement = Allocation::new_placement(&stored, "group", 0, NodeId::from_u128(2), EvalId::from_u128(9));
+    replacement.previous_allocation = Some(original.id);
+    let mut marked = store.snapshot().alloc(original.id).expect("alloc").as_ref().clone();
+    marked.record_client_status(ClientStatus::Unknown, Timestamp(6));
+    let command = Command::ApplyPlanResults {
+        eval_id: EvalId::from_u128(9),
+        allocs: vec![replacement.clone(), marked],
+        evals: vec![],
+        time: Timestamp(6),
+    };
+    store.apply(command).expect("plan");
+    let snapshot = store.snapshot();
+    let original = snapshot.alloc(original.id).expect("original");
+    assert_eq!(original.client_status, ClientStatus::Unknown);
+    assert_eq!(original.next_allocation, Some(replacement.id));
+}
