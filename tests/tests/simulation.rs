@@ -325,7 +325,7 @@ impl Sim {
             let was_live = before.alloc(stopped.id).is_some_and(|old| !old.server_terminal());
             let reason = stopped.desired_description.as_str();
             let same_node = reason == stop_reason::NODE_TAKEN;
-            if !was_live || !(holds_for.contains(&reason) || same_node) {
+            if !was_live || !(holds_for.contains(&reason) || same_node) || !slot_wanted(&after, stopped) {
                 continue;
             }
             self.slot_stops_checked += 1;
@@ -377,17 +377,19 @@ impl Sim {
     }
 
     /// Whether the job, as it stands, still has the failed allocation's
-    /// slot, no other live allocation holds it, and no later failure in it
+    /// slot ([`slot_wanted`]), no other live allocation holds it, and no later failure in it
     /// (whose own delay then governs the slot) supersedes it.
     fn still_needed(&self, snapshot: &Snapshot, alloc: &Allocation) -> bool {
-        let Some(job) = snapshot.job(&alloc.job_key()).filter(|job| !job.stop) else { return false };
-        let Some(group) = job.group(&alloc.task_group) else { return false };
         let same_slot = || snapshot.allocs_by_job(&alloc.job_key()).filter(|other| other.name == alloc.name);
-        let held = same_slot().any(|other| !other.terminal());
+        // A live allocation holds the slot; so does finished batch work.
+        let batch = alloc.job.job_type.is_batch_like();
+        let done =
+            |other: &Allocation| batch && other.client_status == ClientStatus::Complete && !other.server_terminal();
+        let held = same_slot().any(|other| !other.terminal() || done(other));
         let superseded = same_slot().any(|other| {
             other.client_status == ClientStatus::Failed && other.client_status_time > alloc.client_status_time
         });
-        alloc.index().is_some_and(|index| index < group.count) && !held && !superseded
+        slot_wanted(snapshot, alloc) && !held && !superseded
     }
 
     /// Every new allocation sits on a node that was ready when it was placed
@@ -570,6 +572,14 @@ impl Sim {
         lines.push(format!("index {}", snapshot.index()));
         lines
     }
+}
+
+/// Whether the job, as it stands, still wants the allocation's slot: not
+/// stopped, the group still there and the slot within its count.
+fn slot_wanted(snapshot: &Snapshot, alloc: &Allocation) -> bool {
+    let Some(job) = snapshot.job(&alloc.job_key()).filter(|job| !job.stop) else { return false };
+    let Some(group) = job.group(&alloc.task_group) else { return false };
+    job.job_type.is_system_like() || alloc.index().is_some_and(|index| index < group.count)
 }
 
 fn node_number(id: NodeId) -> u128 {

@@ -516,3 +516,34 @@ fn a_reblocked_eval_that_marks_allocations_unknown_still_schedules_their_expiry(
     let expiry = h.created_evals.iter().find(|eval| eval.triggered_by == TriggerReason::MaxDisconnectTimeout);
     assert_eq!(expiry.map(|eval| eval.wait_until), Some(Some(NOW.plus(Duration::from_secs(300)))));
 }
+
+#[test]
+fn an_unconfirmed_system_allocation_on_a_node_that_is_back_is_left_alone_and_not_doubled() {
+    let mut h = harness(2);
+    let mut job = Job::new_simple("logs", JobType::System, 1, Resources::new(100, 64, 0));
+    job.task_groups[0].max_client_disconnect = Some(Duration::from_secs(300));
+    let eval = h.register(&job);
+    h.process(&eval).expect("one per node");
+    for alloc in h.live_allocs(&job) {
+        report(&h, &alloc, ClientStatus::Running, NOW);
+    }
+    let away = NodeId::from_u128(1);
+    h.store.apply(Command::MissHeartbeat { node_id: away, evals: vec![] }).expect("missed heartbeat");
+    let eval = new_eval(&h, &job, TriggerReason::NodeUpdate);
+    h.process(&eval).expect("marks it unknown");
+    let unknown = h.live_allocs(&job).into_iter().find(|alloc| alloc.node_id == away).expect("kept");
+    assert_eq!(unknown.client_status, ClientStatus::Unknown);
+
+    // The node is back and ready, but its client has not reported this allocation.
+    let back = Command::UpdateNodeStatus { node_id: away, status: NodeStatus::Ready, evals: vec![] };
+    h.store.apply(back).expect("ready");
+    let mut updated = job.clone();
+    updated.priority = 70;
+    let eval = h.register(&updated);
+    h.process(&eval).expect("scheduled");
+    let on_node: Vec<_> = h.live_allocs(&job).into_iter().filter(|alloc| alloc.node_id == away).collect();
+    assert_eq!(on_node.len(), 1, "nothing placed beside the unconfirmed allocation");
+    assert_eq!(on_node[0].id, unknown.id);
+    assert_eq!(on_node[0].job.priority, job.priority, "not rolled over before its client confirms it");
+    assert_eq!(on_node[0].client_status, ClientStatus::Unknown);
+}
