@@ -54,6 +54,11 @@ struct Client {
     silent_until: u64,
     /// Its last report was refused: retry after the next accepted heartbeat.
     report_refused: bool,
+    /// It went silent and has not been heard from since.
+    away: bool,
+    /// A returning client heartbeats at once but sends its resync only from
+    /// this second on, so evals run while its node is back but unconfirmed.
+    resync_at: u64,
 }
 
 #[derive(Debug)]
@@ -113,7 +118,13 @@ impl Sim {
         let cluster = Cluster::new(seed);
         let n_nodes = rng.random_range(5..=9);
         let clients = (1..=n_nodes)
-            .map(|n| Client { id: cluster.add_node(n, 4_000), silent_until: 0, report_refused: false })
+            .map(|n| Client {
+                id: cluster.add_node(n, 4_000),
+                silent_until: 0,
+                report_refused: false,
+                away: false,
+                resync_at: 0,
+            })
             .collect();
         Sim {
             seed,
@@ -163,6 +174,7 @@ impl Sim {
         let index = self.rng.random_range(0..self.clients.len());
         let client = &mut self.clients[index];
         client.silent_until = if forever { u64::MAX } else { self.second + seconds };
+        client.away = true;
     }
 
     fn change_a_job(&mut self) {
@@ -193,14 +205,20 @@ impl Sim {
     }
 
     /// Seconds pass: clients that are not silent heartbeat and report; a
-    /// client whose silence just ended sends its calls in a random order.
+    /// client whose silence just ended sends its calls in a random order,
+    /// half the time holding its resync back a few seconds.
     fn pass(&mut self, seconds: u64) {
         for _ in 0..seconds {
             self.second += 1;
             for index in 0..self.clients.len() {
-                if self.clients[index].silent_until <= self.second {
-                    self.client_calls(index);
+                if self.clients[index].silent_until > self.second {
+                    continue;
                 }
+                if std::mem::take(&mut self.clients[index].away) {
+                    let delay = if self.rng.random_bool(0.5) { 0 } else { self.rng.random_range(1..=8) };
+                    self.clients[index].resync_at = self.second + delay;
+                }
+                self.client_calls(index);
             }
             self.cluster.server.advance(Duration::from_secs(1));
         }
@@ -219,10 +237,13 @@ impl Sim {
                 }
                 1 => {
                     self.watchdog.call("heartbeat", self.seed, || self.cluster.heartbeat(id)).expect("heartbeat");
-                    if std::mem::take(&mut self.clients[index].report_refused) {
+                    if self.second >= self.clients[index].resync_at
+                        && std::mem::take(&mut self.clients[index].report_refused)
+                    {
                         self.report(index);
                     }
                 }
+                _ if self.second < self.clients[index].resync_at => {}
                 _ => self.report(index),
             }
         }
@@ -381,7 +402,8 @@ impl Sim {
     /// (whose own delay then governs the slot) supersedes it.
     fn still_needed(&self, snapshot: &Snapshot, alloc: &Allocation) -> bool {
         let same_slot = || snapshot.allocs_by_job(&alloc.job_key()).filter(|other| other.name == alloc.name);
-        // A live allocation holds the slot; so does finished batch work.
+        // A live allocation holds the slot (a reconnected original, say);
+        // so does finished batch work.
         let batch = alloc.job.job_type.is_batch_like();
         let done =
             |other: &Allocation| batch && other.client_status == ClientStatus::Complete && !other.server_terminal();

@@ -11,8 +11,8 @@
 //!    `unknown` and a follow-up eval is due when their `max_client_disconnect`
 //!    runs out. The slots of lost, disconnecting and unknown allocations get
 //!    a replacement (linked to them) unless another live allocation holds
-//!    the slot, and unless it was replaced before by an allocation that has
-//!    not been stopped (that replacement's chain owns the slot: a failed
+//!    the slot, and unless it was replaced before by a chain of replacements
+//!    of which one has not been stopped (that chain owns the slot: a failed
 //!    replacement is rescheduled by its own policy). An `unknown` allocation whose node is back but whose client
 //!    has not reported it yet is ignored, as Nomad 1.4/1.5 ignores it: it
 //!    neither holds its slot against a replacement nor is updated or
@@ -238,11 +238,19 @@ impl Reconciler<'_> {
         let mut reconnecting: Vec<&Arc<Allocation>> = Vec::new();
         let by_id: HashMap<AllocId, &Arc<Allocation>> = allocs.iter().map(|alloc| (alloc.id, *alloc)).collect();
         // An allocation that was replaced before (it went `unknown`, say)
-        // leaves its slot to its replacement's chain while that replacement
-        // has not been stopped: a failed replacement is rescheduled, or not,
-        // by its own policy, never replaced a second time on its original's behalf.
+        // leaves its slot to its chain of replacements while any of them has
+        // not been stopped: a failed replacement is rescheduled, or not, by
+        // its own policy, never replaced a second time on its original's behalf.
         let replaced = |alloc: &Allocation| {
-            alloc.next_allocation.and_then(|next| by_id.get(&next)).is_some_and(|next| !next.server_terminal())
+            let mut next = alloc.next_allocation.and_then(|id| by_id.get(&id));
+            for _ in 0..by_id.len() {
+                match next {
+                    Some(successor) if !successor.server_terminal() => return true,
+                    Some(successor) => next = successor.next_allocation.and_then(|id| by_id.get(&id)),
+                    None => return false,
+                }
+            }
+            false
         };
         for alloc in allocs.iter().copied().filter(|alloc| !alloc.server_terminal()) {
             let index = alloc.index().unwrap_or(u32::MAX);
@@ -281,8 +289,13 @@ impl Reconciler<'_> {
         }
         self.reconnect(job, reconnecting, &mut held, out);
         self.stop_extras(group, &mut held, out);
-        // A slot gets one replacement, and none while a live allocation holds it.
+        // A slot gets one replacement, and none while a live allocation
+        // holds it. Should two allocations of a slot ask (an older failure
+        // left behind by a reconnect, say), the newest one's chain goes on.
         let mut placed: BTreeSet<u32> = held.keys().copied().collect();
+        replacements.sort_by_key(|request| {
+            (request.index, std::cmp::Reverse(request.previous.as_ref().map(|previous| previous.create_index)))
+        });
         for request in replacements {
             if request.index < group.count && placed.insert(request.index) {
                 out.place.push(request);

@@ -341,6 +341,25 @@ fn the_delay_counts_from_the_failure_and_the_follow_up_eval_always_reschedules()
 }
 
 #[test]
+fn of_two_failures_in_a_slot_the_newest_chain_goes_on() {
+    let mut fixture = Fixture::new(JobType::Service, 1);
+    let older = fixture.add(0, 1, ClientStatus::Failed);
+    let newer = fixture.add(0, 2, ClientStatus::Failed);
+    let long_ago = Timestamp(NOW.0 - 3_600_000_000_000);
+    fixture.allocs = [older, newer.clone()]
+        .into_iter()
+        .map(|alloc| {
+            let mut due = Allocation::clone(&alloc);
+            due.client_status_time = long_ago;
+            Arc::new(due)
+        })
+        .collect();
+    let result = fixture.compute();
+    assert_eq!(placed_indexes(&result), [0], "one replacement for the slot");
+    assert_eq!(result.place[0].previous.as_ref().map(|alloc| alloc.id), Some(newer.id));
+}
+
+#[test]
 fn reschedule_attempts_run_out() {
     let policy = ReschedulePolicy {
         attempts: 2,
