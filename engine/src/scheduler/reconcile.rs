@@ -11,9 +11,9 @@
 //!    `unknown` and a follow-up eval is due when their `max_client_disconnect`
 //!    runs out. The slots of lost, disconnecting and unknown allocations get
 //!    a replacement (linked to them) unless another live allocation holds
-//!    the slot, and unless it was replaced before by a chain of replacements
-//!    of which one has not been stopped (that chain owns the slot: a failed
-//!    replacement is rescheduled by its own policy). An `unknown` allocation whose node is back but whose client
+//!    the slot; when several allocations ask for one slot (an original that
+//!    went `unknown` and its failed replacement, say), the newest one's
+//!    chain goes on. An `unknown` allocation whose node is back but whose client
 //!    has not reported it yet is ignored, as Nomad 1.4/1.5 ignores it: it
 //!    neither holds its slot against a replacement nor is updated or
 //!    stopped; only the client's report decides its reconnect (step 4). Its
@@ -46,8 +46,7 @@ use hashbrown::HashMap;
 
 use crate::clock::Timestamp;
 use crate::structs::{
-    AllocId, Allocation, ClientStatus, DelayFunction, EvalId, Job, JobKey, Node, NodeId, NodeStatus, ReschedulePolicy,
-    TaskGroup,
+    Allocation, ClientStatus, DelayFunction, EvalId, Job, JobKey, Node, NodeId, NodeStatus, ReschedulePolicy, TaskGroup,
 };
 
 /// Delay between batches of a rolling (destructive) update.
@@ -236,22 +235,6 @@ impl Reconciler<'_> {
         let mut held: BTreeMap<u32, Vec<&Arc<Allocation>>> = BTreeMap::new();
         let mut replacements: Vec<PlaceRequest> = Vec::new();
         let mut reconnecting: Vec<&Arc<Allocation>> = Vec::new();
-        let by_id: HashMap<AllocId, &Arc<Allocation>> = allocs.iter().map(|alloc| (alloc.id, *alloc)).collect();
-        // An allocation that was replaced before (it went `unknown`, say)
-        // leaves its slot to its chain of replacements while any of them has
-        // not been stopped: a failed replacement is rescheduled, or not, by
-        // its own policy, never replaced a second time on its original's behalf.
-        let replaced = |alloc: &Allocation| {
-            let mut next = alloc.next_allocation.and_then(|id| by_id.get(&id));
-            for _ in 0..by_id.len() {
-                match next {
-                    Some(successor) if !successor.server_terminal() => return true,
-                    Some(successor) => next = successor.next_allocation.and_then(|id| by_id.get(&id)),
-                    None => return false,
-                }
-            }
-            false
-        };
         for alloc in allocs.iter().copied().filter(|alloc| !alloc.server_terminal()) {
             let index = alloc.index().unwrap_or(u32::MAX);
             if alloc.client_terminal() {
@@ -266,32 +249,29 @@ impl Reconciler<'_> {
                         description: stop_reason::LOST,
                         client_status: Some(ClientStatus::Lost),
                     });
-                    if !replaced(alloc) {
-                        replacements.push(replacement(&group_name, index, alloc, false));
-                    }
+                    replacements.push(replacement(&group_name, index, alloc, false));
                 }
                 Taint::Disconnecting => {
                     out.disconnecting.push(alloc.clone());
                     if let Some(window) = disconnect_window(alloc) {
                         out.follow_up_no_later_than(self.now.plus(window));
                     }
-                    if !replaced(alloc) {
-                        replacements.push(replacement(&group_name, index, alloc, false));
-                    }
+                    replacements.push(replacement(&group_name, index, alloc, false));
                 }
-                Taint::Unknown | Taint::AwaitingReport if !replaced(alloc) => {
+                Taint::Unknown | Taint::AwaitingReport => {
                     replacements.push(replacement(&group_name, index, alloc, false))
                 }
-                Taint::Unknown | Taint::AwaitingReport => {}
                 Taint::Reconnecting => reconnecting.push(alloc),
                 Taint::Untainted => held.entry(index).or_default().push(alloc),
             }
         }
         self.reconnect(job, reconnecting, &mut held, out);
         self.stop_extras(group, &mut held, out);
-        // A slot gets one replacement, and none while a live allocation
-        // holds it. Should two allocations of a slot ask (an older failure
-        // left behind by a reconnect, say), the newest one's chain goes on.
+        // A slot gets one replacement, and none while a live allocation (or
+        // a failure waiting for its reschedule) holds it. Should several
+        // allocations of a slot ask, the newest one's chain goes on: a
+        // failed replacement is rescheduled by its own policy, not replaced
+        // again on its original's behalf.
         let mut placed: BTreeSet<u32> = held.keys().copied().collect();
         replacements.sort_by_key(|request| {
             (request.index, std::cmp::Reverse(request.previous.as_ref().map(|previous| previous.create_index)))

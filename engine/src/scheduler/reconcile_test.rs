@@ -341,6 +341,40 @@ fn the_delay_counts_from_the_failure_and_the_follow_up_eval_always_reschedules()
 }
 
 #[test]
+fn a_replaced_allocation_does_not_outlive_its_replacements_reschedule_policy() {
+    let mut fixture = tolerant_fixture();
+    let mut job = Job::clone(&fixture.job);
+    job.task_groups[0].reschedule_policy = Some(ReschedulePolicy {
+        attempts: 1,
+        interval: Duration::from_secs(3600),
+        delay: Duration::from_secs(5),
+        delay_function: DelayFunction::Constant,
+        max_delay: Duration::ZERO,
+        unlimited: false,
+    });
+    fixture.job = Arc::new(job);
+    let original = marked_unknown(&mut fixture, 0, 2, NOW, ClientStatus::Unknown);
+    fixture.set_node_status(2, NodeStatus::Disconnected);
+    // Its replacement failed and has used its one reschedule of the hour.
+    let failed = fixture.add(0, 1, ClientStatus::Failed);
+    let mut replaced = Allocation::clone(&original);
+    replaced.next_allocation = Some(failed.id);
+    fixture.allocs[0] = Arc::new(replaced);
+    let mut exhausted = Allocation::clone(&failed);
+    exhausted.previous_allocation = Some(original.id);
+    exhausted.client_status_time = Timestamp(NOW.0 - 60_000_000_000);
+    exhausted.reschedule_events.push(crate::structs::RescheduleEvent {
+        time: Timestamp(NOW.0 - 600_000_000_000),
+        prev_alloc_id: AllocId::from_u128(1),
+        prev_node_id: NodeId::from_u128(3),
+        delay_nanos: 0,
+    });
+    fixture.allocs[1] = Arc::new(exhausted);
+    let result = fixture.compute();
+    assert!(result.place.is_empty(), "the unknown original asks for nothing on its chain's behalf: {:?}", result.place);
+}
+
+#[test]
 fn of_two_failures_in_a_slot_the_newest_chain_goes_on() {
     let mut fixture = Fixture::new(JobType::Service, 1);
     let older = fixture.add(0, 1, ClientStatus::Failed);
