@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, Throughput};
-use engine::broker::{BrokerConfig, EvalBroker};
 use engine::clock::{SystemClock, Timestamp};
+use engine::eval::broker::{BrokerConfig, EvalBroker};
 use engine::structs::{EvalId, Evaluation, Job, JobType, Resources, TriggerReason};
 
 #[global_allocator]

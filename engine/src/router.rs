@@ -9,8 +9,8 @@
 
 use std::sync::Arc;
 
-use crate::blocked::BlockedEvals;
-use crate::broker::EvalBroker;
+use crate::eval::blocked::BlockedEvals;
+use crate::eval::broker::EvalBroker;
 use crate::state::{Applied, Command, StateError, StateStore};
 use crate::structs::{EvalId, EvalStatus, Evaluation};
 

@@ -25,19 +25,19 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use serde::Serialize;
 
-use crate::blocked::{BlockedEvals, BlockedStats};
-use crate::broker::{BrokerConfig, BrokerStats, EvalBroker};
 use crate::clock::SharedClock;
-use crate::heartbeat::{HeartbeatConfig, HeartbeatStats, Heartbeats};
+use crate::eval::blocked::{BlockedEvals, BlockedStats};
+use crate::eval::broker::{BrokerConfig, BrokerStats, EvalBroker};
+use crate::eval::reaper::{EvalReaper, ReaperConfig, ReaperHandle};
 use crate::job_endpoint::JobEndpoint;
-use crate::node_endpoint::NodeEndpoint;
-use crate::plan_apply::{OnApplied, PlanApplier, PlanApplierConfig, PlanApplierHandle, PlanApplierStats};
-use crate::plan_queue::PlanQueue;
-use crate::reaper::{EvalReaper, ReaperConfig, ReaperHandle};
+use crate::node::endpoint::NodeEndpoint;
+use crate::node::heartbeat::{HeartbeatConfig, HeartbeatStats, Heartbeats};
+use crate::node::update_batch::{BatchConfig, BatchStats, UpdateBatcher};
+use crate::plan::apply::{OnApplied, PlanApplier, PlanApplierConfig, PlanApplierHandle, PlanApplierStats};
+use crate::plan::queue::PlanQueue;
 use crate::router::Router;
 use crate::state::StateStore;
 use crate::structs::{EvalStatus, JobType};
-use crate::update_batch::{BatchConfig, BatchStats, UpdateBatcher};
 use crate::worker::{WorkerConfig, WorkerContext, WorkerPool, WorkerStats};
 
 /// How often the timer thread runs the broker's timers.

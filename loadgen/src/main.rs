@@ -236,7 +236,7 @@ fn simulate_clients(server: &Server, node_ids: &[NodeId], done: &AtomicBool) {
 }
 
 /// Reports every pending allocation running, one batched update per node.
-fn report_started(nodes: &engine::node_endpoint::NodeEndpoint, snapshot: &Snapshot) {
+fn report_started(nodes: &engine::node::endpoint::NodeEndpoint, snapshot: &Snapshot) {
     let mut by_node: std::collections::BTreeMap<NodeId, Vec<ClientAllocUpdate>> = Default::default();
     for alloc in snapshot.allocs().filter(|alloc| alloc.client_status == ClientStatus::Pending && !alloc.terminal()) {
         by_node.entry(alloc.node_id).or_default().push(ClientAllocUpdate {

@@ -5,11 +5,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use engine::heartbeat::HeartbeatConfig;
-use engine::node_endpoint::{NodeError, NodeResponse};
+use engine::node::endpoint::{NodeError, NodeResponse};
+use engine::node::heartbeat::HeartbeatConfig;
 use engine::state::{ClientAllocUpdate, Snapshot};
-use engine::stepped::SteppedServer;
 use engine::structs::{Allocation, ClientStatus, DesiredStatus, Job, Node, NodeId, NodeStatus, Resources};
+use engine::testing::stepped::SteppedServer;
 
 /// A stepped server and the clients that talk to it.
 #[derive(Debug)]

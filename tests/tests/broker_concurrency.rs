@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use engine::broker::{BrokerConfig, EvalBroker};
 use engine::clock::{ManualClock, Timestamp};
+use engine::eval::broker::{BrokerConfig, EvalBroker};
 use engine::structs::{EvalId, Evaluation, Job, JobKey, JobType, Resources, TriggerReason};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use engine::clock::SystemClock;
 use engine::job_endpoint::JobError;
-use engine::node_endpoint::NodeError;
+use engine::node::endpoint::NodeError;
 use engine::server::{Server, ServerConfig};
 use engine::state::{ClientAllocUpdate, Snapshot};
 use engine::structs::{ClientStatus, EvalStatus, Job, JobType, Node, NodeId, NodeStatus, Resources};

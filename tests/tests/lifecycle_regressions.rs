@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use engine::node_endpoint::NodeError;
+use engine::node::endpoint::NodeError;
 use engine::structs::{
     AllocId, Allocation, ClientStatus, DelayFunction, DesiredStatus, Job, JobType, NodeId, NodeStatus,
     ReschedulePolicy, Resources,

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use engine::node_endpoint::NodeError;
+use engine::node::endpoint::NodeError;
 use engine::structs::{
     ClientStatus, Constraint, ConstraintOperand, DesiredStatus, Job, JobType, NodeId, NodeStatus, Resources,
     TriggerReason,

@@ -34,7 +34,7 @@
 
 use std::time::Duration;
 
-use engine::node_endpoint::NodeError;
+use engine::node::endpoint::NodeError;
 use engine::structs::{
     AllocId, ClientStatus, Constraint, ConstraintOperand, DesiredStatus, Job, JobType, NodeId, NodeStatus, Resources,
 };

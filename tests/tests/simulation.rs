@@ -30,7 +30,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use engine::clock::Timestamp;
-use engine::node_endpoint::NodeError;
+use engine::node::endpoint::NodeError;
 use engine::scheduler::reconcile::{reschedule_decision, stop_reason, Reschedule};
 use engine::state::Snapshot;
 use engine::structs::{

@@ -14,7 +14,7 @@ use std::collections::BTreeSet;
 use hashbrown::HashMap;
 use regex::Regex;
 
-use crate::structs::{ComputedClass, Constraint, ConstraintOperand, Job, Node, TaskGroup};
+use crate::structs::{version_matches, ComputedClass, Constraint, ConstraintOperand, Job, Node, TaskGroup};
 
 /// Why a node was filtered, for placement metrics.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -131,90 +131,6 @@ fn compare(left: &str, right: &str) -> Ordering {
     match (left.parse::<f64>(), right.parse::<f64>()) {
         (Ok(left), Ok(right)) => left.partial_cmp(&right).unwrap_or(Ordering::Equal),
         _ => left.cmp(right),
-    }
-}
-
-/// A version: numeric segments, optionally with a pre-release after `-`.
-#[derive(Debug, PartialEq, Eq)]
-struct Version {
-    segments: Vec<u64>,
-    prerelease: Option<String>,
-}
-
-impl Version {
-    fn parse(text: &str) -> Option<Version> {
-        let text = text.trim().trim_start_matches('v');
-        let (core, prerelease) = match text.split_once('-') {
-            Some((core, pre)) => (core, Some(pre.to_string())),
-            None => (text, None),
-        };
-        let core = core.split('+').next()?;
-        let segments = core.split('.').map(|part| part.parse().ok()).collect::<Option<Vec<u64>>>()?;
-        (!segments.is_empty()).then_some(Version { segments, prerelease })
-    }
-
-    fn segment(&self, index: usize) -> u64 {
-        self.segments.get(index).copied().unwrap_or(0)
-    }
-
-    fn cmp(&self, other: &Version) -> Ordering {
-        let width = self.segments.len().max(other.segments.len());
-        let core = (0..width).map(|i| self.segment(i).cmp(&other.segment(i))).find(|o| o.is_ne());
-        core.unwrap_or_else(|| match (&self.prerelease, &other.prerelease) {
-            (None, None) => Ordering::Equal,
-            (None, Some(_)) => Ordering::Greater,
-            (Some(_), None) => Ordering::Less,
-            (Some(ours), Some(theirs)) => ours.cmp(theirs),
-        })
-    }
-}
-
-/// Checks a version against a constraint list such as `">= 1.2, < 2.0"` or
-/// `"~> 1.4"`. An unparsable version or constraint does not match.
-pub fn version_matches(version: &str, constraints: &str) -> bool {
-    let Some(version) = Version::parse(version) else { return false };
-    constraints.split(',').all(|clause| version_clause_matches(&version, clause.trim()))
-}
-
-fn version_clause_matches(version: &Version, clause: &str) -> bool {
-    let operator_len = clause.find(|c: char| c.is_ascii_digit() || c == 'v').unwrap_or(clause.len());
-    let (operator, wanted) = clause.split_at(operator_len);
-    let Some(wanted) = Version::parse(wanted) else { return false };
-    let order = version.cmp(&wanted);
-    match operator.trim() {
-        "" | "=" | "==" => order == Ordering::Equal,
-        "!=" => order != Ordering::Equal,
-        ">" => order == Ordering::Greater,
-        ">=" => order != Ordering::Less,
-        "<" => order == Ordering::Less,
-        "<=" => order != Ordering::Greater,
-        "~>" => {
-            // Pessimistic: at least `wanted`, below the next release of its second-to-last segment.
-            let fixed = wanted.segments.len().saturating_sub(1).max(1);
-            let prefix_equal = (0..fixed - 1).all(|i| version.segment(i) == wanted.segment(i));
-            order != Ordering::Less && prefix_equal && version.segment(fixed - 1) == wanted.segment(fixed - 1)
-        }
-        _ => false,
-    }
-}
-
-/// Whether a constraint string is valid syntax for its operand (used by job validation).
-pub fn constraint_syntax_problem(constraint: &Constraint) -> Option<String> {
-    match constraint.operand {
-        ConstraintOperand::Regexp => Regex::new(&constraint.r_target)
-            .err()
-            .map(|error| format!("invalid regexp {:?}: {error}", constraint.r_target)),
-        ConstraintOperand::Version => {
-            let valid = constraint.r_target.split(',').all(|clause| {
-                let clause = clause.trim();
-                let start = clause.find(|c: char| c.is_ascii_digit() || c == 'v').unwrap_or(clause.len());
-                let operator = clause[..start].trim();
-                ["", "=", "==", "!=", ">", ">=", "<", "<=", "~>"].contains(&operator)
-                    && Version::parse(&clause[start..]).is_some()
-            });
-            (!valid).then(|| format!("invalid version constraint {:?}", constraint.r_target))
-        }
-        _ => None,
     }
 }
 

@@ -48,19 +48,6 @@ fn every_comparison_operator() {
 }
 
 #[test]
-fn version_constraints() {
-    assert!(version_matches("1.2.3", ">= 1.2, < 2.0"));
-    assert!(version_matches("1.4.9", "~> 1.4"));
-    assert!(!version_matches("1.5.0", "~> 1.4.0"));
-    assert!(version_matches("1.4.7", "~> 1.4.0"));
-    assert!(!version_matches("2.0.0-beta", ">= 2.0.0"), "a pre-release is before its release");
-    assert!(!version_matches("not-a-version", ">= 1"));
-    assert!(constraint_syntax_problem(&Constraint::new("x", ConstraintOperand::Version, ">= one")).is_some());
-    assert!(constraint_syntax_problem(&Constraint::new("x", ConstraintOperand::Regexp, "(unclosed")).is_some());
-    assert!(constraint_syntax_problem(&Constraint::new("x", ConstraintOperand::Version, ">= 1.2, < 2")).is_none());
-}
-
-#[test]
 fn class_checks_run_once_per_class_and_unique_constraints_escape() {
     let nodes: Vec<Arc<Node>> = (0..1000).map(|n| Arc::new(node(n, &format!("c{}", n % 5), "5.10"))).collect();
     let job = job_with(Constraint::new("${attr.kernel.name}", ConstraintOperand::Equal, "linux"));

@@ -22,10 +22,8 @@ use hashbrown::HashSet;
 
 use super::reconcile::{PlaceRequest, Reconciled, Reconciler};
 use super::stack::Stack;
-use super::{
-    follow_up_disconnects, park_shortfall, Parked, Planner, Scheduler, SchedulerConfig, SchedulerError, Shortfall,
-    State,
-};
+use super::util::{finish, Attempt, Summary};
+use super::{Planner, Scheduler, SchedulerConfig, SchedulerError, State};
 use crate::clock::Timestamp;
 use crate::structs::{
     AllocId, AllocMetric, Allocation, ClientStatus, DesiredStatus, EvalId, EvalStatus, Evaluation, Job, JobType,
@@ -34,26 +32,6 @@ use crate::structs::{
 
 const SERVICE_MAX_ATTEMPTS: u32 = 5;
 const BATCH_MAX_ATTEMPTS: u32 = 2;
-
-/// What one planning attempt came to.
-enum Attempt {
-    /// The plan was committed whole (or there was nothing to do).
-    Done(Summary),
-    /// Part of the plan was refused: re-plan against this state.
-    Retry(Arc<dyn State>),
-}
-
-/// What the eval records about its attempt.
-#[derive(Default)]
-struct Summary {
-    failed: BTreeMap<String, AllocMetric>,
-    queued: BTreeMap<String, u64>,
-    class_eligibility: BTreeMap<crate::structs::ComputedClass, bool>,
-    escaped: bool,
-    follow_up_at: Option<Timestamp>,
-    /// Block even without failed placements (every plan attempt was refused).
-    block: bool,
-}
 
 /// The scheduler for service and batch jobs; see the module docs.
 pub struct GenericScheduler<'a> {
@@ -244,41 +222,6 @@ impl<'a> GenericScheduler<'a> {
             }
         }
     }
-
-    /// Records the outcome on the eval and creates blocked and follow-up evals (step 4).
-    fn finish(
-        &mut self,
-        eval: &Evaluation,
-        summary: Summary,
-        status: EvalStatus,
-        description: &str,
-    ) -> Result<(), SchedulerError> {
-        let now = self.config.now;
-        let mut done = eval.clone();
-        // Before parking: a reblocked eval returns early, and the expiry of
-        // what it marked `unknown` must still be scheduled.
-        follow_up_disconnects(&mut *self.planner, eval, &mut done, summary.follow_up_at, now)?;
-        if !summary.failed.is_empty() || summary.block {
-            let shortfall = Shortfall {
-                trigger: if summary.block { TriggerReason::MaxPlanAttempts } else { TriggerReason::QueuedAllocs },
-                class_eligibility: summary.class_eligibility.clone(),
-                escaped: summary.escaped,
-                failed: summary.failed.clone(),
-                queued: summary.queued.clone(),
-            };
-            match park_shortfall(&mut *self.planner, eval, shortfall, self.state.index(), now)? {
-                Parked::Reblocked => return Ok(()),
-                Parked::Created(id) => done.blocked_eval = Some(id),
-            }
-        }
-        done.status = status;
-        done.status_description = description.to_string();
-        done.failed_tg_allocs = summary.failed;
-        done.queued_allocations = summary.queued;
-        done.snapshot_index = self.state.index();
-        done.modify_time = now;
-        self.planner.update_eval(done)
-    }
 }
 
 /// Links a replacement to the allocation it replaces and, for reschedules,
@@ -312,5 +255,18 @@ impl Scheduler for GenericScheduler<'_> {
         let summary = Summary { escaped: true, block: true, ..Summary::default() };
         let description = format!("maximum attempts reached ({max_attempts})");
         self.finish(eval, summary, EvalStatus::Failed, &description)
+    }
+}
+
+impl GenericScheduler<'_> {
+    /// Step 4.
+    fn finish(
+        &mut self,
+        eval: &Evaluation,
+        summary: Summary,
+        status: EvalStatus,
+        description: &str,
+    ) -> Result<(), SchedulerError> {
+        finish(&mut *self.planner, eval, summary, (status, description), self.state.index(), self.config.now)
     }
 }

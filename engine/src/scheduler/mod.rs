@@ -15,6 +15,7 @@ pub mod stack;
 pub mod system;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
+mod util;
 
 #[cfg(test)]
 mod scheduler_test;
@@ -144,78 +145,6 @@ impl Default for SchedulerConfig {
     fn default() -> Self {
         SchedulerConfig { algorithm: Algorithm::Binpack, seed: 0, now: Timestamp::ZERO, claims: None }
     }
-}
-
-/// What an eval could not place, and what it learned about the cluster.
-pub(crate) struct Shortfall {
-    /// Why the blocked eval exists (queued allocations, or plan failures).
-    pub trigger: crate::structs::TriggerReason,
-    /// Per computed class: whether the job can run there.
-    pub class_eligibility: std::collections::BTreeMap<crate::structs::ComputedClass, bool>,
-    /// Whether class checks could not decide the job's constraints.
-    pub escaped: bool,
-    /// Placement metrics per task group.
-    pub failed: std::collections::BTreeMap<String, crate::structs::AllocMetric>,
-    /// Allocations still to place per task group.
-    pub queued: std::collections::BTreeMap<String, u64>,
-}
-
-/// Where a shortfall was parked.
-pub(crate) enum Parked {
-    /// A new blocked eval was created with this id.
-    Created(crate::structs::EvalId),
-    /// `eval` was itself the blocked eval, unblocked and still short: it went
-    /// back to the blocked tracker and needs no further update.
-    Reblocked,
-}
-
-/// Creates the follow-up eval due when the `unknown` allocations `eval`
-/// marked run out of disconnect time, and points `done` (the finished eval)
-/// at it.
-pub(crate) fn follow_up_disconnects(
-    planner: &mut dyn Planner,
-    eval: &Evaluation,
-    done: &mut Evaluation,
-    at: Option<Timestamp>,
-    now: Timestamp,
-) -> Result<(), SchedulerError> {
-    let Some(at) = at else { return Ok(()) };
-    let follow_up = eval.follow_up(crate::structs::TriggerReason::MaxDisconnectTimeout, at, now);
-    done.next_eval = Some(follow_up.id);
-    planner.create_eval(follow_up)
-}
-
-/// Parks what `eval` could not place until capacity changes after
-/// `snapshot_index`: a new blocked eval, or the eval itself when it was the
-/// blocked one (Nomad's reblock).
-pub(crate) fn park_shortfall(
-    planner: &mut dyn Planner,
-    eval: &Evaluation,
-    shortfall: Shortfall,
-    snapshot_index: u64,
-    now: Timestamp,
-) -> Result<Parked, SchedulerError> {
-    let mut parked = if eval.status == crate::structs::EvalStatus::Blocked {
-        eval.clone()
-    } else {
-        let mut blocked = eval.follow_up(shortfall.trigger, now, now);
-        blocked.wait_until = None;
-        blocked.status = crate::structs::EvalStatus::Blocked;
-        blocked.status_description = "created to place remaining allocations".into();
-        blocked
-    };
-    parked.class_eligibility = shortfall.class_eligibility;
-    parked.escaped_computed_class = shortfall.escaped;
-    parked.snapshot_index = snapshot_index;
-    parked.queued_allocations = shortfall.queued;
-    if eval.status == crate::structs::EvalStatus::Blocked {
-        parked.failed_tg_allocs = shortfall.failed;
-        planner.reblock_eval(parked)?;
-        return Ok(Parked::Reblocked);
-    }
-    let id = parked.id;
-    planner.create_eval(parked)?;
-    Ok(Parked::Created(id))
 }
 
 /// Processes one evaluation.

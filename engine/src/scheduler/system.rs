@@ -22,7 +22,6 @@
 //! 5. Submit; re-plan on a partial refusal (up to 5 times); a blocked eval
 //!    for nodes that had no room.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use hashbrown::HashMap;
@@ -30,13 +29,11 @@ use rayon::prelude::*;
 
 use super::feasible::FeasibilityChecker;
 use super::reconcile::{disconnect_window, needs_destructive_update, stop_reason, taint_of, Taint};
-use super::{
-    follow_up_disconnects, park_shortfall, Parked, Planner, Scheduler, SchedulerConfig, SchedulerError, Shortfall,
-    State,
-};
+use super::util::{finish, Attempt, Summary};
+use super::{Planner, Scheduler, SchedulerConfig, SchedulerError, State};
 use crate::structs::{
     AllocId, AllocMetric, Allocation, ClientStatus, DesiredStatus, EvalStatus, Evaluation, Job, Node, NodeId,
-    NodeStatus, Plan, Resources, TaskGroup, TriggerReason,
+    NodeStatus, Plan, Resources, TaskGroup,
 };
 
 const MAX_ATTEMPTS: u32 = 5;
@@ -67,15 +64,6 @@ impl std::fmt::Debug for SystemScheduler<'_> {
     }
 }
 
-#[derive(Default)]
-struct Outcome {
-    follow_up_at: Option<crate::clock::Timestamp>,
-    failed: BTreeMap<String, AllocMetric>,
-    queued: BTreeMap<String, u64>,
-    class_eligibility: BTreeMap<crate::structs::ComputedClass, bool>,
-    escaped: bool,
-}
-
 impl<'a> SystemScheduler<'a> {
     /// A scheduler reading `state` and writing through `planner`.
     pub fn new(state: Arc<dyn State>, planner: &'a mut dyn Planner, config: SchedulerConfig) -> Self {
@@ -88,8 +76,8 @@ impl<'a> SystemScheduler<'a> {
         }
     }
 
-    /// One planning attempt; `Err(state)` asks for a re-plan against it.
-    fn attempt(&mut self, eval: &Evaluation) -> Result<Result<Outcome, Arc<dyn State>>, SchedulerError> {
+    /// One planning attempt.
+    fn attempt(&mut self, eval: &Evaluation) -> Result<Attempt, SchedulerError> {
         let key = eval.job_key();
         let job = self.state.job(&key).filter(|job| !job.stop);
         let allocs = self.state.allocs_by_job(&key);
@@ -100,7 +88,7 @@ impl<'a> SystemScheduler<'a> {
             snapshot_index: self.state.index(),
             ..Plan::default()
         };
-        let mut outcome = Outcome::default();
+        let mut outcome = Summary::default();
         let nodes = self.state.nodes();
         let by_id: HashMap<NodeId, &Arc<Node>> = nodes.iter().map(|node| (node.id, node)).collect();
         let mut live: HashMap<(NodeId, &str), Vec<&Arc<Allocation>>> = HashMap::new();
@@ -115,8 +103,7 @@ impl<'a> SystemScheduler<'a> {
                 (Some(_), Taint::Disconnecting) => {
                     self.mark_unknown(&mut plan, eval, alloc);
                     if let Some(window) = disconnect_window(alloc) {
-                        let at = now.plus(window);
-                        outcome.follow_up_at = Some(outcome.follow_up_at.map_or(at, |current| current.min(at)));
+                        outcome.follow_up_no_later_than(now.plus(window));
                     }
                 }
                 (_, Taint::Unknown) => {}
@@ -154,13 +141,13 @@ impl<'a> SystemScheduler<'a> {
             }
         }
         if plan.is_no_op() {
-            return Ok(Ok(outcome));
+            return Ok(Attempt::Done(outcome));
         }
         let (result, refreshed) = self.planner.submit_plan(plan)?;
         if result.refresh_index != 0 {
-            return Ok(Err(refreshed.unwrap_or_else(|| self.state.clone())));
+            return Ok(Attempt::Retry(refreshed.unwrap_or_else(|| self.state.clone())));
         }
-        Ok(Ok(outcome))
+        Ok(Attempt::Done(outcome))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -173,7 +160,7 @@ impl<'a> SystemScheduler<'a> {
         allocs: &[Arc<Allocation>],
         live: &mut HashMap<(NodeId, &'b str), Vec<&'b Arc<Allocation>>>,
         plan: &mut Plan,
-        outcome: &mut Outcome,
+        outcome: &mut Summary,
     ) {
         let mut checker = FeasibilityChecker::new(job, group);
         checker.warm(ready);
@@ -304,31 +291,6 @@ impl<'a> SystemScheduler<'a> {
         unknown.eval_id = eval.id;
         plan.node_allocation.entry(alloc.node_id).or_default().push(unknown);
     }
-
-    fn finish(&mut self, eval: &Evaluation, outcome: Outcome) -> Result<(), SchedulerError> {
-        let now = self.config.now;
-        let mut done = eval.clone();
-        follow_up_disconnects(&mut *self.planner, eval, &mut done, outcome.follow_up_at, now)?;
-        if !outcome.failed.is_empty() {
-            let shortfall = Shortfall {
-                trigger: TriggerReason::QueuedAllocs,
-                class_eligibility: outcome.class_eligibility,
-                escaped: outcome.escaped,
-                failed: outcome.failed.clone(),
-                queued: outcome.queued.clone(),
-            };
-            match park_shortfall(&mut *self.planner, eval, shortfall, self.state.index(), now)? {
-                Parked::Reblocked => return Ok(()),
-                Parked::Created(id) => done.blocked_eval = Some(id),
-            }
-        }
-        done.status = EvalStatus::Complete;
-        done.failed_tg_allocs = outcome.failed;
-        done.queued_allocations = outcome.queued;
-        done.snapshot_index = self.state.index();
-        done.modify_time = now;
-        self.planner.update_eval(done)
-    }
 }
 
 /// Decides one node; runs on rayon's threads.
@@ -353,16 +315,18 @@ impl Scheduler for SystemScheduler<'_> {
         if !eval.eval_type.is_system_like() {
             return Err(SchedulerError::InvalidEval(format!("{} eval given to the system scheduler", eval.eval_type)));
         }
+        let now = self.config.now;
         for _ in 0..MAX_ATTEMPTS {
             match self.attempt(eval)? {
-                Ok(outcome) => return self.finish(eval, outcome),
-                Err(state) => self.state = state,
+                Attempt::Done(summary) => {
+                    let index = self.state.index();
+                    return finish(&mut *self.planner, eval, summary, (EvalStatus::Complete, ""), index, now);
+                }
+                Attempt::Retry(state) => self.state = state,
             }
         }
-        let mut failed = eval.clone();
-        failed.status = EvalStatus::Failed;
-        failed.status_description = format!("maximum attempts reached ({MAX_ATTEMPTS})");
-        failed.modify_time = self.config.now;
-        self.planner.update_eval(failed)
+        let description = format!("maximum attempts reached ({MAX_ATTEMPTS})");
+        let index = self.state.index();
+        finish(&mut *self.planner, eval, Summary::default(), (EvalStatus::Failed, &description), index, now)
     }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::duration::{serde_duration, serde_opt_duration};
-use super::{JobKey, Resources};
+use super::{Constraint, JobKey, Resources};
 
 /// The namespace a job lands in when it names none.
 pub const DEFAULT_NAMESPACE: &str = "default";
@@ -63,104 +63,6 @@ impl JobType {
 impl fmt::Display for JobType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
-    }
-}
-
-/// How a constraint compares its left and right sides.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum ConstraintOperand {
-    /// Equal strings.
-    #[serde(rename = "=")]
-    Equal,
-    /// Different strings (a missing attribute counts as different).
-    #[serde(rename = "!=")]
-    NotEqual,
-    /// Less than: numerically when both sides are numbers, else lexically.
-    #[serde(rename = "<")]
-    Less,
-    /// Less than or equal.
-    #[serde(rename = "<=")]
-    LessOrEqual,
-    /// Greater than.
-    #[serde(rename = ">")]
-    Greater,
-    /// Greater than or equal.
-    #[serde(rename = ">=")]
-    GreaterOrEqual,
-    /// The left side matches the regular expression on the right.
-    #[serde(rename = "regexp")]
-    Regexp,
-    /// The left side is a version satisfying the constraint on the right (">= 1.2, < 2").
-    #[serde(rename = "version")]
-    Version,
-    /// The attribute exists.
-    #[serde(rename = "is_set")]
-    IsSet,
-    /// The attribute does not exist.
-    #[serde(rename = "is_not_set")]
-    IsNotSet,
-    /// No two allocations of the job (or group) on one node.
-    #[serde(rename = "distinct_hosts")]
-    DistinctHosts,
-    /// At most `r_target` (default 1) allocations per value of the property.
-    #[serde(rename = "distinct_property")]
-    DistinctProperty,
-}
-
-impl ConstraintOperand {
-    fn needs_left_target(self) -> bool {
-        !matches!(self, ConstraintOperand::DistinctHosts)
-    }
-
-    fn needs_right_target(self) -> bool {
-        !matches!(
-            self,
-            ConstraintOperand::IsSet
-                | ConstraintOperand::IsNotSet
-                | ConstraintOperand::DistinctHosts
-                | ConstraintOperand::DistinctProperty
-        )
-    }
-}
-
-/// A condition a node must meet to run a job, group or task.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct Constraint {
-    /// Left side: an interpolated attribute such as `${attr.kernel.name}` or `${meta.rack}`.
-    #[serde(default)]
-    pub l_target: String,
-    /// Right side: a literal, a regular expression or a version constraint.
-    #[serde(default)]
-    pub r_target: String,
-    /// The comparison.
-    pub operand: ConstraintOperand,
-}
-
-impl Constraint {
-    /// A constraint `l_target operand r_target`.
-    pub fn new(l_target: &str, operand: ConstraintOperand, r_target: &str) -> Self {
-        Constraint { l_target: l_target.to_string(), r_target: r_target.to_string(), operand }
-    }
-
-    fn problems(&self, place: &str, problems: &mut Vec<String>) {
-        if self.operand.needs_left_target() && self.l_target.trim().is_empty() {
-            problems.push(format!("{place}: constraint {:?} needs a left target (l_target)", self.operand));
-        }
-        if self.operand.needs_right_target() && self.r_target.trim().is_empty() {
-            problems.push(format!("{place}: constraint {:?} needs a right target (r_target)", self.operand));
-        }
-        if let Some(problem) = crate::scheduler::feasible::constraint_syntax_problem(self) {
-            problems.push(format!("{place}: {problem}"));
-        }
-        if self.operand == ConstraintOperand::DistinctProperty && !self.r_target.is_empty() {
-            match self.r_target.parse::<u32>() {
-                Ok(0) | Err(_) => problems.push(format!(
-                    "{place}: distinct_property limit {:?} must be a whole number of at least 1",
-                    self.r_target
-                )),
-                Ok(_) => {}
-            }
-        }
     }
 }
 
@@ -556,6 +458,7 @@ impl Job {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::structs::ConstraintOperand;
 
     fn valid_job() -> Job {
         Job::new_simple("web", JobType::Service, 3, Resources::new(100, 128, 0))

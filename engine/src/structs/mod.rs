@@ -6,6 +6,7 @@
 //! onto ours.
 
 mod alloc;
+mod constraint;
 mod duration;
 mod eval;
 mod ids;
@@ -15,12 +16,13 @@ mod plan;
 mod resources;
 
 pub use alloc::{AllocMetric, AllocState, Allocation, ClientStatus, DesiredStatus, RescheduleEvent};
+pub use constraint::{constraint_syntax_problem, version_matches, Constraint, ConstraintOperand, Version};
 pub use duration::human_duration;
 pub use eval::{EvalStatus, Evaluation, TriggerReason};
 pub use ids::{seed_thread_ids, AllocId, EvalId, JobKey, NodeId};
 pub use job::{
-    Constraint, ConstraintOperand, DelayFunction, Job, JobType, JobValidationError, ReschedulePolicy, RestartMode,
-    RestartPolicy, Task, TaskGroup, UpdateStrategy, DEFAULT_NAMESPACE, MAX_GROUP_COUNT,
+    DelayFunction, Job, JobType, JobValidationError, ReschedulePolicy, RestartMode, RestartPolicy, Task, TaskGroup,
+    UpdateStrategy, DEFAULT_NAMESPACE, MAX_GROUP_COUNT,
 };
 pub use node::{ComputedClass, Node, NodeEligibility, NodeStatus};
 pub use plan::{Plan, PlanResult};

@@ -25,8 +25,8 @@ use hashbrown::HashMap;
 use parking_lot::Mutex;
 use serde::Serialize;
 
-use crate::broker::EvalBroker;
 use crate::clock::{SharedClock, Timestamp};
+use crate::eval::broker::EvalBroker;
 use crate::structs::{ComputedClass, EvalId, Evaluation, JobKey, NodeId};
 
 /// Counters of the blocked-evals tracker.

@@ -2,8 +2,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::*;
-use crate::broker::BrokerConfig;
 use crate::clock::ManualClock;
+use crate::eval::broker::BrokerConfig;
 use crate::structs::{EvalStatus, Job, JobType, Resources, TriggerReason};
 
 const GENERAL: ComputedClass = ComputedClass(1);

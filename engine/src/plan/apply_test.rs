@@ -2,8 +2,8 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
 use super::*;
-use crate::broker::BrokerConfig;
 use crate::clock::ManualClock;
+use crate::eval::broker::BrokerConfig;
 use crate::structs::{DesiredStatus, EvalId, Evaluation, Job, JobType, Node, NodeStatus, TriggerReason};
 
 const NODE: u128 = 1;

@@ -17,9 +17,9 @@ use crossbeam::channel::{self, Sender};
 use crossbeam::select;
 use rand::Rng;
 
-use crate::blocked::BlockedEvals;
-use crate::broker::EvalBroker;
 use crate::clock::SharedClock;
+use crate::eval::blocked::BlockedEvals;
+use crate::eval::broker::EvalBroker;
 use crate::state::{Command, StateError, StateStore};
 use crate::structs::{EvalStatus, Evaluation, TriggerReason};
 
@@ -199,8 +199,8 @@ impl Drop for ReaperHandle {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::broker::BrokerConfig;
     use crate::clock::{ManualClock, Timestamp};
+    use crate::eval::broker::BrokerConfig;
     use crate::structs::{ComputedClass, Job, JobType, Resources};
 
     struct Fixture {

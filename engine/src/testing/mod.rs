@@ -1,6 +1,8 @@
 //! Fixtures for tests, benches and simulations (the `testing` feature):
 //! clusters and stores of a given size, built through real commands.
 
+pub mod stepped;
+
 use std::sync::Arc;
 
 use crate::clock::Timestamp;

@@ -30,11 +30,11 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
+use super::transitions::node_evals;
 use crate::clock::{SharedClock, Timestamp};
-use crate::node_endpoint::node_evals;
 use crate::router::Router;
 use crate::state::{Command, Snapshot, StateError};
-use crate::structs::{Evaluation, NodeId, TriggerReason};
+use crate::structs::{Evaluation, NodeId};
 
 /// Width of one wheel slot. Expiry is noticed within one slot of the deadline.
 const TICK: Duration = Duration::from_millis(50);
@@ -306,7 +306,7 @@ impl Heartbeats {
     /// none can be placed once the node has left (the store refuses it).
     fn miss(&self, router: &Router, node_id: NodeId) -> bool {
         let now = self.clock.now();
-        let evals = missed_heartbeat_evals(&router.store().snapshot(), node_id, now);
+        let evals = node_evals(&router.store().snapshot(), node_id, now);
         let covered: BTreeSet<_> = evals.iter().map(Evaluation::job_key).collect();
         let applied = match router.apply(Command::MissHeartbeat { node_id, evals }) {
             Ok(applied) => applied,
@@ -317,7 +317,7 @@ impl Heartbeats {
                 return false;
             }
         };
-        let late: Vec<Evaluation> = missed_heartbeat_evals(&router.store().snapshot(), node_id, now)
+        let late: Vec<Evaluation> = node_evals(&router.store().snapshot(), node_id, now)
             .into_iter()
             .filter(|eval| !covered.contains(&eval.job_key()))
             .collect();
@@ -329,16 +329,6 @@ impl Heartbeats {
         tracing::debug!(%node_id, index = applied.index, "node missed its heartbeat");
         true
     }
-}
-
-/// Evals for a node that missed its heartbeat: every job with live
-/// allocations there, system jobs included.
-fn missed_heartbeat_evals(snapshot: &Snapshot, node_id: NodeId, now: Timestamp) -> Vec<Evaluation> {
-    let mut evals = node_evals(snapshot, node_id, now);
-    for eval in &mut evals {
-        eval.triggered_by = TriggerReason::NodeUpdate;
-    }
-    evals
 }
 
 #[cfg(test)]

@@ -18,21 +18,21 @@
 //!    node is `down` or `disconnected`, and changes nothing; the client
 //!    heartbeats back first and retries. An update naming no allocation is
 //!    refused at once ([`NodeError::EmptyUpdate`]). Accepted updates are
-//!    batched ([`crate::update_batch`]) and record the node's last alloc
+//!    batched ([`crate::node::update_batch`]) and record the node's last alloc
 //!    update index; every submitter gets an answer.
 //! 4. `allocs` blocks until something changes for the node after an index.
 //!    Allocations whose desired status is `stop` must not be (re)started.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::transitions::{needs_evals, next_status, node_evals};
 use crate::clock::SharedClock;
-use crate::heartbeat::Heartbeats;
+use crate::node::heartbeat::Heartbeats;
+use crate::node::update_batch::{batch_command, own_outcome, PendingUpdate, UpdateBatcher};
 use crate::router::Router;
-use crate::state::{ClientAllocUpdate, Command, Snapshot, StateError, WaitError};
-use crate::structs::{Allocation, Evaluation, Node, NodeId, NodeStatus, TriggerReason};
-use crate::update_batch::{batch_command, own_outcome, PendingUpdate, UpdateBatcher};
+use crate::state::{ClientAllocUpdate, Command, StateError, WaitError};
+use crate::structs::{Allocation, Node, NodeId, NodeStatus};
 
 /// Why a node request was refused. Nothing was written.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -72,10 +72,33 @@ pub enum NodeError {
     },
     /// The write failed.
     #[error(transparent)]
-    State(#[from] StateError),
+    State(StateError),
     /// The wait for changes ended without any.
     #[error(transparent)]
     Wait(#[from] WaitError),
+}
+
+impl From<StateError> for NodeError {
+    /// The store's refusals in the node's words.
+    fn from(error: StateError) -> Self {
+        match error {
+            StateError::UnknownNode(node) => NodeError::UnknownNode(node),
+            StateError::NodeNotConnected { node_id, status } => NodeError::NotConnected { node: node_id, status },
+            other => NodeError::State(other),
+        }
+    }
+}
+
+/// Alloc updates queued for a batch ([`NodeEndpoint::submit_allocs`]).
+#[derive(Debug)]
+pub struct PendingAllocUpdate(PendingUpdate);
+
+impl PendingAllocUpdate {
+    /// Waits for the batch; returns the index it was written at, or why
+    /// these updates were refused.
+    pub fn wait(self) -> Result<u64, NodeError> {
+        self.0.wait().map_err(NodeError::from)
+    }
 }
 
 /// What a node learns from `register` and `update_status`.
@@ -171,17 +194,22 @@ impl NodeEndpoint {
     /// Checks a client's allocation updates and queues them for the next
     /// batch; the caller waits on the returned handle. Lets one thread
     /// speak for many clients.
-    pub fn submit_allocs(&self, node_id: NodeId, updates: Vec<ClientAllocUpdate>) -> Result<PendingUpdate, NodeError> {
+    pub fn submit_allocs(
+        &self,
+        node_id: NodeId,
+        updates: Vec<ClientAllocUpdate>,
+    ) -> Result<PendingAllocUpdate, NodeError> {
         self.check_updates(node_id, &updates)?;
-        match &self.batcher {
-            Some(batcher) => batcher.submit(updates),
+        let pending = match &self.batcher {
+            Some(batcher) => batcher.submit(updates)?,
             None => {
                 let alloc_ids: Vec<_> = updates.iter().map(|update| update.alloc_id).collect();
                 let command = batch_command(&self.router.store().snapshot(), updates, &self.clock);
                 let applied = self.router.apply(command)?;
-                Ok(PendingUpdate::written(own_outcome(&applied, &alloc_ids)))
+                PendingUpdate::written(own_outcome(&applied, &alloc_ids))
             }
-        }
+        };
+        Ok(PendingAllocUpdate(pending))
     }
 
     /// Refuses an update that names no allocation, updates from a node that
@@ -227,45 +255,4 @@ impl NodeEndpoint {
             wait_for = snapshot.index() + 1;
         }
     }
-}
-
-/// The status a node asking for `asked` moves to (module docs, step 2).
-fn next_status(snapshot: &Snapshot, node: &Node, asked: NodeStatus) -> NodeStatus {
-    match (node.status, asked) {
-        (NodeStatus::Disconnected, NodeStatus::Ready) => NodeStatus::Initializing,
-        (NodeStatus::Initializing, NodeStatus::Ready) => {
-            let has_live_allocs = snapshot.allocs_by_node(node.id).any(|alloc| !alloc.terminal());
-            if has_live_allocs && node.last_alloc_update_index <= node.last_missed_heartbeat_index {
-                NodeStatus::Initializing
-            } else {
-                NodeStatus::Ready
-            }
-        }
-        (_, asked) => asked,
-    }
-}
-
-/// Whether moving from `from` to `to` needs the node's jobs evaluated.
-fn needs_evals(from: NodeStatus, to: NodeStatus) -> bool {
-    from != to
-        && (to == NodeStatus::Ready
-            || to == NodeStatus::Down
-            || from == NodeStatus::Disconnected
-            || to == NodeStatus::Disconnected)
-}
-
-/// Evals for every job with live allocations on the node, and every system
-/// job (which may now run there, or must leave).
-pub fn node_evals(snapshot: &Snapshot, node_id: NodeId, now: crate::clock::Timestamp) -> Vec<Evaluation> {
-    let mut keys: BTreeSet<_> =
-        snapshot.allocs_by_node(node_id).filter(|alloc| !alloc.terminal()).map(|alloc| alloc.job_key()).collect();
-    keys.extend(snapshot.jobs().filter(|job| job.job_type.is_system_like() && !job.stop).map(|job| job.key()));
-    keys.iter()
-        .filter_map(|key| snapshot.job(key))
-        .map(|job| {
-            let mut eval = Evaluation::for_job(job, TriggerReason::NodeUpdate, now);
-            eval.node_id = Some(node_id);
-            eval
-        })
-        .collect()
 }

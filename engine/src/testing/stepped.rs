@@ -14,14 +14,14 @@ use std::time::Duration;
 
 use hashbrown::HashMap;
 
-use crate::blocked::BlockedEvals;
-use crate::broker::{BrokerConfig, EvalBroker};
 use crate::clock::{Clock, ManualClock, SharedClock, Timestamp};
-use crate::heartbeat::{HeartbeatConfig, Heartbeats};
+use crate::eval::blocked::BlockedEvals;
+use crate::eval::broker::{BrokerConfig, EvalBroker};
+use crate::eval::reaper::{EvalReaper, ReaperConfig};
 use crate::job_endpoint::JobEndpoint;
-use crate::node_endpoint::NodeEndpoint;
-use crate::plan_apply::evaluate_plan;
-use crate::reaper::{EvalReaper, ReaperConfig};
+use crate::node::endpoint::NodeEndpoint;
+use crate::node::heartbeat::{HeartbeatConfig, Heartbeats};
+use crate::plan::apply::evaluate_plan;
 use crate::router::Router;
 use crate::scheduler::{new_scheduler, Planner, SchedulerConfig, SchedulerError, State};
 use crate::state::{Command, StateStore};

@@ -30,9 +30,9 @@ use parking_lot::Mutex;
 use rayon::prelude::*;
 use serde::Serialize;
 
-use crate::broker::{EvalBroker, Token};
 use crate::clock::{SharedClock, Timestamp};
-use crate::plan_queue::{PendingPlan, PlanError, PlanQueue};
+use crate::eval::broker::{EvalBroker, Token};
+use crate::plan::queue::{PendingPlan, PlanError, PlanQueue};
 use crate::state::{Applied, Command, Snapshot, StateStore};
 use crate::structs::{Allocation, NodeEligibility, NodeId, Plan, PlanResult, Resources};
 
@@ -375,5 +375,5 @@ fn overlay_of(result: &PlanResult) -> HashMap<NodeId, Vec<Allocation>> {
 }
 
 #[cfg(test)]
-#[path = "plan_apply_test.rs"]
-mod plan_apply_test;
+#[path = "apply_test.rs"]
+mod apply_test;

@@ -27,7 +27,6 @@ use parking_lot::{Condvar, Mutex};
 use serde::Serialize;
 
 use crate::clock::SharedClock;
-use crate::node_endpoint::NodeError;
 use crate::router::Router;
 use crate::state::{Applied, ClientAllocUpdate, Command, Snapshot, StateError};
 use crate::structs::{AllocId, ClientStatus, Evaluation, JobKey, TriggerReason};
@@ -82,18 +81,18 @@ enum Pending {
     /// In a batch not yet written.
     Batched { outcome: Arc<Outcome>, alloc_ids: Vec<AllocId> },
     /// Written (or refused) without batching.
-    Done(Result<u64, NodeError>),
+    Done(Result<u64, StateError>),
 }
 
 impl PendingUpdate {
     /// A submission already written (or refused) without batching.
-    pub(crate) fn written(result: Result<u64, NodeError>) -> Self {
+    pub(crate) fn written(result: Result<u64, StateError>) -> Self {
         PendingUpdate(Pending::Done(result))
     }
 
     /// Waits for the batch; returns the index it was written at, or why
     /// this submission's updates were refused.
-    pub fn wait(self) -> Result<u64, NodeError> {
+    pub fn wait(self) -> Result<u64, StateError> {
         let (outcome, alloc_ids) = match self.0 {
             Pending::Done(result) => return result,
             Pending::Batched { outcome, alloc_ids } => (outcome, alloc_ids),
@@ -109,13 +108,10 @@ impl PendingUpdate {
 
 /// This submission's part of a written batch: its first refused update, or
 /// the index.
-pub(crate) fn own_outcome(applied: &Applied, alloc_ids: &[AllocId]) -> Result<u64, NodeError> {
+pub(crate) fn own_outcome(applied: &Applied, alloc_ids: &[AllocId]) -> Result<u64, StateError> {
     let refused = applied.refused_updates.iter().find(|(alloc_id, _)| alloc_ids.contains(alloc_id));
     match refused {
-        Some((_, StateError::NodeNotConnected { node_id, status })) => {
-            Err(NodeError::NotConnected { node: *node_id, status: *status })
-        }
-        Some((_, error)) => Err(NodeError::State(error.clone())),
+        Some((_, error)) => Err(error.clone()),
         None => Ok(applied.index),
     }
 }
@@ -201,14 +197,14 @@ impl UpdateBatcher {
 
     /// Adds updates to the open batch (step 1). An empty submission has
     /// nothing to wait for: it is answered at once with the current index.
-    pub fn submit(&self, updates: Vec<ClientAllocUpdate>) -> Result<PendingUpdate, NodeError> {
+    pub fn submit(&self, updates: Vec<ClientAllocUpdate>) -> Result<PendingUpdate, StateError> {
         if updates.is_empty() {
             return Ok(PendingUpdate::written(Ok(self.router.store().latest_index())));
         }
         let alloc_ids = updates.iter().map(|update| update.alloc_id).collect();
         let mut batches = self.batches.lock();
         if batches.stopping {
-            return Err(NodeError::State(StateError::ShuttingDown));
+            return Err(StateError::ShuttingDown);
         }
         if batches.open.len() + updates.len() > self.config.max_updates {
             batches.seal();
@@ -305,9 +301,9 @@ impl Drop for AnswerTheRest<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::blocked::BlockedEvals;
-    use crate::broker::{BrokerConfig, EvalBroker};
     use crate::clock::{ManualClock, Timestamp};
+    use crate::eval::blocked::BlockedEvals;
+    use crate::eval::broker::{BrokerConfig, EvalBroker};
     use crate::state::StateStore;
     use crate::structs::{Allocation, EvalId, Job, JobType, NodeStatus, Resources};
     use crate::testing::node;
@@ -370,7 +366,7 @@ mod tests {
         assert!(allocs
             .iter()
             .all(|alloc| snapshot.alloc(alloc.id).expect("alloc").client_status == ClientStatus::Running));
-        assert!(matches!(batcher.submit(vec![running(&allocs[0])]), Err(NodeError::State(StateError::ShuttingDown))));
+        assert!(matches!(batcher.submit(vec![running(&allocs[0])]), Err(StateError::ShuttingDown)));
     }
 
     #[test]
@@ -384,7 +380,10 @@ mod tests {
         let down = Command::UpdateNodeStatus { node_id: first.node_id, status: NodeStatus::Down, evals: vec![] };
         router.apply(down).expect("the node leaves");
         batcher.stop();
-        assert_eq!(refused.wait(), Err(NodeError::NotConnected { node: first.node_id, status: NodeStatus::Down }));
+        assert_eq!(
+            refused.wait(),
+            Err(StateError::NodeNotConnected { node_id: first.node_id, status: NodeStatus::Down })
+        );
         assert!(taken.wait().is_ok());
         flusher.join().expect("flusher");
         let snapshot = router.store().snapshot();
