@@ -31,13 +31,7 @@ impl Planner for AcceptAll {
         self.last_plan = Some(plan);
         Ok((result, None))
     }
-    fn update_eval(&mut self, _eval: Evaluation) -> Result<(), SchedulerError> {
-        Ok(())
-    }
-    fn create_eval(&mut self, _eval: Evaluation) -> Result<(), SchedulerError> {
-        Ok(())
-    }
-    fn reblock_eval(&mut self, _eval: Evaluation) -> Result<(), SchedulerError> {
+    fn write_eval(&mut self, _eval: Evaluation) -> Result<(), SchedulerError> {
         Ok(())
     }
 }
@@ -46,7 +40,7 @@ impl Planner for AcceptAll {
 fn cluster(n_nodes: usize, job: &Job) -> (StateStore, Evaluation) {
     let store = StateStore::new();
     for n in 0..n_nodes {
-        store.apply(Command::UpsertNode { node: node(n) }).expect("node applies");
+        store.apply(Command::UpsertNode { node: node(n), evals: vec![] }).expect("node applies");
     }
     let eval = Evaluation::for_job(job, TriggerReason::JobRegister, Timestamp(1));
     let applied = store.apply(Command::RegisterJob { job: job.clone(), eval: Some(eval) }).expect("job applies");

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use crate::clock::SharedClock;
-use crate::router::Router;
+use crate::state::Writer;
 use crate::state::{Command, StateError};
 use crate::structs::{
     Allocation, ClientStatus, EvalId, Evaluation, Job, JobKey, JobValidationError, TriggerReason, MAX_GROUP_COUNT,
@@ -82,20 +82,20 @@ pub struct GroupSummary {
 /// The job endpoint; see the module docs.
 #[derive(Debug, Clone)]
 pub struct JobEndpoint {
-    router: Router,
+    writer: Writer,
     clock: SharedClock,
 }
 
 impl JobEndpoint {
-    /// An endpoint writing through `router`.
-    pub fn new(router: Router, clock: SharedClock) -> Self {
-        JobEndpoint { router, clock }
+    /// An endpoint writing through `writer`.
+    pub fn new(writer: Writer, clock: SharedClock) -> Self {
+        JobEndpoint { writer, clock }
     }
 
     /// Validates and registers (or updates) a job with its eval.
     pub fn register(&self, job: Job) -> Result<JobWriteResponse, JobError> {
         job.validate()?;
-        if let Some(existing) = self.router.store().snapshot().job(&job.key()) {
+        if let Some(existing) = self.writer.store().snapshot().job(&job.key()) {
             if existing.job_type != job.job_type {
                 return Err(JobError::TypeChange { job: job.key(), from: existing.job_type, to: job.job_type });
             }
@@ -107,8 +107,8 @@ impl JobEndpoint {
         let key = job.key();
         let eval = Evaluation::for_job(&job, trigger, self.clock.now());
         let eval_id = eval.id;
-        let applied = self.router.apply(Command::RegisterJob { job, eval: Some(eval) })?;
-        let version = self.router.store().snapshot().job(&key).map_or(0, |job| job.version);
+        let applied = self.writer.write(Command::RegisterJob { job, eval: Some(eval) })?;
+        let version = self.writer.store().snapshot().job(&key).map_or(0, |job| job.version);
         Ok(JobWriteResponse { eval_id, index: applied.index, version })
     }
 
@@ -117,8 +117,8 @@ impl JobEndpoint {
         let job = self.job(key)?;
         let eval = Evaluation::for_job(&job, TriggerReason::JobDeregister, self.clock.now());
         let eval_id = eval.id;
-        let applied = self.router.apply(Command::DeregisterJob { job: key.clone(), purge, eval: Some(eval) })?;
-        let version = self.router.store().snapshot().job(key).map_or(job.version, |job| job.version);
+        let applied = self.writer.write(Command::DeregisterJob { job: key.clone(), purge, eval: Some(eval) })?;
+        let version = self.writer.store().snapshot().job(key).map_or(job.version, |job| job.version);
         Ok(JobWriteResponse { eval_id, index: applied.index, version })
     }
 
@@ -128,7 +128,7 @@ impl JobEndpoint {
         let job = self.job(key)?;
         let eval = Evaluation::for_job(&job, TriggerReason::JobEvaluate, self.clock.now());
         let eval_id = eval.id;
-        let applied = self.router.apply(Command::UpsertEvals { evals: vec![eval] })?;
+        let applied = self.writer.write(Command::UpsertEvals { evals: vec![eval] })?;
         Ok(JobWriteResponse { eval_id, index: applied.index, version: job.version })
     }
 
@@ -147,23 +147,23 @@ impl JobEndpoint {
 
     /// The job as stored.
     pub fn job(&self, key: &JobKey) -> Result<Arc<Job>, JobError> {
-        self.router.store().snapshot().job(key).cloned().ok_or_else(|| JobError::UnknownJob(key.clone()))
+        self.writer.store().snapshot().job(key).cloned().ok_or_else(|| JobError::UnknownJob(key.clone()))
     }
 
     /// The job's allocations, terminal ones included.
     pub fn allocs(&self, key: &JobKey) -> Vec<Arc<Allocation>> {
-        self.router.store().snapshot().allocs_by_job(key).cloned().collect()
+        self.writer.store().snapshot().allocs_by_job(key).cloned().collect()
     }
 
     /// The job's evals.
     pub fn evals(&self, key: &JobKey) -> Vec<Arc<Evaluation>> {
-        self.router.store().snapshot().evals_by_job(key).cloned().collect()
+        self.writer.store().snapshot().evals_by_job(key).cloned().collect()
     }
 
     /// Allocation counts per task group.
     pub fn summary(&self, key: &JobKey) -> Result<BTreeMap<String, GroupSummary>, JobError> {
         let job = self.job(key)?;
-        let snapshot = self.router.store().snapshot();
+        let snapshot = self.writer.store().snapshot();
         let mut groups: BTreeMap<String, GroupSummary> =
             job.task_groups.iter().map(|group| (group.name.clone(), GroupSummary::default())).collect();
         for alloc in snapshot.allocs_by_job(key) {

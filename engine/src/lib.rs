@@ -18,6 +18,7 @@ pub mod scheduler;
 pub mod server;
 pub mod state;
 pub mod structs;
+pub mod sync;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod worker;

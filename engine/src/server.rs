@@ -1,13 +1,19 @@
 //! `Server`: starts and wires every part of the engine in one process.
 //!
-//! Start-up: state store → broker → blocked evals → router → plan queue and
-//! applier → worker pool → eval reaper → heartbeat timers and the alloc
-//! update batcher → timer thread (broker timers, heartbeat expiry,
-//! blocked-eval retries and pruning, driven by the server's clock).
+//! [`Core`] is what every server is made of, wired once (the stepped
+//! server drives the same core on one thread): the store and its writer,
+//! the broker, the blocked tracker, the router installed as the store's
+//! apply hook, the heartbeat timers and the eval reaper.
 //!
-//! A server started on existing state ([`Server::start_on`], a restore or a
-//! new leader) re-enqueues its pending and blocked evals and gives every
-//! live node the failover heartbeat TTL before it can be marked down.
+//! Start-up: core → plan queue and applier → worker pool → reaper thread →
+//! alloc update batcher → restore (pending and blocked evals back in the
+//! broker and tracker, the failover TTL for every live node) → timer thread.
+//!
+//! The timer thread runs the broker's timers (delayed evals, nack
+//! timeouts), heartbeat expiry and the retry of evals blocked after plan
+//! failures, then sleeps on the clock until the earliest next deadline;
+//! whoever sets an earlier one wakes it (see [`crate::clock`]). Nothing
+//! ticks.
 //!
 //! Shutdown, in order, so nothing is left behind and no eval is lost:
 //! 1. pause the broker, so no new eval is handed out;
@@ -15,7 +21,8 @@
 //! 3. shut the plan queue (waiting plans are answered) and stop the applier;
 //! 4. stop the reaper and the timer thread; write the open alloc update
 //!    batch and stop the batcher;
-//! 5. shut the broker and the store, waking anything still waiting.
+//! 5. remove the apply hook, then shut the broker and the store, waking
+//!    anything still waiting.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -25,7 +32,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use serde::Serialize;
 
-use crate::clock::SharedClock;
+use crate::clock::{SharedClock, Timestamp};
 use crate::eval::blocked::{BlockedEvals, BlockedStats};
 use crate::eval::broker::{BrokerConfig, BrokerStats, EvalBroker};
 use crate::eval::reaper::{EvalReaper, ReaperConfig, ReaperHandle};
@@ -33,17 +40,19 @@ use crate::job_endpoint::JobEndpoint;
 use crate::node::endpoint::NodeEndpoint;
 use crate::node::heartbeat::{HeartbeatConfig, HeartbeatStats, Heartbeats};
 use crate::node::update_batch::{BatchConfig, BatchStats, UpdateBatcher};
-use crate::plan::apply::{OnApplied, PlanApplier, PlanApplierConfig, PlanApplierHandle, PlanApplierStats};
+use crate::plan::apply::{PlanApplier, PlanApplierConfig, PlanApplierHandle, PlanApplierStats};
 use crate::plan::queue::PlanQueue;
 use crate::router::Router;
-use crate::state::StateStore;
+use crate::state::{StateStore, Writer};
 use crate::structs::{EvalStatus, JobType};
 use crate::worker::{WorkerConfig, WorkerContext, WorkerPool, WorkerStats};
 
-/// How often the timer thread runs the broker's timers.
-const TIMER_INTERVAL: Duration = Duration::from_millis(20);
 /// Unblock indexes older than this are forgotten.
 const BLOCKED_PRUNE_AGE: Duration = Duration::from_secs(15 * 60);
+/// How often the timer thread prunes them, when it is awake anyway.
+const BLOCKED_PRUNE_INTERVAL: Duration = Duration::from_secs(60);
+/// The longest the timer thread sleeps with nothing due (a bound, not a tick).
+const IDLE_SLEEP: Duration = Duration::from_secs(60);
 
 /// Server settings.
 #[derive(Clone, Debug)]
@@ -102,19 +111,92 @@ pub struct ServerStats {
     pub alloc_updates: BatchStats,
 }
 
+/// The parts every server is made of, wired once (module docs). The
+/// router is installed as the store's apply hook by [`Core::lead`].
+#[derive(Debug)]
+pub struct Core {
+    /// Time.
+    pub clock: SharedClock,
+    /// The state.
+    pub store: Arc<StateStore>,
+    /// The one write path.
+    pub writer: Writer,
+    /// The eval broker.
+    pub broker: Arc<EvalBroker>,
+    /// The blocked-evals tracker.
+    pub blocked: Arc<BlockedEvals>,
+    /// What follows every write.
+    pub router: Router,
+    /// The heartbeat timers.
+    pub heartbeats: Arc<Heartbeats>,
+    /// The eval reaper (run inline, or on its thread with [`EvalReaper::spawn`]).
+    pub reaper: EvalReaper,
+}
+
+impl Core {
+    /// The parts over `store`; `heartbeat_seed` fixes the heartbeat jitter (simulations).
+    pub fn new(config: &ServerConfig, clock: SharedClock, store: Arc<StateStore>, heartbeat_seed: Option<u64>) -> Core {
+        let writer = Writer::direct(store.clone());
+        let broker = Arc::new(EvalBroker::new(config.broker.clone(), clock.clone()));
+        let blocked = Arc::new(BlockedEvals::new(broker.clone(), clock.clone()));
+        let router = Router::new(broker.clone(), blocked.clone());
+        let heartbeats = match heartbeat_seed {
+            Some(seed) => Heartbeats::seeded(config.heartbeat.clone(), clock.clone(), seed),
+            None => Heartbeats::new(config.heartbeat.clone(), clock.clone()),
+        };
+        let reaper =
+            EvalReaper::new(config.reaper.clone(), broker.clone(), blocked.clone(), writer.clone(), clock.clone());
+        Core { clock, store, writer, broker, blocked, router, heartbeats, reaper }
+    }
+
+    /// Takes over the state as its leader (Nomad's `establishLeadership`):
+    /// the router follows every write from now on, the pending and blocked
+    /// evals already stored go back to the broker and the tracker, and every
+    /// live node gets the failover heartbeat TTL.
+    pub fn lead(&self) {
+        self.store.set_hook(Some(Box::new(self.router.clone())));
+        let snapshot = self.store.snapshot();
+        for eval in snapshot.evals().filter(|eval| matches!(eval.status, EvalStatus::Pending | EvalStatus::Blocked)) {
+            self.router.route_eval(eval);
+        }
+        self.heartbeats.initialize(&snapshot);
+    }
+
+    /// The job endpoint.
+    pub fn jobs(&self) -> JobEndpoint {
+        JobEndpoint::new(self.writer.clone(), self.clock.clone())
+    }
+
+    /// Runs every timer that is due now: delayed evals and nack timeouts,
+    /// missed heartbeats, the retry of evals blocked after plan failures.
+    pub fn run_timers(&self) -> TimersRun {
+        let broker = self.broker.process_timers();
+        let missed_heartbeats = self.heartbeats.expire(&self.writer);
+        if self.blocked.next_deadline().is_some_and(|due| due <= self.clock.now()) {
+            self.blocked.unblock_failed();
+        }
+        let deadlines = [broker.next_deadline, self.heartbeats.next_deadline(), self.blocked.next_deadline()];
+        TimersRun { next_deadline: deadlines.into_iter().flatten().min(), missed_heartbeats }
+    }
+}
+
+/// What one run of the timers did, and when they are next due.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TimersRun {
+    /// When the next timer is due, if any.
+    pub next_deadline: Option<Timestamp>,
+    /// Nodes marked as having missed their heartbeat.
+    pub missed_heartbeats: usize,
+}
+
 /// The in-process server; see the module docs.
 #[derive(Debug)]
 pub struct Server {
-    clock: SharedClock,
-    store: Arc<StateStore>,
-    broker: Arc<EvalBroker>,
-    blocked: Arc<BlockedEvals>,
-    router: Router,
+    core: Arc<Core>,
     plan_queue: Arc<PlanQueue>,
     applier: Mutex<Option<PlanApplierHandle>>,
     workers: WorkerPool,
     reaper: Mutex<Option<ReaperHandle>>,
-    heartbeats: Arc<Heartbeats>,
     batcher: Arc<UpdateBatcher>,
     batcher_thread: Mutex<Option<JoinHandle<()>>>,
     timers: Mutex<Option<JoinHandle<()>>>,
@@ -129,54 +211,35 @@ impl Server {
 
     /// Starts every part on existing state (module docs).
     pub fn start_on(config: ServerConfig, clock: SharedClock, store: Arc<StateStore>) -> Server {
-        let broker = Arc::new(EvalBroker::new(config.broker.clone(), clock.clone()));
-        let blocked = Arc::new(BlockedEvals::new(broker.clone(), clock.clone()));
-        let router = Router::new(store.clone(), broker.clone(), blocked.clone());
+        let core = Arc::new(Core::new(&config, clock.clone(), store, None));
         let plan_queue = Arc::new(PlanQueue::new());
-        let on_applied: OnApplied = {
-            let router = router.clone();
-            Arc::new(move |applied| router.route(applied, None))
-        };
         let applier = PlanApplier::start(
             config.plan_applier.clone(),
-            store.clone(),
+            core.writer.clone(),
             plan_queue.clone(),
-            broker.clone(),
+            core.broker.clone(),
             clock.clone(),
-            on_applied,
         );
         let context = WorkerContext::new(
-            router.clone(),
-            broker.clone(),
+            core.writer.clone(),
+            core.broker.clone(),
             plan_queue.clone(),
             clock.clone(),
             config.worker.clone(),
         );
         let workers = WorkerPool::start(Arc::new(context), config.workers, config.worker_types.clone());
-        let reaper =
-            EvalReaper::new(config.reaper.clone(), broker.clone(), blocked.clone(), store.clone(), clock.clone())
-                .spawn();
-        let heartbeats = Heartbeats::new(config.heartbeat.clone(), clock.clone());
-        let batcher = UpdateBatcher::new(config.alloc_updates.clone(), router.clone(), clock.clone());
+        let reaper = core.reaper.clone().spawn();
+        let batcher = UpdateBatcher::new(config.alloc_updates.clone(), core.writer.clone(), clock.clone());
         let batcher_thread = batcher.spawn();
-        restore(&store, &router, &heartbeats);
+        core.lead();
         let stopping = Arc::new(AtomicBool::new(false));
-        let timers = spawn_timers(
-            TimerParts { broker: broker.clone(), blocked: blocked.clone(), heartbeats: heartbeats.clone() },
-            router.clone(),
-            stopping.clone(),
-        );
+        let timers = spawn_timers(core.clone(), stopping.clone());
         Server {
-            clock,
-            store,
-            broker,
-            blocked,
-            router,
+            core,
             plan_queue,
             applier: Mutex::new(Some(applier)),
             workers,
             reaper: Mutex::new(Some(reaper)),
-            heartbeats,
             batcher,
             batcher_thread: Mutex::new(Some(batcher_thread)),
             timers: Mutex::new(Some(timers)),
@@ -186,37 +249,38 @@ impl Server {
 
     /// The job endpoint.
     pub fn jobs(&self) -> JobEndpoint {
-        JobEndpoint::new(self.router.clone(), self.clock.clone())
+        self.core.jobs()
     }
 
     /// The node endpoint.
     pub fn nodes(&self) -> NodeEndpoint {
-        NodeEndpoint::new(self.router.clone(), self.clock.clone(), self.heartbeats.clone(), Some(self.batcher.clone()))
+        let core = &self.core;
+        NodeEndpoint::new(core.writer.clone(), core.clock.clone(), core.heartbeats.clone(), Some(self.batcher.clone()))
     }
 
     /// The state store (read it through snapshots).
     pub fn store(&self) -> &Arc<StateStore> {
-        &self.store
+        &self.core.store
     }
 
-    /// The router, for writes that are not an endpoint's.
-    pub fn router(&self) -> &Router {
-        &self.router
+    /// The one write path, for writes that are not an endpoint's.
+    pub fn writer(&self) -> &Writer {
+        &self.core.writer
     }
 
     /// The eval broker.
     pub fn broker(&self) -> &Arc<EvalBroker> {
-        &self.broker
+        &self.core.broker
     }
 
     /// The blocked-evals tracker.
     pub fn blocked(&self) -> &Arc<BlockedEvals> {
-        &self.blocked
+        &self.core.blocked
     }
 
     /// The heartbeat timers.
     pub fn heartbeats(&self) -> &Arc<Heartbeats> {
-        &self.heartbeats
+        &self.core.heartbeats
     }
 
     /// The worker pool (resize, retarget, pause, resume, status).
@@ -227,20 +291,20 @@ impl Server {
     /// Everything the server counts.
     pub fn stats(&self) -> ServerStats {
         ServerStats {
-            index: self.store.latest_index(),
-            broker: self.broker.stats(),
-            blocked: self.blocked.stats(),
+            index: self.core.store.latest_index(),
+            broker: self.core.broker.stats(),
+            blocked: self.core.blocked.stats(),
             plan_applier: self.applier.lock().as_ref().map(PlanApplierHandle::stats).unwrap_or_default(),
             workers: self.workers.stats(),
             plan_queue_depth: self.plan_queue.depth(),
-            heartbeats: self.heartbeats.stats(),
+            heartbeats: self.core.heartbeats.stats(),
             alloc_updates: self.batcher.stats(),
         }
     }
 
     /// Whether nothing is queued, held or being planned.
     pub fn is_idle(&self) -> bool {
-        let broker = self.broker.stats();
+        let broker = self.core.broker.stats();
         broker.total_ready + broker.total_unacked + broker.total_pending + broker.total_delayed == 0
             && self.plan_queue.depth() == 0
     }
@@ -250,7 +314,7 @@ impl Server {
         if self.stopping.swap(true, Ordering::AcqRel) {
             return;
         }
-        self.broker.pause();
+        self.core.broker.pause();
         self.workers.stop();
         self.plan_queue.shutdown();
         if let Some(applier) = self.applier.lock().take() {
@@ -260,14 +324,16 @@ impl Server {
             reaper.stop();
         }
         if let Some(timers) = self.timers.lock().take() {
+            self.core.clock.wake_sleepers();
             let _ = timers.join();
         }
         self.batcher.stop();
         if let Some(batcher) = self.batcher_thread.lock().take() {
             let _ = batcher.join();
         }
-        self.broker.shutdown();
-        self.store.shutdown();
+        self.core.store.set_hook(None);
+        self.core.broker.shutdown();
+        self.core.store.shutdown();
     }
 }
 
@@ -277,40 +343,26 @@ impl Drop for Server {
     }
 }
 
-/// Re-enqueues the pending and blocked evals of existing state and gives
-/// every live node the failover heartbeat TTL (Nomad's `establishLeadership`).
-fn restore(store: &StateStore, router: &Router, heartbeats: &Heartbeats) {
-    let snapshot = store.snapshot();
-    for eval in snapshot.evals().filter(|eval| matches!(eval.status, EvalStatus::Pending | EvalStatus::Blocked)) {
-        router.route_eval(eval);
-    }
-    heartbeats.initialize(&snapshot);
-}
-
-/// What the timer thread drives.
-struct TimerParts {
-    broker: Arc<EvalBroker>,
-    blocked: Arc<BlockedEvals>,
-    heartbeats: Arc<Heartbeats>,
-}
-
-fn spawn_timers(parts: TimerParts, router: Router, stopping: Arc<AtomicBool>) -> JoinHandle<()> {
-    let TimerParts { broker, blocked, heartbeats } = parts;
+/// The timer thread (module docs): runs what is due, then sleeps on the
+/// clock until the next deadline, or [`IDLE_SLEEP`] when nothing is due.
+fn spawn_timers(core: Arc<Core>, stopping: Arc<AtomicBool>) -> JoinHandle<()> {
     std::thread::Builder::new()
         .name("server-timers".into())
         .spawn(move || {
-            let mut ticks: u64 = 0;
-            while !stopping.load(Ordering::Acquire) {
-                broker.process_timers();
-                heartbeats.expire(&router);
-                ticks += 1;
-                if ticks % 50 == 0 {
-                    blocked.unblock_failed();
+            let mut next_prune = core.clock.now().plus(BLOCKED_PRUNE_INTERVAL);
+            loop {
+                // The epoch first: a deadline set from here on ends the sleep.
+                let epoch = core.clock.sleep_epoch();
+                if stopping.load(Ordering::Acquire) {
+                    return;
                 }
-                if ticks % 3_000 == 0 {
-                    blocked.prune(BLOCKED_PRUNE_AGE);
+                let next = core.run_timers().next_deadline;
+                let now = core.clock.now();
+                if now >= next_prune {
+                    core.blocked.prune(BLOCKED_PRUNE_AGE);
+                    next_prune = now.plus(BLOCKED_PRUNE_INTERVAL);
                 }
-                std::thread::sleep(TIMER_INTERVAL);
+                core.clock.sleep_until(next.unwrap_or(now.plus(IDLE_SLEEP)), epoch);
             }
         })
         .expect("spawning the timer thread")

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 /// The layers, lowest first; a module may import only its own layer and those before it.
 const LAYERS: &[&str] = &[
     "clock",
+    "sync",
     "structs",
     "state",
     "scheduler",
@@ -57,7 +58,9 @@ fn no_module_imports_a_higher_layer() {
         let text = std::fs::read_to_string(file).expect("readable source");
         // Inline unit tests sit at the end of their file, in `mod tests`.
         let lines = text.lines().take_while(|line| !line.starts_with("mod tests {"));
-        for (number, line) in lines.enumerate() {
+        // Docs may point anywhere; code may not.
+        let code = lines.enumerate().filter(|(_, line)| !line.trim_start().starts_with("//"));
+        for (number, line) in code {
             for (position, _) in line.match_indices("crate::") {
                 let rest = &line[position + "crate::".len()..];
                 let imported: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();

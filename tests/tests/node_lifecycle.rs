@@ -332,7 +332,7 @@ fn a_server_taking_over_existing_state_gives_every_live_node_the_failover_ttl() 
     let store = Arc::new(StateStore::new());
     let nodes: Vec<NodeId> = (1..=3).map(|n| Cluster::node(n, 4_000).id).collect();
     for n in 1..=3 {
-        store.apply(Command::UpsertNode { node: Cluster::node(n, 4_000) }).expect("node");
+        store.apply(Command::UpsertNode { node: Cluster::node(n, 4_000), evals: vec![] }).expect("node");
     }
     store
         .apply(Command::UpdateNodeStatus { node_id: nodes[2], status: NodeStatus::Down, evals: vec![] })

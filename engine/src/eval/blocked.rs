@@ -27,7 +27,11 @@ use serde::Serialize;
 
 use crate::clock::{SharedClock, Timestamp};
 use crate::eval::broker::EvalBroker;
-use crate::structs::{ComputedClass, EvalId, Evaluation, JobKey, NodeId};
+use crate::structs::{ComputedClass, EvalId, Evaluation, JobKey, NodeId, TriggerReason};
+
+/// How often evals blocked after plan failures are retried (the server's
+/// timer thread calls [`BlockedEvals::unblock_failed`]).
+pub const FAILED_RETRY_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Counters of the blocked-evals tracker.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -60,6 +64,8 @@ struct Inner {
     node_unblocks: HashMap<NodeId, (u64, Timestamp)>,
     duplicates: Vec<Arc<Evaluation>>,
     unblocked: u64,
+    /// When evals blocked after plan failures were last retried.
+    failed_retried_at: Timestamp,
 }
 
 impl Inner {
@@ -95,6 +101,16 @@ impl Inner {
         released
     }
 
+    /// Parked evals that were blocked after plan failures.
+    fn failed_ids(&self) -> Vec<EvalId> {
+        self.captured
+            .values()
+            .chain(self.escaped.values())
+            .filter(|eval| eval.triggered_by == TriggerReason::MaxPlanAttempts)
+            .map(|eval| eval.id)
+            .collect()
+    }
+
     fn park(&mut self, eval: Arc<Evaluation>) {
         self.by_job.insert(eval.job_key(), eval.id);
         if eval.escaped_computed_class {
@@ -121,6 +137,9 @@ impl BlockedEvals {
 
     /// Parks a blocked eval (contract steps 1, 2 and 4).
     pub fn block(&self, eval: Arc<Evaluation>) {
+        if eval.triggered_by == TriggerReason::MaxPlanAttempts {
+            self.clock.deadline_set(self.clock.now().plus(FAILED_RETRY_INTERVAL));
+        }
         let release = {
             let mut inner = self.inner.lock();
             if let (true, Some(node_id)) = (eval.eval_type.is_system_like(), eval.node_id) {
@@ -218,18 +237,20 @@ impl BlockedEvals {
     pub fn unblock_failed(&self) -> usize {
         let released: Vec<_> = {
             let mut inner = self.inner.lock();
-            let failed: Vec<EvalId> = inner
-                .captured
-                .values()
-                .chain(inner.escaped.values())
-                .filter(|eval| eval.triggered_by == crate::structs::TriggerReason::MaxPlanAttempts)
-                .map(|eval| eval.id)
-                .collect();
+            inner.failed_retried_at = self.clock.now();
+            let failed: Vec<EvalId> = inner.failed_ids();
             inner.take_parked(&failed)
         };
         let count = released.len();
         self.broker.enqueue_all(released);
         count
+    }
+
+    /// When evals blocked after plan failures are next retried
+    /// ([`FAILED_RETRY_INTERVAL`] after the last retry), if any is parked.
+    pub fn next_deadline(&self) -> Option<Timestamp> {
+        let inner = self.inner.lock();
+        (!inner.failed_ids().is_empty()).then(|| inner.failed_retried_at.plus(FAILED_RETRY_INTERVAL))
     }
 
     /// Stops tracking every blocked eval of `job` (job deregistered, or an

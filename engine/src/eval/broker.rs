@@ -12,23 +12,27 @@
 //! 3. [`EvalBroker::ack`] with that token finishes it. Of the job's pending
 //!    evals, the newest of the highest priority becomes ready; all the others
 //!    are superseded and become *cancelable*, to be written as `canceled` by
-//!    the reaper in batches ([`EvalBroker::take_cancelable`]).
+//!    the reaper in batches ([`EvalBroker::take_cancelable`]). An eval
+//!    enqueued again while a worker held it (the unblock of an eval that
+//!    worker had just reblocked) is enqueued now.
 //! 4. [`EvalBroker::nack`] with that token (or the nack deadline passing,
 //!    seen by [`EvalBroker::process_timers`]) gives it back: ready again after
 //!    a short delay the first time and a longer one after that, or, once it
 //!    was delivered `delivery_limit` times, into the failed queue, where the
-//!    reaper marks it failed and creates a delayed follow-up.
+//!    reaper marks it failed and creates a delayed follow-up. A re-enqueue
+//!    noted while it was held is dropped: the eval itself runs again.
 //!
 //! Concurrency: per-job and per-eval bookkeeping live in sharded maps, so
 //! workers on different jobs do not serialize on one lock on the dequeue and
 //! ack paths; each scheduler type's ready queue has a lock of its own held
-//! only for a push or a pop. Time comes from the injected clock; the only
+//! only for a push or a pop; a worker that finds nothing parks on a
+//! [`WakeGate`]. Time comes from the injected clock; the only
 //! real-time wait is a worker blocking in `dequeue` on an empty broker.
 
-use std::cmp::Ordering as CmpOrdering;
+use std::cmp::{Ordering as CmpOrdering, Reverse};
 use std::collections::{BinaryHeap, VecDeque};
 use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -36,7 +40,9 @@ use crossbeam::channel::{self, Receiver, Sender};
 use crossbeam::utils::CachePadded;
 use hashbrown::hash_table::Entry;
 use hashbrown::{DefaultHashBuilder, HashTable};
-use parking_lot::{Condvar, Mutex, MutexGuard};
+use parking_lot::{Mutex, MutexGuard};
+
+use super::wake::WakeGate;
 use serde::Serialize;
 
 use crate::clock::{SharedClock, Timestamp};
@@ -136,6 +142,9 @@ pub struct TimerOutcome {
     pub nacked: usize,
     /// Delayed evals that came due and were enqueued.
     pub released: usize,
+    /// When the next nack timeout or delayed eval is due, if any: the timer
+    /// thread sleeps until then (an earlier one set meanwhile wakes it).
+    pub next_deadline: Option<Timestamp>,
 }
 
 /// A ready eval: higher priority first, then lower creation index, then
@@ -151,8 +160,8 @@ struct ReadyItem {
 }
 
 impl ReadyItem {
-    fn rank(&self) -> (u8, std::cmp::Reverse<u64>, std::cmp::Reverse<u64>) {
-        (self.priority, std::cmp::Reverse(self.create_index), std::cmp::Reverse(self.seq))
+    fn rank(&self) -> (u8, Reverse<u64>, Reverse<u64>) {
+        (self.priority, Reverse(self.create_index), Reverse(self.seq))
     }
 }
 
@@ -217,14 +226,14 @@ impl ReadyQueue {
 /// A delayed eval: earliest `ready_at` first.
 #[derive(Debug)]
 struct DelayedItem {
-    ready_at: Timestamp,
-    seq: u64,
+    /// Earliest due first, then first delayed: the max-heap's order.
+    key: (Reverse<Timestamp>, Reverse<u64>),
     eval: Arc<Evaluation>,
 }
 
 impl PartialEq for DelayedItem {
     fn eq(&self, other: &Self) -> bool {
-        (self.ready_at, self.seq) == (other.ready_at, other.seq)
+        self.key == other.key
     }
 }
 impl Eq for DelayedItem {}
@@ -235,7 +244,7 @@ impl PartialOrd for DelayedItem {
 }
 impl Ord for DelayedItem {
     fn cmp(&self, other: &Self) -> CmpOrdering {
-        (other.ready_at, other.seq).cmp(&(self.ready_at, self.seq))
+        self.key.cmp(&other.key)
     }
 }
 
@@ -263,6 +272,9 @@ struct EvalEntry {
     job_hash: u64,
     deliveries: u32,
     hold: Option<Hold>,
+    /// A newer version of the eval enqueued while a worker held it (an
+    /// unblock of an eval the worker just reblocked): enqueued on the ack.
+    requeue: Option<Arc<Evaluation>>,
 }
 
 /// What releasing a hold hands back.
@@ -270,6 +282,7 @@ struct Released {
     eval: Arc<Evaluation>,
     deliveries: u32,
     job_hash: u64,
+    requeue: Option<Arc<Evaluation>>,
 }
 
 /// A hash table split into independently locked shards. Callers hash a key
@@ -322,9 +335,8 @@ pub struct EvalBroker {
     counters: Counters,
     next_seq: AtomicU64,
     next_token: AtomicU64,
-    sleepers: AtomicUsize,
-    wake_lock: Mutex<()>,
-    wake: Condvar,
+    /// Where dequeuing workers park (see [`super::wake`]).
+    gate: WakeGate,
     paused: AtomicBool,
     shutting_down: AtomicBool,
 }
@@ -346,9 +358,7 @@ impl EvalBroker {
             counters: Counters::default(),
             next_seq: AtomicU64::new(0),
             next_token: AtomicU64::new(rand::random::<u64>() >> 1),
-            sleepers: AtomicUsize::new(0),
-            wake_lock: Mutex::new(()),
-            wake: Condvar::new(),
+            gate: WakeGate::new(),
             paused: AtomicBool::new(false),
             shutting_down: AtomicBool::new(false),
         }
@@ -367,14 +377,23 @@ impl EvalBroker {
         self.hasher.hash_one((namespace, job_id))
     }
 
-    /// Admits an eval (protocol step 1). An eval the broker already tracks is ignored.
+    /// Admits an eval (protocol step 1). An eval the broker already tracks
+    /// is ignored, unless a worker holds it: then it is enqueued again once
+    /// that worker acks (Nomad's re-queue by token; a reblocked eval that is
+    /// unblocked before its worker is done is not lost).
     pub fn enqueue(&self, eval: Arc<Evaluation>) {
         let hash = self.eval_hash(eval.id);
         let job_hash = self.job_hash(&eval.namespace, &eval.job_id);
         match self.evals.lock(hash).entry(hash, |entry| entry.id == eval.id, |entry| self.eval_hash(entry.id)) {
+            Entry::Occupied(mut held) if held.get().hold.is_some() => {
+                held.get_mut().requeue = Some(eval);
+                return;
+            }
             Entry::Occupied(_) => return,
             Entry::Vacant(slot) => {
-                slot.insert(EvalEntry { id: eval.id, eval: eval.clone(), job_hash, deliveries: 0, hold: None });
+                let entry =
+                    EvalEntry { id: eval.id, eval: eval.clone(), job_hash, deliveries: 0, hold: None, requeue: None };
+                slot.insert(entry);
             }
         }
         match eval.wait_until {
@@ -428,31 +447,25 @@ impl EvalBroker {
             eval,
         };
         self.ready[kind].lock().push(item);
-        self.counters.ready[kind].fetch_add(1, Ordering::Relaxed);
-        self.wake_sleepers();
+        // SeqCst: the worker's look before it parks must see this, or the
+        // gate must see the worker (see `super::wake`).
+        self.counters.ready[kind].fetch_add(1, Ordering::SeqCst);
+        self.gate.notify();
     }
 
     fn push_delayed(&self, eval: Arc<Evaluation>, ready_at: Timestamp) {
         let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
-        self.delayed.lock().push(DelayedItem { ready_at, seq, eval });
+        self.delayed.lock().push(DelayedItem { key: (Reverse(ready_at), Reverse(seq)), eval });
         self.counters.delayed.fetch_add(1, Ordering::Relaxed);
-    }
-
-    fn wake_sleepers(&self) {
-        if self.sleepers.load(Ordering::SeqCst) > 0 {
-            self.wake_all();
-        }
-    }
-
-    fn wake_all(&self) {
-        let _guard = self.wake_lock.lock();
-        self.wake.notify_all();
+        self.clock.deadline_set(ready_at);
     }
 
     /// A fresh token and nack deadline for a hand-out.
     fn new_hold(&self) -> Hold {
         let token = Token(self.next_token.fetch_add(1, Ordering::Relaxed));
-        Hold { token, deadline: self.clock.now().plus(self.config.nack_timeout) }
+        let deadline = self.clock.now().plus(self.config.nack_timeout);
+        self.clock.deadline_set(deadline);
+        Hold { token, deadline }
     }
 
     /// Hands out the best ready eval of `types` (protocol step 2), waiting up
@@ -463,19 +476,7 @@ impl EvalBroker {
             return Ok(Some(dequeued));
         }
         let deadline = Instant::now() + timeout;
-        let mut guard = self.wake_lock.lock();
-        self.sleepers.fetch_add(1, Ordering::SeqCst);
-        let result = loop {
-            match self.try_dequeue(types) {
-                Ok(None) => {}
-                other => break other,
-            }
-            if self.wake.wait_until(&mut guard, deadline).timed_out() {
-                break self.try_dequeue(types);
-            }
-        };
-        self.sleepers.fetch_sub(1, Ordering::SeqCst);
-        result
+        self.gate.wait_for(Some(deadline), || self.try_dequeue(types).transpose()).transpose()
     }
 
     /// Hands out the best ready eval of `types` without waiting.
@@ -507,7 +508,7 @@ impl EvalBroker {
         let wanted = types.iter().fold(0u8, |mask, kind| mask | 1 << kind.index());
         let mut queues: smallvec::SmallVec<[(usize, MutexGuard<'_, ReadyQueue>); 4]> = smallvec::SmallVec::new();
         for kind in 0..JobType::ALL.len() {
-            if wanted & 1 << kind != 0 && self.counters.ready[kind].load(Ordering::Relaxed) > 0 {
+            if wanted & 1 << kind != 0 && self.counters.ready[kind].load(Ordering::SeqCst) > 0 {
                 queues.push((kind, self.ready[kind].lock()));
             }
         }
@@ -544,14 +545,14 @@ impl EvalBroker {
             Some(_) => entry.hold = None,
         }
         self.counters.unacked[entry.eval.eval_type.index()].fetch_sub(1, Ordering::Relaxed);
-        let (deliveries, job_hash) = (entry.deliveries, entry.job_hash);
+        let (deliveries, job_hash, requeue) = (entry.deliveries, entry.job_hash, entry.requeue.take());
         let eval = if acked { slot.remove().0.eval } else { entry.eval.clone() };
-        Ok(Released { eval, deliveries, job_hash })
+        Ok(Released { eval, deliveries, job_hash, requeue })
     }
 
     /// Finishes a handed-out eval (protocol step 3).
     pub fn ack(&self, eval_id: EvalId, token: Token) -> Result<(), BrokerError> {
-        let Released { eval, job_hash, .. } = self.release_hold(eval_id, token, true)?;
+        let Released { eval, job_hash, requeue, .. } = self.release_hold(eval_id, token, true)?;
         let (next, superseded) = {
             let mut jobs = self.jobs.lock(job_hash);
             let Ok(mut slot) = jobs.find_entry(job_hash, |job| is_job_of(job, &eval)) else {
@@ -572,6 +573,9 @@ impl EvalBroker {
         }
         if let Some(next) = next {
             self.push_ready(next);
+        }
+        if let Some(requeue) = requeue {
+            self.enqueue(requeue);
         }
         Ok(())
     }
@@ -642,7 +646,7 @@ impl EvalBroker {
     /// after moving the clock.
     pub fn process_timers(&self) -> TimerOutcome {
         let now = self.clock.now();
-        let expired = self.expired_holds(now);
+        let (expired, next_hold) = self.expired_holds(now);
         let mut outcome = TimerOutcome::default();
         for (eval_id, token) in expired {
             if self.nack(eval_id, token).is_ok() {
@@ -655,35 +659,37 @@ impl EvalBroker {
             self.admit(eval, job_hash);
             outcome.released += 1;
         }
+        let next_delayed = self.delayed.lock().peek().map(|item| item.key.0 .0);
+        outcome.next_deadline = [next_hold, next_delayed].into_iter().flatten().min();
         outcome
     }
 
-    fn expired_holds(&self, now: Timestamp) -> Vec<(EvalId, Token)> {
+    /// The holds whose nack deadline passed, and the earliest deadline of
+    /// the others. One pass over the tracked evals per timer wake-up; no
+    /// index of deadlines is kept, so the dequeue and ack paths pay nothing.
+    fn expired_holds(&self, now: Timestamp) -> (Vec<(EvalId, Token)>, Option<Timestamp>) {
         let mut expired = Vec::new();
+        let mut next: Option<Timestamp> = None;
         for shard in &self.evals.shards {
-            let shard = shard.lock();
-            expired.extend(
-                shard.iter().filter_map(|entry| {
-                    entry.hold.filter(|hold| hold.deadline <= now).map(|hold| (entry.id, hold.token))
-                }),
-            );
+            for entry in shard.lock().iter() {
+                match entry.hold {
+                    Some(hold) if hold.deadline <= now => expired.push((entry.id, hold.token)),
+                    Some(hold) => next = Some(next.map_or(hold.deadline, |next| next.min(hold.deadline))),
+                    None => {}
+                }
+            }
         }
-        expired
+        (expired, next)
     }
 
     fn due_delayed(&self, now: Timestamp) -> Vec<Arc<Evaluation>> {
         let mut delayed = self.delayed.lock();
         let mut due = Vec::new();
-        while delayed.peek().is_some_and(|item| item.ready_at <= now) {
+        while delayed.peek().is_some_and(|item| item.key.0 .0 <= now) {
             due.push(delayed.pop().expect("peeked").eval);
         }
         self.counters.delayed.fetch_sub(due.len() as i64, Ordering::Relaxed);
         due
-    }
-
-    /// The time the next delayed eval comes due, so a runtime can sleep until then.
-    pub fn next_delayed_at(&self) -> Option<Timestamp> {
-        self.delayed.lock().peek().map(|item| item.ready_at)
     }
 
     /// Takes up to `max` superseded evals for the reaper to write as canceled.
@@ -737,7 +743,7 @@ impl EvalBroker {
     /// Resumes handing out evals and wakes waiting workers.
     pub fn resume(&self) {
         self.paused.store(false, Ordering::Release);
-        self.wake_all();
+        self.gate.notify_all();
     }
 
     /// Whether the broker is paused.
@@ -749,12 +755,12 @@ impl EvalBroker {
     /// waiting workers.
     pub fn shutdown(&self) {
         self.shutting_down.store(true, Ordering::Release);
-        self.wake_all();
+        self.gate.notify_all();
     }
 
     /// How many workers are blocked in [`EvalBroker::dequeue`].
     pub fn waiting_workers(&self) -> usize {
-        self.sleepers.load(Ordering::SeqCst)
+        self.gate.sleepers()
     }
 
     /// The broker's counters.

@@ -101,7 +101,9 @@ fn an_unacked_eval_is_nacked_when_its_timeout_passes_and_delivered_again() {
     clock.advance(config.nack_timeout - Duration::from_millis(1));
     assert_eq!(broker.process_timers().nacked, 0, "the reset moved the deadline");
     clock.advance(Duration::from_millis(2));
-    assert_eq!(broker.process_timers(), TimerOutcome { nacked: 1, released: 0 });
+    let nacked_at = clock.now();
+    let delay_due = nacked_at.plus(config.initial_nack_delay);
+    assert_eq!(broker.process_timers(), TimerOutcome { nacked: 1, released: 0, next_deadline: Some(delay_due) });
     assert_eq!(broker.stats().total_nack_timeouts, 1);
 
     clock.advance(config.initial_nack_delay);
@@ -125,7 +127,8 @@ fn nacked_evals_wait_a_short_delay_the_first_time_and_a_longer_one_after() {
 
     let first = take(&broker, SERVICE).expect("first delivery");
     broker.nack(first.eval.id, first.token).expect("nack");
-    assert_eq!(broker.next_delayed_at(), Some(clock.now().plus(Duration::from_secs(1))));
+    let next = broker.process_timers().next_deadline;
+    assert_eq!(next, Some(clock.now().plus(Duration::from_secs(1))), "the timer thread sleeps until the delay ends");
     clock.advance(Duration::from_millis(999));
     broker.process_timers();
     assert!(take(&broker, SERVICE).is_none(), "inside the first delay");

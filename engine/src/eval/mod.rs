@@ -6,3 +6,4 @@
 pub mod blocked;
 pub mod broker;
 pub mod reaper;
+pub mod wake;

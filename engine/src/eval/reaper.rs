@@ -7,7 +7,8 @@
 //!    cluster does not keep them forever.
 //! 2. Evals in the broker's failed queue are written as `failed` together
 //!    with a delayed follow-up eval, and only then acked in the broker, so a
-//!    failure is never acknowledged without being recorded.
+//!    failure is never acknowledged without being recorded. The store's
+//!    apply hook takes the follow-up to the broker, like any other write.
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -20,7 +21,7 @@ use rand::Rng;
 use crate::clock::SharedClock;
 use crate::eval::blocked::BlockedEvals;
 use crate::eval::broker::EvalBroker;
-use crate::state::{Command, StateError, StateStore};
+use crate::state::{Command, StateError, Writer};
 use crate::structs::{EvalStatus, Evaluation, TriggerReason};
 
 /// Reaper settings.
@@ -39,6 +40,9 @@ pub struct ReaperConfig {
 impl Default for ReaperConfig {
     fn default() -> Self {
         ReaperConfig {
+            // Nomad writes at most 7,281 ids per request (MaxUUIDsPerWriteRequest);
+            // these are whole evaluations, so a tenth of that keeps one
+            // command near a few hundred kilobytes.
             batch_size: 728,
             sweep_interval: Duration::from_secs(5),
             failed_follow_up_base: Duration::from_secs(60),
@@ -53,20 +57,20 @@ pub struct EvalReaper {
     config: ReaperConfig,
     broker: Arc<EvalBroker>,
     blocked: Arc<BlockedEvals>,
-    store: Arc<StateStore>,
+    writer: Writer,
     clock: SharedClock,
 }
 
 impl EvalReaper {
-    /// A reaper over the given broker, blocked evals and store.
+    /// A reaper over the given broker and blocked evals, writing through `writer`.
     pub fn new(
         config: ReaperConfig,
         broker: Arc<EvalBroker>,
         blocked: Arc<BlockedEvals>,
-        store: Arc<StateStore>,
+        writer: Writer,
         clock: SharedClock,
     ) -> Self {
-        EvalReaper { config, broker, blocked, store, clock }
+        EvalReaper { config, broker, blocked, writer, clock }
     }
 
     /// Writes one batch of cancelable evals as canceled; returns how many.
@@ -89,7 +93,7 @@ impl EvalReaper {
             })
             .collect();
         let count = evals.len();
-        self.store.apply(Command::UpsertEvals { evals })?;
+        self.writer.write(Command::UpsertEvals { evals })?;
         Ok(count)
     }
 
@@ -114,13 +118,12 @@ impl EvalReaper {
             evals.push(failed_eval);
             evals.push(follow_up);
         }
-        let applied = self.store.apply(Command::UpsertEvals { evals })?;
+        self.writer.write(Command::UpsertEvals { evals })?;
         for held in &failed {
             // A failed ack means the hold expired and the broker took the eval
             // back; it is recorded as failed either way.
             let _ = self.broker.ack(held.eval.id, held.token);
         }
-        self.broker.enqueue_all(applied.evals.into_iter().filter(|eval| eval.status == EvalStatus::Pending));
         Ok(failed.len())
     }
 
@@ -201,6 +204,8 @@ mod tests {
     use super::*;
     use crate::clock::{ManualClock, Timestamp};
     use crate::eval::broker::BrokerConfig;
+    use crate::router::Router;
+    use crate::state::StateStore;
     use crate::structs::{ComputedClass, Job, JobType, Resources};
 
     struct Fixture {
@@ -215,8 +220,11 @@ mod tests {
         let broker = Arc::new(EvalBroker::new(broker_config, clock.clone()));
         let blocked = Arc::new(BlockedEvals::new(broker.clone(), clock.clone()));
         let store = Arc::new(StateStore::new());
-        let config = ReaperConfig { batch_size, ..ReaperConfig::default() };
-        let reaper = EvalReaper::new(config, broker.clone(), blocked.clone(), store.clone(), clock);
+        store.set_hook(Some(Box::new(Router::new(broker.clone(), blocked.clone()))));
+        // Hours: the tests that need the reaper woken must see it woken by acks.
+        let config =
+            ReaperConfig { batch_size, sweep_interval: Duration::from_secs(6 * 3600), ..ReaperConfig::default() };
+        let reaper = EvalReaper::new(config, broker.clone(), blocked.clone(), Writer::direct(store.clone()), clock);
         Fixture { reaper, broker, blocked, store }
     }
 
@@ -224,8 +232,8 @@ mod tests {
     fn evals_for(store: &StateStore, broker: &EvalBroker, job: &str, n: usize) -> Vec<Arc<Evaluation>> {
         let spec = Job::new_simple(job, JobType::Service, 1, Resources::new(1, 1, 0));
         let evals = (0..n).map(|_| Evaluation::for_job(&spec, TriggerReason::JobRegister, Timestamp(0))).collect();
-        let applied = store.apply(Command::UpsertEvals { evals }).expect("written");
-        broker.enqueue_all(applied.evals.iter().cloned());
+        let applied = store.apply(Command::UpsertEvals { evals }).expect("written and routed by the hook");
+        assert_eq!(broker.stats().total_ready + broker.stats().total_pending, n as i64);
         applied.evals
     }
 
@@ -295,10 +303,11 @@ mod tests {
         let wanted = evals[1].id;
         let store = f.store.clone();
         let mut index = store.latest_index();
-        // Waits on the store's index notifications, not on a timer.
+        // Waits on the store's index notifications, not on a timer. The sweep
+        // is hours away, so only the ack's signal can have woken the reaper.
         while store.snapshot().eval(wanted).expect("stored").status != EvalStatus::Canceled {
             index += 1;
-            store.snapshot_min_index(index, Duration::from_secs(600)).expect("the reaper writes");
+            store.snapshot_min_index(index, Duration::from_secs(60)).expect("the reaper, woken by the ack, writes");
         }
         handle.stop();
     }

@@ -20,17 +20,24 @@
 //!    refused at once ([`NodeError::EmptyUpdate`]). Accepted updates are
 //!    batched ([`crate::node::update_batch`]) and record the node's last alloc
 //!    update index; every submitter gets an answer.
-//! 4. `allocs` blocks until something changes for the node after an index.
-//!    Allocations whose desired status is `stop` must not be (re)started.
+//! 4. `allocs` waits until an allocation of the node changed after an index
+//!    (woken only by writes that touched this node), or answers with the
+//!    allocations as they are at its deadline. Allocations whose desired
+//!    status is `stop` must not be (re)started.
+//!
+//! Every call has a blocking form for threads and an `_async` form for
+//! tasks, which parks no thread; the engine starts no runtime for either.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use event_listener::Listener;
 
 use super::transitions::{needs_evals, next_status, node_evals};
 use crate::clock::SharedClock;
 use crate::node::heartbeat::Heartbeats;
 use crate::node::update_batch::{batch_command, own_outcome, PendingUpdate, UpdateBatcher};
-use crate::router::Router;
+use crate::state::Writer;
 use crate::state::{ClientAllocUpdate, Command, StateError, WaitError};
 use crate::structs::{Allocation, Node, NodeId, NodeStatus};
 
@@ -99,6 +106,11 @@ impl PendingAllocUpdate {
     pub fn wait(self) -> Result<u64, NodeError> {
         self.0.wait().map_err(NodeError::from)
     }
+
+    /// Awaits the batch; see [`PendingAllocUpdate::wait`].
+    pub async fn outcome(self) -> Result<u64, NodeError> {
+        self.0.outcome().await.map_err(NodeError::from)
+    }
 }
 
 /// What a node learns from `register` and `update_status`.
@@ -112,51 +124,63 @@ pub struct NodeResponse {
     pub heartbeat_ttl: Duration,
 }
 
+/// A node's allocations and the index they are current at.
+pub type NodeAllocs = (Vec<Arc<Allocation>>, u64);
+
 /// The node endpoint; see the module docs.
 #[derive(Debug, Clone)]
 pub struct NodeEndpoint {
-    router: Router,
+    writer: Writer,
     clock: SharedClock,
     heartbeats: Arc<Heartbeats>,
     batcher: Option<Arc<UpdateBatcher>>,
 }
 
 impl NodeEndpoint {
-    /// An endpoint writing through `router`. Without a `batcher`, each
+    /// An endpoint writing through `writer`. Without a `batcher`, each
     /// alloc update is written as its own command.
     pub fn new(
-        router: Router,
+        writer: Writer,
         clock: SharedClock,
         heartbeats: Arc<Heartbeats>,
         batcher: Option<Arc<UpdateBatcher>>,
     ) -> Self {
-        NodeEndpoint { router, clock, heartbeats, batcher }
+        NodeEndpoint { writer, clock, heartbeats, batcher }
     }
 
-    /// Registers a node or updates its information (step 1).
+    /// Registers a node or updates its information (step 1), blocking this
+    /// thread until it is written.
     pub fn register(&self, node: Node) -> Result<NodeResponse, NodeError> {
-        let snapshot = self.router.store().snapshot();
-        let is_new = snapshot.node(node.id).is_none();
+        futures_lite::future::block_on(self.register_async(node))
+    }
+
+    /// [`NodeEndpoint::register`], awaited. A new ready node and the evals
+    /// of every system job are one command, computed from the state before
+    /// the write (a new node has no allocations).
+    pub async fn register_async(&self, node: Node) -> Result<NodeResponse, NodeError> {
+        let snapshot = self.writer.store().snapshot();
         let node_id = node.id;
-        let applied = self.router.apply(Command::UpsertNode { node })?;
-        let snapshot = self.router.store().snapshot();
+        let is_new_and_ready = snapshot.node(node_id).is_none() && node.status == NodeStatus::Ready;
+        let evals = if is_new_and_ready { node_evals(&snapshot, node_id, self.clock.now()) } else { Vec::new() };
+        let applied = self.writer.submit(Command::UpsertNode { node, evals }).await?;
+        let snapshot = self.writer.store().snapshot();
         let stored = snapshot.node(node_id).ok_or(NodeError::UnknownNode(node_id))?;
-        if is_new && stored.status == NodeStatus::Ready {
-            let evals = node_evals(&snapshot, node_id, self.clock.now());
-            if !evals.is_empty() {
-                self.router.apply(Command::UpsertEvals { evals })?;
-            }
-        }
         let heartbeat_ttl = self.heartbeat(stored);
         Ok(NodeResponse { index: applied.index, status: stored.status, heartbeat_ttl })
     }
 
-    /// The heartbeat and status change (step 2).
+    /// The heartbeat and status change (step 2), blocking this thread until
+    /// any change is written.
     pub fn update_status(&self, node_id: NodeId, asked: NodeStatus) -> Result<NodeResponse, NodeError> {
+        futures_lite::future::block_on(self.update_status_async(node_id, asked))
+    }
+
+    /// [`NodeEndpoint::update_status`], awaited.
+    pub async fn update_status_async(&self, node_id: NodeId, asked: NodeStatus) -> Result<NodeResponse, NodeError> {
         if asked == NodeStatus::Disconnected {
             return Err(NodeError::StatusNotAllowed { node: node_id, status: asked });
         }
-        let snapshot = self.router.store().snapshot();
+        let snapshot = self.writer.store().snapshot();
         let node = snapshot.node(node_id).ok_or(NodeError::UnknownNode(node_id))?;
         let status = next_status(&snapshot, node, asked);
         if status == node.status {
@@ -168,8 +192,8 @@ impl NodeEndpoint {
         } else {
             Vec::new()
         };
-        let applied = self.router.apply(Command::UpdateNodeStatus { node_id, status, evals })?;
-        let snapshot = self.router.store().snapshot();
+        let applied = self.writer.submit(Command::UpdateNodeStatus { node_id, status, evals }).await?;
+        let snapshot = self.writer.store().snapshot();
         let node = snapshot.node(node_id).ok_or(NodeError::UnknownNode(node_id))?;
         let heartbeat_ttl = self.heartbeat(node);
         Ok(NodeResponse { index: applied.index, status: node.status, heartbeat_ttl })
@@ -191,6 +215,15 @@ impl NodeEndpoint {
         self.submit_allocs(node_id, updates)?.wait()
     }
 
+    /// [`NodeEndpoint::update_allocs`], awaited: no thread waits for the batch.
+    pub async fn update_allocs_async(
+        &self,
+        node_id: NodeId,
+        updates: Vec<ClientAllocUpdate>,
+    ) -> Result<u64, NodeError> {
+        self.submit_allocs(node_id, updates)?.outcome().await
+    }
+
     /// Checks a client's allocation updates and queues them for the next
     /// batch; the caller waits on the returned handle. Lets one thread
     /// speak for many clients.
@@ -204,9 +237,8 @@ impl NodeEndpoint {
             Some(batcher) => batcher.submit(updates)?,
             None => {
                 let alloc_ids: Vec<_> = updates.iter().map(|update| update.alloc_id).collect();
-                let command = batch_command(&self.router.store().snapshot(), updates, &self.clock);
-                let applied = self.router.apply(command)?;
-                PendingUpdate::written(own_outcome(&applied, &alloc_ids))
+                let command = batch_command(&self.writer.store().snapshot(), updates, &self.clock);
+                PendingUpdate::written(self.writer.write(command).and_then(|applied| own_outcome(&applied, &alloc_ids)))
             }
         };
         Ok(PendingAllocUpdate(pending))
@@ -218,7 +250,7 @@ impl NodeEndpoint {
         if updates.is_empty() {
             return Err(NodeError::EmptyUpdate { node: node_id });
         }
-        let snapshot = self.router.store().snapshot();
+        let snapshot = self.writer.store().snapshot();
         let node = snapshot.node(node_id).ok_or(NodeError::UnknownNode(node_id))?;
         if node.status.is_terminal_for_scheduling() {
             return Err(NodeError::NotConnected { node: node_id, status: node.status });
@@ -232,27 +264,64 @@ impl NodeEndpoint {
         Ok(())
     }
 
-    /// The node's allocations once any of them changed after `min_index`,
-    /// waiting up to `timeout`; with the index they are current at.
-    pub fn allocs(
+    /// The node's allocations once any of them changed after `min_index`
+    /// (at once when `min_index` is 0), with the index they are current at.
+    /// Blocks this thread up to `timeout`; at the timeout it answers with
+    /// the allocations as they are, like a Nomad blocking query. Only a
+    /// write that touched this node wakes it.
+    pub fn allocs(&self, node_id: NodeId, min_index: u64, timeout: Duration) -> Result<NodeAllocs, NodeError> {
+        let deadline = Instant::now() + timeout;
+        let watch = self.writer.store().watch_node(node_id);
+        loop {
+            if let Some(found) = self.allocs_after(node_id, min_index)? {
+                return Ok(found);
+            }
+            let listener = watch.listen();
+            if let Some(found) = self.allocs_after(node_id, min_index)? {
+                return Ok(found);
+            }
+            if listener.wait_deadline(deadline).is_none() {
+                return Ok(self.allocs_after(node_id, 0)?.expect("a min index of 0 always answers"));
+            }
+        }
+    }
+
+    /// [`NodeEndpoint::allocs`], awaited and without a deadline (bound it
+    /// with the runtime's timeout): no thread waits, and only a write that
+    /// touched this node wakes the task.
+    pub async fn allocs_async(
         &self,
         node_id: NodeId,
         min_index: u64,
-        timeout: Duration,
     ) -> Result<(Vec<Arc<Allocation>>, u64), NodeError> {
-        let deadline = Instant::now() + timeout;
-        let mut wait_for = min_index + 1;
+        let watch = self.writer.store().watch_node(node_id);
         loop {
-            let remaining = deadline.saturating_duration_since(Instant::now());
-            let snapshot = self.router.store().snapshot_min_index(wait_for, remaining)?;
-            if snapshot.node(node_id).is_none() {
-                return Err(NodeError::UnknownNode(node_id));
+            if let Some(found) = self.allocs_after(node_id, min_index)? {
+                return Ok(found);
             }
-            let allocs: Vec<_> = snapshot.allocs_by_node(node_id).cloned().collect();
-            if allocs.iter().any(|alloc| alloc.modify_index > min_index) || min_index == 0 {
-                return Ok((allocs, snapshot.index()));
+            let listener = watch.listen();
+            if let Some(found) = self.allocs_after(node_id, min_index)? {
+                return Ok(found);
             }
-            wait_for = snapshot.index() + 1;
+            listener.await;
         }
+    }
+
+    /// The node's allocations if one changed after `min_index` (or
+    /// `min_index` is 0); an error for an unknown node or a store shut down.
+    fn allocs_after(&self, node_id: NodeId, min_index: u64) -> Result<Option<NodeAllocs>, NodeError> {
+        let store = self.writer.store();
+        let snapshot = store.snapshot();
+        if snapshot.node(node_id).is_none() {
+            return Err(NodeError::UnknownNode(node_id));
+        }
+        let allocs: Vec<_> = snapshot.allocs_by_node(node_id).cloned().collect();
+        if min_index == 0 || allocs.iter().any(|alloc| alloc.modify_index > min_index) {
+            return Ok(Some((allocs, snapshot.index())));
+        }
+        if store.is_shutting_down() {
+            return Err(NodeError::Wait(WaitError::Shutdown { wanted: min_index + 1 }));
+        }
+        Ok(None)
     }
 }

@@ -32,7 +32,7 @@ use serde::Serialize;
 
 use super::transitions::node_evals;
 use crate::clock::{SharedClock, Timestamp};
-use crate::router::Router;
+use crate::state::Writer;
 use crate::state::{Command, Snapshot, StateError};
 use crate::structs::{Evaluation, NodeId};
 
@@ -144,6 +144,16 @@ impl TimerWheel {
         expired
     }
 
+    /// The start of the first tick after the last sweep whose slot holds a
+    /// deadline: nothing expires before it (it may still hold only later
+    /// turns' deadlines, so waking then can be early, never late).
+    fn next_deadline(&self) -> Option<Timestamp> {
+        (1..=SLOTS as u64)
+            .map(|step| self.swept_tick + step)
+            .find(|tick| !self.slots[(tick % SLOTS as u64) as usize].is_empty())
+            .map(|tick| Timestamp(tick * TICK.as_nanos() as u64))
+    }
+
     fn sweep(
         &mut self,
         slot: usize,
@@ -236,6 +246,11 @@ impl HeartbeatTimers {
         self.wheel.deadline(node_id)
     }
 
+    /// When the next deadline may pass: the timer thread sleeps until then.
+    pub fn next_deadline(&self) -> Option<Timestamp> {
+        self.wheel.next_deadline()
+    }
+
     /// The nodes whose deadline passed by `now`, forgotten.
     pub fn expire(&mut self, now: Timestamp) -> Vec<NodeId> {
         let expired = self.wheel.expire(now);
@@ -260,8 +275,7 @@ pub struct Heartbeats {
 impl Heartbeats {
     /// Timers on `clock`.
     pub fn new(config: HeartbeatConfig, clock: SharedClock) -> Arc<Self> {
-        let seed = rand::rng().random();
-        Arc::new(Heartbeats { timers: Mutex::new(HeartbeatTimers::new(config, clock.now(), seed)), clock })
+        Self::seeded(config, clock, rand::rng().random())
     }
 
     /// Timers with a fixed jitter seed, for simulations.
@@ -271,7 +285,17 @@ impl Heartbeats {
 
     /// Takes a heartbeat now; returns the node's TTL.
     pub fn reset(&self, node_id: NodeId) -> Duration {
-        self.timers.lock().reset(node_id, self.clock.now())
+        let mut timers = self.timers.lock();
+        let ttl = timers.reset(node_id, self.clock.now());
+        if let Some(deadline) = timers.deadline(node_id) {
+            self.clock.deadline_set(deadline);
+        }
+        ttl
+    }
+
+    /// When the next deadline may pass (see [`HeartbeatTimers::next_deadline`]).
+    pub fn next_deadline(&self) -> Option<Timestamp> {
+        self.timers.lock().next_deadline()
     }
 
     /// Forgets a node's deadline.
@@ -286,7 +310,11 @@ impl Heartbeats {
 
     /// Gives every live node the failover TTL (module docs, step 2).
     pub fn initialize(&self, snapshot: &Snapshot) {
-        self.timers.lock().initialize(snapshot, self.clock.now());
+        let mut timers = self.timers.lock();
+        timers.initialize(snapshot, self.clock.now());
+        if let Some(next) = timers.next_deadline() {
+            self.clock.deadline_set(next);
+        }
     }
 
     /// Counters.
@@ -296,19 +324,19 @@ impl Heartbeats {
 
     /// Marks every node whose deadline passed as having missed its
     /// heartbeat (module docs, step 3); returns how many were marked.
-    pub fn expire(&self, router: &Router) -> usize {
+    pub fn expire(&self, writer: &Writer) -> usize {
         let expired = self.timers.lock().expire(self.clock.now());
-        expired.into_iter().filter(|node_id| self.miss(router, *node_id)).count()
+        expired.into_iter().filter(|node_id| self.miss(writer, *node_id)).count()
     }
 
     /// Writes one missed heartbeat. The evals are computed before the write;
     /// a job placed on the node in between gets its eval right after, and
     /// none can be placed once the node has left (the store refuses it).
-    fn miss(&self, router: &Router, node_id: NodeId) -> bool {
+    fn miss(&self, writer: &Writer, node_id: NodeId) -> bool {
         let now = self.clock.now();
-        let evals = node_evals(&router.store().snapshot(), node_id, now);
+        let evals = node_evals(&writer.store().snapshot(), node_id, now);
         let covered: BTreeSet<_> = evals.iter().map(Evaluation::job_key).collect();
-        let applied = match router.apply(Command::MissHeartbeat { node_id, evals }) {
+        let applied = match writer.write(Command::MissHeartbeat { node_id, evals }) {
             Ok(applied) => applied,
             // It left or was removed since its deadline was set: nothing to do.
             Err(StateError::NodeNotConnected { .. } | StateError::UnknownNode(_)) => return false,
@@ -317,12 +345,12 @@ impl Heartbeats {
                 return false;
             }
         };
-        let late: Vec<Evaluation> = node_evals(&router.store().snapshot(), node_id, now)
+        let late: Vec<Evaluation> = node_evals(&writer.store().snapshot(), node_id, now)
             .into_iter()
             .filter(|eval| !covered.contains(&eval.job_key()))
             .collect();
         if !late.is_empty() {
-            if let Err(error) = router.apply(Command::UpsertEvals { evals: late }) {
+            if let Err(error) = writer.write(Command::UpsertEvals { evals: late }) {
                 tracing::warn!(%node_id, %error, "could not create evals for a node that missed its heartbeat");
             }
         }
@@ -424,7 +452,7 @@ mod tests {
     fn failover_gives_every_live_node_the_long_ttl() {
         let store = StateStore::new();
         for n in 0..3 {
-            store.apply(Command::UpsertNode { node: node(n) }).expect("node");
+            store.apply(Command::UpsertNode { node: node(n), evals: vec![] }).expect("node");
         }
         let down = node(0).id;
         store

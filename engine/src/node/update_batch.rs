@@ -4,32 +4,35 @@
 //! 1. [`UpdateBatcher::submit`] adds a client's updates to the open batch
 //!    and returns a [`PendingUpdate`]; the client is answered only after its
 //!    batch is written, so nothing acknowledged is lost.
-//! 2. A batch is written when `window` has passed since its first update,
+//! 2. A batch is sealed when `window` has passed since its first update,
 //!    or at once when it holds `max_updates` (the bound; one oversized
-//!    submission is a batch of its own). One flusher thread writes batches
-//!    in order, each as one [`Command::UpdateAllocsFromClient`] with an eval
-//!    for every job whose allocation failed or came back from `unknown`.
+//!    submission is a batch of its own). One flusher thread writes sealed
+//!    batches in order, each as one [`Command::UpdateAllocsFromClient`] with
+//!    an eval for every job whose allocation failed or came back from
+//!    `unknown`.
 //! 3. The store takes or refuses each update on its own (a node that went
 //!    down between submit and write is refused); each submitter learns the
-//!    outcome of its own updates.
+//!    outcome of its own updates, by waiting or awaiting its [`Reply`].
 //! 4. On shutdown the flusher writes what is open, then stops; later
 //!    submissions are refused. Every submission is answered: should the
 //!    flusher end any other way, whatever it left unwritten is answered
 //!    with [`StateError::ShuttingDown`] and the batcher refuses more.
+//!
+//! The hand-offs (submit → flusher through the batch lock and condvar,
+//! flusher → submitters through each batch's [`Reply`]) use the [`crate::sync`]
+//! shim and are model-checked by loom in `engine/tests/loom.rs`.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex};
 use serde::Serialize;
 
 use crate::clock::SharedClock;
-use crate::router::Router;
-use crate::state::{Applied, ClientAllocUpdate, Command, Snapshot, StateError};
+use crate::state::{Applied, ClientAllocUpdate, Command, Snapshot, StateError, Writer};
 use crate::structs::{AllocId, ClientStatus, Evaluation, JobKey, TriggerReason};
+use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use crate::sync::{lock, thread, Condvar, Mutex, Reply};
 
 /// Batching settings.
 #[derive(Clone, Debug)]
@@ -58,19 +61,11 @@ pub struct BatchStats {
     pub largest_batch: u64,
 }
 
-/// The outcome of one batch, shared by its submitters.
-#[derive(Debug, Default)]
-struct Outcome {
-    result: Mutex<Option<Result<Arc<Applied>, StateError>>>,
-    written: Condvar,
-}
+/// What writing one batch came to, shared by its submitters.
+pub type BatchOutcome = Result<Arc<Applied>, StateError>;
 
-impl Outcome {
-    fn set(&self, result: Result<Arc<Applied>, StateError>) {
-        *self.result.lock() = Some(result);
-        self.written.notify_all();
-    }
-}
+/// How the flusher writes a batch: build its command and write it.
+pub type WriteBatch = Box<dyn Fn(Vec<ClientAllocUpdate>) -> BatchOutcome + Send + Sync>;
 
 /// A submission waiting for its batch to be written.
 #[derive(Debug)]
@@ -79,7 +74,7 @@ pub struct PendingUpdate(Pending);
 #[derive(Debug)]
 enum Pending {
     /// In a batch not yet written.
-    Batched { outcome: Arc<Outcome>, alloc_ids: Vec<AllocId> },
+    Batched { outcome: Arc<Reply<BatchOutcome>>, alloc_ids: Vec<AllocId> },
     /// Written (or refused) without batching.
     Done(Result<u64, StateError>),
 }
@@ -90,19 +85,21 @@ impl PendingUpdate {
         PendingUpdate(Pending::Done(result))
     }
 
-    /// Waits for the batch; returns the index it was written at, or why
-    /// this submission's updates were refused.
+    /// Blocks until the batch is written; returns the index it was written
+    /// at, or why this submission's updates were refused.
     pub fn wait(self) -> Result<u64, StateError> {
-        let (outcome, alloc_ids) = match self.0 {
-            Pending::Done(result) => return result,
-            Pending::Batched { outcome, alloc_ids } => (outcome, alloc_ids),
-        };
-        let mut result = outcome.result.lock();
-        while result.is_none() {
-            outcome.written.wait(&mut result);
+        match self.0 {
+            Pending::Done(result) => result,
+            Pending::Batched { outcome, alloc_ids } => own_outcome(&*outcome.wait()?, &alloc_ids),
         }
-        let applied = result.as_ref().expect("checked above").clone()?;
-        own_outcome(&applied, &alloc_ids)
+    }
+
+    /// Awaits the batch; see [`PendingUpdate::wait`]. No thread waits.
+    pub async fn outcome(self) -> Result<u64, StateError> {
+        match self.0 {
+            Pending::Done(result) => result,
+            Pending::Batched { outcome, alloc_ids } => own_outcome(&*outcome.get().await?, &alloc_ids),
+        }
     }
 }
 
@@ -141,9 +138,9 @@ pub(crate) fn batch_command(snapshot: &Snapshot, updates: Vec<ClientAllocUpdate>
 #[derive(Debug, Default)]
 struct Batches {
     open: Vec<ClientAllocUpdate>,
-    open_outcome: Arc<Outcome>,
+    open_outcome: Arc<Reply<BatchOutcome>>,
     opened_at: Option<Instant>,
-    sealed: VecDeque<(Vec<ClientAllocUpdate>, Arc<Outcome>)>,
+    sealed: VecDeque<(Vec<ClientAllocUpdate>, Arc<Reply<BatchOutcome>>)>,
     stopping: bool,
 }
 
@@ -157,11 +154,9 @@ impl Batches {
 }
 
 /// The batcher; see the module docs.
-#[derive(Debug)]
 pub struct UpdateBatcher {
     config: BatchConfig,
-    router: Router,
-    clock: SharedClock,
+    write: WriteBatch,
     batches: Mutex<Batches>,
     changed: Condvar,
     batches_written: AtomicU64,
@@ -170,13 +165,27 @@ pub struct UpdateBatcher {
     stopped: AtomicBool,
 }
 
+impl std::fmt::Debug for UpdateBatcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UpdateBatcher").field("config", &self.config).field("stats", &self.stats()).finish()
+    }
+}
+
 impl UpdateBatcher {
-    /// A batcher writing through `router`; start its flusher with [`UpdateBatcher::spawn`].
-    pub fn new(config: BatchConfig, router: Router, clock: SharedClock) -> Arc<Self> {
+    /// A batcher writing through `writer`; start its flusher with [`UpdateBatcher::spawn`].
+    pub fn new(config: BatchConfig, writer: Writer, clock: SharedClock) -> Arc<Self> {
+        let write: WriteBatch = Box::new(move |updates| {
+            let command = batch_command(&writer.store().snapshot(), updates, &clock);
+            writer.write(command).map(Arc::new)
+        });
+        Self::with_write(config, write)
+    }
+
+    /// A batcher that writes each batch with `write` (a model check's stand-in for the store).
+    pub fn with_write(config: BatchConfig, write: WriteBatch) -> Arc<Self> {
         Arc::new(UpdateBatcher {
             config,
-            router,
-            clock,
+            write,
             batches: Mutex::new(Batches::default()),
             changed: Condvar::new(),
             batches_written: AtomicU64::new(0),
@@ -187,22 +196,22 @@ impl UpdateBatcher {
     }
 
     /// Starts the flusher thread.
-    pub fn spawn(self: &Arc<Self>) -> JoinHandle<()> {
+    pub fn spawn(self: &Arc<Self>) -> thread::JoinHandle<()> {
         let batcher = self.clone();
-        std::thread::Builder::new()
+        thread::Builder::new()
             .name("alloc-update-batcher".into())
             .spawn(move || batcher.flush_loop())
             .expect("spawning the alloc update batcher")
     }
 
     /// Adds updates to the open batch (step 1). An empty submission has
-    /// nothing to wait for: it is answered at once with the current index.
+    /// nothing to wait for: it is answered at once with index 0.
     pub fn submit(&self, updates: Vec<ClientAllocUpdate>) -> Result<PendingUpdate, StateError> {
         if updates.is_empty() {
-            return Ok(PendingUpdate::written(Ok(self.router.store().latest_index())));
+            return Ok(PendingUpdate::written(Ok(0)));
         }
         let alloc_ids = updates.iter().map(|update| update.alloc_id).collect();
-        let mut batches = self.batches.lock();
+        let mut batches = lock(&self.batches);
         if batches.stopping {
             return Err(StateError::ShuttingDown);
         }
@@ -232,7 +241,7 @@ impl UpdateBatcher {
 
     /// Writes what is open and stops the flusher (step 4).
     pub fn stop(&self) {
-        let mut batches = self.batches.lock();
+        let mut batches = lock(&self.batches);
         batches.stopping = true;
         batches.seal();
         self.changed.notify_all();
@@ -252,8 +261,8 @@ impl UpdateBatcher {
 
     /// The next batch to write, waiting for one to be sealed or for the
     /// open one's window to pass; `None` once stopped and drained.
-    fn next_batch(&self) -> Option<(Vec<ClientAllocUpdate>, Arc<Outcome>)> {
-        let mut batches = self.batches.lock();
+    fn next_batch(&self) -> Option<(Vec<ClientAllocUpdate>, Arc<Reply<BatchOutcome>>)> {
+        let mut batches = lock(&self.batches);
         loop {
             if let Some(batch) = batches.sealed.pop_front() {
                 return Some(batch);
@@ -261,21 +270,24 @@ impl UpdateBatcher {
             if batches.stopping {
                 return None;
             }
-            match batches.opened_at {
-                Some(opened) if opened.elapsed() >= self.config.window => batches.seal(),
-                Some(opened) => {
-                    let deadline = opened + self.config.window;
-                    self.changed.wait_until(&mut batches, deadline);
+            batches = match batches.opened_at {
+                Some(opened) if opened.elapsed() >= self.config.window => {
+                    batches.seal();
+                    batches
                 }
-                None => self.changed.wait(&mut batches),
-            }
+                Some(opened) => {
+                    let remaining = self.config.window.saturating_sub(opened.elapsed());
+                    let waited = self.changed.wait_timeout(batches, remaining);
+                    waited.unwrap_or_else(std::sync::PoisonError::into_inner).0
+                }
+                None => self.changed.wait(batches).unwrap_or_else(std::sync::PoisonError::into_inner),
+            };
         }
     }
 
-    fn write(&self, updates: Vec<ClientAllocUpdate>, outcome: &Outcome) {
+    fn write(&self, updates: Vec<ClientAllocUpdate>, outcome: &Reply<BatchOutcome>) {
         let n_updates = updates.len() as u64;
-        let command = batch_command(&self.router.store().snapshot(), updates, &self.clock);
-        outcome.set(self.router.apply(command).map(Arc::new));
+        outcome.set((self.write)(updates));
         self.batches_written.fetch_add(1, Ordering::Relaxed);
         self.updates_written.fetch_add(n_updates, Ordering::Relaxed);
         self.largest_batch.fetch_max(n_updates, Ordering::Relaxed);
@@ -288,7 +300,7 @@ struct AnswerTheRest<'a>(&'a UpdateBatcher);
 
 impl Drop for AnswerTheRest<'_> {
     fn drop(&mut self) {
-        let mut batches = self.0.batches.lock();
+        let mut batches = lock(&self.0.batches);
         batches.stopping = true;
         batches.seal();
         for (_, outcome) in batches.sealed.drain(..) {
@@ -298,25 +310,21 @@ impl Drop for AnswerTheRest<'_> {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
     use crate::clock::{ManualClock, Timestamp};
-    use crate::eval::blocked::BlockedEvals;
-    use crate::eval::broker::{BrokerConfig, EvalBroker};
     use crate::state::StateStore;
     use crate::structs::{Allocation, EvalId, Job, JobType, NodeStatus, Resources};
     use crate::testing::node;
 
-    /// A router over a store with two nodes and `per_node` pending allocations on each.
-    fn fixture(per_node: u32) -> (Router, SharedClock, Vec<Allocation>) {
+    /// A writer over a store with two nodes and `per_node` pending allocations on each.
+    fn fixture(per_node: u32) -> (Writer, SharedClock, Vec<Allocation>) {
         let clock: SharedClock = ManualClock::new(Timestamp(1));
         let store = Arc::new(StateStore::new());
-        let broker = Arc::new(EvalBroker::new(BrokerConfig::default(), clock.clone()));
-        let blocked = Arc::new(BlockedEvals::new(broker.clone(), clock.clone()));
-        let router = Router::new(store.clone(), broker, blocked);
+        let writer = Writer::direct(store.clone());
         for n in 0..2 {
-            store.apply(Command::UpsertNode { node: node(n) }).expect("node");
+            store.apply(Command::UpsertNode { node: node(n), evals: vec![] }).expect("node");
         }
         let spec = Job::new_simple("web", JobType::Service, per_node * 2, Resources::new(10, 10, 0));
         store.apply(Command::RegisterJob { job: spec.clone(), eval: None }).expect("job");
@@ -331,7 +339,7 @@ mod tests {
             time: Timestamp(1),
         };
         store.apply(command).expect("allocs");
-        (router, clock, allocs)
+        (writer, clock, allocs)
     }
 
     fn running(alloc: &Allocation) -> ClientAllocUpdate {
@@ -349,8 +357,8 @@ mod tests {
 
     #[test]
     fn many_clients_become_a_few_bounded_batches_and_each_hears_its_outcome() {
-        let (router, clock, allocs) = fixture(13);
-        let batcher = UpdateBatcher::new(never_by_time(), router.clone(), clock);
+        let (writer, clock, allocs) = fixture(13);
+        let batcher = UpdateBatcher::new(never_by_time(), writer.clone(), clock);
         let flusher = batcher.spawn();
         let pending: Vec<PendingUpdate> =
             allocs.iter().map(|alloc| batcher.submit(vec![running(alloc)]).expect("submitted")).collect();
@@ -362,7 +370,7 @@ mod tests {
         assert_eq!(stats, BatchStats { batches: 3, updates: 26, largest_batch: 10 });
         let distinct: std::collections::BTreeSet<_> = indexes.iter().collect();
         assert_eq!(distinct.len(), 3, "one write per batch");
-        let snapshot = router.store().snapshot();
+        let snapshot = writer.store().snapshot();
         assert!(allocs
             .iter()
             .all(|alloc| snapshot.alloc(alloc.id).expect("alloc").client_status == ClientStatus::Running));
@@ -371,14 +379,14 @@ mod tests {
 
     #[test]
     fn a_node_that_left_before_the_write_is_refused_alone() {
-        let (router, clock, allocs) = fixture(1);
-        let batcher = UpdateBatcher::new(never_by_time(), router.clone(), clock);
+        let (writer, clock, allocs) = fixture(1);
+        let batcher = UpdateBatcher::new(never_by_time(), writer.clone(), clock);
         let flusher = batcher.spawn();
         let (first, second) = (&allocs[0], &allocs[1]);
         let refused = batcher.submit(vec![running(first)]).expect("submitted");
         let taken = batcher.submit(vec![running(second)]).expect("submitted");
         let down = Command::UpdateNodeStatus { node_id: first.node_id, status: NodeStatus::Down, evals: vec![] };
-        router.apply(down).expect("the node leaves");
+        writer.write(down).expect("the node leaves");
         batcher.stop();
         assert_eq!(
             refused.wait(),
@@ -386,14 +394,14 @@ mod tests {
         );
         assert!(taken.wait().is_ok());
         flusher.join().expect("flusher");
-        let snapshot = router.store().snapshot();
+        let snapshot = writer.store().snapshot();
         assert_eq!(snapshot.alloc(first.id).expect("alloc").client_status, ClientStatus::Pending);
         assert_eq!(snapshot.alloc(second.id).expect("alloc").client_status, ClientStatus::Running);
     }
 
     #[test]
     fn a_failed_allocation_and_a_reconnecting_one_get_evals() {
-        let (router, clock, allocs) = fixture(1);
+        let (writer, clock, allocs) = fixture(1);
         let mut marked = allocs[1].clone();
         marked.record_client_status(ClientStatus::Unknown, Timestamp(2));
         let command = Command::ApplyPlanResults {
@@ -402,8 +410,8 @@ mod tests {
             evals: vec![],
             time: Timestamp(2),
         };
-        router.store().apply(command).expect("marked unknown");
-        let snapshot = router.store().snapshot();
+        writer.store().apply(command).expect("marked unknown");
+        let snapshot = writer.store().snapshot();
         let mut failed = running(&allocs[0]);
         failed.client_status = ClientStatus::Failed;
         let Command::UpdateAllocsFromClient { evals, .. } = batch_command(&snapshot, vec![failed], &clock) else {

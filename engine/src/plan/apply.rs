@@ -33,7 +33,7 @@ use serde::Serialize;
 use crate::clock::{SharedClock, Timestamp};
 use crate::eval::broker::{EvalBroker, Token};
 use crate::plan::queue::{PendingPlan, PlanError, PlanQueue};
-use crate::state::{Applied, Command, Snapshot, StateStore};
+use crate::state::{Command, Snapshot, Writer};
 use crate::structs::{Allocation, NodeEligibility, NodeId, Plan, PlanResult, Resources};
 
 /// Plans touching more nodes than this are checked in parallel.
@@ -152,9 +152,6 @@ fn node_fits(plan: &Plan, snapshot: &Snapshot, overlay: &HashMap<NodeId, Vec<All
 /// The plan being committed: its allocations per node (the overlay) and its completion signal.
 type InFlight = (HashMap<NodeId, Vec<Allocation>>, Receiver<()>);
 
-/// What the server does with each applied command (route evals, unblock).
-pub type OnApplied = Arc<dyn Fn(&Applied) + Send + Sync>;
-
 /// A plan being written by the committer.
 struct Commit {
     pending: PendingPlan,
@@ -241,13 +238,12 @@ impl Drop for PlanApplierHandle {
 }
 
 /// The plan applier; see the module docs.
-#[allow(missing_debug_implementations)] // Holds the server's hook closure.
+#[derive(Debug)]
 pub struct PlanApplier {
-    store: Arc<StateStore>,
+    writer: Writer,
     queue: Arc<PlanQueue>,
     broker: Arc<EvalBroker>,
     clock: SharedClock,
-    on_applied: OnApplied,
     tracker: Mutex<RejectionTracker>,
     counters: Arc<Counters>,
 }
@@ -256,19 +252,17 @@ impl PlanApplier {
     /// Starts the applier and committer threads.
     pub fn start(
         config: PlanApplierConfig,
-        store: Arc<StateStore>,
+        writer: Writer,
         queue: Arc<PlanQueue>,
         broker: Arc<EvalBroker>,
         clock: SharedClock,
-        on_applied: OnApplied,
     ) -> PlanApplierHandle {
         let counters = Arc::new(Counters::default());
         let applier = Arc::new(PlanApplier {
-            store,
+            writer,
             queue,
             broker,
             clock,
-            on_applied,
             tracker: Mutex::new(RejectionTracker { config, refusals: HashMap::new(), marked: VecDeque::new() }),
             counters: counters.clone(),
         });
@@ -303,7 +297,7 @@ impl PlanApplier {
                 pending.respond(Err(PlanError::StaleToken(eval_id)));
                 continue;
             }
-            let snapshot = self.store.snapshot();
+            let snapshot = self.writer.store().snapshot();
             let empty = HashMap::new();
             let overlay = in_flight.as_ref().map_or(&empty, |(overlay, _)| overlay);
             let (mut result, refused) = evaluate_plan(&pending.plan, &snapshot, overlay);
@@ -311,7 +305,7 @@ impl PlanApplier {
                 let _ = done.recv();
             }
             if !refused.is_empty() {
-                result.refresh_index = self.store.latest_index();
+                result.refresh_index = self.writer.store().latest_index();
                 self.note_refusals(&refused);
             }
             if result.node_update.is_empty() && result.node_allocation.is_empty() {
@@ -333,14 +327,13 @@ impl PlanApplier {
 
     fn commit_loop(&self, to_commit: Receiver<Commit>) {
         for Commit { pending, mut result, command, done } in to_commit {
-            match self.store.apply(command) {
+            match self.writer.write(command) {
                 Ok(applied) => {
                     result.alloc_index = applied.index;
                     result.refuse_placements(&applied.refused_placements, applied.index);
-                    (self.on_applied)(&applied);
                     pending.respond(Ok(result));
                 }
-                Err(error) => pending.respond(Err(PlanError::Write(error.to_string()))),
+                Err(error) => pending.respond(Err(PlanError::Write(error))),
             }
             let _ = done.send(());
         }
@@ -353,11 +346,10 @@ impl PlanApplier {
         for node_id in to_mark {
             let command =
                 Command::UpdateNodeEligibility { node_id, eligibility: NodeEligibility::Ineligible, evals: vec![] };
-            match self.store.apply(command) {
-                Ok(applied) => {
+            match self.writer.write(command) {
+                Ok(_) => {
                     self.counters.nodes_marked_ineligible.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(%node_id, "node marked ineligible after repeated plan rejections");
-                    (self.on_applied)(&applied);
                 }
                 Err(error) => tracing::warn!(%node_id, %error, "could not mark node ineligible"),
             }

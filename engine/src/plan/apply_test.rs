@@ -4,6 +4,7 @@ use std::sync::Arc;
 use super::*;
 use crate::clock::ManualClock;
 use crate::eval::broker::BrokerConfig;
+use crate::state::{Applied, ApplyHook, StateStore};
 use crate::structs::{DesiredStatus, EvalId, Evaluation, Job, JobType, Node, NodeStatus, TriggerReason};
 
 const NODE: u128 = 1;
@@ -19,6 +20,7 @@ fn fixture() -> (Fixture, Allocation) {
     store
         .apply(Command::UpsertNode {
             node: Node::new_ready(NodeId::from_u128(NODE), "dc1", "", Resources::new(1000, 1000, 1000)),
+            evals: vec![],
         })
         .expect("node");
     let spec = Job::new_simple("web", JobType::Service, 5, Resources::new(100, 10, 0));
@@ -118,25 +120,24 @@ fn the_tracker_marks_repeat_offenders_at_a_bounded_rate() {
     assert!(tracker.record(&[b], later).is_empty(), "b's old refusals left the window");
 }
 
+/// Counts the commands the store applied, as its apply hook.
+#[derive(Debug)]
+struct CountingHook(Arc<AtomicUsize>);
+
+impl ApplyHook for CountingHook {
+    fn after_apply(&self, _applied: &Applied) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
 fn running_applier(store: &Arc<StateStore>) -> (Arc<PlanQueue>, Arc<EvalBroker>, PlanApplierHandle, Arc<AtomicUsize>) {
     let clock = ManualClock::new(Timestamp(10));
     let broker = Arc::new(EvalBroker::new(BrokerConfig::default(), clock.clone()));
     let queue = Arc::new(PlanQueue::new());
     let seen = Arc::new(AtomicUsize::new(0));
-    let on_applied: OnApplied = {
-        let seen = seen.clone();
-        Arc::new(move |_applied: &Applied| {
-            seen.fetch_add(1, Ordering::SeqCst);
-        })
-    };
-    let handle = PlanApplier::start(
-        PlanApplierConfig::default(),
-        store.clone(),
-        queue.clone(),
-        broker.clone(),
-        clock,
-        on_applied,
-    );
+    store.set_hook(Some(Box::new(CountingHook(seen.clone()))));
+    let writer = Writer::direct(store.clone());
+    let handle = PlanApplier::start(PlanApplierConfig::default(), writer, queue.clone(), broker.clone(), clock);
     (queue, broker, handle, seen)
 }
 

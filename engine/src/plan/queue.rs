@@ -1,80 +1,78 @@
 //! The plan queue: plans from every worker wait here, highest job priority
 //! first, then in arrival order, for the one plan applier.
 //!
-//! A worker [`PlanQueue::enqueue`]s its plan and blocks on the returned
-//! [`PlanFuture`] until the applier answers with a [`PlanResult`] or an error.
+//! A worker [`PlanQueue::enqueue`]s its plan and waits on (or awaits) the
+//! returned [`PlanFuture`] until the applier answers with a [`PlanResult`]
+//! or an error.
 
-use std::cmp::Ordering as CmpOrdering;
+use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam::channel::{self, Receiver, Sender};
 use parking_lot::{Condvar, Mutex};
 
+pub use crate::scheduler::PlanError;
 use crate::structs::{Plan, PlanResult};
+use crate::sync::Reply;
 
-/// Why a plan was not applied.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum PlanError {
-    /// The eval's broker token is no longer outstanding: the worker's hold
-    /// expired and another worker may have the eval.
-    #[error("evaluation {0} is no longer held under this plan's token")]
-    StaleToken(crate::structs::EvalId),
-    /// The plan could not be written.
-    #[error("plan could not be written: {0}")]
-    Write(String),
-    /// The plan queue is shutting down.
-    #[error("the plan queue is shutting down")]
-    ShuttingDown,
-}
+/// What the applier answers a plan with.
+pub type PlanAnswer = Result<PlanResult, PlanError>;
 
-/// A plan waiting for the applier, with the channel to answer on.
+/// A plan waiting for the applier, with the reply to answer on.
 #[derive(Debug)]
 pub struct PendingPlan {
     /// The plan.
     pub plan: Plan,
-    reply: Sender<Result<PlanResult, PlanError>>,
+    reply: Arc<Reply<PlanAnswer>>,
     seq: u64,
-    /// When it was enqueued (for queue-wait metrics).
-    pub enqueued_at: Instant,
 }
 
 impl PendingPlan {
     /// Answers the worker.
-    pub fn respond(self, result: Result<PlanResult, PlanError>) {
-        // The worker may have given up (shutdown); nothing to do then.
-        let _ = self.reply.send(result);
+    pub fn respond(self, answer: PlanAnswer) {
+        self.reply.set(answer);
+    }
+
+    /// Plans queue by job priority, then by arrival.
+    fn rank(&self) -> (u8, Reverse<u64>) {
+        (self.plan.priority, Reverse(self.seq))
     }
 }
 
 impl PartialEq for PendingPlan {
     fn eq(&self, other: &Self) -> bool {
-        self.seq == other.seq
+        self.rank() == other.rank()
     }
 }
 impl Eq for PendingPlan {}
 impl PartialOrd for PendingPlan {
-    fn partial_cmp(&self, other: &Self) -> Option<CmpOrdering> {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
         Some(self.cmp(other))
     }
 }
 impl Ord for PendingPlan {
-    fn cmp(&self, other: &Self) -> CmpOrdering {
-        self.plan.priority.cmp(&other.plan.priority).then(other.seq.cmp(&self.seq))
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.rank().cmp(&other.rank())
     }
 }
 
 /// What a worker waits on after enqueueing a plan.
 #[derive(Debug)]
 pub struct PlanFuture {
-    reply: Receiver<Result<PlanResult, PlanError>>,
+    reply: Arc<Reply<PlanAnswer>>,
 }
 
 impl PlanFuture {
     /// Blocks until the applier answers.
-    pub fn wait(self) -> Result<PlanResult, PlanError> {
-        self.reply.recv().unwrap_or(Err(PlanError::ShuttingDown))
+    pub fn wait(self) -> PlanAnswer {
+        self.reply.wait_take().unwrap_or(Err(PlanError::ShuttingDown))
+    }
+
+    /// Awaits the applier's answer; no thread waits.
+    pub async fn answer(self) -> PlanAnswer {
+        self.reply.take().await.unwrap_or(Err(PlanError::ShuttingDown))
     }
 }
 
@@ -95,16 +93,15 @@ impl PlanQueue {
 
     /// Adds a plan; the future resolves when the applier is done with it.
     pub fn enqueue(&self, plan: Plan) -> PlanFuture {
-        let (reply, receiver) = channel::bounded(1);
+        let reply = Arc::new(Reply::new());
         if self.shutting_down.load(Ordering::Acquire) {
-            let _ = reply.send(Err(PlanError::ShuttingDown));
-            return PlanFuture { reply: receiver };
+            reply.set(Err(PlanError::ShuttingDown));
+            return PlanFuture { reply };
         }
-        let pending =
-            PendingPlan { plan, reply, seq: self.seq.fetch_add(1, Ordering::Relaxed), enqueued_at: Instant::now() };
+        let pending = PendingPlan { plan, reply: reply.clone(), seq: self.seq.fetch_add(1, Ordering::Relaxed) };
         self.heap.lock().push(pending);
         self.ready.notify_one();
-        PlanFuture { reply: receiver }
+        PlanFuture { reply }
     }
 
     /// The next plan, waiting up to `timeout`. `None` on timeout or shutdown.
@@ -129,8 +126,11 @@ impl PlanQueue {
     /// Refuses new plans, answers every waiting one with
     /// [`PlanError::ShuttingDown`] and wakes the applier.
     pub fn shutdown(&self) {
-        self.shutting_down.store(true, Ordering::Release);
-        let drained: Vec<_> = self.heap.lock().drain().collect();
+        let drained: Vec<_> = {
+            let mut heap = self.heap.lock();
+            self.shutting_down.store(true, Ordering::Release);
+            heap.drain().collect()
+        };
         for pending in drained {
             pending.respond(Err(PlanError::ShuttingDown));
         }

@@ -23,8 +23,8 @@ mod scheduler_test;
 use std::sync::Arc;
 
 use crate::clock::Timestamp;
-use crate::state::Snapshot;
-use crate::structs::{Allocation, Evaluation, Job, JobKey, JobType, Node, NodeId, Plan, PlanResult, Resources};
+use crate::state::{Snapshot, StateError, WaitError};
+use crate::structs::{Allocation, EvalId, Evaluation, Job, JobKey, JobType, Node, NodeId, Plan, PlanResult, Resources};
 
 /// A read-only view of the cluster state at one index.
 pub trait State: Send + Sync {
@@ -73,13 +73,20 @@ impl State for Snapshot {
     }
 }
 
-/// Why a scheduler gave up on an evaluation. The worker nacks it.
+/// Why a scheduler gave up on an evaluation. The worker nacks it, and
+/// backs off by [`SchedulerError::is_retryable`]; shutdown is told apart
+/// ([`SchedulerError::ShuttingDown`]) and never counted as a failure.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum SchedulerError {
-    /// The planner could not take the plan or the eval update (the server
-    /// is shutting down, or the write failed).
-    #[error("planner failed: {0}")]
-    Planner(String),
+    /// The plan applier did not take the plan.
+    #[error("plan not applied: {0}")]
+    Plan(PlanError),
+    /// Writing an eval failed.
+    #[error("eval write failed: {0}")]
+    Write(StateError),
+    /// The state did not reach the index to re-plan against in time.
+    #[error(transparent)]
+    Wait(WaitError),
     /// The server is shutting down; the eval goes back to the broker.
     #[error("the server is shutting down")]
     ShuttingDown,
@@ -88,19 +95,79 @@ pub enum SchedulerError {
     InvalidEval(String),
 }
 
+impl SchedulerError {
+    /// Whether retrying soon may succeed (a conflict, a slow write), as
+    /// opposed to a fault that needs a slower backoff.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, SchedulerError::Plan(_) | SchedulerError::Write(_) | SchedulerError::Wait(_))
+    }
+}
+
+impl From<StateError> for SchedulerError {
+    fn from(error: StateError) -> Self {
+        match error {
+            StateError::ShuttingDown => SchedulerError::ShuttingDown,
+            other => SchedulerError::Write(other),
+        }
+    }
+}
+
+impl From<PlanError> for SchedulerError {
+    fn from(error: PlanError) -> Self {
+        match error {
+            PlanError::ShuttingDown | PlanError::Write(StateError::ShuttingDown) => SchedulerError::ShuttingDown,
+            other => SchedulerError::Plan(other),
+        }
+    }
+}
+
+impl From<WaitError> for SchedulerError {
+    fn from(error: WaitError) -> Self {
+        match error {
+            WaitError::Shutdown { .. } => SchedulerError::ShuttingDown,
+            timeout => SchedulerError::Wait(timeout),
+        }
+    }
+}
+
+/// Why a plan was not applied (what a [`Planner`] answers besides a result).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    /// The eval's broker token is no longer outstanding: the worker's hold
+    /// expired and another worker may have the eval.
+    #[error("evaluation {0} is no longer held under this plan's token")]
+    StaleToken(EvalId),
+    /// The plan could not be written.
+    #[error("plan could not be written: {0}")]
+    Write(StateError),
+    /// The plan queue is shutting down.
+    #[error("the plan queue is shutting down")]
+    ShuttingDown,
+}
+
 /// Where a scheduler's decisions go.
 pub trait Planner {
     /// Submits a plan. The result says what was committed; when part was
     /// refused it carries a `refresh_index`, and the planner may hand back a
     /// state at least that new to re-plan against.
     fn submit_plan(&mut self, plan: Plan) -> Result<(PlanResult, Option<Arc<dyn State>>), SchedulerError>;
+    /// Writes an eval the scheduler created or changed. The three methods
+    /// below say why, for planners that tell them apart (the test
+    /// [`testing::Harness`] records each kind); a server's planner only writes.
+    fn write_eval(&mut self, eval: Evaluation) -> Result<(), SchedulerError>;
     /// Records the eval's outcome (status, metrics, links).
-    fn update_eval(&mut self, eval: Evaluation) -> Result<(), SchedulerError>;
+    fn update_eval(&mut self, eval: Evaluation) -> Result<(), SchedulerError> {
+        self.write_eval(eval)
+    }
     /// Creates a follow-up or blocked eval.
-    fn create_eval(&mut self, eval: Evaluation) -> Result<(), SchedulerError>;
+    fn create_eval(&mut self, eval: Evaluation) -> Result<(), SchedulerError> {
+        self.write_eval(eval)
+    }
     /// Puts an eval that was unblocked, but still cannot place, back in the
     /// blocked tracker.
-    fn reblock_eval(&mut self, eval: Evaluation) -> Result<(), SchedulerError>;
+    fn reblock_eval(&mut self, eval: Evaluation) -> Result<(), SchedulerError> {
+        self.write_eval(eval)
+    }
 }
 
 /// Nodes that other workers are placing on right now: a hint that keeps

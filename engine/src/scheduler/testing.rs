@@ -39,7 +39,7 @@ impl Harness {
     /// Registers nodes.
     pub fn add_nodes(&self, nodes: impl IntoIterator<Item = Node>) {
         for node in nodes {
-            self.store.apply(Command::UpsertNode { node }).expect("harness node applies");
+            self.store.apply(Command::UpsertNode { node, evals: Vec::new() }).expect("harness node applies");
         }
     }
 
@@ -93,37 +93,30 @@ impl Planner for Harness {
             refresh_index: 0,
             alloc_index: 0,
         };
-        let applied = self
-            .store
-            .apply(Command::apply_plan_result(plan.eval_id, &result, self.config.now))
-            .map_err(|error| SchedulerError::Planner(error.to_string()))?;
+        let applied = self.store.apply(Command::apply_plan_result(plan.eval_id, &result, self.config.now))?;
         result.alloc_index = applied.index;
         result.refuse_placements(&applied.refused_placements, applied.index);
         let refreshed = (result.refresh_index != 0).then(|| self.refresh_state());
         Ok((result, refreshed))
     }
 
+    fn write_eval(&mut self, eval: Evaluation) -> Result<(), SchedulerError> {
+        self.store.apply(Command::UpsertEvals { evals: vec![eval] })?;
+        Ok(())
+    }
+
     fn update_eval(&mut self, eval: Evaluation) -> Result<(), SchedulerError> {
         self.updated_evals.push(eval.clone());
-        self.upsert(eval)
+        self.write_eval(eval)
     }
 
     fn create_eval(&mut self, eval: Evaluation) -> Result<(), SchedulerError> {
         self.created_evals.push(eval.clone());
-        self.upsert(eval)
+        self.write_eval(eval)
     }
 
     fn reblock_eval(&mut self, eval: Evaluation) -> Result<(), SchedulerError> {
         self.reblocked_evals.push(eval.clone());
-        self.upsert(eval)
-    }
-}
-
-impl Harness {
-    fn upsert(&self, eval: Evaluation) -> Result<(), SchedulerError> {
-        self.store
-            .apply(Command::UpsertEvals { evals: vec![eval] })
-            .map(|_| ())
-            .map_err(|error| SchedulerError::Planner(error.to_string()))
+        self.write_eval(eval)
     }
 }

@@ -18,8 +18,11 @@ impl Snapshot {
     pub(super) fn apply(&mut self, index: u64, command: Command, applied: &mut Applied) -> Result<(), StateError> {
         self.index = index;
         match command {
-            Command::UpsertNode { node } => self.upsert_node(index, node, applied),
-            Command::DeregisterNode { node_id } => self.deregister_node(index, node_id),
+            Command::UpsertNode { node, evals } => {
+                self.upsert_node(index, node, applied)?;
+                self.upsert_evals(index, evals, applied);
+                Ok(())
+            }
             Command::UpdateNodeStatus { node_id, status, evals } => {
                 self.update_node_status(index, node_id, status, false, applied)?;
                 self.upsert_evals(index, evals, applied);
@@ -89,16 +92,6 @@ impl Snapshot {
             }
         }
         self.put_node(node);
-        self.table_indexes.nodes = index;
-        Ok(())
-    }
-
-    fn deregister_node(&mut self, index: u64, node_id: NodeId) -> Result<(), StateError> {
-        let node = self.nodes.remove(&node_id).ok_or(StateError::UnknownNode(node_id))?;
-        if let Ok(position) = self.schedulable.binary_search(&node_id) {
-            self.schedulable.remove(position);
-        }
-        index_remove(&mut self.nodes_by_class, &node.computed_class, &node_id);
         self.table_indexes.nodes = index;
         Ok(())
     }
@@ -243,6 +236,7 @@ impl Snapshot {
             if !was_terminal && alloc.terminal() {
                 self.note_freed_capacity(alloc.node_id, applied);
             }
+            applied.touch(alloc.node_id);
             self.put_alloc(alloc);
             self.touch_node_alloc_update(index, update.node_id)?;
         }
@@ -321,9 +315,10 @@ impl Snapshot {
                     alloc.client_status_time = time;
                     index_add(&mut self.allocs_by_node, alloc.node_id, alloc.id);
                     index_add(&mut self.allocs_by_job, alloc.job_key(), alloc.id);
-                    self.link_previous(index, &alloc);
+                    self.link_previous(index, &alloc, applied);
                 }
             }
+            applied.touch(alloc.node_id);
             self.put_alloc(alloc);
         }
         self.table_indexes.allocs = index;
@@ -357,12 +352,13 @@ impl Snapshot {
 
     /// Points a replaced allocation at its replacement, so it is not
     /// replaced twice.
-    fn link_previous(&mut self, index: u64, alloc: &Allocation) {
+    fn link_previous(&mut self, index: u64, alloc: &Allocation, applied: &mut Applied) {
         let Some(previous) = alloc.previous_allocation.and_then(|id| self.allocs.get(&id)) else { return };
         if previous.next_allocation != Some(alloc.id) {
             let mut previous = Allocation::clone(previous);
             previous.next_allocation = Some(alloc.id);
             previous.modify_index = index;
+            applied.touch(previous.node_id);
             self.put_alloc(previous);
         }
     }

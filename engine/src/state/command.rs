@@ -21,11 +21,8 @@ pub enum Command {
     UpsertNode {
         /// The node as the client describes it.
         node: Node,
-    },
-    /// Remove a node.
-    DeregisterNode {
-        /// The node.
-        node_id: NodeId,
+        /// Evals the registration needs (a new ready node: every system job).
+        evals: Vec<Evaluation>,
     },
     /// Change a node's status, with the evals the change needs.
     UpdateNodeStatus {
@@ -114,22 +111,6 @@ impl Command {
     pub fn apply_plan_result(eval_id: EvalId, result: &PlanResult, time: Timestamp) -> Command {
         let allocs = result.node_update.values().chain(result.node_allocation.values()).flatten().cloned().collect();
         Command::ApplyPlanResults { eval_id, allocs, evals: Vec::new(), time }
-    }
-
-    /// A short name for logs and metrics.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Command::UpsertNode { .. } => "upsert_node",
-            Command::DeregisterNode { .. } => "deregister_node",
-            Command::UpdateNodeStatus { .. } => "update_node_status",
-            Command::MissHeartbeat { .. } => "miss_heartbeat",
-            Command::UpdateNodeEligibility { .. } => "update_node_eligibility",
-            Command::RegisterJob { .. } => "register_job",
-            Command::DeregisterJob { .. } => "deregister_job",
-            Command::UpsertEvals { .. } => "upsert_evals",
-            Command::UpdateAllocsFromClient { .. } => "update_allocs_from_client",
-            Command::ApplyPlanResults { .. } => "apply_plan_results",
-        }
     }
 }
 

@@ -1,34 +1,60 @@
-//! The state store: one writer applies [`Command`]s in order, each at the
-//! next index, and publishes an immutable [`Snapshot`] through `arc-swap`.
+//! The state store: the replicated state machine. It applies [`Command`]s
+//! in log order and publishes an immutable [`Snapshot`] through `arc-swap`.
 //!
 //! Contract:
-//! 1. [`StateStore::apply`] is the only way state changes. Commands are
-//!    applied one at a time (callers on many threads queue on the writer
-//!    lock), each at `latest_index() + 1`.
-//! 2. A command is applied to a private clone of the newest snapshot and
-//!    published only if all of it applied; a command that fails returns an
-//!    error, consumes no index and changes nothing.
-//! 3. [`StateStore::snapshot`] is O(1) and never waits for the writer. A
+//! 1. [`StateStore::apply_at`] is the only place state changes, and every
+//!    write reaches it through one seam, a [`Writer`]: in one process the
+//!    store is its own log ([`StateStore::apply`] takes the next position);
+//!    with a replicated log, the log applies each committed entry.
+//! 2. **The index rule.** Every command occupies one log position, and the
+//!    state's index is the position of the last command applied: a command
+//!    the state refuses (an unknown node, say) still takes its position and
+//!    moves the index, but changes nothing else and is answered with its
+//!    error. So a replica that applied the same log has the same index and
+//!    the same data, and `latest_index()` equals the number of commands
+//!    submitted to a store that is its own log. Objects record the index of
+//!    the command that created or changed them, and the per-table indexes
+//!    ([`TableIndexes`]) move only when a command changed that table.
+//! 3. A command is applied to a private clone of the newest snapshot and
+//!    published whole, or not at all. Applying reads no clock, no random
+//!    number and no process-seeded iteration order: everything it depends
+//!    on is in the command.
+//! 4. After every command, before the next one applies, the store wakes the
+//!    waiters of its index and the watchers of every node whose allocations
+//!    it changed (only those), then runs the [`ApplyHook`] if one is set
+//!    (the leader's router: evals to the broker or the blocked tracker,
+//!    unblocking on new capacity). Everything that follows a write happens
+//!    there, whoever submitted the write.
+//! 5. [`StateStore::snapshot`] is O(1) and never waits for the writer. A
 //!    snapshot never changes under its reader.
-//! 4. [`StateStore::snapshot_min_index`] wakes as soon as the index is
-//!    reached (notified by the writer, not polled) and tells a timeout apart
-//!    from a shutdown.
+//! 6. Waiting for an index or for a node's allocations to change blocks a
+//!    thread only in the blocking forms; the async forms
+//!    ([`StateStore::wait_for_index`], [`NodeWatch`]) park no thread and
+//!    need no runtime. Every wait ends: with what it waited for, at its
+//!    deadline, or with [`WaitError::Shutdown`].
 
 mod apply;
 mod command;
 mod snapshot;
 mod table;
+mod watch;
+mod writer;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use arc_swap::ArcSwap;
-use parking_lot::{Condvar, Mutex};
+use arc_swap::{ArcSwap, ArcSwapOption};
+use event_listener::{Event, Listener};
+use parking_lot::Mutex;
 
 pub use command::{ClientAllocUpdate, Command};
 pub use snapshot::{Snapshot, TableIndexes};
 pub use table::{Iter as TableIter, Table};
+pub use watch::NodeWatch;
+pub use writer::{CommandLog, PendingWrite, Writer};
+
+use watch::NodeWatches;
 
 use crate::structs::{AllocId, ComputedClass, EvalId, Evaluation, JobKey, Node, NodeId};
 
@@ -73,6 +99,14 @@ pub enum StateError {
     /// The store is shutting down and takes no more writes.
     #[error("the state store is shutting down")]
     ShuttingDown,
+    /// A log position at or before one already applied.
+    #[error("log position {index} is not after the last applied position {last}")]
+    StaleIndex {
+        /// The position offered.
+        index: u64,
+        /// The last position applied.
+        last: u64,
+    },
 }
 
 /// Why [`StateStore::snapshot_min_index`] returned without a snapshot.
@@ -112,13 +146,16 @@ impl CapacityChange {
 /// What a command did that the rest of the server reacts to.
 #[derive(Clone, Debug, Default)]
 pub struct Applied {
-    /// The index the command was applied at.
+    /// The index (log position) the command was applied at.
     pub index: u64,
     /// Evaluations the command created or updated, as stored.
     pub evals: Vec<Arc<Evaluation>>,
     /// Nodes where capacity appeared (node became ready or eligible, an
     /// allocation stopped or finished).
     pub capacity_changes: Vec<CapacityChange>,
+    /// Nodes whose allocations the command created or changed: their
+    /// watchers are woken, no others.
+    pub touched_nodes: Vec<NodeId>,
     /// New placements of a plan left out because their node was no longer
     /// ready and eligible when the plan was written.
     pub refused_placements: Vec<AllocId>,
@@ -126,13 +163,30 @@ pub struct Applied {
     pub refused_updates: Vec<(AllocId, StateError)>,
 }
 
+impl Applied {
+    fn touch(&mut self, node_id: NodeId) {
+        if !self.touched_nodes.contains(&node_id) {
+            self.touched_nodes.push(node_id);
+        }
+    }
+}
+
+/// What follows every applied command (contract, step 4): on the leader,
+/// the router that hands evals to the broker and the blocked tracker.
+pub trait ApplyHook: Send + Sync + std::fmt::Debug {
+    /// Runs after `applied` was published, before the next command applies.
+    fn after_apply(&self, applied: &Applied);
+}
+
 /// The state store. See the module docs for its contract.
 #[derive(Debug)]
 pub struct StateStore {
     current: ArcSwap<Snapshot>,
     writer: Mutex<()>,
-    index_reached: Mutex<()>,
-    index_changed: Condvar,
+    hook: ArcSwapOption<Box<dyn ApplyHook>>,
+    /// Notified on every new index and on shutdown.
+    index_changed: Event,
+    nodes: NodeWatches,
     waiters: AtomicUsize,
     shutting_down: AtomicBool,
 }
@@ -149,31 +203,78 @@ impl StateStore {
         StateStore {
             current: ArcSwap::from_pointee(Snapshot::default()),
             writer: Mutex::new(()),
-            index_reached: Mutex::new(()),
-            index_changed: Condvar::new(),
+            hook: ArcSwapOption::empty(),
+            index_changed: Event::new(),
+            nodes: NodeWatches::default(),
             waiters: AtomicUsize::new(0),
             shutting_down: AtomicBool::new(false),
         }
     }
 
-    /// Applies one command at the next index and publishes the result.
+    /// Sets (or, with `None`, removes) what runs after every applied command.
+    pub fn set_hook(&self, hook: Option<Box<dyn ApplyHook>>) {
+        let _writer = self.writer.lock();
+        self.hook.store(hook.map(Arc::new));
+    }
+
+    /// Applies `command` at the next log position: the store as its own
+    /// log. Replicated logs call [`StateStore::apply_at`] instead.
     pub fn apply(&self, command: Command) -> Result<Applied, StateError> {
         let _writer = self.writer.lock();
+        let index = self.latest_index() + 1;
+        self.apply_locked(index, command)
+    }
+
+    /// Applies `command` at log position `index`, which must follow the
+    /// last one applied (contract, steps 1-4). A refused command still
+    /// takes `index` (the index rule) and returns its error.
+    pub fn apply_at(&self, index: u64, command: Command) -> Result<Applied, StateError> {
+        let _writer = self.writer.lock();
+        let last = self.latest_index();
+        if index <= last {
+            return Err(StateError::StaleIndex { index, last });
+        }
+        self.apply_locked(index, command)
+    }
+
+    /// Moves the index to `index` without a command: a log position that
+    /// carries none (a replicated log's own entries).
+    pub fn advance_to(&self, index: u64) -> Result<(), StateError> {
+        let _writer = self.writer.lock();
+        let last = self.latest_index();
+        if index <= last {
+            return Err(StateError::StaleIndex { index, last });
+        }
+        self.publish_unchanged(index);
+        Ok(())
+    }
+
+    fn apply_locked(&self, index: u64, command: Command) -> Result<Applied, StateError> {
         if self.shutting_down.load(Ordering::Acquire) {
             return Err(StateError::ShuttingDown);
         }
-        let mut next = Snapshot::clone(&self.current.load());
-        let index = next.index + 1;
+        let current = self.current.load_full();
+        let mut next = Snapshot::clone(&current);
         let mut applied = Applied { index, ..Applied::default() };
-        next.apply(index, command, &mut applied)?;
+        if let Err(error) = next.apply(index, command, &mut applied) {
+            self.publish_unchanged(index);
+            return Err(error);
+        }
         self.current.store(Arc::new(next));
-        self.notify_index();
+        self.index_changed.notify(usize::MAX);
+        self.nodes.notify(&applied.touched_nodes);
+        if let Some(hook) = self.hook.load().as_ref() {
+            hook.after_apply(&applied);
+        }
         Ok(applied)
     }
 
-    fn notify_index(&self) {
-        let _guard = self.index_reached.lock();
-        self.index_changed.notify_all();
+    /// Publishes the current data at `index` (a refused command's position).
+    fn publish_unchanged(&self, index: u64) {
+        let mut next = Snapshot::clone(&self.current.load());
+        next.index = index;
+        self.current.store(Arc::new(next));
+        self.index_changed.notify(usize::MAX);
     }
 
     /// The newest snapshot. O(1); never waits for the writer.
@@ -186,39 +287,57 @@ impl StateStore {
         self.current.load().index
     }
 
-    /// A snapshot at `index` or later, waiting up to `timeout` for the writer
-    /// to get there.
+    /// A snapshot at `index` or later, blocking this thread up to `timeout`
+    /// for the writer to get there.
     pub fn snapshot_min_index(&self, index: u64, timeout: Duration) -> Result<Arc<Snapshot>, WaitError> {
         let deadline = Instant::now() + timeout;
-        let mut guard = self.index_reached.lock();
-        self.waiters.fetch_add(1, Ordering::SeqCst);
-        let result = self.wait_locked(&mut guard, index, deadline);
-        self.waiters.fetch_sub(1, Ordering::SeqCst);
-        result
-    }
-
-    fn wait_locked(
-        &self,
-        guard: &mut parking_lot::MutexGuard<'_, ()>,
-        index: u64,
-        deadline: Instant,
-    ) -> Result<Arc<Snapshot>, WaitError> {
+        let _waiting = Waiting::count(&self.waiters);
         loop {
-            let snapshot = self.snapshot();
-            if snapshot.index >= index {
-                return Ok(snapshot);
+            if let Some(reached) = self.reached(index)? {
+                return Ok(reached);
             }
-            if self.shutting_down.load(Ordering::Acquire) {
-                return Err(WaitError::Shutdown { wanted: index });
+            let listener = self.index_changed.listen();
+            if let Some(reached) = self.reached(index)? {
+                return Ok(reached);
             }
-            if self.index_changed.wait_until(guard, deadline).timed_out() {
-                let reached = self.latest_index();
-                return match reached >= index {
-                    true => Ok(self.snapshot()),
-                    false => Err(WaitError::Timeout { wanted: index, reached }),
-                };
+            if listener.wait_deadline(deadline).is_none() {
+                return self.reached(index)?.ok_or(WaitError::Timeout { wanted: index, reached: self.latest_index() });
             }
         }
+    }
+
+    /// A snapshot at `index` or later, awaited: no thread waits. Callers
+    /// bound the wait themselves (a runtime's timeout); shutdown ends it.
+    pub async fn wait_for_index(&self, index: u64) -> Result<Arc<Snapshot>, WaitError> {
+        let _waiting = Waiting::count(&self.waiters);
+        loop {
+            if let Some(reached) = self.reached(index)? {
+                return Ok(reached);
+            }
+            let listener = self.index_changed.listen();
+            if let Some(reached) = self.reached(index)? {
+                return Ok(reached);
+            }
+            listener.await;
+        }
+    }
+
+    /// The newest snapshot if it reached `index`; an error once shut down.
+    fn reached(&self, index: u64) -> Result<Option<Arc<Snapshot>>, WaitError> {
+        let snapshot = self.snapshot();
+        if snapshot.index >= index {
+            return Ok(Some(snapshot));
+        }
+        if self.shutting_down.load(Ordering::Acquire) {
+            return Err(WaitError::Shutdown { wanted: index });
+        }
+        Ok(None)
+    }
+
+    /// A watch on one node's allocations: it wakes only when a command
+    /// changes an allocation on that node (contract, step 4).
+    pub fn watch_node(&self, node_id: NodeId) -> NodeWatch {
+        self.nodes.watch(node_id)
     }
 
     /// Refuses further writes and wakes every waiter with
@@ -226,17 +345,34 @@ impl StateStore {
     pub fn shutdown(&self) {
         let _writer = self.writer.lock();
         self.shutting_down.store(true, Ordering::Release);
-        self.notify_index();
-    }
-
-    /// How many threads are waiting in [`StateStore::snapshot_min_index`].
-    pub fn waiters(&self) -> usize {
-        self.waiters.load(Ordering::SeqCst)
+        self.index_changed.notify(usize::MAX);
+        self.nodes.notify_all();
     }
 
     /// Whether [`StateStore::shutdown`] was called.
-    pub fn is_shut_down(&self) -> bool {
+    pub fn is_shutting_down(&self) -> bool {
         self.shutting_down.load(Ordering::Acquire)
+    }
+
+    /// How many callers are waiting for an index right now.
+    pub fn waiters(&self) -> usize {
+        self.waiters.load(Ordering::SeqCst)
+    }
+}
+
+/// Counts a waiter for as long as it lives.
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl<'a> Waiting<'a> {
+    fn count(waiters: &'a AtomicUsize) -> Self {
+        waiters.fetch_add(1, Ordering::SeqCst);
+        Waiting(waiters)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

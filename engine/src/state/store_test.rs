@@ -39,7 +39,7 @@ fn place(store: &StateStore, job: &Job, node_id: NodeId, index: u32) -> Allocati
 fn each_command_applies_at_the_next_index() {
     let store = StateStore::new();
     assert_eq!(store.latest_index(), 0);
-    assert_eq!(store.apply(Command::UpsertNode { node: node(1) }).expect("node").index, 1);
+    assert_eq!(store.apply(Command::UpsertNode { node: node(1), evals: vec![] }).expect("node").index, 1);
     assert_eq!(register(&store, &job("web")).index, 2);
     assert_eq!(store.latest_index(), 2);
     let snapshot = store.snapshot();
@@ -52,7 +52,7 @@ fn each_command_applies_at_the_next_index() {
 #[test]
 fn a_reader_snapshot_never_changes_under_it() {
     let store = StateStore::new();
-    store.apply(Command::UpsertNode { node: node(1) }).expect("node");
+    store.apply(Command::UpsertNode { node: node(1), evals: vec![] }).expect("node");
     let web = job("web");
     register(&store, &web);
     let alloc = place(&store, &web, NodeId::from_u128(1), 0);
@@ -70,7 +70,7 @@ fn a_reader_snapshot_never_changes_under_it() {
             time: Timestamp(6),
         })
         .expect("update");
-    store.apply(Command::UpsertNode { node: node(2) }).expect("second node");
+    store.apply(Command::UpsertNode { node: node(2), evals: vec![] }).expect("second node");
     store.apply(Command::DeregisterJob { job: web.key(), purge: true, eval: None }).expect("purge");
 
     assert_eq!(before.alloc(alloc.id).expect("alloc").client_status, ClientStatus::Pending);
@@ -83,9 +83,9 @@ fn a_reader_snapshot_never_changes_under_it() {
 }
 
 #[test]
-fn a_failing_command_changes_nothing_and_consumes_no_index() {
+fn a_refused_command_changes_nothing_but_takes_its_log_position() {
     let store = StateStore::new();
-    store.apply(Command::UpsertNode { node: node(1) }).expect("node");
+    store.apply(Command::UpsertNode { node: node(1), evals: vec![] }).expect("node");
     let web = job("web");
     register(&store, &web);
     let before = store.snapshot();
@@ -109,16 +109,45 @@ fn a_failing_command_changes_nothing_and_consumes_no_index() {
     });
     assert!(matches!(result, Err(StateError::PlacementOnUnknownNode { .. })), "{result:?}");
     let after = store.snapshot();
-    assert!(Arc::ptr_eq(&before, &after), "nothing was published");
-    assert_eq!(after.alloc_count(), 0);
-    assert_eq!(store.latest_index(), before.index());
+    assert_eq!(after.alloc_count(), 0, "nothing of the refused command landed");
+    assert_eq!(after.table_indexes(), before.table_indexes(), "no table changed");
+    // The index rule: the refused command took the next log position.
+    assert_eq!(after.index(), before.index() + 1);
+    assert!(Arc::ptr_eq(&before.job(&web.key()).expect("job").clone(), &after.job(&web.key()).expect("job").clone()));
+}
+
+#[test]
+fn the_state_index_is_the_log_position_of_the_last_command() {
+    let store = StateStore::new();
+    let commands = [
+        Command::UpsertNode { node: node(1), evals: vec![] },
+        Command::UpdateNodeStatus { node_id: NodeId::from_u128(7), status: NodeStatus::Down, evals: vec![] },
+        Command::UpsertEvals { evals: vec![] },
+        Command::DeregisterJob { job: job("gone").key(), purge: true, eval: None },
+    ];
+    let outcomes: Vec<bool> = commands.into_iter().map(|command| store.apply(command).is_ok()).collect();
+    assert_eq!(outcomes, [true, false, true, false], "two of the four were refused");
+    assert_eq!(store.latest_index(), 4, "every command submitted took one position");
+
+    // A replicated log applies at its own positions, which may skip (its own entries).
+    assert_eq!(
+        store.apply_at(9, Command::UpsertNode { node: node(2), evals: vec![] }).map(|applied| applied.index),
+        Ok(9)
+    );
+    assert_eq!(
+        store.apply_at(9, Command::UpsertEvals { evals: vec![] }).map(|_| ()),
+        Err(StateError::StaleIndex { index: 9, last: 9 })
+    );
+    store.advance_to(12).expect("an entry without a command");
+    assert_eq!(store.latest_index(), 12);
+    assert_eq!(store.snapshot().node(NodeId::from_u128(2)).expect("node").create_index, 9);
 }
 
 #[test]
 fn client_updates_are_taken_or_refused_one_by_one() {
     let store = StateStore::new();
-    store.apply(Command::UpsertNode { node: node(1) }).expect("node");
-    store.apply(Command::UpsertNode { node: node(2) }).expect("node");
+    store.apply(Command::UpsertNode { node: node(1), evals: vec![] }).expect("node");
+    store.apply(Command::UpsertNode { node: node(2), evals: vec![] }).expect("node");
     let web = job("web");
     register(&store, &web);
     let alloc = place(&store, &web, NodeId::from_u128(1), 0);
@@ -158,8 +187,8 @@ fn client_updates_are_taken_or_refused_one_by_one() {
 #[test]
 fn a_plan_keeps_what_the_client_reported_and_never_places_on_a_node_that_left() {
     let store = StateStore::new();
-    store.apply(Command::UpsertNode { node: node(1) }).expect("node");
-    store.apply(Command::UpsertNode { node: node(2) }).expect("node");
+    store.apply(Command::UpsertNode { node: node(1), evals: vec![] }).expect("node");
+    store.apply(Command::UpsertNode { node: node(2), evals: vec![] }).expect("node");
     let web = job("web");
     register(&store, &web);
     let alloc = place(&store, &web, NodeId::from_u128(1), 0);
@@ -200,7 +229,7 @@ fn a_plan_keeps_what_the_client_reported_and_never_places_on_a_node_that_left() 
 #[test]
 fn client_updates_record_the_node_index_and_freed_capacity() {
     let store = StateStore::new();
-    store.apply(Command::UpsertNode { node: node(1) }).expect("node");
+    store.apply(Command::UpsertNode { node: node(1), evals: vec![] }).expect("node");
     let web = job("web");
     register(&store, &web);
     let alloc = place(&store, &web, NodeId::from_u128(1), 0);
@@ -229,7 +258,7 @@ fn client_updates_record_the_node_index_and_freed_capacity() {
 fn secondary_indexes_follow_writes() {
     let store = StateStore::new();
     for n in 1..=3 {
-        store.apply(Command::UpsertNode { node: node(n) }).expect("node");
+        store.apply(Command::UpsertNode { node: node(n), evals: vec![] }).expect("node");
     }
     let web = job("web");
     let applied = register(&store, &web);
@@ -246,7 +275,7 @@ fn secondary_indexes_follow_writes() {
 
     let mut moved = node(3);
     moved.node_class = Arc::from("gpu");
-    store.apply(Command::UpsertNode { node: moved }).expect("class change");
+    store.apply(Command::UpsertNode { node: moved, evals: vec![] }).expect("class change");
     let snapshot = store.snapshot();
     assert_eq!(snapshot.nodes_by_class(class).count(), 2);
     let new_class = snapshot.node(NodeId::from_u128(3)).expect("node").computed_class;
@@ -256,13 +285,13 @@ fn secondary_indexes_follow_writes() {
 #[test]
 fn register_keeps_the_status_of_a_known_node() {
     let store = StateStore::new();
-    store.apply(Command::UpsertNode { node: node(1) }).expect("node");
+    store.apply(Command::UpsertNode { node: node(1), evals: vec![] }).expect("node");
     store.apply(Command::MissHeartbeat { node_id: NodeId::from_u128(1), evals: vec![] }).expect("missed heartbeat");
     let missed_at = store.latest_index();
     let mut again = node(1);
     again.status = NodeStatus::Ready;
     again.attributes.insert("os.version".into(), "12".into());
-    store.apply(Command::UpsertNode { node: again }).expect("re-register");
+    store.apply(Command::UpsertNode { node: again, evals: vec![] }).expect("re-register");
     let snapshot = store.snapshot();
     let stored = snapshot.node(NodeId::from_u128(1)).expect("node");
     assert_eq!(stored.status, NodeStatus::Down, "no allocation tolerates a disconnect");
@@ -305,7 +334,7 @@ fn evals_keep_their_create_index_across_updates() {
 #[test]
 fn stopping_an_alloc_in_a_plan_frees_capacity() {
     let store = StateStore::new();
-    store.apply(Command::UpsertNode { node: node(1) }).expect("node");
+    store.apply(Command::UpsertNode { node: node(1), evals: vec![] }).expect("node");
     let web = job("web");
     register(&store, &web);
     let mut alloc = place(&store, &web, NodeId::from_u128(1), 0);
@@ -355,22 +384,22 @@ fn snapshot_min_index_wakes_when_the_index_is_reached() {
     while store.waiters() == 0 {
         std::thread::yield_now();
     }
-    store.apply(Command::UpsertNode { node: node(1) }).expect("index 1");
-    store.apply(Command::UpsertNode { node: node(2) }).expect("index 2");
+    store.apply(Command::UpsertNode { node: node(1), evals: vec![] }).expect("index 1");
+    store.apply(Command::UpsertNode { node: node(2), evals: vec![] }).expect("index 2");
     assert_eq!(waiter.join().expect("waiter"), Ok(2));
 }
 
 #[test]
 fn snapshot_min_index_returns_at_once_when_already_there() {
     let store = StateStore::new();
-    store.apply(Command::UpsertNode { node: node(1) }).expect("index 1");
+    store.apply(Command::UpsertNode { node: node(1), evals: vec![] }).expect("index 1");
     assert_eq!(store.snapshot_min_index(1, Duration::ZERO).expect("reached").index(), 1);
 }
 
 #[test]
 fn snapshot_min_index_times_out_with_a_distinct_error() {
     let store = StateStore::new();
-    store.apply(Command::UpsertNode { node: node(1) }).expect("index 1");
+    store.apply(Command::UpsertNode { node: node(1), evals: vec![] }).expect("index 1");
     let error = store.snapshot_min_index(5, Duration::from_millis(1)).expect_err("not reached");
     assert_eq!(error, WaitError::Timeout { wanted: 5, reached: 1 });
 }
@@ -387,7 +416,10 @@ fn shutdown_wakes_waiters_and_refuses_writes() {
     }
     store.shutdown();
     assert_eq!(waiter.join().expect("waiter"), Err(WaitError::Shutdown { wanted: 10 }));
-    assert_eq!(store.apply(Command::UpsertNode { node: node(1) }).expect_err("shut"), StateError::ShuttingDown);
+    assert_eq!(
+        store.apply(Command::UpsertNode { node: node(1), evals: vec![] }).expect_err("shut"),
+        StateError::ShuttingDown
+    );
 }
 
 #[test]
@@ -405,7 +437,7 @@ fn commands_round_trip_through_serde() {
 #[test]
 fn the_oversubscription_audit_reports_nodes_past_their_capacity() {
     let store = StateStore::new();
-    store.apply(Command::UpsertNode { node: node(1) }).expect("node");
+    store.apply(Command::UpsertNode { node: node(1), evals: vec![] }).expect("node");
     let web = job("web");
     register(&store, &web);
     place(&store, &web, NodeId::from_u128(1), 0);
@@ -437,8 +469,8 @@ fn the_oversubscription_audit_reports_nodes_past_their_capacity() {
 #[test]
 fn a_plan_written_with_an_older_copy_keeps_the_link_to_the_replacement() {
     let store = StateStore::new();
-    store.apply(Command::UpsertNode { node: node(1) }).expect("node");
-    store.apply(Command::UpsertNode { node: node(2) }).expect("node");
+    store.apply(Command::UpsertNode { node: node(1), evals: vec![] }).expect("node");
+    store.apply(Command::UpsertNode { node: node(2), evals: vec![] }).expect("node");
     let web = job("web");
     register(&store, &web);
     let original = place(&store, &web, NodeId::from_u128(1), 0);

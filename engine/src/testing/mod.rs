@@ -27,7 +27,7 @@ pub fn node(n: usize) -> Node {
 pub fn populated_store(n_nodes: usize, n_allocs: usize) -> (Arc<StateStore>, Vec<crate::structs::AllocId>) {
     let store = Arc::new(StateStore::new());
     for n in 0..n_nodes {
-        store.apply(Command::UpsertNode { node: node(n) }).expect("fixture node applies");
+        store.apply(Command::UpsertNode { node: node(n), evals: vec![] }).expect("fixture node applies");
     }
     let spec = Job::new_simple("fixture", JobType::Service, n_allocs as u32, Resources::new(10, 16, 0));
     store.apply(Command::RegisterJob { job: spec.clone(), eval: None }).expect("fixture job applies");

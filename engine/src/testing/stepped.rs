@@ -16,16 +16,15 @@ use hashbrown::HashMap;
 
 use crate::clock::{Clock, ManualClock, SharedClock, Timestamp};
 use crate::eval::blocked::BlockedEvals;
-use crate::eval::broker::{BrokerConfig, EvalBroker};
-use crate::eval::reaper::{EvalReaper, ReaperConfig};
+use crate::eval::broker::EvalBroker;
 use crate::job_endpoint::JobEndpoint;
 use crate::node::endpoint::NodeEndpoint;
 use crate::node::heartbeat::{HeartbeatConfig, Heartbeats};
 use crate::plan::apply::evaluate_plan;
-use crate::router::Router;
 use crate::scheduler::{new_scheduler, Planner, SchedulerConfig, SchedulerError, State};
+use crate::server::{Core, ServerConfig};
 use crate::state::{Command, StateStore};
-use crate::structs::{seed_thread_ids, EvalId, EvalStatus, Evaluation, JobType, Plan, PlanResult};
+use crate::structs::{seed_thread_ids, Evaluation, JobType, Plan, PlanResult};
 
 /// Counters of a stepped run.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -44,12 +43,7 @@ pub struct SteppedStats {
 #[derive(Debug)]
 pub struct SteppedServer {
     clock: Arc<ManualClock>,
-    store: Arc<StateStore>,
-    broker: Arc<EvalBroker>,
-    blocked: Arc<BlockedEvals>,
-    router: Router,
-    heartbeats: Arc<Heartbeats>,
-    reaper: EvalReaper,
+    core: Core,
     seed: u64,
     stats: SteppedStats,
 }
@@ -60,44 +54,40 @@ impl SteppedServer {
         seed_thread_ids(seed);
         let clock = ManualClock::new(Timestamp::ZERO.plus(Duration::from_secs(1)));
         let shared: SharedClock = clock.clone();
-        let store = Arc::new(StateStore::new());
-        let broker = Arc::new(EvalBroker::new(BrokerConfig::default(), shared.clone()));
-        let blocked = Arc::new(BlockedEvals::new(broker.clone(), shared.clone()));
-        let router = Router::new(store.clone(), broker.clone(), blocked.clone());
-        let heartbeats = Heartbeats::seeded(heartbeat, shared.clone(), seed);
-        let reaper = EvalReaper::new(ReaperConfig::default(), broker.clone(), blocked.clone(), store.clone(), shared);
-        let stats = SteppedStats::default();
-        SteppedServer { clock, store, broker, blocked, router, heartbeats, reaper, seed, stats }
+        let config = ServerConfig { heartbeat, ..ServerConfig::default() };
+        let core = Core::new(&config, shared, Arc::new(StateStore::new()), Some(seed));
+        core.lead();
+        SteppedServer { clock, core, seed, stats: SteppedStats::default() }
     }
 
     /// The node endpoint (alloc updates written one call at a time).
     pub fn nodes(&self) -> NodeEndpoint {
-        NodeEndpoint::new(self.router.clone(), self.clock.clone(), self.heartbeats.clone(), None)
+        NodeEndpoint::new(self.core.writer.clone(), self.clock.clone(), self.core.heartbeats.clone(), None)
     }
 
     /// The job endpoint.
     pub fn jobs(&self) -> JobEndpoint {
-        JobEndpoint::new(self.router.clone(), self.clock.clone())
+        self.core.jobs()
     }
 
     /// The state store.
     pub fn store(&self) -> &Arc<StateStore> {
-        &self.store
+        &self.core.store
     }
 
     /// The eval broker.
     pub fn broker(&self) -> &Arc<EvalBroker> {
-        &self.broker
+        &self.core.broker
     }
 
     /// The blocked-evals tracker.
     pub fn blocked(&self) -> &Arc<BlockedEvals> {
-        &self.blocked
+        &self.core.blocked
     }
 
     /// The heartbeat timers.
     pub fn heartbeats(&self) -> &Arc<Heartbeats> {
-        &self.heartbeats
+        &self.core.heartbeats
     }
 
     /// Now.
@@ -116,16 +106,15 @@ impl SteppedServer {
     /// having missed a heartbeat.
     pub fn advance(&self, by: Duration) -> usize {
         self.clock.advance(by);
-        self.broker.process_timers();
-        self.blocked.unblock_failed();
-        let missed = self.heartbeats.expire(&self.router);
+        let run = self.core.run_timers();
+        self.core.blocked.unblock_failed();
         self.reap();
-        missed
+        run.missed_heartbeats
     }
 
     /// Writes cancelable and failed evals, as the reaper thread would.
     fn reap(&self) {
-        if let Err(error) = self.reaper.reap_all() {
+        if let Err(error) = self.core.reaper.reap_all() {
             tracing::warn!(%error, "stepped reaper could not write");
         }
     }
@@ -142,23 +131,19 @@ impl SteppedServer {
 
     /// Runs the next ready eval, if there is one.
     pub fn run_one_eval(&mut self) -> bool {
-        let Ok(Some(held)) = self.broker.try_dequeue(&JobType::ALL) else { return false };
+        let Ok(Some(held)) = self.core.broker.try_dequeue(&JobType::ALL) else { return false };
         let config = SchedulerConfig { seed: self.seed, now: self.now(), ..SchedulerConfig::default() };
-        let state: Arc<dyn State> = self.store.snapshot();
-        let mut planner = InlinePlanner { server: self, eval_id: held.eval.id, reblocked: None };
+        let state: Arc<dyn State> = self.core.store.snapshot();
+        let mut planner = InlinePlanner { server: self };
         let result = new_scheduler(held.eval.eval_type, state, &mut planner, config).process(&held.eval);
-        let reblocked = planner.reblocked.take();
         match result {
             Ok(()) => {
-                let _ = self.broker.ack(held.eval.id, held.token);
-                if let Some(eval) = reblocked {
-                    self.router.route_eval(&eval);
-                }
+                let _ = self.core.broker.ack(held.eval.id, held.token);
                 self.stats.evals_processed += 1;
             }
             Err(error) => {
                 tracing::warn!(eval = %held.eval.id, %error, "stepped eval failed");
-                let _ = self.broker.nack(held.eval.id, held.token);
+                let _ = self.core.broker.nack(held.eval.id, held.token);
                 self.stats.evals_nacked += 1;
             }
         }
@@ -167,7 +152,7 @@ impl SteppedServer {
 
     /// Whether no eval is ready, held, waiting or delayed in the broker.
     pub fn broker_is_idle(&self) -> bool {
-        let stats = self.broker.stats();
+        let stats = self.core.broker.stats();
         stats.total_ready + stats.total_unacked + stats.total_pending + stats.total_delayed == 0
     }
 }
@@ -176,37 +161,19 @@ impl SteppedServer {
 /// and written at once, like the plan applier does on its thread.
 struct InlinePlanner<'a> {
     server: &'a mut SteppedServer,
-    eval_id: EvalId,
-    reblocked: Option<Arc<Evaluation>>,
-}
-
-impl InlinePlanner<'_> {
-    fn write_eval(&mut self, eval: Evaluation) -> Result<(), SchedulerError> {
-        let own = self
-            .server
-            .router
-            .write_held_eval(eval, self.eval_id)
-            .map_err(|error| SchedulerError::Planner(error.to_string()))?;
-        if let Some(own) = own {
-            self.reblocked = Some(own).filter(|eval| eval.status == EvalStatus::Blocked);
-        }
-        Ok(())
-    }
 }
 
 impl Planner for InlinePlanner<'_> {
     fn submit_plan(&mut self, plan: Plan) -> Result<(PlanResult, Option<Arc<dyn State>>), SchedulerError> {
         self.server.stats.plans += 1;
-        let snapshot = self.server.store.snapshot();
+        let snapshot = self.server.core.store.snapshot();
         let (mut result, refused) = evaluate_plan(&plan, &snapshot, &HashMap::new());
         if !refused.is_empty() {
             result.refresh_index = snapshot.index();
         }
         if !result.node_update.is_empty() || !result.node_allocation.is_empty() {
             let command = Command::apply_plan_result(plan.eval_id, &result, self.server.now());
-            let applied =
-                self.server.store.apply(command).map_err(|error| SchedulerError::Planner(error.to_string()))?;
-            self.server.router.route(&applied, None);
+            let applied = self.server.core.writer.write(command)?;
             result.alloc_index = applied.index;
             result.refuse_placements(&applied.refused_placements, applied.index);
         }
@@ -214,19 +181,12 @@ impl Planner for InlinePlanner<'_> {
             return Ok((result, None));
         }
         self.server.stats.plans_partly_refused += 1;
-        let state: Arc<dyn State> = self.server.store.snapshot();
+        let state: Arc<dyn State> = self.server.core.store.snapshot();
         Ok((result, Some(state)))
     }
 
-    fn update_eval(&mut self, eval: Evaluation) -> Result<(), SchedulerError> {
-        self.write_eval(eval)
-    }
-
-    fn create_eval(&mut self, eval: Evaluation) -> Result<(), SchedulerError> {
-        self.write_eval(eval)
-    }
-
-    fn reblock_eval(&mut self, eval: Evaluation) -> Result<(), SchedulerError> {
-        self.write_eval(eval)
+    fn write_eval(&mut self, eval: Evaluation) -> Result<(), SchedulerError> {
+        self.server.core.writer.write(Command::UpsertEvals { evals: vec![eval] })?;
+        Ok(())
     }
 }

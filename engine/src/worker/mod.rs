@@ -10,12 +10,13 @@
 //! 3. Take a snapshot and run the scheduler for the eval's type, with the
 //!    worker as its [`Planner`]: plans go to the plan queue; on a partial
 //!    refusal the worker waits for the refresh index and hands the scheduler
-//!    the newer state; eval updates are written through the [`Router`].
-//! 4. Ack on success (then route the eval's own reblock, which the broker
-//!    would have dropped while the eval was held), nack on error and back
-//!    off exponentially (fast base for plan conflicts, slow base for other
-//!    errors, capped), resetting on success. Shutdown is its own outcome,
-//!    never counted as a failure.
+//!    the newer state; eval updates are written through the [`Writer`] (the
+//!    store's apply hook routes them, the worker's own reblock included: the
+//!    broker enqueues it again once the worker acks).
+//! 4. Ack on success, nack on error and back off exponentially (fast base
+//!    for retryable errors such as plan conflicts, slow base for others,
+//!    capped), resetting on success. Shutdown is its own outcome, never
+//!    counted as a failure.
 //!
 //! The pool can be resized and re-targeted at run time; each worker can be
 //! paused and resumed and reports its status and current activity.
@@ -34,10 +35,9 @@ use serde::Serialize;
 
 use crate::clock::SharedClock;
 use crate::eval::broker::{BrokerError, Dequeued, EvalBroker, Token};
-use crate::plan::queue::{PlanError, PlanQueue};
-use crate::router::Router;
+use crate::plan::queue::PlanQueue;
 use crate::scheduler::{new_scheduler, Algorithm, NodeClaims, Planner, SchedulerConfig, SchedulerError, State};
-use crate::state::WaitError;
+use crate::state::{Command, WaitError, Writer};
 use crate::structs::{EvalId, Evaluation, JobType, Plan, PlanResult};
 
 /// Worker settings.
@@ -80,6 +80,7 @@ impl Default for WorkerConfig {
 /// A worker's lifecycle status.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
+#[repr(u8)]
 pub enum WorkerStatus {
     /// Thread starting.
     Starting,
@@ -98,6 +99,7 @@ pub enum WorkerStatus {
 /// What a worker is doing right now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
+#[repr(u8)]
 pub enum WorkerActivity {
     /// Not in the loop.
     Idle,
@@ -113,22 +115,31 @@ pub enum WorkerActivity {
     Backoff,
 }
 
-const STATUSES: [WorkerStatus; 6] = [
-    WorkerStatus::Starting,
-    WorkerStatus::Started,
-    WorkerStatus::Pausing,
-    WorkerStatus::Paused,
-    WorkerStatus::Stopping,
-    WorkerStatus::Stopped,
-];
-const ACTIVITIES: [WorkerActivity; 6] = [
-    WorkerActivity::Idle,
-    WorkerActivity::WaitingToDequeue,
-    WorkerActivity::WaitingForIndex,
-    WorkerActivity::Scheduling,
-    WorkerActivity::Submitting,
-    WorkerActivity::Backoff,
-];
+impl WorkerStatus {
+    fn from_u8(value: u8) -> Self {
+        match value {
+            0 => WorkerStatus::Starting,
+            1 => WorkerStatus::Started,
+            2 => WorkerStatus::Pausing,
+            3 => WorkerStatus::Paused,
+            4 => WorkerStatus::Stopping,
+            _ => WorkerStatus::Stopped,
+        }
+    }
+}
+
+impl WorkerActivity {
+    fn from_u8(value: u8) -> Self {
+        match value {
+            0 => WorkerActivity::Idle,
+            1 => WorkerActivity::WaitingToDequeue,
+            2 => WorkerActivity::WaitingForIndex,
+            3 => WorkerActivity::Scheduling,
+            4 => WorkerActivity::Submitting,
+            _ => WorkerActivity::Backoff,
+        }
+    }
+}
 
 /// One worker's report.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -171,13 +182,17 @@ struct Counters {
 }
 
 /// A worker's controls and its thread.
-type WorkerSlot = (Arc<Control>, Option<JoinHandle<()>>);
+#[derive(Debug)]
+struct WorkerSlot {
+    control: Arc<Control>,
+    thread: Option<JoinHandle<()>>,
+}
 
 /// Everything workers share.
 #[derive(Debug)]
 pub struct WorkerContext {
-    /// Writes and their routing.
-    pub router: Router,
+    /// Where eval updates are written; reads go to its store.
+    pub writer: Writer,
     /// The broker.
     pub broker: Arc<EvalBroker>,
     /// The plan queue.
@@ -193,14 +208,14 @@ pub struct WorkerContext {
 impl WorkerContext {
     /// A context over the server's parts.
     pub fn new(
-        router: Router,
+        writer: Writer,
         broker: Arc<EvalBroker>,
         plan_queue: Arc<PlanQueue>,
         clock: SharedClock,
         config: WorkerConfig,
     ) -> Self {
         WorkerContext {
-            router,
+            writer,
             broker,
             plan_queue,
             clock,
@@ -219,27 +234,35 @@ struct Control {
     resumed: Condvar,
     stop: AtomicBool,
     types: RwLock<Vec<JobType>>,
-    /// The generation of `types` the worker last started a dequeue with.
-    types_seen: AtomicU64,
     types_generation: AtomicU64,
+    /// The generation of `types` the worker is done with the ones before:
+    /// it starts every dequeue with fresh types, so this is set when it
+    /// starts one, parks for a pause, or stops (then to `u64::MAX`).
+    types_seen: Mutex<u64>,
+    types_seen_changed: Condvar,
     status: AtomicU8,
     activity: AtomicU8,
 }
 
 impl Control {
     fn set_status(&self, status: WorkerStatus) {
-        self.status.store(STATUSES.iter().position(|s| *s == status).unwrap_or(0) as u8, Ordering::Release);
+        self.status.store(status as u8, Ordering::Release);
     }
     fn set_activity(&self, activity: WorkerActivity) {
-        self.activity.store(ACTIVITIES.iter().position(|a| *a == activity).unwrap_or(0) as u8, Ordering::Release);
+        self.activity.store(activity as u8, Ordering::Release);
     }
     fn info(&self) -> WorkerInfo {
         WorkerInfo {
             id: self.id,
-            status: STATUSES[self.status.load(Ordering::Acquire) as usize],
-            activity: ACTIVITIES[self.activity.load(Ordering::Acquire) as usize],
+            status: WorkerStatus::from_u8(self.status.load(Ordering::Acquire)),
+            activity: WorkerActivity::from_u8(self.activity.load(Ordering::Acquire)),
             types: self.types.read().clone(),
         }
+    }
+    /// The worker is done with every `types` older than `generation`.
+    fn saw_types(&self, generation: u64) {
+        *self.types_seen.lock() = generation;
+        self.types_seen_changed.notify_all();
     }
     fn stopping(&self) -> bool {
         self.stop.load(Ordering::Acquire)
@@ -253,10 +276,8 @@ enum Failure {
     Shutdown,
     /// The state did not reach the eval's index in time.
     IndexTimeout(u64),
-    /// A plan conflict or write error: retry soon.
-    Retryable(String),
-    /// Anything else.
-    Other(String),
+    /// The scheduler gave up; its error says whether to retry soon.
+    Scheduler(SchedulerError),
 }
 
 /// The pool; see the module docs.
@@ -303,8 +324,9 @@ impl WorkerPool {
             resumed: Condvar::new(),
             stop: AtomicBool::new(false),
             types: RwLock::new(self.types.read().clone()),
-            types_seen: AtomicU64::new(0),
             types_generation: AtomicU64::new(0),
+            types_seen: Mutex::new(0),
+            types_seen_changed: Condvar::new(),
             status: AtomicU8::new(0),
             activity: AtomicU8::new(0),
         });
@@ -313,25 +335,26 @@ impl WorkerPool {
             .name(format!("worker-{id}"))
             .spawn(move || Worker { ctx, control: thread_control, backoff_attempt: 0 }.run())
             .expect("spawning a worker thread");
-        (control, Some(thread))
+        WorkerSlot { control, thread: Some(thread) }
     }
 
     /// Sets the scheduler types every worker serves. Returns once every
-    /// running worker has started a dequeue with them (within one dequeue
-    /// timeout), so no eval of a dropped type is taken after it returns.
+    /// worker is done with the old ones (it started a dequeue with the new
+    /// types, within one dequeue timeout, or is paused or stopped), so no
+    /// eval of a dropped type is taken after it returns. It waits on each
+    /// worker's condvar; nothing spins.
     pub fn set_types(&self, types: Vec<JobType>) {
         *self.types.write() = types.clone();
-        let workers: Vec<Arc<Control>> = self.workers.lock().iter().map(|(control, _)| control.clone()).collect();
+        let workers: Vec<Arc<Control>> = self.workers.lock().iter().map(|slot| slot.control.clone()).collect();
         for control in &workers {
             *control.types.write() = types.clone();
             control.types_generation.fetch_add(1, Ordering::AcqRel);
         }
         for control in &workers {
             let wanted = control.types_generation.load(Ordering::Acquire);
-            while control.types_seen.load(Ordering::Acquire) < wanted
-                && matches!(control.info().status, WorkerStatus::Starting | WorkerStatus::Started)
-            {
-                std::thread::yield_now();
+            let mut seen = control.types_seen.lock();
+            while *seen < wanted {
+                control.types_seen_changed.wait(&mut seen);
             }
         }
     }
@@ -355,14 +378,14 @@ impl WorkerPool {
     }
 
     fn for_workers(&self, id: Option<usize>, action: impl Fn(&Control)) {
-        for (control, _) in self.workers.lock().iter().filter(|(control, _)| id.is_none_or(|id| id == control.id)) {
-            action(control);
+        for slot in self.workers.lock().iter().filter(|slot| id.is_none_or(|id| id == slot.control.id)) {
+            action(&slot.control);
         }
     }
 
     /// Every worker's status and activity.
     pub fn workers(&self) -> Vec<WorkerInfo> {
-        self.workers.lock().iter().map(|(control, _)| control.info()).collect()
+        self.workers.lock().iter().map(|slot| slot.control.info()).collect()
     }
 
     /// Counters over all workers.
@@ -392,13 +415,13 @@ impl Drop for WorkerPool {
 }
 
 fn stop_and_join(workers: Vec<WorkerSlot>) {
-    for (control, _) in &workers {
+    for WorkerSlot { control, .. } in &workers {
         control.stop.store(true, Ordering::Release);
         control.set_status(WorkerStatus::Stopping);
         *control.paused.lock() = false;
         control.resumed.notify_all();
     }
-    for (_, thread) in workers {
+    for WorkerSlot { thread, .. } in workers {
         if let Some(thread) = thread {
             let _ = thread.join();
         }
@@ -423,7 +446,7 @@ impl Worker {
             self.control.set_activity(WorkerActivity::WaitingToDequeue);
             let generation = self.control.types_generation.load(Ordering::Acquire);
             let types = self.control.types.read().clone();
-            self.control.types_seen.store(generation, Ordering::Release);
+            self.control.saw_types(generation);
             match self.ctx.broker.dequeue(&types, self.ctx.config.dequeue_timeout) {
                 Err(BrokerError::ShuttingDown) => break,
                 Err(_) | Ok(None) => continue,
@@ -432,6 +455,7 @@ impl Worker {
         }
         self.control.set_activity(WorkerActivity::Idle);
         self.control.set_status(WorkerStatus::Stopped);
+        self.control.saw_types(u64::MAX);
     }
 
     fn wait_while_paused(&self) {
@@ -439,6 +463,8 @@ impl Worker {
         if *paused {
             self.control.set_status(WorkerStatus::Paused);
             self.control.set_activity(WorkerActivity::Idle);
+            // Resumed, it dequeues with whatever types are set then.
+            self.control.saw_types(self.control.types_generation.load(Ordering::Acquire));
             while *paused && !self.control.stopping() {
                 self.control.resumed.wait(&mut paused);
             }
@@ -450,15 +476,12 @@ impl Worker {
 
     /// Steps 2-4 for one eval.
     fn handle(&mut self, held: Dequeued) {
-        let (outcome, reblocked) = self.process(&held);
+        let outcome = self.process(&held);
         let broker = &self.ctx.broker;
         match outcome {
             Ok(()) => {
                 if broker.ack(held.eval.id, held.token).is_ok() {
                     self.ctx.counters.evals_processed.fetch_add(1, Ordering::Relaxed);
-                }
-                if let Some(eval) = reblocked {
-                    self.ctx.router.route_eval(&eval);
                 }
                 self.backoff_attempt = 0;
             }
@@ -471,22 +494,17 @@ impl Worker {
         }
     }
 
-    fn process(&mut self, held: &Dequeued) -> (Result<(), Failure>, Option<Arc<Evaluation>>) {
+    fn process(&mut self, held: &Dequeued) -> Result<(), Failure> {
         self.control.set_activity(WorkerActivity::WaitingForIndex);
-        let store = self.ctx.router.store();
+        let store = self.ctx.writer.store();
         let snapshot = match store.snapshot_min_index(held.eval.modify_index, self.ctx.config.sync_limit) {
             Ok(snapshot) => snapshot,
-            Err(WaitError::Shutdown { .. }) => return (Err(Failure::Shutdown), None),
-            Err(WaitError::Timeout { wanted, .. }) => return (Err(Failure::IndexTimeout(wanted)), None),
+            Err(WaitError::Shutdown { .. }) => return Err(Failure::Shutdown),
+            Err(WaitError::Timeout { wanted, .. }) => return Err(Failure::IndexTimeout(wanted)),
         };
         self.control.set_activity(WorkerActivity::Scheduling);
-        let mut planner = WorkerPlanner {
-            ctx: &self.ctx,
-            control: &self.control,
-            eval_id: held.eval.id,
-            token: held.token,
-            reblocked: None,
-        };
+        let mut planner =
+            WorkerPlanner { ctx: &self.ctx, control: &self.control, eval_id: held.eval.id, token: held.token };
         let claims: Arc<dyn NodeClaims> = self.ctx.claims.clone();
         let config = SchedulerConfig {
             algorithm: self.ctx.config.algorithm,
@@ -496,18 +514,15 @@ impl Worker {
         };
         let state: Arc<dyn State> = snapshot;
         let result = new_scheduler(held.eval.eval_type, state, &mut planner, config).process(&held.eval);
-        let reblocked = planner.reblocked.take();
         self.ctx.claims.release(self.control.id as u64);
-        let outcome = result.map_err(|error| match error {
+        result.map_err(|error| match error {
             SchedulerError::ShuttingDown => Failure::Shutdown,
-            SchedulerError::Planner(message) => Failure::Retryable(message),
-            SchedulerError::InvalidEval(message) => Failure::Other(message),
-        });
-        (outcome, reblocked)
+            other => Failure::Scheduler(other),
+        })
     }
 
     fn back_off(&mut self, failure: Failure, eval: &Evaluation) {
-        let store = self.ctx.router.store().clone();
+        let store = self.ctx.writer.store().clone();
         let config = &self.ctx.config;
         let started = std::time::Instant::now();
         self.control.set_activity(WorkerActivity::Backoff);
@@ -519,20 +534,22 @@ impl Worker {
                 // Ends as soon as the state catches up (or the store shuts down).
                 let _ = store.snapshot_min_index(wanted, config.long_backoff);
             }
-            Failure::Retryable(message) | Failure::Other(message) if self.control.stopping() => {
-                tracing::debug!(eval = %eval.id, %message, "eval nacked while stopping");
+            Failure::Scheduler(error) if self.control.stopping() => {
+                tracing::debug!(eval = %eval.id, %error, "eval nacked while stopping");
                 return;
             }
-            Failure::Retryable(message) => self.sleep_backoff(config.backoff_fast_base, &message, eval),
-            Failure::Other(message) => self.sleep_backoff(config.backoff_slow_base, &message, eval),
+            Failure::Scheduler(error) => {
+                let base = if error.is_retryable() { config.backoff_fast_base } else { config.backoff_slow_base };
+                self.sleep_backoff(base, &error, eval);
+            }
         }
         self.ctx.counters.backoff_count.fetch_add(1, Ordering::Relaxed);
         self.ctx.counters.backoff_ms_total.fetch_add(started.elapsed().as_millis() as u64, Ordering::Relaxed);
     }
 
     /// Exponential backoff from `base`, capped; a pause or stop cuts it short.
-    fn sleep_backoff(&mut self, base: Duration, message: &str, eval: &Evaluation) {
-        tracing::warn!(eval = %eval.id, %message, "eval nacked; backing off");
+    fn sleep_backoff(&mut self, base: Duration, error: &SchedulerError, eval: &Evaluation) {
+        tracing::warn!(eval = %eval.id, %error, "eval nacked; backing off");
         let delay = base.saturating_mul(1u32 << self.backoff_attempt.min(16)).min(self.ctx.config.backoff_cap);
         self.backoff_attempt += 1;
         let mut paused = self.control.paused.lock();
@@ -548,20 +565,6 @@ struct WorkerPlanner<'a> {
     control: &'a Control,
     eval_id: EvalId,
     token: Token,
-    reblocked: Option<Arc<Evaluation>>,
-}
-
-impl WorkerPlanner<'_> {
-    fn write_eval(&mut self, eval: Evaluation) -> Result<(), SchedulerError> {
-        let own = self.ctx.router.write_held_eval(eval, self.eval_id).map_err(|error| match error {
-            crate::state::StateError::ShuttingDown => SchedulerError::ShuttingDown,
-            other => SchedulerError::Planner(other.to_string()),
-        })?;
-        if let Some(own) = own {
-            self.reblocked = Some(own).filter(|eval| eval.status == crate::structs::EvalStatus::Blocked);
-        }
-        Ok(())
-    }
 }
 
 impl Planner for WorkerPlanner<'_> {
@@ -577,36 +580,20 @@ impl Planner for WorkerPlanner<'_> {
             Ok(result) if result.alloc_index > 0 => self.ctx.claims.settle(self.control.id as u64, result.alloc_index),
             _ => self.ctx.claims.release(self.control.id as u64),
         }
-        let result = answer.map_err(|error| match error {
-            PlanError::ShuttingDown => SchedulerError::ShuttingDown,
-            other => SchedulerError::Planner(other.to_string()),
-        })?;
+        let result = answer?;
         self.control.set_activity(WorkerActivity::Scheduling);
         if result.refresh_index == 0 {
             return Ok((result, None));
         }
         self.control.set_activity(WorkerActivity::WaitingForIndex);
-        let state =
-            self.ctx.router.store().snapshot_min_index(result.refresh_index, self.ctx.config.sync_limit).map_err(
-                |error| match error {
-                    WaitError::Shutdown { .. } => SchedulerError::ShuttingDown,
-                    WaitError::Timeout { .. } => SchedulerError::Planner(error.to_string()),
-                },
-            )?;
+        let state = self.ctx.writer.store().snapshot_min_index(result.refresh_index, self.ctx.config.sync_limit)?;
         self.control.set_activity(WorkerActivity::Scheduling);
         let state: Arc<dyn State> = state;
         Ok((result, Some(state)))
     }
 
-    fn update_eval(&mut self, eval: Evaluation) -> Result<(), SchedulerError> {
-        self.write_eval(eval)
-    }
-
-    fn create_eval(&mut self, eval: Evaluation) -> Result<(), SchedulerError> {
-        self.write_eval(eval)
-    }
-
-    fn reblock_eval(&mut self, eval: Evaluation) -> Result<(), SchedulerError> {
-        self.write_eval(eval)
+    fn write_eval(&mut self, eval: Evaluation) -> Result<(), SchedulerError> {
+        self.ctx.writer.write(Command::UpsertEvals { evals: vec![eval] })?;
+        Ok(())
     }
 }

@@ -1,0 +1,113 @@
+//! The one seam every write goes through: a [`Writer`] submits a
+//! [`Command`] to the log, and the log has the store apply it at its
+//! position ([`super::StateStore::apply_at`]). In one process the store is
+//! its own log and applies at once; a replicated log (openraft) appends,
+//! commits and applies, and answers when the command was applied.
+//!
+//! A submission answers in both worlds: [`PendingWrite::wait`] blocks a
+//! thread (engine threads), `.await` parks no thread (a network server's
+//! tasks). The engine starts no runtime for either.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use super::{Applied, Command, StateError, StateStore};
+
+/// Where commands are appended to be applied: the store itself in one
+/// process, a replicated log in a cluster.
+pub trait CommandLog: Send + Sync + std::fmt::Debug {
+    /// Submits `command`; the answer comes once it was applied at its log
+    /// position, or refused.
+    fn submit(&self, command: Command) -> PendingWrite;
+}
+
+impl CommandLog for StateStore {
+    /// The store as its own log: applied at once, at the next position.
+    fn submit(&self, command: Command) -> PendingWrite {
+        PendingWrite::done(self.apply(command))
+    }
+}
+
+type WriteFuture = Pin<Box<dyn Future<Output = Result<Applied, StateError>> + Send>>;
+
+/// A submitted write and its answer, to wait for or await.
+pub struct PendingWrite(Pending);
+
+enum Pending {
+    Done(Option<Result<Applied, StateError>>),
+    Waiting(WriteFuture),
+}
+
+impl std::fmt::Debug for PendingWrite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = match self.0 {
+            Pending::Done(_) => "done",
+            Pending::Waiting(_) => "waiting",
+        };
+        f.debug_tuple("PendingWrite").field(&state).finish()
+    }
+}
+
+impl PendingWrite {
+    /// A write answered already.
+    pub fn done(result: Result<Applied, StateError>) -> Self {
+        PendingWrite(Pending::Done(Some(result)))
+    }
+
+    /// A write whose answer `future` resolves to.
+    pub fn waiting(future: impl Future<Output = Result<Applied, StateError>> + Send + 'static) -> Self {
+        PendingWrite(Pending::Waiting(Box::pin(future)))
+    }
+
+    /// Blocks this thread until the write is answered.
+    pub fn wait(self) -> Result<Applied, StateError> {
+        futures_lite::future::block_on(self)
+    }
+}
+
+impl Future for PendingWrite {
+    type Output = Result<Applied, StateError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match &mut self.0 {
+            Pending::Done(result) => Poll::Ready(result.take().unwrap_or(Err(StateError::ShuttingDown))),
+            Pending::Waiting(future) => future.as_mut().poll(cx),
+        }
+    }
+}
+
+/// The handle every component writes through; reads go to its store.
+#[derive(Clone, Debug)]
+pub struct Writer {
+    log: Arc<dyn CommandLog>,
+    store: Arc<StateStore>,
+}
+
+impl Writer {
+    /// Writes applied by `store` itself, at once.
+    pub fn direct(store: Arc<StateStore>) -> Self {
+        Writer { log: store.clone(), store }
+    }
+
+    /// Writes appended to `log`, which has `store` apply them.
+    pub fn through(log: Arc<dyn CommandLog>, store: Arc<StateStore>) -> Self {
+        Writer { log, store }
+    }
+
+    /// Submits `command` and blocks until it was applied or refused.
+    pub fn write(&self, command: Command) -> Result<Applied, StateError> {
+        self.submit(command).wait()
+    }
+
+    /// Submits `command`; await or wait for the answer.
+    pub fn submit(&self, command: Command) -> PendingWrite {
+        self.log.submit(command)
+    }
+
+    /// The store the log applies to: read it through snapshots.
+    pub fn store(&self) -> &Arc<StateStore> {
+        &self.store
+    }
+}
