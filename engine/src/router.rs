@@ -57,3 +57,179 @@ impl ApplyHook for Router {
         self.route(applied);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::{ManualClock, SharedClock, Timestamp};
+    use crate::eval::broker::BrokerConfig;
+    use crate::state::{ClientAllocUpdate, Command, StateStore, Writer};
+    use crate::structs::{
+        Allocation, ClientStatus, DesiredStatus, EvalId, Job, JobType, NodeEligibility, NodeId, NodeStatus, Resources,
+        TriggerReason,
+    };
+    use crate::testing::node;
+
+    /// A store whose apply hook is the router, with a writer in front.
+    struct Seam {
+        writer: Writer,
+        broker: Arc<EvalBroker>,
+        blocked: Arc<BlockedEvals>,
+        job: Arc<Job>,
+    }
+
+    impl Seam {
+        fn new() -> Seam {
+            let clock: SharedClock = ManualClock::new(Timestamp(1));
+            let store = Arc::new(StateStore::new());
+            let broker = Arc::new(EvalBroker::new(BrokerConfig::default(), clock.clone()));
+            let blocked = Arc::new(BlockedEvals::new(broker.clone(), clock));
+            store.set_hook(Some(Box::new(Router::new(broker.clone(), blocked.clone()))));
+            let writer = Writer::direct(store.clone());
+            let spec = Job::new_simple("web", JobType::Service, 1, Resources::new(100, 64, 0));
+            writer.write(Command::UpsertNode { node: node(0), evals: vec![] }).expect("node");
+            writer.write(Command::RegisterJob { job: spec.clone(), eval: None }).expect("job");
+            let job = store.snapshot().job(&spec.key()).expect("job").clone();
+            Seam { writer, broker, blocked, job }
+        }
+
+        fn eval(&self) -> Evaluation {
+            Evaluation::for_job(&self.job, TriggerReason::NodeUpdate, Timestamp(1))
+        }
+
+        /// Parks a blocked eval of another job, checked against `node`'s class.
+        fn park_blocked(&self, node_id: NodeId) -> Arc<Evaluation> {
+            let other = Job::new_simple("waiting", JobType::Service, 1, Resources::new(100, 64, 0));
+            let mut blocked = Evaluation::for_job(&other, TriggerReason::QueuedAllocs, Timestamp(1));
+            blocked.status = EvalStatus::Blocked;
+            let snapshot = self.writer.store().snapshot();
+            let class = snapshot.node(node_id).map_or(node(0).compute_class(), |node| node.computed_class);
+            blocked.class_eligibility.insert(class, true);
+            blocked.snapshot_index = snapshot.index();
+            let stored = self.writer.write(Command::UpsertEvals { evals: vec![blocked] }).expect("blocked");
+            assert_eq!(self.blocked.stats().total_blocked, 1, "routed to the blocked tracker");
+            stored.evals[0].clone()
+        }
+
+        fn ready(&self) -> i64 {
+            let stats = self.broker.stats();
+            stats.total_ready + stats.total_pending
+        }
+
+        fn placed(&self, node_id: NodeId) -> Allocation {
+            let mut alloc = Allocation::new_placement(&self.job, "group", 0, node_id, EvalId::from_u128(9));
+            alloc.client_status = ClientStatus::Running;
+            let command = Command::ApplyPlanResults {
+                eval_id: EvalId::from_u128(9),
+                allocs: vec![alloc.clone()],
+                evals: vec![],
+                time: Timestamp(2),
+            };
+            self.writer.write(command).expect("placed");
+            alloc
+        }
+    }
+
+    /// Every command kind, submitted through the one write seam, and what
+    /// the router (the store's apply hook) did with it. The match has no
+    /// wildcard: a new kind of command does not compile until it is here.
+    #[test]
+    fn every_command_kind_through_the_seam_is_followed_by_the_hook() {
+        let kinds = [
+            "upsert_node",
+            "update_node_status",
+            "miss_heartbeat",
+            "update_node_eligibility",
+            "register_job",
+            "deregister_job",
+            "upsert_evals",
+            "update_allocs_from_client",
+            "apply_plan_results",
+        ];
+        for kind in kinds {
+            let seam = Seam::new();
+            let eval = seam.eval();
+            let command = match kind {
+                "upsert_node" => Command::UpsertNode { node: node(1), evals: vec![eval] },
+                "update_node_status" => {
+                    let down =
+                        Command::UpdateNodeStatus { node_id: node(0).id, status: NodeStatus::Down, evals: vec![] };
+                    seam.writer.write(down).expect("down");
+                    Command::UpdateNodeStatus { node_id: node(0).id, status: NodeStatus::Ready, evals: vec![eval] }
+                }
+                "miss_heartbeat" => Command::MissHeartbeat { node_id: node(0).id, evals: vec![eval] },
+                "update_node_eligibility" => {
+                    let off = NodeEligibility::Ineligible;
+                    let ineligible =
+                        Command::UpdateNodeEligibility { node_id: node(0).id, eligibility: off, evals: vec![] };
+                    seam.writer.write(ineligible).expect("ineligible");
+                    let on = NodeEligibility::Eligible;
+                    Command::UpdateNodeEligibility { node_id: node(0).id, eligibility: on, evals: vec![eval] }
+                }
+                "register_job" => Command::RegisterJob { job: Job::clone(&seam.job), eval: Some(eval) },
+                "deregister_job" => Command::DeregisterJob { job: seam.job.key(), purge: false, eval: Some(eval) },
+                "upsert_evals" => Command::UpsertEvals { evals: vec![eval] },
+                "update_allocs_from_client" => {
+                    let alloc = seam.placed(node(0).id);
+                    let failed = ClientAllocUpdate {
+                        alloc_id: alloc.id,
+                        node_id: alloc.node_id,
+                        client_status: ClientStatus::Failed,
+                        client_description: String::new(),
+                    };
+                    Command::UpdateAllocsFromClient { updates: vec![failed], evals: vec![eval], time: Timestamp(3) }
+                }
+                "apply_plan_results" => {
+                    let mut stopped = seam.placed(node(0).id);
+                    stopped.desired_status = DesiredStatus::Stop;
+                    Command::ApplyPlanResults {
+                        eval_id: EvalId::from_u128(9),
+                        allocs: vec![stopped],
+                        evals: vec![eval],
+                        time: Timestamp(3),
+                    }
+                }
+                other => unreachable!("{other}"),
+            };
+            let frees_capacity = match &command {
+                Command::UpsertNode { .. }
+                | Command::UpdateNodeStatus { .. }
+                | Command::UpdateNodeEligibility { .. }
+                | Command::UpdateAllocsFromClient { .. }
+                | Command::ApplyPlanResults { .. } => true,
+                Command::MissHeartbeat { .. }
+                | Command::RegisterJob { .. }
+                | Command::DeregisterJob { .. }
+                | Command::UpsertEvals { .. } => false,
+            };
+            let parked = seam.park_blocked(if kind == "upsert_node" { node(1).id } else { node(0).id });
+            let ready_before = seam.ready();
+            seam.writer.write(command).unwrap_or_else(|error| panic!("{kind}: {error}"));
+            assert_eq!(
+                seam.ready() - ready_before,
+                1 + i64::from(frees_capacity),
+                "{kind}: its eval reached the broker"
+            );
+            let still_blocked = seam.blocked.blocked_eval_of(&parked.job_key()).is_some();
+            assert_eq!(still_blocked, !frees_capacity, "{kind}: new capacity unblocks");
+        }
+    }
+
+    #[test]
+    fn an_eval_reblocked_while_held_runs_again_after_the_ack() {
+        let seam = Seam::new();
+        let parked = seam.park_blocked(node(0).id);
+        // Capacity unblocks it; a worker takes it and, still short, reblocks it.
+        seam.blocked.unblock(parked.class_eligibility.keys().next().copied().expect("a class"), 1_000);
+        let held = seam.broker.try_dequeue(&[JobType::Service]).expect("running").expect("unblocked");
+        let mut reblocked = Evaluation::clone(&held.eval);
+        reblocked.snapshot_index = 1_000;
+        seam.writer.write(Command::UpsertEvals { evals: vec![reblocked] }).expect("reblocked through the seam");
+        // More capacity comes while the worker still holds it.
+        seam.blocked.unblock(parked.class_eligibility.keys().next().copied().expect("a class"), 1_001);
+        assert!(seam.broker.try_dequeue(&[JobType::Service]).expect("running").is_none(), "held: not handed out twice");
+        seam.broker.ack(held.eval.id, held.token).expect("ack");
+        let again = seam.broker.try_dequeue(&[JobType::Service]).expect("running").expect("enqueued again on the ack");
+        assert_eq!(again.eval.id, parked.id);
+    }
+}

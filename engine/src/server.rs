@@ -39,7 +39,7 @@ use crate::eval::reaper::{EvalReaper, ReaperConfig, ReaperHandle};
 use crate::job_endpoint::JobEndpoint;
 use crate::node::endpoint::NodeEndpoint;
 use crate::node::heartbeat::{HeartbeatConfig, HeartbeatStats, Heartbeats};
-use crate::node::update_batch::{BatchConfig, BatchStats, UpdateBatcher};
+use crate::node::update_batch::{BatchConfig, BatchStats, FlusherHandle, UpdateBatcher};
 use crate::plan::apply::{PlanApplier, PlanApplierConfig, PlanApplierHandle, PlanApplierStats};
 use crate::plan::queue::PlanQueue;
 use crate::router::Router;
@@ -198,7 +198,7 @@ pub struct Server {
     workers: WorkerPool,
     reaper: Mutex<Option<ReaperHandle>>,
     batcher: Arc<UpdateBatcher>,
-    batcher_thread: Mutex<Option<JoinHandle<()>>>,
+    batcher_thread: Mutex<Option<FlusherHandle>>,
     timers: Mutex<Option<JoinHandle<()>>>,
     stopping: Arc<AtomicBool>,
 }

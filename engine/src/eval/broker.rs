@@ -447,9 +447,9 @@ impl EvalBroker {
             eval,
         };
         self.ready[kind].lock().push(item);
-        // SeqCst: the worker's look before it parks must see this, or the
-        // gate must see the worker (see `super::wake`).
-        self.counters.ready[kind].fetch_add(1, Ordering::SeqCst);
+        // The gate's fence orders this before its read of the sleepers
+        // (see `super::wake`).
+        self.counters.ready[kind].fetch_add(1, Ordering::Relaxed);
         self.gate.notify();
     }
 
@@ -508,7 +508,7 @@ impl EvalBroker {
         let wanted = types.iter().fold(0u8, |mask, kind| mask | 1 << kind.index());
         let mut queues: smallvec::SmallVec<[(usize, MutexGuard<'_, ReadyQueue>); 4]> = smallvec::SmallVec::new();
         for kind in 0..JobType::ALL.len() {
-            if wanted & 1 << kind != 0 && self.counters.ready[kind].load(Ordering::SeqCst) > 0 {
+            if wanted & 1 << kind != 0 && self.counters.ready[kind].load(Ordering::Relaxed) > 0 {
                 queues.push((kind, self.ready[kind].lock()));
             }
         }

@@ -1,24 +1,26 @@
 //! The wake-up of dequeuing workers: the hand-off between a producer that
 //! makes a ready eval visible and a worker about to park because it saw none.
 //!
-//! 1. The producer publishes (pushes the eval and increments its ready
-//!    counter with `SeqCst`), then reads `sleepers` (`SeqCst`); only when a
+//! 1. The producer publishes (pushes the eval, increments its ready
+//!    counter), issues a `SeqCst` fence, then reads `sleepers`; only when a
 //!    worker sleeps does it take the gate's lock and notify.
 //! 2. A worker that found nothing takes the lock, counts itself in
-//!    `sleepers` (`SeqCst`), then looks again, reading the ready counters
-//!    with `SeqCst`, before it parks on the condvar.
+//!    `sleepers`, issues a `SeqCst` fence, then looks again before it parks
+//!    on the condvar.
 //!
-//! Each side writes, then reads what the other wrote, all `SeqCst`, so at
-//! least one of them sees the other: either the worker's second look finds
-//! the eval, or the producer sees the sleeper and notifies. The worker holds
-//! the lock from its second look until it parks, so that notify cannot slip
-//! in between. (With a relaxed counter both could miss each other and the
-//! worker would sleep out its whole dequeue timeout; the loom model in
-//! `engine/tests/loom.rs` checks this protocol.)
+//! Each side writes, fences, then reads what the other wrote; of two
+//! `SeqCst` fences one comes first, so at least one side sees the other's
+//! write: either the worker's second look finds the eval, or the producer
+//! sees the sleeper and notifies. The worker holds the lock from its second
+//! look until it parks, so that notify cannot slip in between. Without the
+//! fences both could read the old values (store buffering) and the worker
+//! would sleep out its whole dequeue timeout; the loom model in
+//! `engine/tests/loom.rs` checks the protocol (loom models `SeqCst` fences,
+//! not `SeqCst` accesses, which is one more reason for fences here).
 
 use std::time::Instant;
 
-use crate::sync::atomic::{AtomicUsize, Ordering};
+use crate::sync::atomic::{fence, AtomicUsize, Ordering};
 use crate::sync::{lock, Condvar, Mutex};
 
 /// Parks workers until a producer may have published work; see the module docs.
@@ -37,7 +39,8 @@ impl WakeGate {
 
     /// Step 1, after the producer published: wakes the sleepers, if any.
     pub fn notify(&self) {
-        if self.sleepers.load(Ordering::SeqCst) > 0 {
+        fence(Ordering::SeqCst);
+        if self.sleepers.load(Ordering::Relaxed) > 0 {
             self.notify_all();
         }
     }
@@ -49,11 +52,11 @@ impl WakeGate {
     }
 
     /// Step 2: runs `look` until it yields, parking in between, until
-    /// `deadline` (`None`: no deadline). `look` must read what producers
-    /// publish with `SeqCst`.
+    /// `deadline` (`None`: no deadline).
     pub fn wait_for<T>(&self, deadline: Option<Instant>, mut look: impl FnMut() -> Option<T>) -> Option<T> {
         let mut guard = lock(&self.lock);
-        self.sleepers.fetch_add(1, Ordering::SeqCst);
+        self.sleepers.fetch_add(1, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
         let found = loop {
             if let Some(found) = look() {
                 break Some(found);
@@ -71,12 +74,12 @@ impl WakeGate {
                 }
             }
         };
-        self.sleepers.fetch_sub(1, Ordering::SeqCst);
+        self.sleepers.fetch_sub(1, Ordering::Relaxed);
         found
     }
 
     /// Workers parked right now.
     pub fn sleepers(&self) -> usize {
-        self.sleepers.load(Ordering::SeqCst)
+        self.sleepers.load(Ordering::Relaxed)
     }
 }

@@ -26,13 +26,22 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// The replies shared between the flusher and a batch's submitters: loom's
+/// `Arc` under the model, so it sees who drops the last one; std's
+/// otherwise (which the lint takes for the `Arc` already in scope).
+#[allow(unused_qualifications)]
+type Shared<T> = sync::Arc<T>;
+
+/// The flusher thread (loom's thread under the model).
+pub type FlusherHandle = thread::JoinHandle<()>;
+
 use serde::Serialize;
 
 use crate::clock::SharedClock;
 use crate::state::{Applied, ClientAllocUpdate, Command, Snapshot, StateError, Writer};
 use crate::structs::{AllocId, ClientStatus, Evaluation, JobKey, TriggerReason};
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use crate::sync::{lock, thread, Condvar, Mutex, Reply};
+use crate::sync::{self, lock, thread, Condvar, Mutex, Reply};
 
 /// Batching settings.
 #[derive(Clone, Debug)]
@@ -74,7 +83,7 @@ pub struct PendingUpdate(Pending);
 #[derive(Debug)]
 enum Pending {
     /// In a batch not yet written.
-    Batched { outcome: Arc<Reply<BatchOutcome>>, alloc_ids: Vec<AllocId> },
+    Batched { outcome: Shared<Reply<BatchOutcome>>, alloc_ids: Vec<AllocId> },
     /// Written (or refused) without batching.
     Done(Result<u64, StateError>),
 }
@@ -138,9 +147,9 @@ pub(crate) fn batch_command(snapshot: &Snapshot, updates: Vec<ClientAllocUpdate>
 #[derive(Debug, Default)]
 struct Batches {
     open: Vec<ClientAllocUpdate>,
-    open_outcome: Arc<Reply<BatchOutcome>>,
+    open_outcome: Shared<Reply<BatchOutcome>>,
     opened_at: Option<Instant>,
-    sealed: VecDeque<(Vec<ClientAllocUpdate>, Arc<Reply<BatchOutcome>>)>,
+    sealed: VecDeque<(Vec<ClientAllocUpdate>, Shared<Reply<BatchOutcome>>)>,
     stopping: bool,
 }
 
@@ -196,7 +205,7 @@ impl UpdateBatcher {
     }
 
     /// Starts the flusher thread.
-    pub fn spawn(self: &Arc<Self>) -> thread::JoinHandle<()> {
+    pub fn spawn(self: &Arc<Self>) -> FlusherHandle {
         let batcher = self.clone();
         thread::Builder::new()
             .name("alloc-update-batcher".into())
@@ -261,7 +270,7 @@ impl UpdateBatcher {
 
     /// The next batch to write, waiting for one to be sealed or for the
     /// open one's window to pass; `None` once stopped and drained.
-    fn next_batch(&self) -> Option<(Vec<ClientAllocUpdate>, Arc<Reply<BatchOutcome>>)> {
+    fn next_batch(&self) -> Option<(Vec<ClientAllocUpdate>, Shared<Reply<BatchOutcome>>)> {
         let mut batches = lock(&self.batches);
         loop {
             if let Some(batch) = batches.sealed.pop_front() {

@@ -15,7 +15,6 @@
 //!    status with per-group placement metrics.
 
 use std::collections::BTreeMap;
-use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use hashbrown::HashSet;
@@ -98,10 +97,13 @@ impl<'a> GenericScheduler<'a> {
         Ok(Attempt::Done(summary))
     }
 
+    /// The node order's seed for one eval: the worker's seed mixed with the
+    /// eval id by XXH3, fixed across builds, so a recorded seed replays.
     fn seed(&self, eval: &Evaluation) -> u64 {
-        let mut hasher = std::collections::hash_map::DefaultHasher::new();
-        (self.config.seed, eval.id).hash(&mut hasher);
-        hasher.finish()
+        let mut bytes = [0u8; 24];
+        bytes[..8].copy_from_slice(&self.config.seed.to_le_bytes());
+        bytes[8..].copy_from_slice(eval.id.0.as_bytes());
+        xxhash_rust::xxh3::xxh3_64(&bytes)
     }
 
     /// Stops, `unknown` marks, reconnects, in-place updates and delayed

@@ -34,6 +34,7 @@
 //!    deadline, or with [`WaitError::Shutdown`].
 
 mod apply;
+mod codec;
 mod command;
 mod snapshot;
 mod table;
@@ -48,8 +49,9 @@ use arc_swap::{ArcSwap, ArcSwapOption};
 use event_listener::{Event, Listener};
 use parking_lot::Mutex;
 
+pub use codec::{CodecError, FORMAT_VERSION};
 pub use command::{ClientAllocUpdate, Command};
-pub use snapshot::{Snapshot, TableIndexes};
+pub use snapshot::{Snapshot, StateDump, TableIndexes};
 pub use table::{Iter as TableIter, Table};
 pub use watch::NodeWatch;
 pub use writer::{CommandLog, PendingWrite, Writer};
@@ -376,5 +378,7 @@ impl Drop for Waiting<'_> {
     }
 }
 
+#[cfg(test)]
+mod replay_test;
 #[cfg(test)]
 mod store_test;

@@ -8,6 +8,7 @@
 use std::sync::Arc;
 
 use imbl::Vector;
+use serde::Serialize;
 
 use super::table::Table;
 use crate::structs::{AllocId, Allocation, ComputedClass, EvalId, Evaluation, Job, JobKey, Node, NodeId, Resources};
@@ -32,7 +33,7 @@ pub struct Snapshot {
 }
 
 /// The index of the last write to each table; blocking queries wait on these.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct TableIndexes {
     /// Last write to nodes.
     pub nodes: u64,
@@ -171,6 +172,69 @@ impl Snapshot {
     pub fn evals_by_job(&self, job: &JobKey) -> impl Iterator<Item = &Arc<Evaluation>> + '_ {
         let ids = self.evals_by_job.get(job);
         ids.into_iter().flat_map(|ids| ids.iter()).filter_map(|id| self.evals.get(id))
+    }
+}
+
+/// Everything a snapshot holds, in one canonical order (by id), so two
+/// replicas, or a store and its replay, can be compared whole. Tables are
+/// sorted; the derived indexes keep their own (insertion) order, which a
+/// replay of the same commands reproduces.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct StateDump {
+    /// The index.
+    pub index: u64,
+    /// The per-table indexes.
+    pub table_indexes: TableIndexes,
+    /// Nodes by id.
+    pub nodes: Vec<Node>,
+    /// Jobs by key.
+    pub jobs: Vec<Job>,
+    /// Allocations by id.
+    pub allocs: Vec<Allocation>,
+    /// Evaluations by id.
+    pub evals: Vec<Evaluation>,
+    /// Allocation ids per node.
+    pub allocs_by_node: Vec<(NodeId, Vec<AllocId>)>,
+    /// Allocation ids per job.
+    pub allocs_by_job: Vec<(JobKey, Vec<AllocId>)>,
+    /// Eval ids per job.
+    pub evals_by_job: Vec<(JobKey, Vec<EvalId>)>,
+    /// Node ids per computed class.
+    pub nodes_by_class: Vec<(ComputedClass, Vec<NodeId>)>,
+    /// Schedulable nodes, as kept.
+    pub schedulable: Vec<NodeId>,
+    /// Usage per node.
+    pub node_usage: Vec<(NodeId, Resources)>,
+}
+
+impl Snapshot {
+    /// The whole state in canonical order (see [`StateDump`]).
+    pub fn dump(&self) -> StateDump {
+        fn sorted<K, V: Clone, W>(table: &Table<K, V>, map: impl Fn(&V) -> W) -> Vec<(K, W)>
+        where
+            K: Ord + Clone + std::hash::Hash + Eq,
+        {
+            let mut rows: Vec<(K, W)> = table.iter().map(|(key, value)| (key.clone(), map(value))).collect();
+            rows.sort_by(|a, b| a.0.cmp(&b.0));
+            rows
+        }
+        StateDump {
+            index: self.index,
+            table_indexes: self.table_indexes,
+            nodes: sorted(&self.nodes, |node| Node::clone(node)).into_iter().map(|(_, node)| node).collect(),
+            jobs: sorted(&self.jobs, |job| Job::clone(job)).into_iter().map(|(_, job)| job).collect(),
+            allocs: sorted(&self.allocs, |alloc| Allocation::clone(alloc))
+                .into_iter()
+                .map(|(_, alloc)| alloc)
+                .collect(),
+            evals: sorted(&self.evals, |eval| Evaluation::clone(eval)).into_iter().map(|(_, eval)| eval).collect(),
+            allocs_by_node: sorted(&self.allocs_by_node, |ids| ids.iter().copied().collect()),
+            allocs_by_job: sorted(&self.allocs_by_job, |ids| ids.iter().copied().collect()),
+            evals_by_job: sorted(&self.evals_by_job, |ids| ids.iter().copied().collect()),
+            nodes_by_class: sorted(&self.nodes_by_class, |ids| ids.iter().copied().collect()),
+            schedulable: self.schedulable.iter().copied().collect(),
+            node_usage: sorted(&self.node_usage, |usage| *usage),
+        }
     }
 }
 

@@ -494,3 +494,50 @@ fn a_plan_written_with_an_older_copy_keeps_the_link_to_the_replacement() {
     assert_eq!(original.client_status, ClientStatus::Unknown);
     assert_eq!(original.next_allocation, Some(replacement.id));
 }
+
+#[test]
+fn a_write_wakes_only_the_watchers_of_the_nodes_it_touched() {
+    use std::future::Future;
+    use std::task::{Context, Waker};
+
+    let store = StateStore::new();
+    let n_nodes = 10_000;
+    for n in 1..=n_nodes {
+        store.apply(Command::UpsertNode { node: node(n), evals: vec![] }).expect("node");
+    }
+    let web = job("web");
+    register(&store, &web);
+    // One watcher per node, each listening before the write.
+    let mut listeners: Vec<_> = (1..=n_nodes).map(|n| store.watch_node(NodeId::from_u128(n)).listen()).collect();
+    let mut context = Context::from_waker(Waker::noop());
+    let woken = |listeners: &mut Vec<event_listener::EventListener>, context: &mut Context<'_>| -> Vec<u128> {
+        let mut woken = Vec::new();
+        for (position, listener) in listeners.iter_mut().enumerate() {
+            if std::pin::Pin::new(listener).poll(context).is_ready() {
+                woken.push(position as u128 + 1);
+            }
+        }
+        woken
+    };
+    assert!(woken(&mut listeners, &mut context).is_empty(), "nobody woke before the write");
+    listeners = (1..=n_nodes).map(|n| store.watch_node(NodeId::from_u128(n)).listen()).collect();
+
+    // A plan placing on three nodes.
+    let stored = store.snapshot().job(&web.key()).expect("job").clone();
+    let allocs = [17, 4_242, 9_999]
+        .into_iter()
+        .map(|n| Allocation::new_placement(&stored, "group", n as u32, NodeId::from_u128(n), EvalId::from_u128(9)))
+        .collect();
+    let applied = store
+        .apply(Command::ApplyPlanResults { eval_id: EvalId::from_u128(9), allocs, evals: vec![], time: Timestamp(5) })
+        .expect("plan");
+    let mut touched = applied.touched_nodes.clone();
+    touched.sort();
+    assert_eq!(touched, [NodeId::from_u128(17), NodeId::from_u128(4_242), NodeId::from_u128(9_999)]);
+    assert_eq!(woken(&mut listeners, &mut context), [17, 4_242, 9_999], "exactly the three touched nodes' watchers");
+
+    // A write that touches no allocation wakes no node watcher.
+    listeners = (1..=n_nodes).map(|n| store.watch_node(NodeId::from_u128(n)).listen()).collect();
+    register(&store, &job("other"));
+    assert!(woken(&mut listeners, &mut context).is_empty());
+}

@@ -101,7 +101,9 @@ pub struct Allocation {
     pub namespace: Arc<str>,
     /// The job's id.
     pub job_id: Arc<str>,
-    /// The job version it was placed for.
+    /// The job version it was placed for. Encoded once per command or
+    /// snapshot, not once per allocation (see [`super::job_refs`]).
+    #[serde(with = "super::job_refs::shared_job")]
     pub job: Arc<Job>,
     /// Which group of the job.
     pub task_group: Arc<str>,

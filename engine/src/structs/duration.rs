@@ -1,5 +1,6 @@
 //! Durations in job specs are written the way operators write them:
-//! `"30s"`, `"5m"`, `"1h30m"`, `"250ms"`.
+//! `"30s"`, `"5m"`, `"1h30m"`, `"250ms"`. Binary formats (the command log)
+//! carry them as whole nanoseconds instead: exact and compact.
 
 use std::time::Duration;
 
@@ -14,7 +15,7 @@ pub fn human_duration(text: &str) -> Result<Duration, String> {
     if text.is_empty() {
         return Err("empty duration".to_string());
     }
-    let mut total = Duration::ZERO;
+    let mut total: u128 = 0;
     let mut rest = text;
     while !rest.is_empty() {
         let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
@@ -24,22 +25,19 @@ pub fn human_duration(text: &str) -> Result<Duration, String> {
         let value: u64 = rest[..digits].parse().map_err(|_| format!("duration {text:?}: number too large"))?;
         rest = &rest[digits..];
         let unit_len = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
-        let unit = match &rest[..unit_len] {
-            "h" => Duration::from_secs(3600),
-            "m" => Duration::from_secs(60),
-            "s" => Duration::from_secs(1),
-            "ms" => Duration::from_millis(1),
-            "us" => Duration::from_micros(1),
-            "ns" => Duration::from_nanos(1),
+        let unit_nanos: u128 = match &rest[..unit_len] {
+            "h" => 3_600_000_000_000,
+            "m" => 60_000_000_000,
+            "s" => 1_000_000_000,
+            "ms" => 1_000_000,
+            "us" => 1_000,
+            "ns" => 1,
             other => return Err(format!("duration {text:?}: unknown unit {other:?} (use h, m, s, ms, us or ns)")),
         };
-        total = unit
-            .checked_mul(u32::try_from(value).map_err(|_| format!("duration {text:?}: number too large"))?)
-            .and_then(|part| total.checked_add(part))
-            .ok_or_else(|| format!("duration {text:?}: too long"))?;
+        total += u128::from(value) * unit_nanos;
         rest = &rest[unit_len..];
     }
-    Ok(total)
+    u64::try_from(total).map(Duration::from_nanos).map_err(|_| format!("duration {text:?}: too long"))
 }
 
 /// Formats a duration the way [`human_duration`] reads it.
@@ -64,16 +62,29 @@ pub fn format_duration(duration: Duration) -> String {
     format!("{}ns", duration.as_nanos())
 }
 
+/// Whole nanoseconds, saturating (about 584 years).
+fn nanos(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
+}
+
 pub(crate) mod serde_duration {
     use super::*;
 
     pub fn serialize<S: Serializer>(duration: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(&format_duration(*duration))
+        if serializer.is_human_readable() {
+            serializer.serialize_str(&format_duration(*duration))
+        } else {
+            serializer.serialize_u64(nanos(*duration))
+        }
     }
 
     pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
-        let text = String::deserialize(deserializer)?;
-        human_duration(&text).map_err(serde::de::Error::custom)
+        if deserializer.is_human_readable() {
+            let text = String::deserialize(deserializer)?;
+            human_duration(&text).map_err(serde::de::Error::custom)
+        } else {
+            u64::deserialize(deserializer).map(Duration::from_nanos)
+        }
     }
 }
 
@@ -82,14 +93,19 @@ pub(crate) mod serde_opt_duration {
 
     pub fn serialize<S: Serializer>(duration: &Option<Duration>, serializer: S) -> Result<S::Ok, S::Error> {
         match duration {
-            Some(duration) => serializer.serialize_some(&format_duration(*duration)),
+            Some(duration) if serializer.is_human_readable() => serializer.serialize_some(&format_duration(*duration)),
+            Some(duration) => serializer.serialize_some(&nanos(*duration)),
             None => serializer.serialize_none(),
         }
     }
 
     pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Duration>, D::Error> {
-        let text = Option::<String>::deserialize(deserializer)?;
-        text.map(|text| human_duration(&text).map_err(serde::de::Error::custom)).transpose()
+        if deserializer.is_human_readable() {
+            let text = Option::<String>::deserialize(deserializer)?;
+            text.map(|text| human_duration(&text).map_err(serde::de::Error::custom)).transpose()
+        } else {
+            Ok(Option::<u64>::deserialize(deserializer)?.map(Duration::from_nanos))
+        }
     }
 }
 
@@ -109,6 +125,13 @@ mod tests {
         assert!(human_duration("").expect_err("empty").contains("empty"));
         assert!(human_duration("5 minutes").expect_err("bad unit").contains("unknown unit"));
         assert!(human_duration("m5").expect_err("no number").contains("expected a number"));
+    }
+
+    #[test]
+    fn nanosecond_durations_beyond_four_seconds_round_trip() {
+        let odd = Duration::from_nanos(5_000_000_001);
+        assert_eq!(human_duration(&format_duration(odd)), Ok(odd));
+        assert!(human_duration("99999999999999h").expect_err("too long").contains("too long"));
     }
 
     #[test]

@@ -11,6 +11,7 @@ mod duration;
 mod eval;
 mod ids;
 mod job;
+pub mod job_refs;
 mod node;
 mod plan;
 mod resources;

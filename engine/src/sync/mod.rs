@@ -10,11 +10,11 @@ mod reply;
 pub use reply::Reply;
 
 #[cfg(loom)]
-pub(crate) use loom::sync::{atomic, Condvar, Mutex, MutexGuard};
+pub(crate) use loom::sync::{atomic, Arc, Condvar, Mutex, MutexGuard};
 #[cfg(loom)]
 pub(crate) use loom::thread;
 #[cfg(not(loom))]
-pub(crate) use std::sync::{atomic, Condvar, Mutex, MutexGuard};
+pub(crate) use std::sync::{atomic, Arc, Condvar, Mutex, MutexGuard};
 #[cfg(not(loom))]
 pub(crate) use std::thread;
 
