@@ -1,6 +1,6 @@
 //! The `drover` binary. Today it checks job specs (`drover job validate`);
-//! `drover server` and `drover agent` arrive with the pipeline and transport
-//! work.
+//! the scheduling pipeline runs in process (see `loadgen`), and `drover
+//! server` and `drover agent` come with the network transport.
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -1,8 +1,7 @@
 //! `loadgen`: drives a Drover server with simulated clients and reports
 //! what it measured.
 //!
-//! The default (no server address) is in-process: it starts an embedded
-//! `engine::Server`, registers `--nodes` simulated nodes (varied sizes, 20
+//! It runs in process: it starts an embedded `engine::Server`, registers `--nodes` simulated nodes (varied sizes, 20
 //! classes, 4 datacenters), submits a mix of service and batch jobs plus one
 //! system job, lets simulated clients heartbeat and report their allocations
 //! running, and waits until every job has what it asked for. It then checks the final

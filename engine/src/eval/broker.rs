@@ -313,7 +313,6 @@ struct Counters {
     pending: AtomicI64,
     delayed: AtomicI64,
     cancelable: AtomicI64,
-    marked_cancelable: AtomicU64,
     failed_queue: AtomicI64,
     delivery_limit_reached: AtomicU64,
     nack_timeouts: AtomicU64,
@@ -588,7 +587,6 @@ impl EvalBroker {
             }
         }
         self.counters.cancelable.fetch_add(superseded.len() as i64, Ordering::Relaxed);
-        self.counters.marked_cancelable.fetch_add(superseded.len() as u64, Ordering::Relaxed);
         self.cancelable.lock().extend(superseded);
         // Pace the reaper by acks: wake it if it is not already awake.
         let _ = self.cancelable_signal.0.try_send(());
@@ -699,11 +697,6 @@ impl EvalBroker {
         let batch: Vec<_> = cancelable.drain(..take).collect();
         self.counters.cancelable.fetch_sub(batch.len() as i64, Ordering::Relaxed);
         batch
-    }
-
-    /// Evals set aside as superseded, ever (reaped or not).
-    pub fn canceled_total(&self) -> u64 {
-        self.counters.marked_cancelable.load(Ordering::Relaxed)
     }
 
     /// Signalled on acks that leave cancelable evals behind; the reaper waits on it.

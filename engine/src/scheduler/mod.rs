@@ -23,7 +23,7 @@ mod scheduler_test;
 use std::sync::Arc;
 
 use crate::clock::Timestamp;
-use crate::state::{Snapshot, StateError, WaitError};
+use crate::state::{NodeList, Snapshot, StateError, WaitError};
 use crate::structs::{Allocation, EvalId, Evaluation, Job, JobKey, JobType, Node, NodeId, Plan, PlanResult, Resources};
 
 /// A read-only view of the cluster state at one index.
@@ -40,8 +40,8 @@ pub trait State: Send + Sync {
     fn allocs_by_job(&self, key: &JobKey) -> Vec<Arc<Allocation>>;
     /// All allocations on a node, terminal ones included.
     fn allocs_by_node(&self, id: NodeId) -> Vec<Arc<Allocation>>;
-    /// Ready and eligible nodes, sorted by id (a persistent vector: O(1) to take).
-    fn schedulable_nodes(&self) -> imbl::Vector<NodeId>;
+    /// Ready and eligible nodes, sorted by id (a persistent list: O(1) to take).
+    fn schedulable_nodes(&self) -> NodeList;
     /// Resources used by the live allocations on a node.
     fn node_usage(&self, id: NodeId) -> Resources;
 }
@@ -65,7 +65,7 @@ impl State for Snapshot {
     fn allocs_by_node(&self, id: NodeId) -> Vec<Arc<Allocation>> {
         Snapshot::allocs_by_node(self, id).cloned().collect()
     }
-    fn schedulable_nodes(&self) -> imbl::Vector<NodeId> {
+    fn schedulable_nodes(&self) -> NodeList {
         Snapshot::schedulable_nodes(self).clone()
     }
     fn node_usage(&self, id: NodeId) -> Resources {

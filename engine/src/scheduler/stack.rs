@@ -20,6 +20,7 @@ use rand::{Rng, SeedableRng};
 use super::feasible::{resolve_target, FeasibilityChecker};
 use super::rank::{anti_affinity_score, combine, fit_score};
 use super::{Algorithm, NodeClaims, State};
+use crate::state::NodeList;
 use crate::structs::{AllocMetric, Allocation, ConstraintOperand, Job, Node, NodeId, Resources, TaskGroup};
 
 /// How many feasible nodes with room to score per placement: ceil(log2(n))
@@ -47,7 +48,7 @@ pub struct Stack {
     /// Ready, eligible nodes sorted by id, visited in a seeded order: from a
     /// random start with a random stride coprime to their number, which is a
     /// permutation without copying or shuffling 10,000 entries per eval.
-    candidates: imbl::Vector<NodeId>,
+    candidates: NodeList,
     start: usize,
     stride: usize,
     visited_total: usize,
@@ -117,7 +118,7 @@ impl Stack {
         let n = self.candidates.len();
         let position = (self.start + self.visited_total % n * self.stride) % n;
         self.visited_total += 1;
-        self.state.node(self.candidates[position])
+        self.candidates.get(position).and_then(|id| self.state.node(id))
     }
 
     fn count_existing_job_allocs(&mut self) {
@@ -280,7 +281,7 @@ impl Stack {
     /// Schedulable nodes per datacenter, for the metrics of a failed placement.
     fn available_per_datacenter(&self) -> std::collections::BTreeMap<String, u64> {
         let mut available = std::collections::BTreeMap::new();
-        for node in self.candidates.iter().filter_map(|id| self.state.node(*id)) {
+        for node in self.candidates.iter().filter_map(|id| self.state.node(id)) {
             *available.entry(node.datacenter.to_string()).or_insert(0) += 1;
         }
         available

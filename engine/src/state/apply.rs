@@ -328,10 +328,12 @@ impl Snapshot {
     /// Stores a node, keeping the schedulable-node list in step.
     fn put_node(&mut self, node: Node) {
         let was = self.nodes.get(&node.id).is_some_and(|old| old.is_schedulable());
-        match (was, node.is_schedulable(), self.schedulable.binary_search(&node.id)) {
-            (false, true, Err(position)) => self.schedulable.insert(position, node.id),
-            (true, false, Ok(position)) => {
-                self.schedulable.remove(position);
+        match (was, node.is_schedulable()) {
+            (false, true) => {
+                self.schedulable.insert(node.id);
+            }
+            (true, false) => {
+                self.schedulable.remove(node.id);
             }
             _ => {}
         }

@@ -51,7 +51,7 @@ use parking_lot::Mutex;
 
 pub use codec::{CodecError, FORMAT_VERSION};
 pub use command::{ClientAllocUpdate, Command};
-pub use snapshot::{Snapshot, StateDump, TableIndexes};
+pub use snapshot::{NodeList, Snapshot, StateDump, TableIndexes};
 pub use table::{Iter as TableIter, Table};
 pub use watch::NodeWatch;
 pub use writer::{CommandLog, PendingWrite, Writer};

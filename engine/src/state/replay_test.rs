@@ -117,7 +117,7 @@ fn command(op: &Op, snapshot: &Snapshot, step: u64) -> Command {
             // Mostly on a node that takes placements; now and then on any.
             let schedulable = snapshot.schedulable_nodes();
             let target = match schedulable.get(usize::from(n) % schedulable.len().max(1)) {
-                Some(node) if n < 5 => *node,
+                Some(node) if n < 5 => node,
                 _ => node_id(n),
             };
             if let Some(stored) = snapshot.job(&job_key(job)) {

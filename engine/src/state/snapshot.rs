@@ -26,10 +26,60 @@ pub struct Snapshot {
     pub(super) evals_by_job: Table<JobKey, Vector<EvalId>>,
     pub(super) nodes_by_class: Table<ComputedClass, Vector<NodeId>>,
     /// Ready and eligible nodes, sorted by id; changes only when that set does.
-    pub(super) schedulable: Vector<NodeId>,
+    pub(super) schedulable: NodeList,
     /// Resources used by live allocations, per node.
     pub(super) node_usage: Table<NodeId, Resources>,
     pub(super) table_indexes: TableIndexes,
+}
+
+/// Node ids sorted by id, as a persistent vector: O(1) to clone, O(log n)
+/// to change one. The persistent vector (imbl's) stays behind this type, so
+/// the scheduler's `State` contract does not change with it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeList(Vector<NodeId>);
+
+impl NodeList {
+    /// How many nodes.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The node at `position`.
+    pub fn get(&self, position: usize) -> Option<NodeId> {
+        self.0.get(position).copied()
+    }
+
+    /// The nodes in id order.
+    pub fn iter(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.0.iter().copied()
+    }
+
+    /// Adds `node_id` in order; false if it was there.
+    pub(super) fn insert(&mut self, node_id: NodeId) -> bool {
+        match self.0.binary_search(&node_id) {
+            Ok(_) => false,
+            Err(position) => {
+                self.0.insert(position, node_id);
+                true
+            }
+        }
+    }
+
+    /// Removes `node_id`; false if it was not there.
+    pub(super) fn remove(&mut self, node_id: NodeId) -> bool {
+        match self.0.binary_search(&node_id) {
+            Ok(position) => {
+                self.0.remove(position);
+                true
+            }
+            Err(_) => false,
+        }
+    }
 }
 
 /// The index of the last write to each table; blocking queries wait on these.
@@ -57,7 +107,7 @@ impl Default for Snapshot {
             allocs_by_job: Table::with_depth(3),
             evals_by_job: Table::with_depth(3),
             nodes_by_class: Table::with_depth(1),
-            schedulable: Vector::new(),
+            schedulable: NodeList::default(),
             node_usage: Table::with_depth(3),
             table_indexes: TableIndexes::default(),
         }
@@ -91,7 +141,7 @@ impl Snapshot {
     }
 
     /// Ready and eligible nodes, sorted by id. O(1) to take.
-    pub fn schedulable_nodes(&self) -> &Vector<NodeId> {
+    pub fn schedulable_nodes(&self) -> &NodeList {
         &self.schedulable
     }
 
@@ -232,7 +282,7 @@ impl Snapshot {
             allocs_by_job: sorted(&self.allocs_by_job, |ids| ids.iter().copied().collect()),
             evals_by_job: sorted(&self.evals_by_job, |ids| ids.iter().copied().collect()),
             nodes_by_class: sorted(&self.nodes_by_class, |ids| ids.iter().copied().collect()),
-            schedulable: self.schedulable.iter().copied().collect(),
+            schedulable: self.schedulable.iter().collect(),
             node_usage: sorted(&self.node_usage, |usage| *usage),
         }
     }

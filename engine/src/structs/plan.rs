@@ -55,14 +55,6 @@ pub struct PlanResult {
 }
 
 impl PlanResult {
-    /// Whether everything the plan asked for was committed.
-    pub fn is_full_commit(&self, plan: &Plan) -> bool {
-        let committed: usize = self.node_allocation.values().map(Vec::len).sum::<usize>()
-            + self.node_update.values().map(Vec::len).sum::<usize>();
-        let asked: usize = plan.placement_count() + plan.node_update.values().map(Vec::len).sum::<usize>();
-        committed == asked
-    }
-
     /// Takes out placements the state store refused at commit time (their
     /// node left between the applier's check and the write) and asks for a
     /// re-plan at `index`.
