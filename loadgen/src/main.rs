@@ -96,7 +96,7 @@ fn main() -> Result<()> {
     let (placed_in, outcome) = std::thread::scope(|scope| {
         let clients = scope.spawn(|| simulate_clients(&server, &node_ids, &clients_done));
         let started = Instant::now();
-        let outcome = submit_and_wait(&server, &jobs, desired, Duration::from_secs(args.timeout_secs));
+        let outcome = submit_and_wait(&server, &jobs, args.nodes, Duration::from_secs(args.timeout_secs));
         let placed_in = started.elapsed();
         clients_done.store(true, Ordering::Release);
         let _ = clients.join();
@@ -159,6 +159,36 @@ fn workload(args: &Args, rng: &mut SmallRng) -> Vec<Job> {
     jobs
 }
 
+/// The jobs below their count and what their last evals said, for a run
+/// that did not converge.
+fn short_jobs(snapshot: &Snapshot, jobs: &[Job], n_nodes: usize) -> String {
+    let mut lines = Vec::new();
+    for job in jobs {
+        let live = snapshot.allocs_by_job(&job.key()).filter(|alloc| !alloc.terminal()).count();
+        let count = desired_count(job, n_nodes) as usize;
+        if live >= count {
+            continue;
+        }
+        let evals: Vec<String> = snapshot
+            .evals_by_job(&job.key())
+            .map(|eval| {
+                format!(
+                    "{} {:?} {:?} blocked {:?} queued {:?} failed {:?}",
+                    eval.id,
+                    eval.triggered_by,
+                    eval.status,
+                    eval.blocked_eval,
+                    eval.queued_allocations,
+                    eval.failed_tg_allocs
+                )
+            })
+            .collect();
+        lines.push(format!("  {} has {live} of {count}:\n    {}", job.id, evals.join("\n    ")));
+    }
+    lines.truncate(5);
+    lines.join("\n")
+}
+
 fn desired_count(job: &Job, n_nodes: usize) -> u64 {
     if job.job_type.is_system_like() {
         n_nodes as u64
@@ -167,40 +197,73 @@ fn desired_count(job: &Job, n_nodes: usize) -> u64 {
     }
 }
 
-/// Submits every job, then waits until the allocations are placed and the
-/// server is idle. Prints a progress line.
-fn submit_and_wait(server: &Server, jobs: &[Job], desired: u64, timeout: Duration) -> Result<()> {
-    for job in jobs {
-        server.jobs().register(job.clone()).with_context(|| format!("registering {}", job.id))?;
-    }
-    let terminal = std::io::stderr().is_terminal();
+/// Submits the node agents (system jobs) and waits until they are placed,
+/// as a real cluster runs them before its workloads (placed later, an agent
+/// could find a node already filled by bin-packing, and without preemption
+/// it would wait for capacity forever); then submits the rest and waits
+/// until every allocation is placed and the server is idle. Prints a
+/// progress line.
+fn submit_and_wait(server: &Server, jobs: &[Job], n_nodes: usize, timeout: Duration) -> Result<()> {
     let started = Instant::now();
-    let mut last_line = Instant::now();
-    loop {
-        // No allocation ends during a fault-free placement, so the O(1) row
-        // count stands in for the live count until the target is reached.
-        let snapshot = server.store().snapshot();
-        let mut placed = snapshot.alloc_count() as u64;
-        if placed >= desired && server.is_idle() {
-            placed = live_allocs(&snapshot);
+    let waiting = Waiting { server, jobs, n_nodes, started, deadline: started + timeout };
+    let (agents, workloads): (Vec<&Job>, Vec<&Job>) = jobs.iter().partition(|job| job.job_type.is_system_like());
+    let mut desired = 0;
+    for batch in [agents, workloads] {
+        for job in &batch {
+            server.jobs().register(Job::clone(job)).with_context(|| format!("registering {}", job.id))?;
         }
-        if placed >= desired && server.is_idle() {
-            eprintln!("\r  placed {placed}/{desired} allocations in {:.2?}", started.elapsed());
-            return Ok(());
-        }
-        if started.elapsed() > timeout {
-            bail!("not converged after {timeout:?}: {placed}/{desired} placed, {:?}", server.stats());
-        }
-        if terminal || last_line.elapsed() > Duration::from_secs(5) {
-            let line = format!("  placed {placed}/{desired} allocations, {:.1?} elapsed", started.elapsed());
-            if terminal {
-                eprint!("\r{line}");
-            } else {
-                eprintln!("{line}");
+        desired += batch.iter().map(|job| desired_count(job, n_nodes)).sum::<u64>();
+        waiting.until_placed(desired)?;
+    }
+    eprintln!("\r  placed {desired}/{desired} allocations in {:.2?}", started.elapsed());
+    Ok(())
+}
+
+/// A wait for placements, with what a progress line and an error need.
+struct Waiting<'a> {
+    server: &'a Server,
+    jobs: &'a [Job],
+    n_nodes: usize,
+    started: Instant,
+    deadline: Instant,
+}
+
+impl Waiting<'_> {
+    /// Until `desired` allocations are live and the server is idle. Wakes
+    /// on each write, and every 50 ms to see the broker go idle.
+    fn until_placed(&self, desired: u64) -> Result<()> {
+        let terminal = std::io::stderr().is_terminal();
+        let mut last_line = Instant::now();
+        loop {
+            // No allocation ends during a fault-free placement, so the O(1) row
+            // count stands in for the live count until the target is reached.
+            let snapshot = self.server.store().snapshot();
+            let mut placed = snapshot.alloc_count() as u64;
+            if placed >= desired && self.server.is_idle() {
+                placed = live_allocs(&snapshot);
+                if placed >= desired {
+                    return Ok(());
+                }
             }
-            last_line = Instant::now();
+            if Instant::now() > self.deadline {
+                let timeout = self.deadline - self.started;
+                bail!(
+                    "not converged after {timeout:?}: {placed}/{desired} placed, {:?}\n{}",
+                    self.server.stats(),
+                    short_jobs(&snapshot, self.jobs, self.n_nodes)
+                );
+            }
+            if terminal || last_line.elapsed() > Duration::from_secs(5) {
+                let line = format!("  placed {placed}/{desired} allocations, {:.1?} elapsed", self.started.elapsed());
+                if terminal {
+                    eprint!("\r{line}");
+                } else {
+                    eprintln!("{line}");
+                }
+                last_line = Instant::now();
+            }
+            let _ = self.server.store().snapshot_min_index(snapshot.index() + 1, Duration::from_millis(50));
         }
-        std::thread::sleep(Duration::from_millis(50));
     }
 }
 

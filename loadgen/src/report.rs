@@ -1,10 +1,12 @@
 //! The loadgen report: printed for people, written as JSON for tooling.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
+use engine::clock::Timestamp;
 use engine::server::ServerStats;
-use engine::state::Snapshot;
-use engine::structs::{EvalStatus, Job};
+use engine::state::{Command, Snapshot};
+use engine::structs::{Allocation, EvalId, EvalStatus, Job};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
@@ -45,6 +47,11 @@ pub struct Report {
     pub alloc_updates: u64,
     pub largest_alloc_update_batch: u64,
     pub state_index: u64,
+    /// The plan that placed the most allocations, as its command carries it
+    /// in the log format, and as it would with every allocation's job inline.
+    pub largest_plan_allocs: usize,
+    pub largest_plan_bytes: usize,
+    pub largest_plan_bytes_jobs_inline: usize,
     pub peak_rss_bytes: u64,
     pub invariant_violations: Vec<String>,
 }
@@ -71,6 +78,7 @@ impl Report {
         self.alloc_updates = stats.alloc_updates.updates;
         self.largest_alloc_update_batch = stats.alloc_updates.largest_batch;
         self.state_index = snapshot.index();
+        self.record_largest_plan(snapshot);
         let mut histogram = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).expect("valid bounds");
         for eval in snapshot.evals().filter(|eval| eval.status == EvalStatus::Complete) {
             histogram.saturating_record((eval.modify_time.since(eval.create_time).as_micros() as u64).max(1));
@@ -82,6 +90,23 @@ impl Report {
             p99: ms(histogram.value_at_quantile(0.99)),
             max: ms(histogram.max()),
         };
+    }
+
+    /// Rebuilds the command of the eval that placed the most allocations
+    /// (each allocation keeps the eval that placed it; clients only report)
+    /// and measures its encoded size.
+    fn record_largest_plan(&mut self, snapshot: &Snapshot) {
+        let mut by_eval: BTreeMap<EvalId, usize> = BTreeMap::new();
+        for alloc in snapshot.allocs() {
+            *by_eval.entry(alloc.eval_id).or_default() += 1;
+        }
+        let Some((eval_id, _)) = by_eval.into_iter().max_by_key(|(_, count)| *count) else { return };
+        let allocs: Vec<Allocation> =
+            snapshot.allocs().filter(|alloc| alloc.eval_id == eval_id).map(|alloc| Allocation::clone(alloc)).collect();
+        self.largest_plan_allocs = allocs.len();
+        let command = Command::ApplyPlanResults { eval_id, allocs, evals: Vec::new(), time: Timestamp(1) };
+        self.largest_plan_bytes = command.encode().len();
+        self.largest_plan_bytes_jobs_inline = command.encoded_len_jobs_inline();
     }
 
     /// Checks the end state: no node oversubscribed, every job at its
@@ -131,6 +156,10 @@ impl Report {
             self.alloc_updates, self.alloc_update_batches, self.largest_alloc_update_batch
         );
         println!("  state index                {}", self.state_index);
+        println!(
+            "  largest plan               {} allocations, {} bytes encoded ({} with jobs inline)",
+            self.largest_plan_allocs, self.largest_plan_bytes, self.largest_plan_bytes_jobs_inline
+        );
         println!("  peak RSS                   {:.1} MiB", self.peak_rss_bytes as f64 / (1024.0 * 1024.0));
         if self.invariant_violations.is_empty() {
             println!("  invariants                 all held");

@@ -61,6 +61,14 @@ impl Command {
         }
     }
 
+    /// How long the command would be with every allocation carrying its
+    /// job whole, as it did before this format: what sharing saves.
+    pub fn encoded_len_jobs_inline(&self) -> usize {
+        let empty_table: &[Job] = &[];
+        let table = postcard::to_allocvec(empty_table).expect("an empty table encodes").len();
+        1 + table + postcard::to_allocvec(self).expect("a command always encodes").len()
+    }
+
     /// The jobs its allocations refer to.
     fn shared_jobs(&self) -> impl Iterator<Item = &Arc<Job>> + '_ {
         let allocs = match self {
