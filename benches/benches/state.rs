@@ -1,6 +1,7 @@
 //! State store benches: snapshot cost and the cost of a one-row write on a
 //! large store (no whole-table copies).
 
+use benches::rss_mib;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use engine::clock::Timestamp;
 use engine::state::{ClientAllocUpdate, Command};
@@ -9,16 +10,6 @@ use engine::testing::populated_store;
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-/// Resident set size of this process (VmRSS), in MiB.
-fn rss_mib() -> f64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let kib = status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|rest| rest.split_whitespace().next().and_then(|kib| kib.parse::<f64>().ok()));
-    kib.unwrap_or(0.0) / 1024.0
-}
 
 fn snapshot(c: &mut Criterion) {
     let before = rss_mib();

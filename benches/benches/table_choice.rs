@@ -10,6 +10,7 @@
 use std::hint::black_box;
 use std::sync::Arc;
 
+use benches::rss_mib;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use engine::state::Table;
 use engine::structs::AllocId;
@@ -20,15 +21,6 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 const ROWS: usize = 1_000_000;
 
 type Row = Arc<[u8; 300]>;
-
-fn rss_mib() -> f64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let kib = status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|rest| rest.split_whitespace().next().and_then(|kib| kib.parse::<f64>().ok()));
-    kib.unwrap_or(0.0) / 1024.0
-}
 
 fn key(n: usize) -> AllocId {
     AllocId::from_u128((n as u128).wrapping_mul(0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C835))

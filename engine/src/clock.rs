@@ -69,8 +69,12 @@ pub trait Clock: Send + Sync + std::fmt::Debug {
     fn wake_sleepers(&self);
 }
 
-/// The sleepers of one clock: the earliest deadline one sleeps until, and
-/// a generation bumped at every wake-up so a sleeper knows it was woken.
+/// The sleepers of one clock: what a deadline set must beat to wake one
+/// (`until`), and a generation bumped at every wake-up so a sleeper knows
+/// it was woken. `until` is 0 while no sleeper exists (a deadline set wakes
+/// nobody, at the cost of one atomic load), `u64::MAX` while a sleeper is
+/// computing its next deadline (every deadline set bumps the epoch), and
+/// that deadline while it sleeps.
 #[derive(Debug)]
 struct Sleepers {
     until: AtomicU64,
@@ -80,12 +84,13 @@ struct Sleepers {
 
 impl Default for Sleepers {
     fn default() -> Self {
-        Sleepers { until: AtomicU64::new(u64::MAX), generation: Mutex::new(0), woken: Condvar::new() }
+        Sleepers { until: AtomicU64::new(0), generation: Mutex::new(0), woken: Condvar::new() }
     }
 }
 
 impl Sleepers {
     fn epoch(&self) -> u64 {
+        self.until.store(u64::MAX, Ordering::SeqCst);
         *self.generation.lock()
     }
 

@@ -91,15 +91,11 @@ impl Cluster {
         panic!("node {node_id} never missed its heartbeat");
     }
 
-    /// Advances the clock by `by` in one-second steps, heartbeating `alive`.
+    /// Advances the clock by `by` in one-second steps, heartbeating `alive`
+    /// and running the evals that become ready after each step.
     pub fn pass_time(&mut self, by: Duration, alive: &[NodeId]) {
-        let mut passed = Duration::ZERO;
-        while passed < by {
-            for node_id in alive {
-                self.heartbeat(*node_id).expect("a live node heartbeats");
-            }
-            self.server.advance(Duration::from_secs(1));
-            passed += Duration::from_secs(1);
+        for _ in 0..seconds_in(by) {
+            self.tick(alive);
             self.settle();
         }
     }
@@ -107,14 +103,17 @@ impl Cluster {
     /// Advances the clock by `by` in one-second steps, heartbeating `alive`
     /// and running due timers, but no eval: evals that become ready wait.
     pub fn pass_time_without_evals(&self, by: Duration, alive: &[NodeId]) {
-        let mut passed = Duration::ZERO;
-        while passed < by {
-            for node_id in alive {
-                self.heartbeat(*node_id).expect("a live node heartbeats");
-            }
-            self.server.advance(Duration::from_secs(1));
-            passed += Duration::from_secs(1);
+        for _ in 0..seconds_in(by) {
+            self.tick(alive);
         }
+    }
+
+    /// One second: `alive` heartbeats, then the clock moves and timers run.
+    fn tick(&self, alive: &[NodeId]) {
+        for node_id in alive {
+            self.heartbeat(*node_id).expect("a live node heartbeats");
+        }
+        self.server.advance(Duration::from_secs(1));
     }
 
     /// Runs evals until none is ready.
@@ -127,6 +126,11 @@ impl Cluster {
     pub fn snapshot(&self) -> Arc<Snapshot> {
         self.server.store().snapshot()
     }
+}
+
+/// Whole seconds in `by`, a part of a second counting as one.
+fn seconds_in(by: Duration) -> u64 {
+    by.as_secs() + u64::from(by.subsec_nanos() > 0)
 }
 
 /// The status a client reports for an allocation it was handed, if any.

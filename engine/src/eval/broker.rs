@@ -308,8 +308,8 @@ impl<T> Sharded<T> {
 /// dequeue and ack sit on cache lines of their own.
 #[derive(Debug, Default)]
 struct Counters {
-    ready: CachePadded<[AtomicI64; 4]>,
-    unacked: CachePadded<[AtomicI64; 4]>,
+    ready: CachePadded<[AtomicI64; JobType::ALL.len()]>,
+    unacked: CachePadded<[AtomicI64; JobType::ALL.len()]>,
     pending: AtomicI64,
     delayed: AtomicI64,
     cancelable: AtomicI64,
@@ -323,7 +323,7 @@ struct Counters {
 pub struct EvalBroker {
     config: BrokerConfig,
     clock: SharedClock,
-    ready: [Mutex<ReadyQueue>; 4],
+    ready: [Mutex<ReadyQueue>; JobType::ALL.len()],
     jobs: Sharded<JobState>,
     evals: Sharded<EvalEntry>,
     hasher: DefaultHashBuilder,
@@ -505,7 +505,8 @@ impl EvalBroker {
     /// locked in a fixed order (by type) so that two dequeuers never deadlock.
     fn pop_best(&self, types: &[JobType]) -> Option<ReadyItem> {
         let wanted = types.iter().fold(0u8, |mask, kind| mask | 1 << kind.index());
-        let mut queues: smallvec::SmallVec<[(usize, MutexGuard<'_, ReadyQueue>); 4]> = smallvec::SmallVec::new();
+        let mut queues: smallvec::SmallVec<[(usize, MutexGuard<'_, ReadyQueue>); JobType::ALL.len()]> =
+            smallvec::SmallVec::new();
         for kind in 0..JobType::ALL.len() {
             if wanted & 1 << kind != 0 && self.counters.ready[kind].load(Ordering::Relaxed) > 0 {
                 queues.push((kind, self.ready[kind].lock()));

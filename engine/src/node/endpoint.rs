@@ -124,6 +124,15 @@ pub struct NodeResponse {
     pub heartbeat_ttl: Duration,
 }
 
+/// What a heartbeat comes to before anything is written.
+enum StatusChange {
+    /// The status stays: the answer.
+    None(NodeResponse),
+    /// The status changes: the command to write (boxed: a change is rare,
+    /// the unchanged heartbeat is the hot path).
+    Write(Box<Command>),
+}
+
 /// A node's allocations and the index they are current at.
 pub type NodeAllocs = (Vec<Arc<Allocation>>, u64);
 
@@ -151,32 +160,54 @@ impl NodeEndpoint {
     /// Registers a node or updates its information (step 1), blocking this
     /// thread until it is written.
     pub fn register(&self, node: Node) -> Result<NodeResponse, NodeError> {
-        futures_lite::future::block_on(self.register_async(node))
+        let node_id = node.id;
+        let applied = self.writer.write(self.registration(node))?;
+        self.answer(node_id, applied.index)
     }
 
-    /// [`NodeEndpoint::register`], awaited. A new ready node and the evals
-    /// of every system job are one command, computed from the state before
-    /// the write (a new node has no allocations).
+    /// [`NodeEndpoint::register`], awaited.
     pub async fn register_async(&self, node: Node) -> Result<NodeResponse, NodeError> {
-        let snapshot = self.writer.store().snapshot();
         let node_id = node.id;
-        let is_new_and_ready = snapshot.node(node_id).is_none() && node.status == NodeStatus::Ready;
-        let evals = if is_new_and_ready { node_evals(&snapshot, node_id, self.clock.now()) } else { Vec::new() };
-        let applied = self.writer.submit(Command::UpsertNode { node, evals }).await?;
+        let applied = self.writer.submit(self.registration(node)).await?;
+        self.answer(node_id, applied.index)
+    }
+
+    /// The registration's one command: a new ready node and the evals of
+    /// every system job, computed from the state before the write (a new
+    /// node has no allocations).
+    fn registration(&self, node: Node) -> Command {
         let snapshot = self.writer.store().snapshot();
-        let stored = snapshot.node(node_id).ok_or(NodeError::UnknownNode(node_id))?;
-        let heartbeat_ttl = self.heartbeat(stored);
-        Ok(NodeResponse { index: applied.index, status: stored.status, heartbeat_ttl })
+        let is_new_and_ready = snapshot.node(node.id).is_none() && node.status == NodeStatus::Ready;
+        let evals = if is_new_and_ready { node_evals(&snapshot, node.id, self.clock.now()) } else { Vec::new() };
+        Command::UpsertNode { node, evals }
     }
 
     /// The heartbeat and status change (step 2), blocking this thread until
-    /// any change is written.
+    /// any change is written. A heartbeat that changes nothing writes nothing.
     pub fn update_status(&self, node_id: NodeId, asked: NodeStatus) -> Result<NodeResponse, NodeError> {
-        futures_lite::future::block_on(self.update_status_async(node_id, asked))
+        match self.status_change(node_id, asked)? {
+            StatusChange::None(response) => Ok(response),
+            StatusChange::Write(command) => {
+                let applied = self.writer.write(*command)?;
+                self.answer(node_id, applied.index)
+            }
+        }
     }
 
     /// [`NodeEndpoint::update_status`], awaited.
     pub async fn update_status_async(&self, node_id: NodeId, asked: NodeStatus) -> Result<NodeResponse, NodeError> {
+        match self.status_change(node_id, asked)? {
+            StatusChange::None(response) => Ok(response),
+            StatusChange::Write(command) => {
+                let applied = self.writer.submit(*command).await?;
+                self.answer(node_id, applied.index)
+            }
+        }
+    }
+
+    /// What a heartbeat asking for `asked` comes to: an answer at once when
+    /// the status stays, or the command of the change (with its evals).
+    fn status_change(&self, node_id: NodeId, asked: NodeStatus) -> Result<StatusChange, NodeError> {
         if asked == NodeStatus::Disconnected {
             return Err(NodeError::StatusNotAllowed { node: node_id, status: asked });
         }
@@ -185,18 +216,22 @@ impl NodeEndpoint {
         let status = next_status(&snapshot, node, asked);
         if status == node.status {
             let heartbeat_ttl = self.heartbeat(node);
-            return Ok(NodeResponse { index: snapshot.index(), status, heartbeat_ttl });
+            return Ok(StatusChange::None(NodeResponse { index: snapshot.index(), status, heartbeat_ttl }));
         }
         let evals = if needs_evals(node.status, status) {
             node_evals(&snapshot, node_id, self.clock.now())
         } else {
             Vec::new()
         };
-        let applied = self.writer.submit(Command::UpdateNodeStatus { node_id, status, evals }).await?;
+        Ok(StatusChange::Write(Box::new(Command::UpdateNodeStatus { node_id, status, evals })))
+    }
+
+    /// The answer after a write at `index`: the node's status now and its TTL.
+    fn answer(&self, node_id: NodeId, index: u64) -> Result<NodeResponse, NodeError> {
         let snapshot = self.writer.store().snapshot();
         let node = snapshot.node(node_id).ok_or(NodeError::UnknownNode(node_id))?;
         let heartbeat_ttl = self.heartbeat(node);
-        Ok(NodeResponse { index: applied.index, status: node.status, heartbeat_ttl })
+        Ok(NodeResponse { index, status: node.status, heartbeat_ttl })
     }
 
     /// Moves a live node's deadline, or forgets a down one's.

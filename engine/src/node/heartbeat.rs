@@ -215,11 +215,17 @@ impl HeartbeatTimers {
     /// Takes a heartbeat from `node_id` at `now`: returns the TTL the node
     /// is handed; the server gives up at `now + ttl + heartbeat_grace`.
     pub fn reset(&mut self, node_id: NodeId, now: Timestamp) -> Duration {
+        self.reset_until(node_id, now).0
+    }
+
+    /// [`HeartbeatTimers::reset`], also returning the new deadline.
+    fn reset_until(&mut self, node_id: NodeId, now: Timestamp) -> (Duration, Timestamp) {
         let base = self.base_ttl(self.wheel.len() + usize::from(self.wheel.deadline(node_id).is_none()));
         let ttl = base + base.mul_f64(self.rng.random::<f64>());
-        self.wheel.set(node_id, now.plus(ttl + self.config.heartbeat_grace));
+        let deadline = now.plus(ttl + self.config.heartbeat_grace);
+        self.wheel.set(node_id, deadline);
         self.resets += 1;
-        ttl
+        (ttl, deadline)
     }
 
     /// The TTL before jitter for a cluster of `n_nodes` live nodes.
@@ -285,11 +291,8 @@ impl Heartbeats {
 
     /// Takes a heartbeat now; returns the node's TTL.
     pub fn reset(&self, node_id: NodeId) -> Duration {
-        let mut timers = self.timers.lock();
-        let ttl = timers.reset(node_id, self.clock.now());
-        if let Some(deadline) = timers.deadline(node_id) {
-            self.clock.deadline_set(deadline);
-        }
+        let (ttl, deadline) = self.timers.lock().reset_until(node_id, self.clock.now());
+        self.clock.deadline_set(deadline);
         ttl
     }
 
