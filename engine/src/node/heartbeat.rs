@@ -219,6 +219,7 @@ impl HeartbeatTimers {
     }
 
     /// [`HeartbeatTimers::reset`], also returning the new deadline.
+    #[inline]
     fn reset_until(&mut self, node_id: NodeId, now: Timestamp) -> (Duration, Timestamp) {
         let base = self.base_ttl(self.wheel.len() + usize::from(self.wheel.deadline(node_id).is_none()));
         let ttl = base + base.mul_f64(self.rng.random::<f64>());
@@ -290,6 +291,7 @@ impl Heartbeats {
     }
 
     /// Takes a heartbeat now; returns the node's TTL.
+    #[inline]
     pub fn reset(&self, node_id: NodeId) -> Duration {
         let (ttl, deadline) = self.timers.lock().reset_until(node_id, self.clock.now());
         self.clock.deadline_set(deadline);

@@ -10,6 +10,7 @@ use crate::state::Snapshot;
 use crate::structs::{Evaluation, Node, NodeId, NodeStatus, TriggerReason};
 
 /// The status a node asking for `asked` moves to (the endpoint's step 2).
+#[inline]
 pub fn next_status(snapshot: &Snapshot, node: &Node, asked: NodeStatus) -> NodeStatus {
     match (node.status, asked) {
         (NodeStatus::Disconnected, NodeStatus::Ready) => NodeStatus::Initializing,
@@ -26,6 +27,7 @@ pub fn next_status(snapshot: &Snapshot, node: &Node, asked: NodeStatus) -> NodeS
 }
 
 /// Whether moving from `from` to `to` needs the node's jobs evaluated.
+#[inline]
 pub fn needs_evals(from: NodeStatus, to: NodeStatus) -> bool {
     from != to
         && (to == NodeStatus::Ready
