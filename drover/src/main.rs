@@ -1,13 +1,23 @@
-//! The `drover` binary. Today it checks job specs (`drover job validate`);
-//! the scheduling pipeline runs in process (see `loadgen`), and `drover
-//! server` and `drover agent` come with the network transport.
+//! The `drover` binary: `drover server`, `drover agent`, `drover dev`,
+//! `drover tls ...` and `drover job validate`. Exit codes: 0 success, 1 a
+//! failure while running, 2 a bad configuration or command line.
 
-use std::path::PathBuf;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
-use clap::{Parser, Subcommand};
-use engine::structs::Job;
+use clap::{Args, Parser, Subcommand};
+use drover::agent::{Agent, AgentSettings, NoObserver};
+use drover::config::{ConfigError, FileConfig};
+use drover::server::{RunningServer, ServerOptions};
+use engine::server::ServerConfig;
+use engine::structs::{Job, JobType, Node, NodeEligibility, NodeStatus, Resources};
+use tokio::sync::watch;
+use transport::client::ClientEndpoints;
+use transport::tls::{Role, TlsMaterial};
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -22,10 +32,174 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Top {
-    /// Work with job specs.
+    /// Runs a server: the scheduler behind its QUIC endpoint (UDP 4647).
+    Server(ServerArgs),
+    /// Runs a client agent: registers this machine as a node and runs what
+    /// the servers place on it.
+    Agent(AgentArgs),
+    /// A server and a client agent in one process, in memory, with a
+    /// throwaway CA and the mock driver: the quickest way to try Drover.
+    Dev(DevArgs),
+    /// Makes the cluster's CA and certificates.
+    Tls {
+        #[command(subcommand)]
+        command: TlsCommand,
+    },
+    /// Works with job specs.
     Job {
         #[command(subcommand)]
         command: JobCommand,
+    },
+}
+
+/// Options both agents share.
+#[derive(Debug, Args)]
+struct Common {
+    /// The configuration file (TOML; see the README).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Dev mode: a throwaway CA in memory (server) or the mock driver and
+    /// a temporary data dir (agent). Never in production.
+    #[arg(long)]
+    dev: bool,
+    /// The cluster CA certificate.
+    #[arg(long)]
+    ca_file: Option<PathBuf>,
+    /// This agent's certificate.
+    #[arg(long)]
+    cert_file: Option<PathBuf>,
+    /// This agent's key.
+    #[arg(long)]
+    key_file: Option<PathBuf>,
+    /// error, warn, info, debug or trace.
+    #[arg(long)]
+    log_level: Option<String>,
+    /// Logs as JSON lines.
+    #[arg(long)]
+    log_json: bool,
+    /// Where the agent keeps its state.
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+struct ServerArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Address to bind the client endpoint to.
+    #[arg(long)]
+    bind: Option<IpAddr>,
+    /// UDP port of the client endpoint (0: any free port).
+    #[arg(long)]
+    port: Option<u16>,
+    /// The address clients are told to use.
+    #[arg(long)]
+    advertise: Option<String>,
+    /// Scheduling workers.
+    #[arg(long)]
+    workers: Option<usize>,
+    /// Scheduler types to serve, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    schedulers: Option<Vec<String>>,
+    /// Shortest heartbeat TTL (e.g. 10s).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    min_heartbeat_ttl: Option<Duration>,
+    /// Extra time past a node's TTL before it is given up on.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    heartbeat_grace: Option<Duration>,
+    /// Cluster-wide heartbeat rate the TTL is scaled to.
+    #[arg(long)]
+    max_heartbeats_per_second: Option<f64>,
+    /// Print the bound address as `listening <addr>` on stdout once ready
+    /// (for scripts and loadgen).
+    #[arg(long)]
+    print_address: bool,
+}
+
+#[derive(Debug, Args)]
+struct AgentArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Servers to connect to (host:port), comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    servers: Option<Vec<String>>,
+    /// Node name.
+    #[arg(long)]
+    name: Option<String>,
+    /// Datacenter.
+    #[arg(long)]
+    datacenter: Option<String>,
+    /// Node class.
+    #[arg(long)]
+    node_class: Option<String>,
+    /// Offer the mock driver (on with --dev).
+    #[arg(long)]
+    mock_driver: bool,
+}
+
+#[derive(Debug, Args)]
+struct DevArgs {
+    /// UDP port of the server's client endpoint (0: any free port).
+    #[arg(long, default_value_t = 4647)]
+    port: u16,
+    /// Job specs (JSON) to register once the agent is up.
+    #[arg(long)]
+    job: Vec<PathBuf>,
+    /// error, warn, info, debug or trace.
+    #[arg(long, default_value = "info")]
+    log_level: String,
+}
+
+#[derive(Debug, Subcommand)]
+enum TlsCommand {
+    /// Makes the cluster CA.
+    Ca {
+        #[command(subcommand)]
+        command: TlsCaCommand,
+    },
+    /// Makes a certificate signed by the cluster CA.
+    Cert {
+        #[command(subcommand)]
+        command: TlsCertCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum TlsCaCommand {
+    /// Writes drover-agent-ca.pem and drover-agent-ca-key.pem.
+    Create {
+        /// Where to write.
+        #[arg(long, default_value = ".")]
+        dir: PathBuf,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum TlsCertCommand {
+    /// Writes global-{server,client,cli}-drover.pem and its key.
+    Create {
+        /// A server certificate.
+        #[arg(long, conflicts_with_all = ["client", "cli"], required_unless_present_any = ["client", "cli"])]
+        server: bool,
+        /// A client (agent) certificate.
+        #[arg(long, conflicts_with = "cli")]
+        client: bool,
+        /// An operator certificate: a client certificate that may also
+        /// register jobs and read the cluster report (loadgen --server).
+        #[arg(long)]
+        cli: bool,
+        /// The CA certificate.
+        #[arg(long, default_value = "drover-agent-ca.pem")]
+        ca: PathBuf,
+        /// The CA key.
+        #[arg(long, default_value = "drover-agent-ca-key.pem")]
+        key: PathBuf,
+        /// Extra DNS names or IP addresses for the certificate.
+        #[arg(long = "additional-dnsname")]
+        names: Vec<String>,
+        /// Where to write.
+        #[arg(long, default_value = ".")]
+        dir: PathBuf,
     },
 }
 
@@ -38,26 +212,346 @@ enum JobCommand {
     },
 }
 
+/// A failure and the exit code it gets.
+enum Failure {
+    Config(anyhow::Error),
+    Run(anyhow::Error),
+}
+
+impl<E: Into<anyhow::Error>> From<E> for Failure {
+    fn from(error: E) -> Self {
+        let error = error.into();
+        if error.downcast_ref::<ConfigError>().is_some() {
+            Failure::Config(error)
+        } else {
+            Failure::Run(error)
+        }
+    }
+}
+
 fn main() -> ExitCode {
-    match run(Cli::parse()) {
+    transport::install_crypto_provider();
+    let outcome = match Cli::parse().command {
+        Top::Server(args) => server(args),
+        Top::Agent(args) => agent(args),
+        Top::Dev(args) => dev(args),
+        Top::Tls { command } => tls(command).map_err(Failure::Run),
+        Top::Job { command: JobCommand::Validate { path } } => validate(&path).map_err(Failure::Run),
+    };
+    match outcome {
         Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
+        Err(Failure::Config(error)) => {
+            eprintln!("error: {error:#}");
+            ExitCode::from(2)
+        }
+        Err(Failure::Run(error)) => {
             eprintln!("error: {error:#}");
             ExitCode::FAILURE
         }
     }
 }
 
-fn run(cli: Cli) -> Result<()> {
-    match cli.command {
-        Top::Job { command: JobCommand::Validate { path } } => validate(&path),
+fn config_error(key: &str, message: impl Into<String>) -> Failure {
+    Failure::Config(ConfigError::Value { key: key.to_string(), message: message.into() }.into())
+}
+
+/// The file config, or the defaults.
+fn file_config(common: &Common) -> Result<FileConfig, Failure> {
+    match &common.config {
+        Some(path) => Ok(FileConfig::load(path)?),
+        None => Ok(FileConfig::default()),
     }
 }
 
-fn validate(path: &PathBuf) -> Result<()> {
+fn init_logs(common: &Common, file: &FileConfig) -> Result<(), Failure> {
+    let level = common.log_level.clone().or(file.log_level.clone()).unwrap_or_else(|| "info".to_string());
+    drover::logging::init(&level, common.log_json || file.log_json.unwrap_or(false))?;
+    Ok(())
+}
+
+/// The TLS files from flags or the file; all three are needed.
+fn tls_files(common: &Common, file: &FileConfig) -> Result<TlsMaterial, Failure> {
+    let pick = |flag: &Option<PathBuf>, key: &Option<PathBuf>, name: &str| {
+        flag.clone().or(key.clone()).ok_or_else(|| {
+            config_error(&format!("tls.{name}"), "required (or --dev for a throwaway CA; see `drover tls --help`)")
+        })
+    };
+    let ca = pick(&common.ca_file, &file.tls.ca_file, "ca_file")?;
+    let cert = pick(&common.cert_file, &file.tls.cert_file, "cert_file")?;
+    let key = pick(&common.key_file, &file.tls.key_file, "key_file")?;
+    TlsMaterial::from_files(&ca, &cert, &key).map_err(|error| Failure::Config(error.into()))
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
+    Ok(tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?)
+}
+
+/// The engine settings from the file and the flags.
+fn engine_config(args: &ServerArgs, file: &FileConfig) -> Result<ServerConfig, Failure> {
+    let mut config = ServerConfig::default();
+    if let Some(workers) = args.workers.or(file.server.workers) {
+        if workers == 0 {
+            return Err(config_error("server.workers", "must be at least 1"));
+        }
+        config.workers = workers;
+    }
+    if let Some(names) = args.schedulers.clone().or(file.server.enabled_schedulers.clone()) {
+        let mut types = Vec::new();
+        for name in names {
+            let found = JobType::ALL.into_iter().find(|kind| kind.as_str() == name.trim());
+            types.push(found.ok_or_else(|| {
+                config_error(
+                    "server.enabled_schedulers",
+                    format!("{name:?} is not one of service, batch, system, sysbatch"),
+                )
+            })?);
+        }
+        if types.is_empty() {
+            return Err(config_error("server.enabled_schedulers", "must name at least one scheduler"));
+        }
+        config.worker_types = types;
+    }
+    if let Some(ttl) = args.min_heartbeat_ttl.or(file.server.min_heartbeat_ttl) {
+        if ttl.is_zero() {
+            return Err(config_error("server.min_heartbeat_ttl", "must be above zero"));
+        }
+        config.heartbeat.min_heartbeat_ttl = ttl;
+    }
+    if let Some(grace) = args.heartbeat_grace.or(file.server.heartbeat_grace) {
+        config.heartbeat.heartbeat_grace = grace;
+    }
+    if let Some(rate) = args.max_heartbeats_per_second.or(file.server.max_heartbeats_per_second) {
+        if !(rate.is_finite() && rate > 0.0) {
+            return Err(config_error("server.max_heartbeats_per_second", "must be a positive number"));
+        }
+        config.heartbeat.max_heartbeats_per_second = rate;
+    }
+    Ok(config)
+}
+
+fn server(args: ServerArgs) -> Result<(), Failure> {
+    let file = file_config(&args.common)?;
+    init_logs(&args.common, &file)?;
+    let engine = engine_config(&args, &file)?;
+    let bind_ip = match (args.bind, &file.server.bind_addr) {
+        (Some(ip), _) => ip,
+        (None, Some(text)) => {
+            text.parse().map_err(|_| config_error("server.bind_addr", format!("{text:?} is not an IP address")))?
+        }
+        (None, None) => IpAddr::from([0, 0, 0, 0]),
+    };
+    let bind = SocketAddr::new(bind_ip, args.port.or(file.server.port).unwrap_or(4647));
+    let tls = if args.common.dev {
+        dev_server_tls(args.common.data_dir.as_deref())?
+    } else {
+        tls_files(&args.common, &file)?
+    };
+    let options =
+        ServerOptions { bind, advertise: args.advertise.clone().or(file.server.advertise.clone()), engine, tls };
+    drover::server::run_until_signal(options, args.print_address).map_err(Failure::Run)
+}
+
+/// `--dev` on a server: a throwaway CA in memory. Agents need a client
+/// certificate of that CA, so it is written to a fresh directory that the
+/// log names, loudly.
+fn dev_server_tls(data_dir: Option<&Path>) -> Result<TlsMaterial, Failure> {
+    let (_ca, server, client) = TlsMaterial::dev_pair()?;
+    let dir = match data_dir {
+        Some(dir) => dir.join("dev-tls"),
+        None => std::env::temp_dir().join(format!("drover-dev-tls-{}", std::process::id())),
+    };
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let files = [
+        ("ca.pem", &client.ca_pem),
+        ("client.pem", &client.identity.cert_pem),
+        ("client-key.pem", &client.identity.key_pem),
+    ];
+    for (name, text) in files {
+        let path = dir.join(name);
+        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    tracing::warn!(
+        dir = %dir.display(),
+        "DEV MODE: this server uses a throwaway CA generated in memory; it is NOT SECURE and lasts only as long as \
+         this process. Agents connect with --ca-file {0}/ca.pem --cert-file {0}/client.pem --key-file {0}/client-key.pem",
+        dir.display()
+    );
+    Ok(server)
+}
+
+/// The node this machine is, from the file and the flags.
+fn local_node(args: &AgentArgs, file: &FileConfig, identity: drover::identity::Identity, mock: bool) -> Node {
+    let client = &file.client;
+    let cores = std::thread::available_parallelism().map_or(1, usize::from) as u64;
+    let resources = Resources::new(
+        client.cpu_mhz.unwrap_or(cores * 2_000),
+        client.memory_mb.unwrap_or_else(machine_memory_mb),
+        client.disk_mb.unwrap_or(100_000),
+    );
+    let datacenter = args.datacenter.clone().or(client.datacenter.clone()).unwrap_or_else(|| "dc1".to_string());
+    let class = args.node_class.clone().or(client.node_class.clone()).unwrap_or_default();
+    let mut node = Node::new_ready(identity.node_id, &datacenter, &class, resources);
+    node.secret_id = identity.secret_id;
+    node.name = args.name.clone().or(client.name.clone()).unwrap_or_else(hostname);
+    node.attributes.remove("driver.exec");
+    node.attributes.insert("unique.hostname".to_string(), hostname());
+    if mock {
+        node.attributes.insert(format!("driver.{}", drover::mock::DRIVER), "1".to_string());
+    }
+    node.meta = client.meta.clone().unwrap_or_default();
+    node.status = NodeStatus::Initializing;
+    node.eligibility = NodeEligibility::Eligible;
+    node.computed_class = node.compute_class();
+    node
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map_or_else(|_| "localhost".to_string(), |name| name.trim().to_string())
+}
+
+/// MemTotal from /proc/meminfo, in MiB (4 GiB if unreadable).
+fn machine_memory_mb() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|text| {
+            let line = text.lines().find(|line| line.starts_with("MemTotal:"))?;
+            line.split_whitespace().nth(1)?.parse::<u64>().ok()
+        })
+        .map_or(4_096, |kib| kib / 1024)
+}
+
+fn agent(args: AgentArgs) -> Result<(), Failure> {
+    let file = file_config(&args.common)?;
+    init_logs(&args.common, &file)?;
+    let tls = tls_files(&args.common, &file)?;
+    let servers_text =
+        args.servers.clone().or(file.client.servers.clone()).unwrap_or_else(|| vec!["127.0.0.1:4647".to_string()]);
+    let mut servers = Vec::new();
+    for text in &servers_text {
+        let addr = std::net::ToSocketAddrs::to_socket_addrs(text.as_str())
+            .ok()
+            .and_then(|mut addrs| addrs.next())
+            .ok_or_else(|| config_error("client.servers", format!("{text:?} is not a host:port")))?;
+        servers.push(addr);
+    }
+    let data_dir = match (&args.common.data_dir, &file.data_dir, args.common.dev) {
+        (Some(dir), _, _) | (None, Some(dir), _) => dir.clone(),
+        (None, None, true) => std::env::temp_dir().join(format!("drover-dev-agent-{}", std::process::id())),
+        (None, None, false) => return Err(config_error("data_dir", "required for an agent (or --dev)")),
+    };
+    let identity = drover::identity::load_or_create(&data_dir).context("the node identity")?;
+    let mock = args.mock_driver || args.common.dev || file.client.mock_driver.unwrap_or(false);
+    let node = local_node(&args, &file, identity, mock);
+    let runtime = runtime()?;
+    runtime.block_on(async move {
+        let endpoints = Arc::new(ClientEndpoints::bind(1, &tls)?);
+        let quic = endpoints.own_config()?;
+        tracing::info!(node = %node.id, name = %node.name, servers = ?servers, mock_driver = mock, "drover agent starting");
+        let agent = Agent::new(node, AgentSettings::new(servers), endpoints.clone(), quic, Arc::new(NoObserver));
+        let (stop, stopped) = watch::channel(false);
+        let running = tokio::spawn(async move { agent.run(stopped).await });
+        let signal = drover::server::shutdown_signal().await?;
+        tracing::info!(signal, "agent stopping");
+        let _ = stop.send(true);
+        let _ = running.await;
+        endpoints.close().await;
+        Ok::<(), Failure>(())
+    })
+}
+
+fn dev(args: DevArgs) -> Result<(), Failure> {
+    drover::logging::init(&args.log_level, false)?;
+    let jobs = args.job.iter().map(|path| read_job(path)).collect::<Result<Vec<_>>>()?;
+    let (_ca, server_tls, client_tls) = TlsMaterial::dev_pair()?;
+    tracing::warn!("DEV MODE: server and agent in one process, state in memory, a throwaway CA; NOT for production");
+    let runtime = runtime()?;
+    runtime.block_on(async move {
+        let options = ServerOptions {
+            bind: SocketAddr::from(([127, 0, 0, 1], args.port)),
+            advertise: None,
+            engine: ServerConfig::default(),
+            tls: server_tls,
+        };
+        let running = RunningServer::start(options)?;
+        let addr = running.local_addr();
+        tracing::info!(%addr, "dev server listening");
+        let endpoints = Arc::new(ClientEndpoints::bind(1, &client_tls)?);
+        let identity = drover::identity::Identity {
+            node_id: engine::structs::NodeId::from_rng(&mut rand::rng()),
+            secret_id: uuid::Builder::from_random_bytes(rand::random()).into_uuid(),
+        };
+        let agent_args = AgentArgs {
+            common: Common {
+                config: None,
+                dev: true,
+                ca_file: None,
+                cert_file: None,
+                key_file: None,
+                log_level: None,
+                log_json: false,
+                data_dir: None,
+            },
+            servers: None,
+            name: None,
+            datacenter: None,
+            node_class: None,
+            mock_driver: true,
+        };
+        let node = local_node(&agent_args, &FileConfig::default(), identity, true);
+        let agent = Agent::new(
+            node,
+            AgentSettings::new(vec![addr]),
+            endpoints.clone(),
+            endpoints.own_config()?,
+            Arc::new(NoObserver),
+        );
+        let (stop, stopped) = watch::channel(false);
+        let running_agent = tokio::spawn(async move { agent.run(stopped).await });
+        for job in jobs {
+            let id = job.id.clone();
+            match running.engine().jobs().register(job) {
+                Ok(_) => tracing::info!(job = %id, "registered"),
+                Err(error) => tracing::error!(job = %id, %error, "job refused"),
+            }
+        }
+        let signal = drover::server::shutdown_signal().await?;
+        tracing::info!(signal, "dev agent stopping");
+        let _ = stop.send(true);
+        let _ = running_agent.await;
+        endpoints.close().await;
+        running.shutdown().await;
+        Ok::<(), Failure>(())
+    })
+}
+
+fn tls(command: TlsCommand) -> Result<()> {
+    let written = match command {
+        TlsCommand::Ca { command: TlsCaCommand::Create { dir } } => drover::tls_files::create_ca(&dir)?,
+        TlsCommand::Cert { command: TlsCertCommand::Create { server, client: _, cli, ca, key, names, dir } } => {
+            let role = match (server, cli) {
+                (true, _) => Role::Server,
+                (false, true) => Role::Operator,
+                (false, false) => Role::Client,
+            };
+            drover::tls_files::create_cert(&dir, role, &ca, &key, &names)?
+        }
+    };
+    for path in written {
+        println!("==> Created {}", path.display());
+    }
+    Ok(())
+}
+
+fn read_job(path: &Path) -> Result<Job> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let job: Job = serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
-    job.validate()?;
+    job.validate().with_context(|| format!("checking {}", path.display()))?;
+    Ok(job)
+}
+
+fn validate(path: &Path) -> Result<()> {
+    let job = read_job(path)?;
     println!("job {:?} ({}, {} task groups) is valid", job.id, job.job_type, job.task_groups.len());
     Ok(())
 }

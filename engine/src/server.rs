@@ -30,7 +30,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::clock::{SharedClock, Timestamp};
 use crate::eval::blocked::{BlockedEvals, BlockedStats};
@@ -91,7 +91,7 @@ impl Default for ServerConfig {
 }
 
 /// Everything the server counts.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ServerStats {
     /// State index.
     pub index: u64,

@@ -1,14 +1,18 @@
 //! `loadgen`: drives a Drover server with simulated clients and reports
 //! what it measured.
 //!
-//! It runs in process: it starts an embedded `engine::Server`, registers `--nodes` simulated nodes (varied sizes, 20
-//! classes, 4 datacenters), submits a mix of service and batch jobs plus one
-//! system job, lets simulated clients heartbeat and report their allocations
-//! running, and waits until every job has what it asked for. It then checks the final
-//! state and prints (and with `--json`, writes) the report.
+//! By default it runs in process: it starts an embedded `engine::Server`,
+//! registers `--nodes` simulated nodes (varied sizes, 20 classes, 4
+//! datacenters), submits a mix of service and batch jobs plus one system
+//! job, lets simulated clients heartbeat and report their allocations
+//! running, and waits until every job has what it asked for. With
+//! `--spawn-server` or `--server ADDR` the clients are real agents over QUIC
+//! instead (see `network.rs`), with flapping and storms. It then checks the
+//! final state and prints (and with `--json`, writes) the report.
 
 #![forbid(unsafe_code)]
 
+mod network;
 mod report;
 
 use std::io::IsTerminal;
@@ -57,56 +61,112 @@ struct Args {
     /// Sample the whole run in-process (pprof, 999 Hz) and write a flame graph SVG here.
     #[arg(long)]
     flamegraph: Option<std::path::PathBuf>,
+    /// Start a server child process on loopback (the same server code as
+    /// `drover server`, with a fresh cluster CA) and drive it over QUIC.
+    #[arg(long, conflicts_with = "server")]
+    spawn_server: bool,
+    /// Drive the server at this address over QUIC (needs the TLS files:
+    /// a client certificate and an operator certificate of its CA).
+    #[arg(long)]
+    server: Option<std::net::SocketAddr>,
+    /// The cluster CA certificate (with --server).
+    #[arg(long)]
+    ca_file: Option<std::path::PathBuf>,
+    /// A client certificate and key of the cluster (with --server).
+    #[arg(long)]
+    cert_file: Option<std::path::PathBuf>,
+    #[arg(long)]
+    key_file: Option<std::path::PathBuf>,
+    /// An operator certificate and key (`drover tls cert create --cli`).
+    #[arg(long)]
+    operator_cert: Option<std::path::PathBuf>,
+    #[arg(long)]
+    operator_key: Option<std::path::PathBuf>,
+    /// Client endpoints (UDP sockets) the clients share (QUIC modes).
+    #[arg(long, default_value_t = 8)]
+    endpoints: usize,
+    /// How long to run (flap) after the workload is placed (QUIC modes).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "0s")]
+    duration: Duration,
+    /// Fraction of clients that drop per minute during the run.
+    #[arg(long, default_value_t = 0.0)]
+    flap_rate: f64,
+    /// How long a dropped client stays away: MIN-MAX@WEIGHT,... (the
+    /// default mixes drops shorter than the heartbeat grace, drops that get
+    /// the node marked, and drops longer than max_client_disconnect).
+    #[arg(long, default_value = "1s-5s@0.5,25s-50s@0.3,70s-90s@0.2")]
+    flap_duration: network::FlapDurations,
+    /// AT:FRACTION[:AWAY]: drop that fraction of clients at once, AT after
+    /// the run starts, and bring them back together after AWAY (45 s).
+    #[arg(long)]
+    storm: Option<network::Storm>,
+    /// Make every client heartbeat at this interval instead of its TTL.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    heartbeat_interval: Option<Duration>,
+    /// Share of service jobs that tolerate a client disconnect
+    /// (max_client_disconnect).
+    #[arg(long, default_value_t = 0.5)]
+    disconnect_share: f64,
+    /// max_client_disconnect of those jobs.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "60s")]
+    max_client_disconnect: Duration,
+    /// Internal: run as the spawned server (used by --spawn-server).
+    #[arg(long, hide = true)]
+    serve_child: bool,
 }
 
 fn main() -> Result<()> {
     let args = Args::parse();
+    if args.serve_child {
+        return serve_child(&args);
+    }
     if args.nodes == 0 || args.jobs == 0 || args.allocs_per_job == 0 {
         bail!("--nodes, --jobs and --allocs-per-job must each be at least 1");
     }
-    let mut config = ServerConfig::default();
-    if let Some(workers) = args.workers {
-        config.workers = workers;
-    }
-    let workers = config.workers;
+    let quic = args.spawn_server || args.server.is_some();
+    let workers = args.workers.unwrap_or_else(|| ServerConfig::default().workers);
     let profiler = match &args.flamegraph {
         Some(_) => {
             Some(pprof::ProfilerGuardBuilder::default().frequency(999).build().context("starting the profiler")?)
         }
         None => None,
     };
-    let server = Server::start(config, SystemClock::shared());
     let mut rng = SmallRng::seed_from_u64(args.seed);
-    let mut report = Report { nodes: args.nodes, jobs: args.jobs + 1, workers, ..Report::default() };
-
-    let started = Instant::now();
-    let mut node_ids = Vec::with_capacity(args.nodes);
-    for n in 0..args.nodes {
-        let node = simulated_node(n, &mut rng);
-        node_ids.push(node.id);
-        server.nodes().register(node).context("registering a node")?;
+    let mut report = Report {
+        mode: if quic { "quic" } else { "in-process" }.to_string(),
+        nodes: args.nodes,
+        jobs: args.jobs + 1,
+        workers,
+        ..Report::default()
+    };
+    let nodes: Vec<Node> = (0..args.nodes).map(|n| simulated_node(n, quic, &mut rng)).collect();
+    let jobs = workload(&args, quic, &mut rng);
+    report.allocs_desired = jobs.iter().map(|job| desired_count(job, args.nodes)).sum();
+    if quic {
+        drover::logging::init("warn", false)?;
+        let tls_files = match (&args.ca_file, &args.cert_file, &args.key_file, &args.operator_cert, &args.operator_key)
+        {
+            (Some(ca), Some(cert), Some(key), Some(op_cert), Some(op_key)) => {
+                Some((ca.clone(), cert.clone(), key.clone(), op_cert.clone(), op_key.clone()))
+            }
+            _ => None,
+        };
+        let network = network::NetworkArgs {
+            server: args.server,
+            tls_files,
+            endpoints: args.endpoints.max(1),
+            flap_rate: args.flap_rate,
+            flap_durations: args.flap_duration.clone(),
+            storm: args.storm,
+            duration: args.duration,
+            heartbeat_interval: args.heartbeat_interval,
+            workers: args.workers,
+            timeout: Duration::from_secs(args.timeout_secs),
+        };
+        network::run(network, nodes, jobs, &mut report)?;
+    } else {
+        in_process(&args, workers, nodes, &jobs, &mut report)?;
     }
-    report.node_register_per_sec = args.nodes as f64 / started.elapsed().as_secs_f64().max(1e-9);
-    eprintln!("registered {} nodes in {:.2?}", args.nodes, started.elapsed());
-
-    let jobs = workload(&args, &mut rng);
-    let desired: u64 = jobs.iter().map(|job| desired_count(job, args.nodes)).sum();
-    report.allocs_desired = desired;
-    let clients_done = AtomicBool::new(false);
-    let (placed_in, outcome) = std::thread::scope(|scope| {
-        let clients = scope.spawn(|| simulate_clients(&server, &node_ids, &clients_done));
-        let started = Instant::now();
-        let outcome = submit_and_wait(&server, &jobs, args.nodes, Duration::from_secs(args.timeout_secs));
-        let placed_in = started.elapsed();
-        clients_done.store(true, Ordering::Release);
-        let _ = clients.join();
-        (placed_in, outcome)
-    });
-    outcome?;
-    let snapshot = server.store().snapshot();
-    report.record(&snapshot, &server.stats(), placed_in);
-    report.check_invariants(&snapshot, &jobs, args.nodes);
-    server.shutdown();
     report.peak_rss_bytes = report::peak_rss_bytes();
     if let (Some(profiler), Some(path)) = (profiler, &args.flamegraph) {
         write_flamegraph(&profiler, path)?;
@@ -122,6 +182,57 @@ fn main() -> Result<()> {
     Ok(())
 }
 
+/// The in-process run: an embedded server, clients simulated by a thread.
+fn in_process(args: &Args, workers: usize, nodes: Vec<Node>, jobs: &[Job], report: &mut Report) -> Result<()> {
+    let server = Server::start(ServerConfig { workers, ..ServerConfig::default() }, SystemClock::shared());
+    let started = Instant::now();
+    let node_ids: Vec<NodeId> = nodes.iter().map(|node| node.id).collect();
+    for node in nodes {
+        server.nodes().register(node).context("registering a node")?;
+    }
+    report.node_register_per_sec = args.nodes as f64 / started.elapsed().as_secs_f64().max(1e-9);
+    eprintln!("registered {} nodes in {:.2?}", args.nodes, started.elapsed());
+    let clients_done = AtomicBool::new(false);
+    let (placed_in, outcome) = std::thread::scope(|scope| {
+        let clients = scope.spawn(|| simulate_clients(&server, &node_ids, &clients_done));
+        let started = Instant::now();
+        let outcome = submit_and_wait(&server, jobs, args.nodes, Duration::from_secs(args.timeout_secs));
+        let placed_in = started.elapsed();
+        clients_done.store(true, Ordering::Release);
+        let _ = clients.join();
+        (placed_in, outcome)
+    });
+    outcome?;
+    let mut cluster = drover::server::cluster_report(&server.store().snapshot());
+    cluster.engine = server.stats();
+    report.record(&cluster, placed_in);
+    report.check_invariants(&cluster);
+    server.shutdown();
+    Ok(())
+}
+
+/// `--serve-child`: the spawned server of `--spawn-server`, the same code
+/// as `drover server`, on a free loopback port; prints its address and
+/// runs until SIGTERM.
+fn serve_child(args: &Args) -> Result<()> {
+    drover::logging::init("warn", false)?;
+    transport::install_crypto_provider();
+    let (Some(ca), Some(cert), Some(key)) = (&args.ca_file, &args.cert_file, &args.key_file) else {
+        bail!("--serve-child needs --ca-file, --cert-file and --key-file");
+    };
+    let mut engine = ServerConfig::default();
+    if let Some(workers) = args.workers {
+        engine.workers = workers;
+    }
+    let options = drover::server::ServerOptions {
+        bind: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+        advertise: None,
+        engine,
+        tls: transport::tls::TlsMaterial::from_files(ca, cert, key)?,
+    };
+    drover::server::run_until_signal(options, true)
+}
+
 fn write_flamegraph(profiler: &pprof::ProfilerGuard<'_>, path: &std::path::Path) -> Result<()> {
     let report = profiler.report().build().context("building the profile")?;
     let file = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
@@ -130,20 +241,28 @@ fn write_flamegraph(profiler: &pprof::ProfilerGuard<'_>, path: &std::path::Path)
     Ok(())
 }
 
-/// A node of varied size in one of 20 classes and 4 datacenters.
-fn simulated_node(n: usize, rng: &mut SmallRng) -> Node {
+/// A node of varied size in one of 20 classes and 4 datacenters; over
+/// QUIC its agent offers the mock driver.
+fn simulated_node(n: usize, mock: bool, rng: &mut SmallRng) -> Node {
     let sizes = [(4_000, 8_192), (8_000, 16_384), (16_000, 32_768), (32_000, 131_072)];
     let (cpu, memory) = sizes[rng.random_range(0..sizes.len())];
     let datacenter = format!("dc{}", n % 4 + 1);
     let class = format!("class-{}", rng.random_range(0..20));
     let mut node = Node::new_ready(NodeId::from_rng(rng), &datacenter, &class, Resources::new(cpu, memory, 200_000));
     node.attributes.insert("unique.hostname".into(), format!("client-{n}"));
+    if mock {
+        node.attributes.remove("driver.exec");
+        node.attributes.insert("driver.mock".into(), "1".into());
+        node.computed_class = node.compute_class();
+    }
     node
 }
 
 /// One system job (node agents go on before the workloads, as they would
-/// in a real cluster), then service and batch jobs of `--allocs-per-job` each.
-fn workload(args: &Args, rng: &mut SmallRng) -> Vec<Job> {
+/// in a real cluster), then service and batch jobs of `--allocs-per-job`
+/// each. Over QUIC the tasks use the mock driver, and a share of the
+/// service jobs tolerate a client disconnect.
+fn workload(args: &Args, mock: bool, rng: &mut SmallRng) -> Vec<Job> {
     let datacenters: Vec<String> = (1..=4).map(|dc| format!("dc{dc}")).collect();
     let mut system = Job::new_simple("node-agent", JobType::System, 1, Resources::new(20, 32, 0));
     system.datacenters = datacenters.clone();
@@ -154,8 +273,17 @@ fn workload(args: &Args, rng: &mut SmallRng) -> Vec<Job> {
         let mut job = Job::new_simple(&format!("job-{j}"), kind, args.allocs_per_job, resources);
         job.priority = rng.random_range(1..=100);
         job.datacenters = datacenters.clone();
+        if kind == JobType::Service && rng.random::<f64>() < args.disconnect_share {
+            job.task_groups[0].max_client_disconnect = Some(args.max_client_disconnect);
+        }
         job
     }));
+    if mock {
+        for task in jobs.iter_mut().flat_map(|job| job.task_groups.iter_mut()).flat_map(|group| group.tasks.iter_mut())
+        {
+            task.driver = "mock".into();
+        }
+    }
     jobs
 }
 
@@ -332,7 +460,7 @@ mod tests {
     #[test]
     fn the_default_workload_asks_for_at_least_100000_allocations() {
         let args = Args::parse_from(["loadgen"]);
-        let jobs = workload(&args, &mut SmallRng::seed_from_u64(1));
+        let jobs = workload(&args, false, &mut SmallRng::seed_from_u64(1));
         let desired: u64 = jobs.iter().map(|job| desired_count(job, args.nodes)).sum();
         assert!(desired >= 100_000, "{desired}");
         assert!(jobs.iter().all(|job| job.validate().is_ok()));

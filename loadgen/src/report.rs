@@ -1,14 +1,10 @@
 //! The loadgen report: printed for people, written as JSON for tooling.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
-use engine::clock::Timestamp;
-use engine::server::ServerStats;
-use engine::state::{Command, Snapshot};
-use engine::structs::{Allocation, EvalId, EvalStatus, Job};
 use hdrhistogram::Histogram;
 use serde::Serialize;
+use transport::message::ClusterReport;
 
 /// Eval latency percentiles in milliseconds.
 #[derive(Debug, Default, Serialize)]
@@ -19,9 +15,70 @@ pub struct Latency {
     pub max: f64,
 }
 
+/// Percentiles in milliseconds of a histogram of microseconds.
+#[derive(Debug, Default, Serialize)]
+pub struct Millis {
+    pub p50: f64,
+    pub p99: f64,
+    pub max: f64,
+}
+
+impl Millis {
+    pub fn of(histogram: &Histogram<u64>) -> Millis {
+        let ms = |micros: u64| micros as f64 / 1000.0;
+        Millis {
+            p50: ms(histogram.value_at_quantile(0.50)),
+            p99: ms(histogram.value_at_quantile(0.99)),
+            max: ms(histogram.max()),
+        }
+    }
+}
+
+/// What only a run over the network measures (zero in process).
+#[derive(Debug, Default, Serialize)]
+pub struct NetworkReport {
+    /// Length of the flapping phase.
+    pub duration_secs: f64,
+    /// Heartbeats answered per second during it.
+    pub heartbeats_per_sec: f64,
+    pub heartbeat_rtt_ms: Millis,
+    pub handshake_ms: Millis,
+    /// Connections re-established (flaps, storms, lost calls).
+    pub reconnects: u64,
+    /// Full alloc resyncs the clients sent after being marked away.
+    pub resyncs: u64,
+    /// Clients dropped on purpose at least once.
+    pub flaps: u64,
+    /// Clients dropped by the storm.
+    pub storm_nodes: u64,
+    /// From the storm's return until every node was ready and every job
+    /// running at its count.
+    pub convergence_after_storm_ms: Option<f64>,
+    /// Clients never dropped on purpose that the servers marked away.
+    pub wrongly_marked_down: u64,
+    /// Allocations clients saw marked unknown.
+    pub allocs_unknown: u64,
+    /// Allocations marked lost (the end state).
+    pub allocs_lost: u64,
+    /// Unknown allocations that ran again after their client returned.
+    pub allocs_reconnected: u64,
+    /// Replacements placed for an unknown allocation and stopped when the
+    /// original reconnected.
+    pub replacements_placed_then_stopped: u64,
+    /// Client connections the server accepted, and open at the end.
+    pub connections_accepted: u64,
+    pub connections_open: u64,
+    pub handshakes_refused: u64,
+    /// The server process's resident memory at the end, and its peak.
+    pub server_rss_bytes: u64,
+    pub server_peak_rss_bytes: u64,
+}
+
 /// Everything one run measured.
 #[derive(Debug, Default, Serialize)]
 pub struct Report {
+    /// `in-process` or `quic`.
+    pub mode: String,
     pub nodes: usize,
     pub jobs: usize,
     pub workers: usize,
@@ -53,19 +110,22 @@ pub struct Report {
     pub largest_plan_bytes: usize,
     pub largest_plan_bytes_jobs_inline: usize,
     pub peak_rss_bytes: u64,
+    pub network: NetworkReport,
     pub invariant_violations: Vec<String>,
 }
 
 impl Report {
-    /// Records the run's counters and the eval latencies (creation → completion).
-    pub fn record(&mut self, snapshot: &Snapshot, stats: &ServerStats, placed_in: Duration) {
-        self.allocs_placed = snapshot.allocs().filter(|alloc| !alloc.terminal()).count() as u64;
+    /// Records the run's counters and eval latencies from the cluster
+    /// report taken once every allocation was placed.
+    pub fn record(&mut self, cluster: &ClusterReport, placed_in: Duration) {
+        let stats = &cluster.engine;
+        self.allocs_placed = cluster.jobs.iter().map(|job| job.live).sum();
         self.placement_secs = placed_in.as_secs_f64();
         self.placements_per_sec = self.allocs_placed as f64 / placed_in.as_secs_f64().max(1e-9);
         self.evals_processed = stats.workers.evals_processed;
         self.evals_nacked = stats.workers.evals_nacked;
         self.evals_failed = stats.broker.total_delivery_limit_reached;
-        self.evals_canceled = snapshot.evals().filter(|eval| eval.status == EvalStatus::Canceled).count() as u64;
+        self.evals_canceled = cluster.evals_canceled;
         self.plans_submitted = stats.workers.plans_submitted;
         self.plans_partially_rejected = stats.plan_applier.plans_partially_refused;
         self.plan_rejection_rate = self.plans_partially_rejected as f64 / (self.plans_submitted.max(1)) as f64;
@@ -77,61 +137,69 @@ impl Report {
         self.alloc_update_batches = stats.alloc_updates.batches;
         self.alloc_updates = stats.alloc_updates.updates;
         self.largest_alloc_update_batch = stats.alloc_updates.largest_batch;
-        self.state_index = snapshot.index();
-        self.record_largest_plan(snapshot);
-        let mut histogram = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).expect("valid bounds");
-        for eval in snapshot.evals().filter(|eval| eval.status == EvalStatus::Complete) {
-            histogram.saturating_record((eval.modify_time.since(eval.create_time).as_micros() as u64).max(1));
-        }
-        let ms = |micros: u64| micros as f64 / 1000.0;
-        self.eval_latency_ms = Latency {
-            p50: ms(histogram.value_at_quantile(0.50)),
-            p90: ms(histogram.value_at_quantile(0.90)),
-            p99: ms(histogram.value_at_quantile(0.99)),
-            max: ms(histogram.max()),
-        };
+        self.state_index = cluster.index;
+        self.largest_plan_allocs = cluster.largest_plan_allocs as usize;
+        self.largest_plan_bytes = cluster.largest_plan_bytes as usize;
+        self.largest_plan_bytes_jobs_inline = cluster.largest_plan_bytes_jobs_inline as usize;
+        let [p50, p90, p99, max] = cluster.eval_latency_us.map(|micros| micros as f64 / 1000.0);
+        self.eval_latency_ms = Latency { p50, p90, p99, max };
     }
 
-    /// Rebuilds the command of the eval that placed the most allocations
-    /// (each allocation keeps the eval that placed it; clients only report)
-    /// and measures its encoded size.
-    fn record_largest_plan(&mut self, snapshot: &Snapshot) {
-        let mut by_eval: BTreeMap<EvalId, usize> = BTreeMap::new();
-        for alloc in snapshot.allocs() {
-            *by_eval.entry(alloc.eval_id).or_default() += 1;
-        }
-        let Some((eval_id, _)) = by_eval.into_iter().max_by_key(|(_, count)| *count) else { return };
-        let allocs: Vec<Allocation> =
-            snapshot.allocs().filter(|alloc| alloc.eval_id == eval_id).map(|alloc| Allocation::clone(alloc)).collect();
-        self.largest_plan_allocs = allocs.len();
-        let command = Command::ApplyPlanResults { eval_id, allocs, evals: Vec::new(), time: Timestamp(1) };
-        self.largest_plan_bytes = command.encode().len();
-        self.largest_plan_bytes_jobs_inline = command.encoded_len_jobs_inline();
+    /// Records what the end of a network run says: the server's counters
+    /// after the run (plans, nacks, backoff, heartbeats), its memory, and
+    /// the allocations lost and replacements stopped.
+    pub fn record_end(&mut self, cluster: &ClusterReport) {
+        let placed = self.placement_secs;
+        let (allocs_placed, placements_per_sec, latency) =
+            (self.allocs_placed, self.placements_per_sec, std::mem::take(&mut self.eval_latency_ms));
+        self.record(cluster, Duration::from_secs_f64(placed));
+        (self.allocs_placed, self.placements_per_sec, self.eval_latency_ms) =
+            (allocs_placed, placements_per_sec, latency);
+        let net = &mut self.network;
+        net.allocs_lost = cluster.allocs_lost;
+        net.replacements_placed_then_stopped = cluster.replacements_stopped_for_reconnect;
+        net.connections_accepted = cluster.listener.connections_accepted;
+        net.connections_open = cluster.listener.connections_open;
+        net.handshakes_refused = cluster.listener.handshakes_refused;
+        net.server_rss_bytes = cluster.rss_bytes;
+        net.server_peak_rss_bytes = cluster.peak_rss_bytes;
     }
 
     /// Checks the end state: no node oversubscribed, every job at its
-    /// desired count, every eval finished.
-    pub fn check_invariants(&mut self, snapshot: &Snapshot, jobs: &[Job], n_nodes: usize) {
-        for (node, used, allocatable) in snapshot.oversubscribed_nodes() {
-            self.invariant_violations.push(format!("node {node} oversubscribed: {used:?} of {allocatable:?}"));
+    /// desired count, every eval finished, no allocation left unknown on a
+    /// node that is back, every node ready.
+    pub fn check_invariants(&mut self, cluster: &ClusterReport) {
+        for node in &cluster.nodes_oversubscribed {
+            self.invariant_violations.push(format!("node oversubscribed: {node}"));
         }
-        for job in jobs {
-            let desired = if job.job_type.is_system_like() { n_nodes } else { job.task_groups[0].count as usize };
-            let running = snapshot.allocs_by_job(&job.key()).filter(|alloc| !alloc.terminal()).count();
-            if running != desired {
+        for job in &cluster.jobs {
+            if job.live != job.desired {
                 self.invariant_violations
-                    .push(format!("job {} has {running} live allocations, wants {desired}", job.id));
+                    .push(format!("job {} has {} live allocations, wants {}", job.id, job.live, job.desired));
             }
         }
-        let open = snapshot.evals().filter(|eval| matches!(eval.status, EvalStatus::Pending)).count();
-        if open > 0 {
-            self.invariant_violations.push(format!("{open} evals still pending"));
+        if cluster.evals_pending > 0 {
+            self.invariant_violations.push(format!("{} evals still pending", cluster.evals_pending));
+        }
+        if cluster.unknown_on_ready_nodes > 0 {
+            self.invariant_violations
+                .push(format!("{} allocations unknown on nodes that are back", cluster.unknown_on_ready_nodes));
+        }
+        let not_ready = cluster.nodes_initializing + cluster.nodes_down + cluster.nodes_disconnected;
+        if not_ready > 0 {
+            self.invariant_violations.push(format!("{not_ready} nodes not ready at the end"));
+        }
+        if self.network.wrongly_marked_down > 0 {
+            self.invariant_violations.push(format!(
+                "{} clients that never dropped were marked away by the servers",
+                self.network.wrongly_marked_down
+            ));
         }
     }
 
     /// Prints the report for people.
     pub fn print(&self) {
-        println!("loadgen report (in-process server)");
+        println!("loadgen report ({} server)", self.mode);
         println!("  nodes / jobs / workers     {} / {} / {}", self.nodes, self.jobs, self.workers);
         println!("  node registrations/s       {:.0}", self.node_register_per_sec);
         println!("  allocations placed         {} of {}", self.allocs_placed, self.allocs_desired);
@@ -160,7 +228,37 @@ impl Report {
             "  largest plan               {} allocations, {} bytes encoded ({} with jobs inline)",
             self.largest_plan_allocs, self.largest_plan_bytes, self.largest_plan_bytes_jobs_inline
         );
-        println!("  peak RSS                   {:.1} MiB", self.peak_rss_bytes as f64 / (1024.0 * 1024.0));
+        println!("  peak RSS                   {:.1} MiB", mib(self.peak_rss_bytes));
+        if self.mode == "quic" {
+            let n = &self.network;
+            println!("  run (flapping) time        {:.1} s", n.duration_secs);
+            println!("  heartbeats/s               {:.0}", n.heartbeats_per_sec);
+            let (h, s) = (&n.heartbeat_rtt_ms, &n.handshake_ms);
+            println!("  heartbeat RTT ms           p50 {:.2}  p99 {:.2}  max {:.2}", h.p50, h.p99, h.max);
+            println!("  handshake ms               p50 {:.2}  p99 {:.2}  max {:.2}", s.p50, s.p99, s.max);
+            println!("  flapped clients / storm    {} / {}", n.flaps, n.storm_nodes);
+            println!("  reconnects / resyncs       {} / {}", n.reconnects, n.resyncs);
+            match n.convergence_after_storm_ms {
+                Some(ms) => println!("  convergence after storm    {ms:.0} ms"),
+                None if n.storm_nodes > 0 => println!("  convergence after storm    NOT REACHED"),
+                None => {}
+            }
+            println!("  wrongly marked away        {}", n.wrongly_marked_down);
+            println!(
+                "  allocs unknown / lost / reconnected   {} / {} / {}",
+                n.allocs_unknown, n.allocs_lost, n.allocs_reconnected
+            );
+            println!("  replacements placed then stopped      {}", n.replacements_placed_then_stopped);
+            println!(
+                "  connections accepted / open / refused {} / {} / {}",
+                n.connections_accepted, n.connections_open, n.handshakes_refused
+            );
+            println!(
+                "  server RSS                 {:.1} MiB (peak {:.1} MiB)",
+                mib(n.server_rss_bytes),
+                mib(n.server_peak_rss_bytes)
+            );
+        }
         if self.invariant_violations.is_empty() {
             println!("  invariants                 all held");
         } else {
@@ -180,4 +278,8 @@ pub fn peak_rss_bytes() -> u64 {
         .and_then(|rest| rest.split_whitespace().next())
         .and_then(|kib| kib.parse::<u64>().ok())
         .map_or(0, |kib| kib * 1024)
+}
+
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
 }

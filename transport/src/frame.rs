@@ -38,11 +38,13 @@ pub enum FrameError {
         /// The version in the frame.
         found: u8,
     },
-    /// The payload is larger than [`MAX_PAYLOAD`].
-    #[error("frame payload of {length} bytes exceeds the limit of {MAX_PAYLOAD}")]
+    /// The payload is larger than the reader accepts.
+    #[error("frame payload of {length} bytes exceeds the limit of {limit}")]
     TooLarge {
         /// The announced length.
         length: usize,
+        /// The reader's limit.
+        limit: usize,
     },
     /// The payload to encode is larger than [`MAX_PAYLOAD`].
     #[error("cannot send a payload of {length} bytes: the limit is {MAX_PAYLOAD}")]
@@ -71,6 +73,13 @@ impl Frame {
     /// Reads one frame from the front of `buf`. `Ok(None)`: not enough bytes
     /// yet; `Ok(Some((frame, used)))`: a frame and how many bytes it took.
     pub fn decode(buf: &[u8]) -> Result<Option<(Frame, usize)>, FrameError> {
+        Frame::decode_within(buf, MAX_PAYLOAD)
+    }
+
+    /// [`Frame::decode`] with a smaller payload limit: a server reads
+    /// client requests with the limit of the largest request, so a peer
+    /// cannot make it buffer more.
+    pub fn decode_within(buf: &[u8], limit: usize) -> Result<Option<(Frame, usize)>, FrameError> {
         let magic_len = buf.len().min(MAGIC.len());
         if buf[..magic_len] != MAGIC[..magic_len] {
             let mut found = [0u8; 3];
@@ -84,8 +93,8 @@ impl Frame {
             return Ok(None);
         }
         let length = u32::from_be_bytes([buf[13], buf[14], buf[15], buf[16]]) as usize;
-        if length > MAX_PAYLOAD {
-            return Err(FrameError::TooLarge { length });
+        if length > limit.min(MAX_PAYLOAD) {
+            return Err(FrameError::TooLarge { length, limit: limit.min(MAX_PAYLOAD) });
         }
         if buf.len() < HEADER_LEN + length {
             return Ok(None);
@@ -127,7 +136,7 @@ mod tests {
         assert_eq!(Frame::decode(b"DRV\x07"), Err(FrameError::UnsupportedVersion { found: 7 }));
         let mut huge = encoded(&Frame { kind: 1, request_id: 1, payload: vec![] });
         huge[13..17].copy_from_slice(&u32::MAX.to_be_bytes());
-        assert_eq!(Frame::decode(&huge), Err(FrameError::TooLarge { length: u32::MAX as usize }));
+        assert_eq!(Frame::decode(&huge), Err(FrameError::TooLarge { length: u32::MAX as usize, limit: MAX_PAYLOAD }));
         let too_big = Frame { kind: 1, request_id: 1, payload: vec![0; MAX_PAYLOAD + 1] };
         assert_eq!(too_big.encode(&mut Vec::new()), Err(FrameError::PayloadTooLarge { length: MAX_PAYLOAD + 1 }));
     }

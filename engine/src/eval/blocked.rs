@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use hashbrown::HashMap;
 use parking_lot::Mutex;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::clock::{SharedClock, Timestamp};
 use crate::eval::broker::EvalBroker;
@@ -34,7 +34,7 @@ use crate::structs::{ComputedClass, EvalId, Evaluation, JobKey, NodeId, TriggerR
 pub const FAILED_RETRY_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Counters of the blocked-evals tracker.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BlockedStats {
     /// Evals parked, all kinds.
     pub total_blocked: usize,

@@ -43,7 +43,7 @@ use hashbrown::{DefaultHashBuilder, HashTable};
 use parking_lot::{Mutex, MutexGuard};
 
 use super::wake::WakeGate;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::clock::{SharedClock, Timestamp};
 use crate::structs::{EvalId, Evaluation, JobKey, JobType};
@@ -104,7 +104,7 @@ pub struct Dequeued {
 }
 
 /// Counts per scheduler type.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SchedulerStats {
     /// Ready to dequeue.
     pub ready: i64,
@@ -113,7 +113,7 @@ pub struct SchedulerStats {
 }
 
 /// A snapshot of the broker's counters.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BrokerStats {
     /// Ready to dequeue, all types.
     pub total_ready: i64,

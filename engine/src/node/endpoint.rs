@@ -32,6 +32,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use event_listener::Listener;
+use uuid::Uuid;
 
 use super::transitions::{needs_evals, next_status, node_evals};
 use crate::clock::SharedClock;
@@ -74,6 +75,12 @@ pub enum NodeError {
     /// An alloc update named no allocation.
     #[error("an alloc update from node {node} must name at least one allocation")]
     EmptyUpdate {
+        /// The node.
+        node: NodeId,
+    },
+    /// A call carried a secret that is not the node's.
+    #[error("the secret presented for node {node} is not the node's")]
+    WrongSecret {
         /// The node.
         node: NodeId,
     },
@@ -161,25 +168,40 @@ impl NodeEndpoint {
     /// thread until it is written.
     pub fn register(&self, node: Node) -> Result<NodeResponse, NodeError> {
         let node_id = node.id;
-        let applied = self.writer.write(self.registration(node))?;
+        let applied = self.writer.write(self.registration(node)?)?;
         self.answer(node_id, applied.index)
     }
 
     /// [`NodeEndpoint::register`], awaited.
     pub async fn register_async(&self, node: Node) -> Result<NodeResponse, NodeError> {
         let node_id = node.id;
-        let applied = self.writer.submit(self.registration(node)).await?;
+        let applied = self.writer.submit(self.registration(node)?).await?;
         self.answer(node_id, applied.index)
     }
 
     /// The registration's one command: a new ready node and the evals of
     /// every system job, computed from the state before the write (a new
-    /// node has no allocations).
-    fn registration(&self, node: Node) -> Command {
+    /// node has no allocations). A node already registered must present
+    /// the secret it registered with.
+    fn registration(&self, node: Node) -> Result<Command, NodeError> {
         let snapshot = self.writer.store().snapshot();
-        let is_new_and_ready = snapshot.node(node.id).is_none() && node.status == NodeStatus::Ready;
+        let known = snapshot.node(node.id);
+        if known.is_some_and(|known| known.secret_id != node.secret_id) {
+            return Err(NodeError::WrongSecret { node: node.id });
+        }
+        let is_new_and_ready = known.is_none() && node.status == NodeStatus::Ready;
         let evals = if is_new_and_ready { node_evals(&snapshot, node.id, self.clock.now()) } else { Vec::new() };
-        Command::UpsertNode { node, evals }
+        Ok(Command::UpsertNode { node, evals })
+    }
+
+    /// Refuses a call for `node_id` that does not carry its secret.
+    pub fn authenticate(&self, node_id: NodeId, secret_id: Uuid) -> Result<(), NodeError> {
+        let snapshot = self.writer.store().snapshot();
+        let node = snapshot.node(node_id).ok_or(NodeError::UnknownNode(node_id))?;
+        if node.secret_id != secret_id {
+            return Err(NodeError::WrongSecret { node: node_id });
+        }
+        Ok(())
     }
 
     /// The heartbeat and status change (step 2), blocking this thread until

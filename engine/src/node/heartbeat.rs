@@ -28,7 +28,7 @@ use hashbrown::HashMap;
 use parking_lot::Mutex;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::transitions::node_evals;
 use crate::clock::{SharedClock, Timestamp};
@@ -68,7 +68,7 @@ impl Default for HeartbeatConfig {
 }
 
 /// Heartbeat counters.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HeartbeatStats {
     /// Nodes with a deadline.
     pub active_timers: usize,

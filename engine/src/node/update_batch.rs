@@ -35,7 +35,7 @@ type Shared<T> = sync::Arc<T>;
 /// The flusher thread (loom's thread under the model).
 pub type FlusherHandle = thread::JoinHandle<()>;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::clock::SharedClock;
 use crate::state::{Applied, ClientAllocUpdate, Command, Snapshot, StateError, Writer};
@@ -60,7 +60,7 @@ impl Default for BatchConfig {
 }
 
 /// Batching counters.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BatchStats {
     /// Batches written.
     pub batches: u64,

@@ -28,7 +28,7 @@ use crossbeam::channel::{self, Receiver, Sender};
 use hashbrown::HashMap;
 use parking_lot::Mutex;
 use rayon::prelude::*;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::clock::{SharedClock, Timestamp};
 use crate::eval::broker::{EvalBroker, Token};
@@ -61,7 +61,7 @@ impl Default for PlanApplierConfig {
 }
 
 /// Counters of the plan applier.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PlanApplierStats {
     /// Plans taken from the queue.
     pub plans_evaluated: u64,

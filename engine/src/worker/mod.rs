@@ -31,7 +31,7 @@ use std::time::Duration;
 use parking_lot::{Condvar, Mutex, RwLock};
 
 pub use claims::ClaimTable;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::clock::SharedClock;
 use crate::eval::broker::{BrokerError, Dequeued, EvalBroker, Token};
@@ -155,7 +155,7 @@ pub struct WorkerInfo {
 }
 
 /// Counters over all workers.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkerStats {
     /// Evals acked.
     pub evals_processed: u64,

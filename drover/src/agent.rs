@@ -1,0 +1,510 @@
+//! The client agent: one node's life against the servers.
+//!
+//! It connects (capped, jittered backoff between attempts, over the server
+//! list it is handed), registers once, heartbeats at the TTL the server
+//! hands it, keeps its allocation watch open and runs what the servers
+//! place on it with the [`mock`](crate::mock) driver, reporting every
+//! status change. Tasks keep running while the servers are unreachable, as
+//! a Nomad client's do; what changed meanwhile is reported once it is back.
+//!
+//! The reconnect protocol: after a connection is re-established the agent
+//! heartbeats first; if the server answers `initializing` (the node was
+//! marked disconnected or down while it was away), it sends a full resync
+//! of every allocation it holds, then heartbeats again to become `ready`.
+//! A server that does not know the node at all (a fresh in-memory server)
+//! gets a new registration; the agent then drops what it ran for the old
+//! state, which that server never knew.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use engine::state::ClientAllocUpdate;
+use engine::structs::{AllocId, Allocation, ClientStatus, DesiredStatus, Node, NodeStatus};
+use rand::rngs::SmallRng;
+use rand::SeedableRng;
+use tokio::sync::{mpsc, watch};
+use transport::client::{Backoff, CallError, ClientConnection, ClientEndpoints};
+use transport::message::{AllocsPush, RefusalCode};
+
+use crate::mock::{self, TaskEnd};
+
+/// How an agent behaves.
+#[derive(Clone, Debug)]
+pub struct AgentSettings {
+    /// The servers to try, in order.
+    pub servers: Vec<SocketAddr>,
+    /// Heartbeat this often instead of at the TTL handed (load tests).
+    pub heartbeat_interval: Option<Duration>,
+    /// First reconnect delay ceiling.
+    pub backoff_base: Duration,
+    /// Largest reconnect delay ceiling.
+    pub backoff_cap: Duration,
+    /// Give up on one call after this long (the connection is then
+    /// considered lost).
+    pub call_timeout: Duration,
+}
+
+impl AgentSettings {
+    /// Defaults for `servers`: backoff from 250 ms up to 30 s, 10 s call timeout.
+    pub fn new(servers: Vec<SocketAddr>) -> AgentSettings {
+        AgentSettings {
+            servers,
+            heartbeat_interval: None,
+            backoff_base: Duration::from_millis(250),
+            backoff_cap: Duration::from_secs(30),
+            call_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// What an agent counts, for logs and loadgen.
+#[derive(Debug, Default)]
+pub struct AgentCounters {
+    /// Connections established (the first included).
+    pub connections: AtomicU64,
+    /// Connections lost and re-established.
+    pub reconnects: AtomicU64,
+    /// Heartbeats answered.
+    pub heartbeats: AtomicU64,
+    /// Full resyncs sent after the server answered `initializing`.
+    pub resyncs: AtomicU64,
+    /// Alloc updates the server accepted.
+    pub reports: AtomicU64,
+    /// Allocation pushes received.
+    pub pushes: AtomicU64,
+    /// Allocations this agent ran that a push showed `unknown` (the
+    /// servers lost touch with the node).
+    pub allocs_seen_unknown: AtomicU64,
+    /// Of those, the ones a later push showed running again (reconnected).
+    pub allocs_reconnected: AtomicU64,
+    /// Heartbeats answered `initializing`: the servers had marked the node
+    /// disconnected or down.
+    pub marked_away: AtomicU64,
+}
+
+/// Something an agent tells whoever watches it (loadgen's measurements).
+pub trait AgentObserver: Send + Sync + 'static {
+    /// A heartbeat was answered after `rtt`.
+    fn heartbeat(&self, _rtt: Duration) {}
+    /// A connection's handshake took `took`.
+    fn connected(&self, _took: Duration) {}
+}
+
+/// An observer that looks at nothing.
+#[derive(Debug)]
+pub struct NoObserver;
+
+impl AgentObserver for NoObserver {}
+
+/// One node's agent.
+pub struct Agent {
+    node: Node,
+    settings: AgentSettings,
+    endpoints: Arc<ClientEndpoints>,
+    quic: quinn::ClientConfig,
+    counters: Arc<AgentCounters>,
+    observer: Arc<dyn AgentObserver>,
+    /// The simulated network: while it is `false` the agent has no
+    /// connection and makes none (loadgen's flapping).
+    link: Option<watch::Receiver<bool>>,
+}
+
+impl std::fmt::Debug for Agent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Agent").field("node", &self.node.id).field("settings", &self.settings).finish_non_exhaustive()
+    }
+}
+
+/// The allocations the agent holds, and what it has yet to tell the servers.
+#[derive(Debug, Default)]
+struct Local {
+    allocs: HashMap<AllocId, Held>,
+    /// The index of the last push applied; the watch resumes after it.
+    last_index: u64,
+    /// Whether the servers know this node.
+    registered: bool,
+}
+
+/// One allocation on the agent.
+#[derive(Debug)]
+struct Held {
+    alloc: Arc<Allocation>,
+    status: ClientStatus,
+    description: String,
+    /// Whether the servers have this status.
+    reported: bool,
+    /// The running task, if any.
+    task: Option<tokio::task::AbortHandle>,
+    /// A push showed it `unknown` since it last ran.
+    seen_unknown: bool,
+}
+
+/// Why a session with a server ended.
+enum SessionEnd {
+    /// The agent was told to stop.
+    Stopped,
+    /// The connection (or the server's state) is gone; reconnect.
+    Lost(String),
+}
+
+impl Agent {
+    /// An agent for `node`, connecting from `endpoints` with `quic`.
+    pub fn new(
+        node: Node,
+        settings: AgentSettings,
+        endpoints: Arc<ClientEndpoints>,
+        quic: quinn::ClientConfig,
+        observer: Arc<dyn AgentObserver>,
+    ) -> Agent {
+        Agent { node, settings, endpoints, quic, counters: Arc::new(AgentCounters::default()), observer, link: None }
+    }
+
+    /// The agent with a simulated network link: when `link` goes `false`
+    /// it closes its connection (its tasks keep running) and reconnects
+    /// only once it is `true` again.
+    pub fn with_link(mut self, link: watch::Receiver<bool>) -> Agent {
+        self.link = Some(link);
+        self
+    }
+
+    /// What the agent counted.
+    pub fn counters(&self) -> &Arc<AgentCounters> {
+        &self.counters
+    }
+
+    /// Runs until `stop` is set: connects, serves a session, reconnects
+    /// with backoff when it is lost. Tasks are stopped at the end.
+    pub async fn run(&self, mut stop: watch::Receiver<bool>) {
+        let mut rng = SmallRng::seed_from_u64(self.node.id.0.as_u128() as u64);
+        let mut backoff = Backoff::new(self.settings.backoff_base, self.settings.backoff_cap);
+        let (ended_tx, mut ended_rx) = mpsc::unbounded_channel();
+        let mut local = Local::default();
+        let mut server = 0usize;
+        let mut link = self.link.clone();
+        while !stop_requested(&stop) {
+            if let Some(link) = &mut link {
+                tokio::select! {
+                    _ = link.wait_for(|up| *up) => {}
+                    _ = stopped(&mut stop) => break,
+                }
+            }
+            let addr = self.settings.servers[server % self.settings.servers.len()];
+            let started = Instant::now();
+            let connected = tokio::select! {
+                connected = self.call(self.endpoints.connect_with(self.quic.clone(), addr)) => connected,
+                _ = stopped(&mut stop) => break,
+            };
+            let end = match connected {
+                Ok(connection) => {
+                    self.observer.connected(started.elapsed());
+                    if self.counters.connections.fetch_add(1, Ordering::Relaxed) > 0 {
+                        self.counters.reconnects.fetch_add(1, Ordering::Relaxed);
+                    }
+                    let session =
+                        self.session(&connection, &mut local, &ended_tx, &mut ended_rx, &mut stop, &mut backoff);
+                    let end = tokio::select! {
+                        end = session => end,
+                        _ = link_down(&mut link) => SessionEnd::Lost("the network link went down".to_string()),
+                    };
+                    connection.close();
+                    end
+                }
+                Err(error) => SessionEnd::Lost(format!("connecting to {addr}: {error}")),
+            };
+            match end {
+                SessionEnd::Stopped => break,
+                SessionEnd::Lost(why) => {
+                    tracing::info!(node = %self.node.id, %why, "lost the server; reconnecting");
+                    server += 1;
+                    let delay = backoff.next_delay(&mut rng);
+                    tokio::select! {
+                        _ = tokio::time::sleep(delay) => {}
+                        _ = stopped(&mut stop) => break,
+                    }
+                }
+            }
+        }
+        for held in local.allocs.values_mut() {
+            if let Some(task) = held.task.take() {
+                task.abort();
+            }
+        }
+    }
+
+    /// One connection's life: (re-)register if needed, heartbeat, resync
+    /// when asked, then serve pushes, task ends and heartbeats until the
+    /// connection is lost or the agent stops.
+    async fn session(
+        &self,
+        connection: &ClientConnection,
+        local: &mut Local,
+        ended_tx: &mpsc::UnboundedSender<TaskEnd>,
+        ended_rx: &mut mpsc::UnboundedReceiver<TaskEnd>,
+        stop: &mut watch::Receiver<bool>,
+        backoff: &mut Backoff,
+    ) -> SessionEnd {
+        let lost = |error: CallError| SessionEnd::Lost(error.to_string());
+        if !local.registered {
+            if let Err(error) = self.register(connection, local).await {
+                return lost(error);
+            }
+        }
+        let mut reply = match self.heartbeat(connection).await {
+            Err(error) if error.refusal() == Some(RefusalCode::UnknownNode) => {
+                if let Err(error) = self.register(connection, local).await {
+                    return lost(error);
+                }
+                match self.heartbeat(connection).await {
+                    Ok(reply) => reply,
+                    Err(error) => return lost(error),
+                }
+            }
+            Err(error) => return lost(error),
+            Ok(reply) => reply,
+        };
+        backoff.reset();
+        let mut watch =
+            match self.call(connection.watch_allocs(self.node.id, self.node.secret_id, local.last_index)).await {
+                Ok(watch) => watch,
+                Err(error) => return lost(error),
+            };
+        if reply.status == NodeStatus::Initializing {
+            self.counters.marked_away.fetch_add(u64::from(local.last_index > 0), Ordering::Relaxed);
+            if let Err(error) = self.resync(connection, local).await {
+                return lost(error);
+            }
+            reply = match self.heartbeat(connection).await {
+                Ok(reply) => reply,
+                Err(error) => return lost(error),
+            };
+        } else if let Err(error) = self.report(connection, local).await {
+            return lost(error);
+        }
+        let mut next_heartbeat = tokio::time::Instant::now() + self.interval(reply.heartbeat_ttl);
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep_until(next_heartbeat) => {
+                    match self.heartbeat(connection).await {
+                        Ok(reply) if reply.status == NodeStatus::Initializing => {
+                            self.counters.marked_away.fetch_add(1, Ordering::Relaxed);
+                            if let Err(error) = self.resync(connection, local).await {
+                                return lost(error);
+                            }
+                            next_heartbeat = tokio::time::Instant::now();
+                        }
+                        Ok(reply) => next_heartbeat = tokio::time::Instant::now() + self.interval(reply.heartbeat_ttl),
+                        Err(error) => return lost(error),
+                    }
+                }
+                push = watch.next() => {
+                    let push = match push {
+                        Ok(push) => push,
+                        Err(error) => return lost(error),
+                    };
+                    self.counters.pushes.fetch_add(1, Ordering::Relaxed);
+                    self.apply_push(local, push, ended_tx);
+                    if let Err(error) = self.report(connection, local).await {
+                        return lost(error);
+                    }
+                }
+                Some(ended) = ended_rx.recv() => {
+                    self.task_ended(local, ended);
+                    if let Err(error) = self.report(connection, local).await {
+                        return lost(error);
+                    }
+                }
+                _ = stopped(stop) => return SessionEnd::Stopped,
+            }
+        }
+    }
+
+    /// The heartbeat period: the override, or the TTL handed (a zero TTL,
+    /// a node down, means register again at once).
+    fn interval(&self, ttl: Duration) -> Duration {
+        self.settings.heartbeat_interval.unwrap_or(ttl)
+    }
+
+    async fn call<T>(&self, call: impl std::future::Future<Output = Result<T, CallError>>) -> Result<T, CallError> {
+        match tokio::time::timeout(self.settings.call_timeout, call).await {
+            Ok(outcome) => outcome,
+            Err(_) => Err(CallError::NoAnswer),
+        }
+    }
+
+    async fn heartbeat(&self, connection: &ClientConnection) -> Result<transport::message::NodeReply, CallError> {
+        let started = Instant::now();
+        let reply = self.call(connection.heartbeat(self.node.id, self.node.secret_id, NodeStatus::Ready)).await?;
+        self.observer.heartbeat(started.elapsed());
+        self.counters.heartbeats.fetch_add(1, Ordering::Relaxed);
+        Ok(reply)
+    }
+
+    /// Registers as `initializing` (the first heartbeat makes the node
+    /// ready, after a resync if the servers hold allocations for it); a
+    /// server that did not know the node never knew the allocations the
+    /// agent ran, so they are dropped (their tasks stopped).
+    async fn register(&self, connection: &ClientConnection, local: &mut Local) -> Result<(), CallError> {
+        let mut node = self.node.clone();
+        node.status = NodeStatus::Initializing;
+        self.call(connection.register(node)).await?;
+        if local.registered {
+            tracing::warn!(node = %self.node.id, "the server did not know this node; registered again and dropped its old allocations");
+        }
+        for (_, mut held) in local.allocs.drain() {
+            if let Some(task) = held.task.take() {
+                task.abort();
+            }
+        }
+        local.last_index = 0;
+        local.registered = true;
+        Ok(())
+    }
+
+    /// Tells the server the status of every allocation the agent holds
+    /// (the reconnect protocol's resync).
+    async fn resync(&self, connection: &ClientConnection, local: &mut Local) -> Result<(), CallError> {
+        for held in local.allocs.values_mut() {
+            held.reported = false;
+        }
+        self.counters.resyncs.fetch_add(1, Ordering::Relaxed);
+        self.report(connection, local).await
+    }
+
+    /// Sends every status the servers do not have yet. An allocation the
+    /// server no longer places here is dropped from the agent.
+    async fn report(&self, connection: &ClientConnection, local: &mut Local) -> Result<(), CallError> {
+        let updates: Vec<ClientAllocUpdate> = local
+            .allocs
+            .values()
+            .filter(|held| !held.reported)
+            .map(|held| ClientAllocUpdate {
+                alloc_id: held.alloc.id,
+                node_id: self.node.id,
+                client_status: held.status,
+                client_description: held.description.clone(),
+            })
+            .collect();
+        if updates.is_empty() {
+            return Ok(());
+        }
+        let ids: Vec<AllocId> = updates.iter().map(|update| update.alloc_id).collect();
+        match self.call(connection.update_allocs(self.node.id, self.node.secret_id, updates)).await {
+            Ok(_) => {
+                self.counters.reports.fetch_add(1, Ordering::Relaxed);
+                for id in ids {
+                    if let Some(held) = local.allocs.get_mut(&id) {
+                        held.reported = true;
+                    }
+                }
+                Ok(())
+            }
+            Err(error) if error.refusal() == Some(RefusalCode::NotItsAllocation) => {
+                // The servers' state moved on (an allocation was removed):
+                // start the watch over to learn the whole list again.
+                local.last_index = 0;
+                Err(error)
+            }
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Brings the agent's allocations in line with a push: starts what it
+    /// should run, stops what the servers stopped (reported complete, never
+    /// resumed), forgets what is no longer placed here.
+    fn apply_push(&self, local: &mut Local, push: AllocsPush, ended_tx: &mpsc::UnboundedSender<TaskEnd>) {
+        local.last_index = push.index;
+        let listed: std::collections::HashSet<AllocId> = push.allocs.iter().map(|alloc| alloc.id).collect();
+        local.allocs.retain(|id, held| {
+            let keep = listed.contains(id);
+            if !keep {
+                if let Some(task) = held.task.take() {
+                    task.abort();
+                }
+            }
+            keep
+        });
+        for alloc in push.allocs {
+            let wants_run = alloc.desired_status == DesiredStatus::Run;
+            match local.allocs.get_mut(&alloc.id) {
+                Some(held) => {
+                    if alloc.client_status == ClientStatus::Unknown && !held.seen_unknown && !held.status.is_terminal()
+                    {
+                        held.seen_unknown = true;
+                        self.counters.allocs_seen_unknown.fetch_add(1, Ordering::Relaxed);
+                    } else if alloc.client_status == ClientStatus::Running && held.seen_unknown {
+                        held.seen_unknown = false;
+                        self.counters.allocs_reconnected.fetch_add(1, Ordering::Relaxed);
+                    }
+                    if !wants_run && !held.status.is_terminal() {
+                        if let Some(task) = held.task.take() {
+                            task.abort();
+                        }
+                        held.status = ClientStatus::Complete;
+                        held.description = "stopped by the servers".to_string();
+                        held.reported = false;
+                    }
+                    held.alloc = alloc;
+                }
+                None if wants_run && !alloc.client_status.is_terminal() => {
+                    let (status, description, task) = mock::start(&alloc, ended_tx);
+                    local.allocs.insert(
+                        alloc.id,
+                        Held { alloc, status, description, reported: false, task, seen_unknown: false },
+                    );
+                }
+                None => {
+                    // Stopped or finished before this agent ran it: hold it
+                    // as the servers have it, nothing to run or report.
+                    let status = alloc.client_status;
+                    local.allocs.insert(
+                        alloc.id,
+                        Held {
+                            alloc,
+                            status,
+                            description: String::new(),
+                            reported: true,
+                            task: None,
+                            seen_unknown: false,
+                        },
+                    );
+                }
+            }
+        }
+    }
+
+    /// Records a task's end; reported with the next report.
+    fn task_ended(&self, local: &mut Local, ended: TaskEnd) {
+        if let Some(held) = local.allocs.get_mut(&ended.alloc_id) {
+            if held.status.is_terminal() {
+                return;
+            }
+            held.task = None;
+            held.status = ended.status;
+            held.description = ended.description;
+            held.reported = false;
+        }
+    }
+}
+
+/// Resolves once `stop` is set (or its sender is gone).
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|stop| *stop).await;
+}
+
+/// Whether `stop` is set now.
+fn stop_requested(stop: &watch::Receiver<bool>) -> bool {
+    *stop.borrow()
+}
+
+/// Resolves once the simulated link goes down; never without one.
+async fn link_down(link: &mut Option<watch::Receiver<bool>>) {
+    match link {
+        Some(link) => {
+            let _ = link.wait_for(|up| !*up).await;
+        }
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,90 @@
+//! A client's identity (node id and secret), kept in its data dir so a
+//! restarted agent is the same node to the servers.
+
+use std::path::{Path, PathBuf};
+
+use engine::structs::NodeId;
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+/// The node id and the secret every call carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Identity {
+    /// The node's id.
+    pub node_id: NodeId,
+    /// Its secret.
+    pub secret_id: Uuid,
+}
+
+/// Why the identity could not be read or kept.
+#[derive(Debug, thiserror::Error)]
+pub enum IdentityError {
+    /// Reading or writing the file failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not an identity.
+    #[error("{path}: not a node identity: {reason}")]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// The file under the data dir.
+pub fn path(data_dir: &Path) -> PathBuf {
+    data_dir.join("client").join("node-identity.json")
+}
+
+/// The identity kept in `data_dir`, or a new one written there (to a temp
+/// file, synced, then renamed, so a crash leaves the old one or the new one).
+pub fn load_or_create(data_dir: &Path) -> Result<Identity, IdentityError> {
+    let path = path(data_dir);
+    let io = |source| IdentityError::Io { path: path.clone(), source };
+    match std::fs::read_to_string(&path) {
+        Ok(text) => {
+            return serde_json::from_str(&text)
+                .map_err(|error| IdentityError::Corrupt { path: path.clone(), reason: error.to_string() })
+        }
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+        Err(error) => return Err(io(error)),
+    }
+    let identity = Identity {
+        node_id: NodeId::from_rng(&mut rand::rng()),
+        secret_id: uuid::Builder::from_random_bytes(rand::random()).into_uuid(),
+    };
+    let dir = path.parent().expect("the identity file has a directory");
+    std::fs::create_dir_all(dir).map_err(io)?;
+    let temp = path.with_extension("json.tmp");
+    let text = serde_json::to_string_pretty(&identity).expect("an identity serializes");
+    {
+        use std::io::Write;
+        let mut file = std::fs::File::create(&temp).map_err(io)?;
+        file.write_all(text.as_bytes()).map_err(io)?;
+        file.sync_all().map_err(io)?;
+    }
+    std::fs::rename(&temp, &path).map_err(io)?;
+    std::fs::File::open(dir).and_then(|dir| dir.sync_all()).map_err(io)?;
+    Ok(identity)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_identity_survives_a_restart() {
+        let dir = std::env::temp_dir().join(format!("drover-identity-{}", std::process::id()));
+        let first = load_or_create(&dir).expect("created");
+        assert_eq!(load_or_create(&dir).expect("read back"), first);
+        std::fs::write(path(&dir), "{").expect("corrupt it");
+        assert!(matches!(load_or_create(&dir), Err(IdentityError::Corrupt { .. })));
+        std::fs::remove_dir_all(&dir).expect("clean up");
+    }
+}

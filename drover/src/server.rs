@@ -1,0 +1,256 @@
+//! `drover server`: the engine behind its client-facing QUIC endpoint.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use engine::clock::{SystemClock, Timestamp};
+use engine::scheduler::reconcile::stop_reason;
+use engine::server::{Server, ServerConfig};
+use engine::state::{Command, Snapshot};
+use engine::structs::{Allocation, ClientStatus, DesiredStatus, EvalId, EvalStatus, Job, NodeStatus};
+use hdrhistogram::Histogram;
+use transport::message::{ClusterReport, JobCounts};
+use transport::server::{ClientListener, ListenError, ListenerStats, Operations};
+use transport::tls::TlsMaterial;
+
+/// What a server runs with.
+#[derive(Clone, Debug)]
+pub struct ServerOptions {
+    /// The UDP address the client endpoint binds.
+    pub bind: SocketAddr,
+    /// The address clients are told (default: the bound one).
+    pub advertise: Option<String>,
+    /// The engine's settings.
+    pub engine: ServerConfig,
+    /// This server's TLS material.
+    pub tls: TlsMaterial,
+}
+
+/// A running server: the engine and its listener.
+#[derive(Debug)]
+pub struct RunningServer {
+    engine: Arc<Server>,
+    listener: Arc<ClientListener>,
+    accepting: tokio::task::JoinHandle<()>,
+}
+
+impl RunningServer {
+    /// Starts the engine and the listener. Call within a tokio runtime.
+    pub fn start(options: ServerOptions) -> Result<RunningServer, ListenError> {
+        let engine = Arc::new(Server::start(options.engine, SystemClock::shared()));
+        let advertise = options.advertise.unwrap_or_else(|| options.bind.to_string());
+        let operations: Arc<dyn Operations> = Arc::new(EngineOperations { engine: engine.clone() });
+        let bound = ClientListener::bind(options.bind, &options.tls, engine.nodes(), vec![advertise], Some(operations));
+        let listener = match bound {
+            Ok(listener) => Arc::new(listener),
+            Err(error) => {
+                engine.shutdown();
+                return Err(error);
+            }
+        };
+        let accepting = tokio::spawn({
+            let listener = listener.clone();
+            async move { listener.run().await }
+        });
+        Ok(RunningServer { engine, listener, accepting })
+    }
+
+    /// The bound client address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener.local_addr().expect("a bound endpoint has an address")
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> &Arc<Server> {
+        &self.engine
+    }
+
+    /// The listener's counters.
+    pub fn listener_stats(&self) -> ListenerStats {
+        self.listener.stats()
+    }
+
+    /// Graceful shutdown: stop accepting connections and calls, let the
+    /// engine finish the evals its workers hold (their plans are applied),
+    /// stop it, then close every client connection with the shutting-down
+    /// code and wait until the clients were told.
+    pub async fn shutdown(self) {
+        self.listener.stop_accepting();
+        let engine = self.engine.clone();
+        let _ = tokio::task::spawn_blocking(move || engine.shutdown()).await;
+        self.listener.close().await;
+        let _ = self.accepting.await;
+    }
+}
+
+/// Runs a server until SIGINT or SIGTERM, then shuts it down gracefully:
+/// what `drover server` does (and loadgen's spawned server). With
+/// `print_address`, prints `listening <addr>` on stdout once bound.
+pub fn run_until_signal(options: ServerOptions, print_address: bool) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(async move {
+        let running = RunningServer::start(options)?;
+        let addr = running.local_addr();
+        tracing::info!(%addr, "drover server listening (QUIC, mutual TLS)");
+        if print_address {
+            println!("listening {addr}");
+        }
+        let signal = shutdown_signal().await?;
+        tracing::info!(
+            signal,
+            "shutting down: no new connections, finishing in-flight evals, then closing connections"
+        );
+        let stats = running.listener_stats();
+        running.shutdown().await;
+        tracing::info!(?stats, "drover server stopped");
+        Ok(())
+    })
+}
+
+/// Waits for SIGINT or SIGTERM; names the one that came.
+pub async fn shutdown_signal() -> anyhow::Result<&'static str> {
+    use anyhow::Context;
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut terminate = signal(SignalKind::terminate()).context("listening for SIGTERM")?;
+    let mut interrupt = signal(SignalKind::interrupt()).context("listening for SIGINT")?;
+    Ok(tokio::select! {
+        _ = terminate.recv() => "SIGTERM",
+        _ = interrupt.recv() => "SIGINT",
+    })
+}
+
+/// The operator calls over the engine.
+struct EngineOperations {
+    engine: Arc<Server>,
+}
+
+impl Operations for EngineOperations {
+    fn submit_job(&self, job: Job) -> Result<u64, String> {
+        self.engine.jobs().register(job).map(|written| written.index).map_err(|error| error.to_string())
+    }
+
+    fn report(&self) -> ClusterReport {
+        let snapshot = self.engine.store().snapshot();
+        let mut report = cluster_report(&snapshot);
+        report.idle = self.engine.is_idle();
+        report.engine = self.engine.stats();
+        (report.rss_bytes, report.peak_rss_bytes) = process_memory();
+        report
+    }
+}
+
+/// What [`ClusterReport`] says about the state in `snapshot` (the engine's
+/// counters, idleness and memory are the caller's to add).
+pub fn cluster_report(snapshot: &Snapshot) -> ClusterReport {
+    let mut report = ClusterReport { index: snapshot.index(), ..ClusterReport::default() };
+    for node in snapshot.nodes() {
+        match node.status {
+            NodeStatus::Ready => report.nodes_ready += 1,
+            NodeStatus::Initializing => report.nodes_initializing += 1,
+            NodeStatus::Down => report.nodes_down += 1,
+            NodeStatus::Disconnected => report.nodes_disconnected += 1,
+        }
+    }
+    report.nodes_oversubscribed = snapshot
+        .oversubscribed_nodes()
+        .into_iter()
+        .map(|(node, used, allocatable)| format!("{node}: {used:?} of {allocatable:?}"))
+        .collect();
+    for alloc in snapshot.allocs() {
+        match alloc.client_status {
+            ClientStatus::Pending => report.allocs_pending += 1,
+            ClientStatus::Running => report.allocs_running += 1,
+            ClientStatus::Unknown => report.allocs_unknown += 1,
+            ClientStatus::Lost => report.allocs_lost += 1,
+            ClientStatus::Complete => report.allocs_complete += 1,
+            ClientStatus::Failed => report.allocs_failed += 1,
+        }
+        if alloc.desired_status == DesiredStatus::Stop && alloc.desired_description == stop_reason::ORIGINAL_RECONNECTED
+        {
+            report.replacements_stopped_for_reconnect += 1;
+        }
+        let on_ready_node = snapshot.node(alloc.node_id).is_some_and(|node| node.status == NodeStatus::Ready);
+        if !alloc.terminal() && alloc.client_status == ClientStatus::Unknown && on_ready_node {
+            report.unknown_on_ready_nodes += 1;
+        }
+    }
+    for job in snapshot.jobs() {
+        let desired = if job.job_type.is_system_like() {
+            snapshot.nodes().filter(|node| node.is_schedulable() && runs_on(job, node)).count() as u64
+        } else {
+            job.task_groups.iter().map(|group| u64::from(group.count)).sum()
+        };
+        let allocs: Vec<_> = snapshot.allocs_by_job(&job.key()).filter(|alloc| !alloc.terminal()).collect();
+        report.jobs.push(JobCounts {
+            id: job.id.to_string(),
+            job_type: job.job_type.as_str().to_string(),
+            desired,
+            live: allocs.len() as u64,
+            running: allocs.iter().filter(|alloc| alloc.client_status == ClientStatus::Running).count() as u64,
+        });
+    }
+    record_evals(snapshot, &mut report);
+    record_largest_plan(snapshot, &mut report);
+    report
+}
+
+/// Eval latency percentiles (creation to completion), canceled and pending evals.
+fn record_evals(snapshot: &Snapshot, report: &mut ClusterReport) {
+    let mut histogram = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).expect("valid bounds");
+    for eval in snapshot.evals() {
+        match eval.status {
+            EvalStatus::Complete => {
+                histogram.saturating_record((eval.modify_time.since(eval.create_time).as_micros() as u64).max(1));
+            }
+            EvalStatus::Canceled => report.evals_canceled += 1,
+            EvalStatus::Pending => report.evals_pending += 1,
+            _ => {}
+        }
+    }
+    report.eval_latency_us = [
+        histogram.value_at_quantile(0.50),
+        histogram.value_at_quantile(0.90),
+        histogram.value_at_quantile(0.99),
+        histogram.max(),
+    ];
+}
+
+/// Rebuilds the command of the eval that placed the most allocations (each
+/// allocation keeps the eval that placed it; clients only report) and
+/// measures its encoded size.
+fn record_largest_plan(snapshot: &Snapshot, report: &mut ClusterReport) {
+    let mut by_eval: BTreeMap<EvalId, usize> = BTreeMap::new();
+    for alloc in snapshot.allocs() {
+        *by_eval.entry(alloc.eval_id).or_default() += 1;
+    }
+    let Some((eval_id, _)) = by_eval.into_iter().max_by_key(|(_, count)| *count) else { return };
+    let allocs: Vec<Allocation> =
+        snapshot.allocs().filter(|alloc| alloc.eval_id == eval_id).map(|alloc| Allocation::clone(alloc)).collect();
+    report.largest_plan_allocs = allocs.len() as u64;
+    let command = Command::ApplyPlanResults { eval_id, allocs, evals: Vec::new(), time: Timestamp(1) };
+    report.largest_plan_bytes = command.encode().len() as u64;
+    report.largest_plan_bytes_jobs_inline = command.encoded_len_jobs_inline() as u64;
+}
+
+/// Whether a system job's datacenters and drivers admit `node` (the
+/// report's count of where it should run; constraints are not evaluated).
+fn runs_on(job: &Job, node: &engine::structs::Node) -> bool {
+    let in_datacenter = job.datacenters.iter().any(|datacenter| **datacenter == *node.datacenter);
+    let has_drivers = job.task_groups.iter().flat_map(|group| &group.tasks).all(|task| node.has_driver(&task.driver));
+    in_datacenter && has_drivers
+}
+
+/// This process's resident memory now and at its peak, from /proc.
+pub fn process_memory() -> (u64, u64) {
+    let Ok(status) = std::fs::read_to_string("/proc/self/status") else { return (0, 0) };
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|line| line.starts_with(name))
+            .and_then(|line| line.split_whitespace().nth(1))
+            .and_then(|kib| kib.parse::<u64>().ok())
+            .map_or(0, |kib| kib * 1024)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}

@@ -1,0 +1,465 @@
+//! loadgen over QUIC: 10,000 simulated clients, each a real
+//! [`drover::agent::Agent`] with its own connection, node identity and
+//! resumption tickets, spread over a few client endpoints, against a
+//! server reached over the network (`--server`) or spawned as a child
+//! process on loopback (`--spawn-server`). Jobs go in and the cluster
+//! report comes back over the protocol's operator calls.
+//!
+//! Flapping: every 100 ms each connected client drops with the probability
+//! that makes `--flap-rate` of them drop per minute, and stays away for a
+//! time drawn from `--flap-duration`; `--storm AT:FRACTION[:AWAY]` drops
+//! that fraction at once and brings them all back together.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use drover::agent::{Agent, AgentCounters, AgentObserver, AgentSettings};
+use engine::structs::{Job, Node};
+use hdrhistogram::Histogram;
+use parking_lot::Mutex;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use tokio::sync::watch;
+use transport::client::{ClientConnection, ClientEndpoints};
+use transport::message::ClusterReport;
+use transport::tls::{CertificateAuthority, Role, TlsMaterial};
+
+use crate::report::{Millis, Report};
+
+/// How long flapping clients stay away: ranges with weights.
+#[derive(Clone, Debug)]
+pub struct FlapDurations(pub Vec<(Duration, Duration, f64)>);
+
+impl std::str::FromStr for FlapDurations {
+    type Err = String;
+
+    /// `MIN-MAX@WEIGHT,...`, e.g. `2s-8s@0.6,30s-60s@0.3,150s-200s@0.1`.
+    fn from_str(text: &str) -> Result<Self, String> {
+        let mut ranges = Vec::new();
+        for part in text.split(',') {
+            let (range, weight) = part.split_once('@').unwrap_or((part, "1"));
+            let (min, max) = range.split_once('-').ok_or_else(|| format!("{part:?}: expected MIN-MAX@WEIGHT"))?;
+            let parse =
+                |text: &str| humantime::parse_duration(text.trim()).map_err(|error| format!("{text:?}: {error}"));
+            let weight: f64 = weight.trim().parse().map_err(|_| format!("{weight:?} is not a weight"))?;
+            let (min, max) = (parse(min)?, parse(max)?);
+            if max < min || weight.is_nan() || weight <= 0.0 {
+                return Err(format!("{part:?}: MIN must not exceed MAX and the weight must be positive"));
+            }
+            ranges.push((min, max, weight));
+        }
+        Ok(FlapDurations(ranges))
+    }
+}
+
+impl FlapDurations {
+    fn sample(&self, rng: &mut SmallRng) -> Duration {
+        let total: f64 = self.0.iter().map(|(_, _, weight)| weight).sum();
+        let mut pick = rng.random::<f64>() * total;
+        for (min, max, weight) in &self.0 {
+            if pick < *weight {
+                return *min + (*max - *min).mul_f64(rng.random::<f64>());
+            }
+            pick -= weight;
+        }
+        self.0.last().map_or(Duration::ZERO, |(min, _, _)| *min)
+    }
+}
+
+/// `--storm AT:FRACTION[:AWAY]`.
+#[derive(Clone, Copy, Debug)]
+pub struct Storm {
+    /// When, after the workload converged.
+    pub at: Duration,
+    /// Which share of the clients drops.
+    pub fraction: f64,
+    /// How long they stay away (default 45 s: past the TTL and grace, so
+    /// the servers mark them).
+    pub away: Duration,
+}
+
+impl std::str::FromStr for Storm {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        let mut parts = text.split(':');
+        let at = parts.next().ok_or("expected AT:FRACTION[:AWAY]")?;
+        let fraction = parts.next().ok_or("expected AT:FRACTION[:AWAY]")?;
+        let at = humantime::parse_duration(at).map_err(|error| format!("{at:?}: {error}"))?;
+        let fraction: f64 = fraction.parse().map_err(|_| format!("{fraction:?} is not a fraction"))?;
+        let away = match parts.next() {
+            Some(away) => humantime::parse_duration(away).map_err(|error| format!("{away:?}: {error}"))?,
+            None => Duration::from_secs(45),
+        };
+        if !(0.0..=1.0).contains(&fraction) {
+            return Err(format!("{fraction} is not between 0 and 1"));
+        }
+        Ok(Storm { at, fraction, away })
+    }
+}
+
+/// What the network mode runs with.
+#[derive(Debug)]
+pub struct NetworkArgs {
+    pub server: Option<SocketAddr>,
+    pub tls_files: Option<(PathBuf, PathBuf, PathBuf, PathBuf, PathBuf)>,
+    pub endpoints: usize,
+    pub flap_rate: f64,
+    pub flap_durations: FlapDurations,
+    pub storm: Option<Storm>,
+    pub duration: Duration,
+    pub heartbeat_interval: Option<Duration>,
+    pub workers: Option<usize>,
+    pub timeout: Duration,
+}
+
+/// Heartbeat and handshake latencies, and the heartbeats counted.
+struct Observer {
+    heartbeat_rtt_us: Mutex<Histogram<u64>>,
+    handshake_us: Mutex<Histogram<u64>>,
+    heartbeats: AtomicU64,
+}
+
+impl AgentObserver for Observer {
+    fn heartbeat(&self, rtt: Duration) {
+        self.heartbeats.fetch_add(1, Ordering::Relaxed);
+        self.heartbeat_rtt_us.lock().saturating_record(rtt.as_micros() as u64);
+    }
+
+    fn connected(&self, took: Duration) {
+        self.handshake_us.lock().saturating_record(took.as_micros() as u64);
+    }
+}
+
+/// One simulated client.
+struct Client {
+    link: watch::Sender<bool>,
+    counters: Arc<AgentCounters>,
+    /// When a dropped client comes back.
+    back_at: Option<Instant>,
+    /// Whether it was ever dropped on purpose.
+    flapped: bool,
+}
+
+/// The spawned server child: killed (SIGTERM, then waited for) on drop.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("kill").args(["-TERM", &self.0.id().to_string()]).status();
+        let _ = self.0.wait();
+    }
+}
+
+/// TLS for the clients and the operator connection, and the spawned server if any.
+struct Cluster {
+    addr: SocketAddr,
+    client: TlsMaterial,
+    operator: TlsMaterial,
+    child: Option<Child>,
+    _dir: Option<TempDir>,
+}
+
+/// A directory removed on drop.
+struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Starts `loadgen --serve-child` (this binary, running the same server
+/// code as `drover server`) on a loopback port with a fresh cluster CA,
+/// and waits for its address.
+fn spawn_server(args: &NetworkArgs) -> Result<Cluster> {
+    let dir = std::env::temp_dir().join(format!("loadgen-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let ca = CertificateAuthority::generate()?;
+    let server = ca.issue(Role::Server, &["127.0.0.1".to_string(), "localhost".to_string()])?;
+    let write = |name: &str, text: &str| -> Result<PathBuf> {
+        let path = dir.join(name);
+        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+        Ok(path)
+    };
+    let ca_file = write("ca.pem", &ca.identity().cert_pem)?;
+    let cert_file = write("server.pem", &server.cert_pem)?;
+    let key_file = write("server-key.pem", &server.key_pem)?;
+    let mut command = std::process::Command::new(std::env::current_exe().context("finding this binary")?);
+    command.arg("--serve-child").arg("--ca-file").arg(&ca_file).arg("--cert-file").arg(&cert_file);
+    command.arg("--key-file").arg(&key_file);
+    if let Some(workers) = args.workers {
+        command.arg("--workers").arg(workers.to_string());
+    }
+    command.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::inherit());
+    let mut child = command.spawn().context("spawning the server")?;
+    let stdout = child.stdout.take().context("the server's stdout")?;
+    let child = Child(child);
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line)
+        .context("reading the server's address")?;
+    let addr: SocketAddr = line
+        .trim()
+        .strip_prefix("listening ")
+        .and_then(|addr| addr.parse().ok())
+        .with_context(|| format!("the server did not say where it listens: {line:?}"))?;
+    let ca_pem = ca.identity().cert_pem.clone();
+    Ok(Cluster {
+        addr,
+        client: TlsMaterial { ca_pem: ca_pem.clone(), identity: ca.issue(Role::Client, &[])? },
+        operator: TlsMaterial { ca_pem, identity: ca.issue(Role::Operator, &[])? },
+        child: Some(child),
+        _dir: Some(TempDir(dir)),
+    })
+}
+
+/// Runs the whole network mode and fills `report`.
+pub fn run(args: NetworkArgs, nodes: Vec<Node>, jobs: Vec<Job>, report: &mut Report) -> Result<()> {
+    transport::install_crypto_provider();
+    let cluster = match (&args.server, &args.tls_files) {
+        (Some(addr), Some((ca, cert, key, op_cert, op_key))) => Cluster {
+            addr: *addr,
+            client: TlsMaterial::from_files(ca, cert, key)?,
+            operator: TlsMaterial::from_files(ca, op_cert, op_key)?,
+            child: None,
+            _dir: None,
+        },
+        (Some(_), None) => {
+            bail!("--server needs --ca-file, --cert-file, --key-file, --operator-cert and --operator-key")
+        }
+        (None, _) => spawn_server(&args)?,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let outcome = runtime.block_on(drive(&args, &cluster, nodes, jobs, report));
+    if let Some(Child(child)) = &cluster.child {
+        eprintln!("stopping the spawned server (pid {})", child.id());
+    }
+    drop(cluster);
+    outcome
+}
+
+async fn drive(
+    args: &NetworkArgs,
+    cluster: &Cluster,
+    nodes: Vec<Node>,
+    jobs: Vec<Job>,
+    report: &mut Report,
+) -> Result<()> {
+    let operator_endpoint = ClientEndpoints::bind(1, &cluster.operator)?;
+    let operator = operator_endpoint.connect(cluster.addr).await.context("the operator connection")?;
+    let endpoints = Arc::new(ClientEndpoints::bind(args.endpoints, &cluster.client)?);
+    let observer = Arc::new(Observer {
+        heartbeat_rtt_us: Mutex::new(Histogram::new_with_bounds(1, 600_000_000, 3).expect("bounds")),
+        handshake_us: Mutex::new(Histogram::new_with_bounds(1, 600_000_000, 3).expect("bounds")),
+        heartbeats: AtomicU64::new(0),
+    });
+    let (stop, stopped) = watch::channel(false);
+    let n_nodes = nodes.len();
+    let started = Instant::now();
+    let mut clients = Vec::with_capacity(n_nodes);
+    let mut tasks = Vec::with_capacity(n_nodes);
+    for node in nodes {
+        let mut settings = AgentSettings::new(vec![cluster.addr]);
+        settings.heartbeat_interval = args.heartbeat_interval;
+        let quic = endpoints.own_config()?;
+        let (link, link_seen) = watch::channel(true);
+        let agent = Agent::new(node, settings, endpoints.clone(), quic, observer.clone()).with_link(link_seen);
+        clients.push(Client { link, counters: agent.counters().clone(), back_at: None, flapped: false });
+        let stopped = stopped.clone();
+        tasks.push(tokio::spawn(async move { agent.run(stopped).await }));
+    }
+    let ready = wait_for(&operator, "every node ready", args.timeout, |cluster| {
+        (cluster.nodes_ready as usize >= n_nodes).then_some(())
+    })
+    .await;
+    if let Err(error) = ready {
+        let _ = stop.send(true);
+        return Err(error);
+    }
+    report.node_register_per_sec = n_nodes as f64 / started.elapsed().as_secs_f64().max(1e-9);
+    eprintln!("{n_nodes} clients connected and ready in {:.2?}", started.elapsed());
+
+    // Node agents first (system jobs), then the workloads, as a real cluster.
+    let placing = Instant::now();
+    let (agents, workloads): (Vec<Job>, Vec<Job>) = jobs.into_iter().partition(|job| job.job_type.is_system_like());
+    for batch in [agents, workloads] {
+        for job in batch {
+            let id = job.id.clone();
+            operator.submit_job(job).await.with_context(|| format!("registering {id}"))?;
+        }
+        wait_for(&operator, "every allocation placed and running", args.timeout, converged).await?;
+    }
+    let placed_in = placing.elapsed();
+    eprintln!("  placed and running in {placed_in:.2?}");
+    let after_placement = operator.report().await?;
+    report.record(&after_placement, placed_in);
+    let beats_before = observer.heartbeats.load(Ordering::Relaxed);
+    let run_started = Instant::now();
+
+    let storm = flap(args, &mut clients, &operator).await?;
+    let heartbeats = observer.heartbeats.load(Ordering::Relaxed) - beats_before;
+    let run_secs = run_started.elapsed().as_secs_f64();
+    for client in &clients {
+        let _ = client.link.send(true);
+    }
+    let settled = Instant::now();
+    let end = wait_for(&operator, "the cluster converged after the run", args.timeout, |cluster| {
+        (converged(cluster).is_some() && cluster.nodes_ready as usize == n_nodes).then(|| cluster.clone())
+    })
+    .await?;
+    eprintln!("  converged {:.2?} after the last client came back", settled.elapsed());
+
+    let net = &mut report.network;
+    net.duration_secs = run_secs;
+    net.heartbeats_per_sec = heartbeats as f64 / run_secs.max(1e-9);
+    net.heartbeat_rtt_ms = Millis::of(&observer.heartbeat_rtt_us.lock());
+    net.handshake_ms = Millis::of(&observer.handshake_us.lock());
+    let sum = |read: fn(&AgentCounters) -> u64| clients.iter().map(|client| read(&client.counters)).sum::<u64>();
+    net.reconnects = sum(|c| c.reconnects.load(Ordering::Relaxed));
+    net.resyncs = sum(|c| c.resyncs.load(Ordering::Relaxed));
+    net.allocs_unknown = sum(|c| c.allocs_seen_unknown.load(Ordering::Relaxed));
+    net.allocs_reconnected = sum(|c| c.allocs_reconnected.load(Ordering::Relaxed));
+    net.flaps = clients.iter().filter(|client| client.flapped).count() as u64;
+    net.wrongly_marked_down = clients
+        .iter()
+        .filter(|client| !client.flapped && client.counters.marked_away.load(Ordering::Relaxed) > 0)
+        .count() as u64;
+    if let Some((storm_nodes, convergence)) = storm {
+        net.storm_nodes = storm_nodes;
+        net.convergence_after_storm_ms = convergence.map(|took| took.as_secs_f64() * 1000.0);
+    }
+    report.record_end(&end);
+    report.check_invariants(&end);
+
+    let _ = stop.send(true);
+    for task in tasks {
+        let _ = task.await;
+    }
+    endpoints.close().await;
+    operator.close();
+    Ok(())
+}
+
+/// Whether every job has its allocations running and the server is idle.
+fn converged(cluster: &ClusterReport) -> Option<()> {
+    let placed = cluster.jobs.iter().all(|job| job.live == job.desired && job.running == job.desired);
+    (placed && cluster.idle && cluster.unknown_on_ready_nodes == 0).then_some(())
+}
+
+/// Polls the cluster report (every 500 ms) until `done` says yes; prints a
+/// progress line.
+async fn wait_for<T>(
+    operator: &ClientConnection,
+    what: &str,
+    timeout: Duration,
+    done: impl Fn(&ClusterReport) -> Option<T>,
+) -> Result<T> {
+    let started = Instant::now();
+    let mut last_line = Instant::now();
+    loop {
+        let cluster = operator.report().await.context("the cluster report")?;
+        if let Some(value) = done(&cluster) {
+            return Ok(value);
+        }
+        if started.elapsed() > timeout {
+            let short: Vec<_> = cluster.jobs.iter().filter(|job| job.running < job.desired).take(5).collect();
+            bail!(
+                "{what}: not after {timeout:?}: nodes ready {} initializing {} down {} disconnected {}; short jobs {short:?}; engine {:?}",
+                cluster.nodes_ready,
+                cluster.nodes_initializing,
+                cluster.nodes_down,
+                cluster.nodes_disconnected,
+                cluster.engine
+            );
+        }
+        if last_line.elapsed() > Duration::from_secs(5) {
+            let desired: u64 = cluster.jobs.iter().map(|job| job.desired).sum();
+            let running: u64 = cluster.jobs.iter().map(|job| job.running.min(job.desired)).sum();
+            eprintln!(
+                "  {what}: {running}/{desired} running, nodes ready {}/{}, {} connections, {:.0?} elapsed",
+                cluster.nodes_ready,
+                cluster.nodes_ready + cluster.nodes_initializing + cluster.nodes_down + cluster.nodes_disconnected,
+                cluster.listener.connections_open,
+                started.elapsed()
+            );
+            last_line = Instant::now();
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// The flapping phase for `--duration`; returns the storm's size and the
+/// time from its return until the cluster converged.
+async fn flap(
+    args: &NetworkArgs,
+    clients: &mut [Client],
+    operator: &ClientConnection,
+) -> Result<Option<(u64, Option<Duration>)>> {
+    let mut rng = SmallRng::seed_from_u64(7);
+    let tick = Duration::from_millis(100);
+    let per_tick = args.flap_rate * tick.as_secs_f64() / 60.0;
+    let started = Instant::now();
+    let mut storm_state: Option<(u64, Instant)> = None;
+    let mut storm_result = None;
+    let mut last_line = Instant::now();
+    while started.elapsed() < args.duration {
+        let now = Instant::now();
+        for client in clients.iter_mut() {
+            match client.back_at {
+                Some(at) if at <= now => {
+                    client.back_at = None;
+                    let _ = client.link.send(true);
+                }
+                None if per_tick > 0.0 && rng.random::<f64>() < per_tick => {
+                    client.back_at = Some(now + args.flap_durations.sample(&mut rng));
+                    client.flapped = true;
+                    let _ = client.link.send(false);
+                }
+                _ => {}
+            }
+        }
+        if let Some(storm) = args.storm {
+            if storm_state.is_none() && started.elapsed() >= storm.at {
+                let back = now + storm.away;
+                let mut dropped = 0;
+                for client in clients.iter_mut().filter(|_| rng.random::<f64>() < storm.fraction) {
+                    client.back_at = Some(back);
+                    client.flapped = true;
+                    let _ = client.link.send(false);
+                    dropped += 1;
+                }
+                eprintln!("  storm: {dropped} clients dropped at once, back in {:?}", storm.away);
+                storm_state = Some((dropped, back));
+            }
+            if let Some((dropped, back)) = storm_state {
+                if storm_result.is_none() && now >= back {
+                    // Everyone came back on this tick (above); wait here
+                    // for the cluster to converge before going on.
+                    for client in clients.iter_mut().filter(|client| client.back_at.is_some_and(|at| at <= now)) {
+                        client.back_at = None;
+                        let _ = client.link.send(true);
+                    }
+                    let n = clients.len() as u64;
+                    let converged = wait_for(operator, "convergence after the storm", args.timeout, |cluster| {
+                        (converged(cluster).is_some() && cluster.nodes_ready == n).then_some(())
+                    })
+                    .await;
+                    let took = converged.ok().map(|()| back.elapsed());
+                    eprintln!("  storm converged after {took:.2?}");
+                    storm_result = Some((dropped, took));
+                }
+            }
+        }
+        if last_line.elapsed() > Duration::from_secs(5) {
+            let away = clients.iter().filter(|client| client.back_at.is_some()).count();
+            eprintln!("  flapping: {away} clients away, {:.0?} of {:?}", started.elapsed(), args.duration);
+            last_line = Instant::now();
+        }
+        tokio::time::sleep(tick).await;
+    }
+    Ok(storm_result.or(storm_state.map(|(dropped, _)| (dropped, None))))
+}

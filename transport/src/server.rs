@@ -1,0 +1,468 @@
+//! The server's client-facing endpoint: accepts client connections, serves
+//! one call per stream against the engine's node endpoint, and pushes each
+//! node's allocations on its watch stream.
+//!
+//! Every engine call here is an awaitable form (`register_async`,
+//! `update_status_async`, `update_allocs_async`, `allocs_async`): no tokio
+//! worker thread ever blocks on the engine, and a watch wakes only when a
+//! write touched its node.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use engine::node::endpoint::{NodeEndpoint, NodeError};
+use engine::state::{StateError, WaitError};
+use quinn::{Connection, Endpoint, Incoming, RecvStream, SendStream};
+use tokio::sync::{watch, Semaphore};
+
+use crate::frame::Frame;
+use crate::message::{
+    AllocsPush, ClusterReport, HeartbeatRequest, IndexReply, Kind, Message, MessageError, NodeReply, Refusal,
+    RefusalCode, RegisterRequest, ReportRequest, SubmitJobRequest, UpdateAllocsRequest, WatchAllocsRequest,
+};
+use crate::settings::{self, MAX_HANDSHAKES, MAX_REQUEST};
+use crate::stream::{abandon, codes, write_frame, write_last_frame, FrameReader, StreamError};
+use crate::tls::{TlsError, TlsMaterial};
+
+/// How long [`ClientListener::close`] waits for peers to be told.
+pub const CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// What the listener counts (read with [`ClientListener::stats`]).
+#[derive(Debug, Default)]
+struct Counters {
+    connections_accepted: AtomicU64,
+    connections_open: AtomicU64,
+    handshakes_refused: AtomicU64,
+    handshakes_failed: AtomicU64,
+    calls: AtomicU64,
+    refusals: AtomicU64,
+    wrong_secrets: AtomicU64,
+    malformed: AtomicU64,
+    pushes: AtomicU64,
+}
+
+/// A reading of the listener's counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ListenerStats {
+    /// Connections whose handshake completed.
+    pub connections_accepted: u64,
+    /// Connections open now.
+    pub connections_open: u64,
+    /// Connection attempts refused because [`MAX_HANDSHAKES`] were in progress.
+    pub handshakes_refused: u64,
+    /// Handshakes that failed (a bad certificate, a timeout).
+    pub handshakes_failed: u64,
+    /// Calls served (refused ones included).
+    pub calls: u64,
+    /// Calls refused.
+    pub refusals: u64,
+    /// Calls refused for a wrong secret.
+    pub wrong_secrets: u64,
+    /// Streams closed for a malformed, oversized or unknown frame.
+    pub malformed: u64,
+    /// Allocation pushes sent on watches.
+    pub pushes: u64,
+}
+
+/// The operator calls a server offers (registering jobs, the cluster
+/// report); the server binary implements them over its engine. They may
+/// block: the listener runs them on the blocking pool.
+pub trait Operations: Send + Sync + 'static {
+    /// Registers `job`; the index it was written at, or why not.
+    fn submit_job(&self, job: engine::structs::Job) -> Result<u64, String>;
+    /// The cluster report.
+    fn report(&self) -> ClusterReport;
+}
+
+/// What the listener serves with.
+struct Service {
+    nodes: NodeEndpoint,
+    operations: Option<Arc<dyn Operations>>,
+    /// The client addresses of the servers, handed to clients on every heartbeat.
+    servers: Vec<String>,
+    counters: Counters,
+    /// Set once at shutdown; watches end when it is.
+    shutdown: watch::Receiver<bool>,
+}
+
+impl std::fmt::Debug for Service {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Service").field("servers", &self.servers).finish_non_exhaustive()
+    }
+}
+
+/// The client-facing QUIC endpoint of a server.
+#[derive(Debug)]
+pub struct ClientListener {
+    endpoint: Endpoint,
+    service: Arc<Service>,
+    handshakes: Arc<Semaphore>,
+    shutdown: watch::Sender<bool>,
+}
+
+/// Why a listener could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ListenError {
+    /// The TLS material is unusable.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    /// The UDP socket could not be bound.
+    #[error("binding {addr}: {source}")]
+    Bind {
+        /// The address asked for.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+impl ClientListener {
+    /// Binds the endpoint on `addr`. Call from within a tokio runtime.
+    /// `servers` is the server list clients are handed (this server's
+    /// advertised address first); `operations` serves operator calls
+    /// (without it they are refused).
+    pub fn bind(
+        addr: SocketAddr,
+        tls: &TlsMaterial,
+        nodes: NodeEndpoint,
+        servers: Vec<String>,
+        operations: Option<Arc<dyn Operations>>,
+    ) -> Result<ClientListener, ListenError> {
+        let config = settings::server_config(tls.server_crypto()?);
+        let endpoint = Endpoint::server(config, addr).map_err(|source| ListenError::Bind { addr, source })?;
+        let (shutdown, shutdown_seen) = watch::channel(false);
+        let counters = Counters::default();
+        let service = Arc::new(Service { nodes, operations, servers, counters, shutdown: shutdown_seen });
+        Ok(ClientListener { endpoint, service, handshakes: Arc::new(Semaphore::new(MAX_HANDSHAKES)), shutdown })
+    }
+
+    /// The address the endpoint is bound to.
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.endpoint.local_addr()
+    }
+
+    /// The counters now.
+    pub fn stats(&self) -> ListenerStats {
+        ListenerStats {
+            connections_open: self.endpoint.open_connections() as u64,
+            ..self.service.stats_without_endpoint()
+        }
+    }
+}
+
+impl Service {
+    /// The counters, with the open connections counted by the connection
+    /// tasks instead of the endpoint.
+    fn stats_without_endpoint(&self) -> ListenerStats {
+        let counters = &self.counters;
+        let read = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        ListenerStats {
+            connections_accepted: read(&counters.connections_accepted),
+            connections_open: read(&counters.connections_open),
+            handshakes_refused: read(&counters.handshakes_refused),
+            handshakes_failed: read(&counters.handshakes_failed),
+            calls: read(&counters.calls),
+            refusals: read(&counters.refusals),
+            wrong_secrets: read(&counters.wrong_secrets),
+            malformed: read(&counters.malformed),
+            pushes: read(&counters.pushes),
+        }
+    }
+}
+
+impl ClientListener {
+    /// Accepts connections until [`ClientListener::shutdown`] is called.
+    pub async fn run(&self) {
+        let mut shutdown = self.shutdown.subscribe();
+        loop {
+            let incoming = tokio::select! {
+                incoming = self.endpoint.accept() => incoming,
+                _ = shutdown.wait_for(|stopping| *stopping) => break,
+            };
+            let Some(incoming) = incoming else { break };
+            self.admit(incoming);
+        }
+    }
+
+    /// Starts the handshake of `incoming` if fewer than [`MAX_HANDSHAKES`]
+    /// are in progress, or refuses it (the client backs off and retries).
+    fn admit(&self, incoming: Incoming) {
+        let Ok(permit) = self.handshakes.clone().try_acquire_owned() else {
+            self.service.counters.handshakes_refused.fetch_add(1, Ordering::Relaxed);
+            incoming.refuse();
+            return;
+        };
+        let service = self.service.clone();
+        tokio::spawn(async move {
+            let remote = incoming.remote_address();
+            let connection = match incoming.accept() {
+                Ok(connecting) => connecting.await,
+                Err(error) => Err(error),
+            };
+            drop(permit);
+            match connection {
+                Ok(connection) => {
+                    service.counters.connections_accepted.fetch_add(1, Ordering::Relaxed);
+                    service.counters.connections_open.fetch_add(1, Ordering::Relaxed);
+                    serve_connection(service.clone(), connection).await;
+                    service.counters.connections_open.fetch_sub(1, Ordering::Relaxed);
+                }
+                Err(error) => {
+                    service.counters.handshakes_failed.fetch_add(1, Ordering::Relaxed);
+                    tracing::info!(%remote, %error, "client handshake failed");
+                }
+            }
+        });
+    }
+
+    /// Stops accepting connections and ends every watch (each watcher is
+    /// told the server is shutting down). Calls in progress finish.
+    pub fn stop_accepting(&self) {
+        let _ = self.shutdown.send(true);
+        self.endpoint.set_server_config(None);
+    }
+
+    /// Closes every connection with [`codes::SHUTTING_DOWN`] and waits
+    /// until the peers have been told, at most [`CLOSE_WAIT`]: a handshake
+    /// caught half-way would otherwise hold the wait for the whole idle
+    /// timeout.
+    pub async fn close(&self) {
+        self.stop_accepting();
+        self.endpoint.close(codes::SHUTTING_DOWN, b"server shutting down");
+        let _ = tokio::time::timeout(CLOSE_WAIT, self.endpoint.wait_idle()).await;
+    }
+}
+
+/// Serves every stream the client opens until the connection ends.
+async fn serve_connection(service: Arc<Service>, connection: Connection) {
+    let remote = connection.remote_address();
+    let operator = crate::tls::is_operator(&connection);
+    loop {
+        match connection.accept_bi().await {
+            Ok((send, recv)) => {
+                let service = service.clone();
+                tokio::spawn(async move { serve_stream(&service, remote, operator, send, recv).await });
+            }
+            Err(error) => {
+                tracing::debug!(%remote, %error, "client connection ended");
+                return;
+            }
+        }
+    }
+}
+
+/// Serves one call: reads the request frame, answers it (or, on a watch,
+/// keeps answering). A frame that cannot be read closes this stream only.
+async fn serve_stream(
+    service: &Service,
+    remote: SocketAddr,
+    operator: bool,
+    mut send: SendStream,
+    mut recv: RecvStream,
+) {
+    let frame = match FrameReader::new(MAX_REQUEST).next(&mut recv).await {
+        Ok(Some(frame)) => frame,
+        Ok(None) => return,
+        Err(StreamError::Read(error)) => {
+            tracing::debug!(%remote, %error, "client stream ended before its request");
+            return;
+        }
+        Err(error) => return refuse_malformed(service, remote, &mut send, &mut recv, 0, &error.to_string()).await,
+    };
+    service.counters.calls.fetch_add(1, Ordering::Relaxed);
+    let request_id = frame.request_id;
+    let outcome = match Kind::try_from(frame.kind) {
+        Ok(Kind::Register) => answer(&frame, |request: RegisterRequest| async move {
+            let reply = service.nodes.register_async(request.node).await?;
+            Ok(service.node_reply(reply))
+        })
+        .await
+        .map(|reply| reply.to_frame(request_id)),
+        Ok(Kind::Heartbeat) => answer(&frame, |request: HeartbeatRequest| async move {
+            service.nodes.authenticate(request.node_id, request.secret_id)?;
+            let reply = service.nodes.update_status_async(request.node_id, request.status).await?;
+            Ok(service.node_reply(reply))
+        })
+        .await
+        .map(|reply| reply.to_frame(request_id)),
+        Ok(Kind::UpdateAllocs) => answer(&frame, |request: UpdateAllocsRequest| async move {
+            service.nodes.authenticate(request.node_id, request.secret_id)?;
+            let index = service.nodes.update_allocs_async(request.node_id, request.updates).await?;
+            Ok(IndexReply { index })
+        })
+        .await
+        .map(|reply| reply.to_frame(request_id)),
+        Ok(Kind::SubmitJob) => match SubmitJobRequest::from_frame(&frame) {
+            Ok(request) => match service.operation(remote, operator, move |ops| ops.submit_job(request.job)).await {
+                Ok(Ok(index)) => Ok(IndexReply { index }.to_frame(request_id)),
+                Ok(Err(why)) => Ok(Refusal { code: RefusalCode::Invalid, message: why }.to_frame(request_id)),
+                Err(refusal) => Ok(refusal.to_frame(request_id)),
+            },
+            Err(error) => Err(Failure::Malformed(error)),
+        },
+        Ok(Kind::Report) => match ReportRequest::from_frame(&frame) {
+            Ok(ReportRequest) => match service.operation(remote, operator, |ops| ops.report()).await {
+                Ok(mut report) => {
+                    report.listener = service.stats_without_endpoint();
+                    Ok(report.to_frame(request_id))
+                }
+                Err(refusal) => Ok(refusal.to_frame(request_id)),
+            },
+            Err(error) => Err(Failure::Malformed(error)),
+        },
+        Ok(Kind::WatchAllocs) => match WatchAllocsRequest::from_frame(&frame) {
+            Ok(request) => return watch_allocs(service, remote, request, request_id, send).await,
+            Err(error) => Err(Failure::Malformed(error)),
+        },
+        Ok(other) => {
+            Err(Failure::Malformed(MessageError::Malformed { kind: other, reason: "not a request".to_string() }))
+        }
+        Err(error) => Err(Failure::Malformed(error)),
+    };
+    let reply = match outcome {
+        Ok(reply) => reply,
+        Err(Failure::Malformed(error)) => {
+            return refuse_malformed(service, remote, &mut send, &mut recv, request_id, &error.to_string()).await;
+        }
+        Err(Failure::Refused(error)) => service.refusal(remote, &error).to_frame(request_id),
+    };
+    if let Err(error) = write_last_frame(&mut send, &reply).await {
+        tracing::debug!(%remote, %error, "could not answer a client call");
+    }
+}
+
+/// Why a call got no reply of its own kind.
+enum Failure {
+    /// The request was not a valid message.
+    Malformed(MessageError),
+    /// The engine refused it.
+    Refused(NodeError),
+}
+
+/// Decodes the request in `frame` and serves it with `serve`.
+async fn answer<Request, Reply, Serve, Served>(frame: &Frame, serve: Serve) -> Result<Reply, Failure>
+where
+    Request: Message,
+    Serve: FnOnce(Request) -> Served,
+    Served: std::future::Future<Output = Result<Reply, NodeError>>,
+{
+    let request = Request::from_frame(frame).map_err(Failure::Malformed)?;
+    serve(request).await.map_err(Failure::Refused)
+}
+
+/// Answers a request that could not be read with a [`Refusal`] saying why,
+/// then closes the stream; the connection and other streams carry on.
+async fn refuse_malformed(
+    service: &Service,
+    remote: SocketAddr,
+    send: &mut SendStream,
+    recv: &mut RecvStream,
+    request_id: u64,
+    why: &str,
+) {
+    service.counters.malformed.fetch_add(1, Ordering::Relaxed);
+    tracing::warn!(%remote, why, "closed a client stream: malformed request");
+    let refusal = Refusal { code: RefusalCode::Malformed, message: why.to_string() };
+    let _ = recv.stop(codes::MALFORMED);
+    if write_last_frame(send, &refusal.to_frame(request_id)).await.is_err() {
+        abandon(send, recv, codes::MALFORMED);
+    }
+}
+
+/// The node's allocation watch: pushes its allocations whenever a write
+/// changed them after the last index pushed (or the client's `last_index`
+/// on a resumed watch), until the client goes away or the server stops.
+async fn watch_allocs(
+    service: &Service,
+    remote: SocketAddr,
+    request: WatchAllocsRequest,
+    request_id: u64,
+    mut send: SendStream,
+) {
+    if let Err(error) = service.nodes.authenticate(request.node_id, request.secret_id) {
+        let refusal = service.refusal(remote, &error);
+        let _ = write_last_frame(&mut send, &refusal.to_frame(request_id)).await;
+        return;
+    }
+    let mut shutdown = service.shutdown.clone();
+    let mut last_index = request.last_index;
+    loop {
+        let found = tokio::select! {
+            found = service.nodes.allocs_async(request.node_id, last_index) => found,
+            _ = send.stopped() => return,
+            _ = shutdown.wait_for(|stopping| *stopping) => Err(NodeError::Wait(WaitError::Shutdown { wanted: last_index + 1 })),
+        };
+        let frame = match found {
+            Ok((allocs, index)) => {
+                last_index = index;
+                AllocsPush { index, allocs }.to_frame(request_id)
+            }
+            Err(error) => {
+                let refusal = service.refusal(remote, &error);
+                let _ = write_last_frame(&mut send, &refusal.to_frame(request_id)).await;
+                return;
+            }
+        };
+        if let Err(error) = write_frame(&mut send, &frame).await {
+            tracing::debug!(%remote, %error, "allocation watch ended");
+            return;
+        }
+        service.counters.pushes.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+impl Service {
+    /// Runs an operator call on the blocking pool, or refuses it: the
+    /// connection has no operator certificate, or the server offers none.
+    async fn operation<T: Send + 'static>(
+        &self,
+        remote: SocketAddr,
+        operator: bool,
+        call: impl FnOnce(&dyn Operations) -> T + Send + 'static,
+    ) -> Result<T, Refusal> {
+        let Some(operations) = self.operations.clone().filter(|_| operator) else {
+            self.counters.refusals.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(%remote, "refused an operator call from a connection without an operator certificate");
+            return Err(Refusal {
+                code: RefusalCode::Forbidden,
+                message: "operator calls need an operator certificate".to_string(),
+            });
+        };
+        tokio::task::spawn_blocking(move || call(operations.as_ref())).await.map_err(|error| Refusal {
+            code: RefusalCode::Internal,
+            message: format!("the operator call failed: {error}"),
+        })
+    }
+
+    fn node_reply(&self, reply: engine::node::endpoint::NodeResponse) -> NodeReply {
+        NodeReply {
+            index: reply.index,
+            status: reply.status,
+            heartbeat_ttl: reply.heartbeat_ttl,
+            servers: self.servers.clone(),
+        }
+    }
+
+    /// The refusal for `error`, counted; a wrong secret is logged.
+    fn refusal(&self, remote: SocketAddr, error: &NodeError) -> Refusal {
+        self.counters.refusals.fetch_add(1, Ordering::Relaxed);
+        let code = match error {
+            NodeError::UnknownNode(_) => RefusalCode::UnknownNode,
+            NodeError::WrongSecret { node } => {
+                self.counters.wrong_secrets.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(%remote, node = %node, "refused a call with a wrong node secret");
+                RefusalCode::WrongSecret
+            }
+            NodeError::NotConnected { .. } => RefusalCode::NotConnected,
+            NodeError::StatusNotAllowed { .. } => RefusalCode::StatusNotAllowed,
+            NodeError::NotItsAllocation { .. } => RefusalCode::NotItsAllocation,
+            NodeError::EmptyUpdate { .. } => RefusalCode::EmptyUpdate,
+            NodeError::Wait(WaitError::Shutdown { .. }) | NodeError::State(StateError::ShuttingDown) => {
+                RefusalCode::ShuttingDown
+            }
+            NodeError::State(_) | NodeError::Wait(_) => RefusalCode::Internal,
+        };
+        Refusal { code, message: error.to_string() }
+    }
+}

@@ -1,0 +1,108 @@
+//! QUIC settings for 10,000 client connections per server, each with the
+//! reason it has the value it has. quinn's defaults suit a few fat
+//! connections (a browser, a file transfer); a server's client endpoint has
+//! many thin ones, so every per-connection allowance is multiplied by
+//! 10,000 (`../shared/reference/transport-durability-ha.md` §2).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use quinn::{IdleTimeout, TransportConfig, VarInt};
+
+/// Streams a client may have open at once towards a server. A client has
+/// its allocation watch and at most a few calls in flight (a heartbeat, an
+/// alloc update, a re-registration); quinn allocates state for every stream
+/// a peer *may* open when the connection is made, so the default of 100
+/// would cost 10,000 × 100 stream entries for nothing.
+pub const MAX_CLIENT_STREAMS: u32 = 16;
+
+/// Both sides close a connection after this long without a packet. Longer
+/// than the client keep-alive and any heartbeat interval, so a live client
+/// never hits it; a vanished client's connection is reaped after it. Node
+/// liveness comes from the heartbeat TTL, never from this timeout.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A client pings this often when it has nothing else to say, so its
+/// connection stays open (and NAT bindings fresh) between heartbeats when an
+/// operator sets a heartbeat TTL longer than the idle timeout. One side
+/// keeping alive suffices; the server never does.
+pub const CLIENT_KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+/// Handshakes a server runs at once; more are refused and the client
+/// retries with jittered backoff. quinn holds its endpoint lock across the
+/// start of every handshake, so an unbounded reconnect storm would delay
+/// the heartbeats of connected clients (quinn-rs/quinn#2633).
+pub const MAX_HANDSHAKES: usize = 256;
+
+/// Connections a server queues before it looks at them (quinn's default is
+/// 65,536): above 10,000 clients reconnecting at once, bounded memory.
+pub const MAX_INCOMING: usize = 20_000;
+
+/// The largest request payload a server reads (an alloc update of a busy
+/// node, a registration with many attributes); bigger ones are refused
+/// before they are buffered.
+pub const MAX_REQUEST: usize = 1024 * 1024;
+
+/// The client-facing server transport.
+pub fn server_transport() -> Arc<TransportConfig> {
+    let mut config = TransportConfig::default();
+    config
+        .max_concurrent_bidi_streams(VarInt::from_u32(MAX_CLIENT_STREAMS))
+        // Clients never open unidirectional streams.
+        .max_concurrent_uni_streams(VarInt::from_u32(0))
+        // A request is small; 256 KiB per stream and 1 MiB per connection
+        // bound what 10,000 clients can make the server buffer (10 GiB
+        // with quinn's unlimited default).
+        .stream_receive_window(VarInt::from_u32(256 * 1024))
+        .receive_window(VarInt::from_u32(1024 * 1024))
+        // quinn's docs: with many connections, keep the send window low
+        // enough that every connection using it cannot exhaust memory. An
+        // allocation push of a full node fits in 1 MiB.
+        .send_window(1024 * 1024)
+        .max_idle_timeout(Some(idle_timeout()))
+        .keep_alive_interval(None)
+        // No unreliable datagrams in this protocol.
+        .datagram_receive_buffer_size(None);
+    Arc::new(config)
+}
+
+/// The client transport (agents and loadgen's simulated clients).
+pub fn client_transport() -> Arc<TransportConfig> {
+    let mut config = TransportConfig::default();
+    config
+        // The server never opens streams towards a client.
+        .max_concurrent_bidi_streams(VarInt::from_u32(0))
+        .max_concurrent_uni_streams(VarInt::from_u32(0))
+        // Allocation pushes are the biggest messages; 1 MiB per stream and
+        // 2 MiB per connection carry a full node's in one window. loadgen
+        // holds 10,000 of these, so they stay bounded too.
+        .stream_receive_window(VarInt::from_u32(1024 * 1024))
+        .receive_window(VarInt::from_u32(2 * 1024 * 1024))
+        .send_window(256 * 1024)
+        .max_idle_timeout(Some(idle_timeout()))
+        .keep_alive_interval(Some(CLIENT_KEEP_ALIVE))
+        .datagram_receive_buffer_size(None);
+    Arc::new(config)
+}
+
+fn idle_timeout() -> IdleTimeout {
+    IdleTimeout::try_from(IDLE_TIMEOUT).expect("60 s is a valid idle timeout")
+}
+
+/// The server's QUIC config: the client transport above, migration off
+/// (clients do not move between addresses, and a migrating peer costs path
+/// validation), a bounded accept queue.
+pub fn server_config(crypto: Arc<quinn::crypto::rustls::QuicServerConfig>) -> quinn::ServerConfig {
+    let mut config = quinn::ServerConfig::with_crypto(crypto);
+    config.transport_config(server_transport());
+    config.migration(false);
+    config.max_incoming(MAX_INCOMING);
+    config
+}
+
+/// A client's QUIC config over `crypto`.
+pub fn client_config(crypto: Arc<quinn::crypto::rustls::QuicClientConfig>) -> quinn::ClientConfig {
+    let mut config = quinn::ClientConfig::new(crypto);
+    config.transport_config(client_transport());
+    config
+}

@@ -1,0 +1,263 @@
+//! The protocol over real QUIC on loopback: a real engine server behind a
+//! real `ClientListener`, real clients. Waits are on events (a push, a
+//! reply, the store's index); every wait is bounded by a generous watchdog
+//! that only turns a hang into a failure.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use engine::clock::SystemClock;
+use engine::server::{Server, ServerConfig};
+use engine::state::ClientAllocUpdate;
+use engine::structs::{ClientStatus, Job, JobType, NodeStatus, Resources};
+use transport::client::{CallError, ClientEndpoints};
+use transport::frame::{Frame, HEADER_LEN, MAGIC, VERSION};
+use transport::message::{Kind, Message, Refusal, RefusalCode};
+use transport::server::ClientListener;
+use transport::tls::TlsMaterial;
+use uuid::Uuid;
+
+/// A hang becomes a failure after this long; nothing here is timed.
+const WATCHDOG: Duration = Duration::from_secs(60);
+
+async fn bounded<T>(what: &str, future: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(WATCHDOG, future).await.unwrap_or_else(|_| panic!("{what} did not happen within {WATCHDOG:?}"))
+}
+
+struct Setup {
+    server: Arc<Server>,
+    listener: Arc<ClientListener>,
+    addr: SocketAddr,
+    client_tls: TlsMaterial,
+}
+
+fn start() -> Setup {
+    transport::install_crypto_provider();
+    let (_ca, server_tls, client_tls) = TlsMaterial::dev_pair().expect("dev material");
+    let config = ServerConfig { workers: 1, ..ServerConfig::default() };
+    let server = Arc::new(Server::start(config, SystemClock::shared()));
+    let loopback: SocketAddr = "127.0.0.1:0".parse().expect("address");
+    let listener = Arc::new(
+        ClientListener::bind(loopback, &server_tls, server.nodes(), vec!["127.0.0.1:4647".into()], None)
+            .expect("binds"),
+    );
+    let addr = listener.local_addr().expect("bound");
+    tokio::spawn({
+        let listener = listener.clone();
+        async move { listener.run().await }
+    });
+    Setup { server, listener, addr, client_tls }
+}
+
+fn job(id: &str, count: u32) -> Job {
+    Job::new_simple(id, JobType::Service, count, Resources::new(100, 64, 0))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_registers_heartbeats_receives_an_alloc_and_reports_it_running() {
+    let setup = start();
+    let endpoints = ClientEndpoints::bind(1, &setup.client_tls).expect("client endpoint");
+    let connection = bounded("connect", endpoints.connect(setup.addr)).await.expect("connects");
+    // Node 0 is in dc1, where the test jobs run.
+    let node = engine::testing::node(0);
+    let registered = bounded("register", connection.register(node.clone())).await.expect("registers");
+    assert_eq!(registered.status, NodeStatus::Ready);
+    assert!(registered.heartbeat_ttl > Duration::ZERO);
+    let beat =
+        bounded("heartbeat", connection.heartbeat(node.id, node.secret_id, NodeStatus::Ready)).await.expect("beats");
+    assert_eq!(beat.servers, vec!["127.0.0.1:4647".to_string()]);
+
+    let mut watch = bounded("watch", connection.watch_allocs(node.id, node.secret_id, 0)).await.expect("watch opens");
+    let first = bounded("first push", watch.next()).await.expect("first push");
+    assert!(first.allocs.is_empty());
+
+    setup.server.jobs().register(job("web", 1)).expect("job registers");
+    let push = bounded("the alloc's push", watch.next()).await.expect("push");
+    assert_eq!(push.allocs.len(), 1);
+    let alloc = push.allocs[0].clone();
+    assert_eq!(alloc.node_id, node.id);
+    assert!(push.index > first.index);
+
+    let update = ClientAllocUpdate {
+        alloc_id: alloc.id,
+        node_id: node.id,
+        client_status: ClientStatus::Running,
+        client_description: "started".into(),
+    };
+    let index =
+        bounded("report", connection.update_allocs(node.id, node.secret_id, vec![update])).await.expect("accepted");
+    let snapshot = setup.server.store().snapshot_min_index(index, WATCHDOG).expect("written");
+    assert_eq!(snapshot.alloc(alloc.id).expect("stored").client_status, ClientStatus::Running);
+    // The report changed the allocation: the watch pushes it again.
+    let pushed = bounded("the report's push", watch.next()).await.expect("push");
+    assert_eq!(pushed.allocs[0].client_status, ClientStatus::Running);
+
+    let stats = setup.listener.stats();
+    assert_eq!(stats.connections_accepted, 1);
+    assert_eq!(stats.refusals, 0);
+    setup.listener.close().await;
+    setup.server.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_secret_is_refused_and_changes_nothing() {
+    let setup = start();
+    let endpoints = ClientEndpoints::bind(1, &setup.client_tls).expect("client endpoint");
+    let connection = bounded("connect", endpoints.connect(setup.addr)).await.expect("connects");
+    let node = engine::testing::node(2);
+    bounded("register", connection.register(node.clone())).await.expect("registers");
+    let before = setup.server.store().latest_index();
+    let wrong = Uuid::from_u128(0xbad);
+
+    let refused = bounded("heartbeat", connection.heartbeat(node.id, wrong, NodeStatus::Ready)).await;
+    assert_eq!(refused.expect_err("wrong secret").refusal(), Some(RefusalCode::WrongSecret));
+    let mut impostor = node.clone();
+    impostor.secret_id = wrong;
+    impostor.name = "impostor".into();
+    let refused = bounded("register", connection.register(impostor)).await;
+    assert_eq!(refused.expect_err("wrong secret").refusal(), Some(RefusalCode::WrongSecret));
+    let mut watch = bounded("watch", connection.watch_allocs(node.id, wrong, 0)).await.expect("stream opens");
+    assert_eq!(
+        bounded("watch answer", watch.next()).await.expect_err("refused").refusal(),
+        Some(RefusalCode::WrongSecret)
+    );
+
+    assert_eq!(setup.server.store().latest_index(), before, "a refused call writes nothing");
+    assert_eq!(setup.server.store().snapshot().node(node.id).expect("kept").name, node.name);
+    assert_eq!(setup.listener.stats().wrong_secrets, 3);
+    setup.listener.close().await;
+    setup.server.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_whose_certificate_is_not_signed_by_the_cluster_ca_cannot_connect() {
+    let setup = start();
+    let (_other_ca, _, stranger) = TlsMaterial::dev_pair().expect("another CA");
+    // The stranger trusts the cluster CA (it can check the server) but
+    // presents a certificate of its own CA.
+    let stranger = TlsMaterial { ca_pem: setup.client_tls.ca_pem.clone(), identity: stranger.identity };
+    let endpoints = ClientEndpoints::bind(1, &stranger).expect("client endpoint");
+    let outcome = bounded("handshake", async {
+        let connection = endpoints.connect(setup.addr).await?;
+        connection.heartbeat(engine::testing::node(3).id, Uuid::nil(), NodeStatus::Ready).await
+    })
+    .await;
+    let error = outcome.expect_err("the server refuses the certificate");
+    assert!(error.is_connection_lost(), "{error}");
+    assert_eq!(setup.listener.stats().connections_accepted, 0);
+    assert_eq!(setup.server.store().snapshot().nodes().count(), 0);
+    setup.listener.close().await;
+    setup.server.shutdown();
+}
+
+/// A frame's bytes with any header fields.
+fn raw_frame(magic: &[u8; 3], version: u8, kind: u8, length: u32, payload: &[u8]) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(HEADER_LEN + payload.len());
+    bytes.extend_from_slice(magic);
+    bytes.push(version);
+    bytes.push(kind);
+    bytes.extend_from_slice(&9u64.to_be_bytes());
+    bytes.extend_from_slice(&length.to_be_bytes());
+    bytes.extend_from_slice(payload);
+    bytes
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_frames_close_their_stream_and_the_server_keeps_serving() {
+    let setup = start();
+    let endpoints = ClientEndpoints::bind(1, &setup.client_tls).expect("client endpoint");
+    let bad = bounded("connect", endpoints.connect(setup.addr)).await.expect("connects");
+    let good = bounded("connect", endpoints.connect(setup.addr)).await.expect("connects");
+    let node = engine::testing::node(4);
+    bounded("register", good.register(node.clone())).await.expect("registers");
+
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("bad magic", b"GET / HTTP/1.1\r\n\r\n".to_vec()),
+        ("bad version", raw_frame(&MAGIC, VERSION + 1, Kind::Heartbeat as u8, 0, &[])),
+        ("oversized", raw_frame(&MAGIC, VERSION, Kind::UpdateAllocs as u8, 2 * 1024 * 1024, &[])),
+        ("unknown kind", raw_frame(&MAGIC, VERSION, 99, 0, &[])),
+        ("a reply kind as a request", raw_frame(&MAGIC, VERSION, Kind::IndexReply as u8, 1, &[0])),
+        ("garbage payload", raw_frame(&MAGIC, VERSION, Kind::Heartbeat as u8, 4, &[0xff, 0xff, 0xff, 0xff])),
+        ("truncated", raw_frame(&MAGIC, VERSION, Kind::Heartbeat as u8, 100, &[1, 2, 3])),
+    ];
+    let before = setup.server.store().latest_index();
+    for (case, bytes) in &cases {
+        let answer = bounded(case, bad.raw_call(bytes)).await.unwrap_or_else(|error| panic!("{case}: {error}"));
+        let frame: Frame = answer.unwrap_or_else(|| panic!("{case}: no answer"));
+        let refusal = Refusal::from_frame(&frame).unwrap_or_else(|error| panic!("{case}: {error}"));
+        assert_eq!(refusal.code, RefusalCode::Malformed, "{case}: {refusal}");
+        assert!(!refusal.message.is_empty(), "{case}");
+    }
+    assert_eq!(setup.listener.stats().malformed, cases.len() as u64);
+    assert_eq!(setup.server.store().latest_index(), before, "nothing was written");
+
+    // The same connection and another client are served as before.
+    let beat = bounded("heartbeat", bad.heartbeat(node.id, node.secret_id, NodeStatus::Ready)).await;
+    assert_eq!(beat.expect("served").status, NodeStatus::Ready);
+    let beat = bounded("heartbeat", good.heartbeat(node.id, node.secret_id, NodeStatus::Ready)).await;
+    assert_eq!(beat.expect("served").status, NodeStatus::Ready);
+    setup.listener.close().await;
+    setup.server.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_resumes_after_the_last_index_the_client_saw() {
+    let setup = start();
+    let endpoints = ClientEndpoints::bind(1, &setup.client_tls).expect("client endpoint");
+    let connection = bounded("connect", endpoints.connect(setup.addr)).await.expect("connects");
+    let node = engine::testing::node(8);
+    bounded("register", connection.register(node.clone())).await.expect("registers");
+    setup.server.jobs().register(job("api", 1)).expect("job registers");
+    let mut watch = bounded("watch", connection.watch_allocs(node.id, node.secret_id, 0)).await.expect("opens");
+    let mut seen = bounded("push", watch.next()).await.expect("push");
+    while seen.allocs.is_empty() {
+        seen = bounded("push", watch.next()).await.expect("push");
+    }
+    connection.close();
+    drop(watch);
+
+    // Reconnected, resuming from the last index seen: nothing changed, so
+    // the first push is the next change, not a replay.
+    let connection = bounded("reconnect", endpoints.connect(setup.addr)).await.expect("reconnects");
+    let mut watch =
+        bounded("watch", connection.watch_allocs(node.id, node.secret_id, seen.index)).await.expect("opens");
+    let alloc = &seen.allocs[0];
+    let update = ClientAllocUpdate {
+        alloc_id: alloc.id,
+        node_id: node.id,
+        client_status: ClientStatus::Running,
+        client_description: String::new(),
+    };
+    let index = bounded("report", connection.update_allocs(node.id, node.secret_id, vec![update])).await.expect("ok");
+    let next = bounded("push", watch.next()).await.expect("push");
+    assert!(next.index >= index && next.index > seen.index);
+    assert_eq!(next.allocs[0].client_status, ClientStatus::Running);
+    setup.listener.close().await;
+    setup.server.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_shutting_down_tells_its_clients() {
+    let setup = start();
+    let endpoints = ClientEndpoints::bind(1, &setup.client_tls).expect("client endpoint");
+    let connection = bounded("connect", endpoints.connect(setup.addr)).await.expect("connects");
+    let node = engine::testing::node(6);
+    bounded("register", connection.register(node.clone())).await.expect("registers");
+    let mut watch = bounded("watch", connection.watch_allocs(node.id, node.secret_id, 0)).await.expect("opens");
+    bounded("first push", watch.next()).await.expect("push");
+    setup.listener.stop_accepting();
+    let ended = bounded("the watch's end", watch.next()).await.expect_err("ended");
+    assert_eq!(ended.refusal(), Some(RefusalCode::ShuttingDown), "{ended}");
+    setup.listener.close().await;
+    let closed = bounded("close", connection.closed()).await;
+    assert!(
+        matches!(closed, quinn::ConnectionError::ApplicationClosed(ref close) if close.error_code == transport::stream::codes::SHUTTING_DOWN),
+        "{closed}"
+    );
+    assert!(matches!(
+        bounded("call", connection.heartbeat(node.id, node.secret_id, NodeStatus::Ready)).await,
+        Err(CallError::Connection(_))
+    ));
+    setup.server.shutdown();
+}
