@@ -31,7 +31,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use event_listener::Listener;
 use uuid::Uuid;
 
 use super::transitions::{needs_evals, next_status, node_evals};
@@ -39,6 +38,7 @@ use crate::clock::SharedClock;
 use crate::node::heartbeat::Heartbeats;
 use crate::node::update_batch::{batch_command, own_outcome, PendingUpdate, UpdateBatcher};
 use crate::state::Writer;
+use crate::state::{wait_until, wait_until_async};
 use crate::state::{ClientAllocUpdate, Command, StateError, WaitError};
 use crate::structs::{Allocation, Node, NodeId, NodeStatus};
 
@@ -327,19 +327,11 @@ impl NodeEndpoint {
     /// the allocations as they are, like a Nomad blocking query. Only a
     /// write that touched this node wakes it.
     pub fn allocs(&self, node_id: NodeId, min_index: u64, timeout: Duration) -> Result<NodeAllocs, NodeError> {
-        let deadline = Instant::now() + timeout;
         let watch = self.writer.store().watch_node(node_id);
-        loop {
-            if let Some(found) = self.allocs_after(node_id, min_index)? {
-                return Ok(found);
-            }
-            let listener = watch.listen();
-            if let Some(found) = self.allocs_after(node_id, min_index)? {
-                return Ok(found);
-            }
-            if listener.wait_deadline(deadline).is_none() {
-                return Ok(self.allocs_after(node_id, 0)?.expect("a min index of 0 always answers"));
-            }
+        let found = wait_until(|| watch.listen(), Instant::now() + timeout, || self.allocs_after(node_id, min_index))?;
+        match found {
+            Some(found) => Ok(found),
+            None => Ok(self.allocs_after(node_id, 0)?.expect("a min index of 0 always answers")),
         }
     }
 
@@ -352,16 +344,7 @@ impl NodeEndpoint {
         min_index: u64,
     ) -> Result<(Vec<Arc<Allocation>>, u64), NodeError> {
         let watch = self.writer.store().watch_node(node_id);
-        loop {
-            if let Some(found) = self.allocs_after(node_id, min_index)? {
-                return Ok(found);
-            }
-            let listener = watch.listen();
-            if let Some(found) = self.allocs_after(node_id, min_index)? {
-                return Ok(found);
-            }
-            listener.await;
-        }
+        wait_until_async(|| watch.listen(), || self.allocs_after(node_id, min_index)).await
     }
 
     /// The node's allocations if one changed after `min_index` (or

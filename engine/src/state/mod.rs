@@ -46,14 +46,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arc_swap::{ArcSwap, ArcSwapOption};
-use event_listener::{Event, Listener};
+use event_listener::Event;
 use parking_lot::Mutex;
 
 pub use codec::{CodecError, FORMAT_VERSION};
 pub use command::{ClientAllocUpdate, Command};
 pub use snapshot::{NodeList, Snapshot, StateDump, TableIndexes};
 pub use table::{Iter as TableIter, Table};
-pub use watch::NodeWatch;
+pub use watch::{wait_until, wait_until_async, NodeWatch};
 pub use writer::{CommandLog, PendingWrite, Writer};
 
 use watch::NodeWatches;
@@ -292,19 +292,11 @@ impl StateStore {
     /// A snapshot at `index` or later, blocking this thread up to `timeout`
     /// for the writer to get there.
     pub fn snapshot_min_index(&self, index: u64, timeout: Duration) -> Result<Arc<Snapshot>, WaitError> {
-        let deadline = Instant::now() + timeout;
         let _waiting = Waiting::count(&self.waiters);
-        loop {
-            if let Some(reached) = self.reached(index)? {
-                return Ok(reached);
-            }
-            let listener = self.index_changed.listen();
-            if let Some(reached) = self.reached(index)? {
-                return Ok(reached);
-            }
-            if listener.wait_deadline(deadline).is_none() {
-                return self.reached(index)?.ok_or(WaitError::Timeout { wanted: index, reached: self.latest_index() });
-            }
+        let deadline = Instant::now() + timeout;
+        match wait_until(|| self.index_changed.listen(), deadline, || self.reached(index))? {
+            Some(reached) => Ok(reached),
+            None => self.reached(index)?.ok_or(WaitError::Timeout { wanted: index, reached: self.latest_index() }),
         }
     }
 
@@ -312,16 +304,7 @@ impl StateStore {
     /// bound the wait themselves (a runtime's timeout); shutdown ends it.
     pub async fn wait_for_index(&self, index: u64) -> Result<Arc<Snapshot>, WaitError> {
         let _waiting = Waiting::count(&self.waiters);
-        loop {
-            if let Some(reached) = self.reached(index)? {
-                return Ok(reached);
-            }
-            let listener = self.index_changed.listen();
-            if let Some(reached) = self.reached(index)? {
-                return Ok(reached);
-            }
-            listener.await;
-        }
+        wait_until_async(|| self.index_changed.listen(), || self.reached(index)).await
     }
 
     /// The newest snapshot if it reached `index`; an error once shut down.

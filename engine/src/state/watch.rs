@@ -73,3 +73,43 @@ impl NodeWatch {
         self.event.listen()
     }
 }
+
+/// Waits until `check` finds what it looks for: checks, starts listening,
+/// checks again (so a change between the first check and the listening is
+/// not missed), then blocks this thread until the next notification or
+/// `deadline`. `Ok(None)`: the deadline passed first.
+pub fn wait_until<T, E>(
+    listen: impl Fn() -> EventListener,
+    deadline: std::time::Instant,
+    mut check: impl FnMut() -> Result<Option<T>, E>,
+) -> Result<Option<T>, E> {
+    loop {
+        if let Some(found) = check()? {
+            return Ok(Some(found));
+        }
+        let listener = listen();
+        if let Some(found) = check()? {
+            return Ok(Some(found));
+        }
+        if event_listener::Listener::wait_deadline(listener, deadline).is_none() {
+            return Ok(None);
+        }
+    }
+}
+
+/// [`wait_until`], awaited and without a deadline: no thread waits.
+pub async fn wait_until_async<T, E>(
+    listen: impl Fn() -> EventListener,
+    mut check: impl FnMut() -> Result<Option<T>, E>,
+) -> Result<T, E> {
+    loop {
+        if let Some(found) = check()? {
+            return Ok(found);
+        }
+        let listener = listen();
+        if let Some(found) = check()? {
+            return Ok(found);
+        }
+        listener.await;
+    }
+}
