@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use engine::state::ClientAllocUpdate;
 use engine::structs::{AllocId, Allocation, ClientStatus, DesiredStatus, Node, NodeStatus};
 use rand::rngs::SmallRng;
-use rand::SeedableRng;
+use rand::{Rng, SeedableRng};
 use tokio::sync::{mpsc, watch};
 use transport::client::{Backoff, CallError, ClientConnection, ClientEndpoints};
 use transport::message::{AllocsPush, RefusalCode};
@@ -36,8 +36,9 @@ use crate::mock::{self, TaskEnd};
 pub struct AgentSettings {
     /// The servers to try, in order.
     pub servers: Vec<SocketAddr>,
-    /// Heartbeat this often instead of at the TTL handed (load tests).
-    pub heartbeat_interval: Option<Duration>,
+    /// Heartbeat this often instead of at the TTL handed while it is set
+    /// (load tests).
+    pub heartbeat_interval: HeartbeatOverride,
     /// First reconnect delay ceiling.
     pub backoff_base: Duration,
     /// Largest reconnect delay ceiling.
@@ -45,18 +46,48 @@ pub struct AgentSettings {
     /// Give up on one call after this long (the connection is then
     /// considered lost).
     pub call_timeout: Duration,
+    /// Send a heartbeat again, on the same connection, when it is not
+    /// answered in this long. Well inside the servers' grace (10 s by
+    /// default), so a slow server costs a retry, not the node.
+    pub heartbeat_timeout: Duration,
 }
 
 impl AgentSettings {
-    /// Defaults for `servers`: backoff from 250 ms up to 30 s, 10 s call timeout.
+    /// Defaults for `servers`: backoff from 250 ms up to 30 s (and never
+    /// above half the heartbeat TTL once one is handed), 10 s call timeout,
+    /// heartbeats retried after 3 s.
     pub fn new(servers: Vec<SocketAddr>) -> AgentSettings {
         AgentSettings {
             servers,
-            heartbeat_interval: None,
+            heartbeat_interval: HeartbeatOverride::default(),
             backoff_base: Duration::from_millis(250),
             backoff_cap: Duration::from_secs(30),
             call_timeout: Duration::from_secs(10),
+            heartbeat_timeout: Duration::from_secs(3),
         }
+    }
+}
+
+/// A heartbeat period that replaces the TTL handed while it is set, shared
+/// so that a load test switches it for all its agents at once (each takes
+/// it at once, not after its current period).
+#[derive(Clone, Debug)]
+pub struct HeartbeatOverride(Arc<watch::Sender<Option<Duration>>>);
+
+impl Default for HeartbeatOverride {
+    fn default() -> HeartbeatOverride {
+        HeartbeatOverride(Arc::new(watch::channel(None).0))
+    }
+}
+
+impl HeartbeatOverride {
+    /// Heartbeat every `every`, or at the TTL again with `None`.
+    pub fn set(&self, every: Option<Duration>) {
+        self.0.send_replace(every);
+    }
+
+    fn watch(&self) -> watch::Receiver<Option<Duration>> {
+        self.0.subscribe()
     }
 }
 
@@ -69,6 +100,9 @@ pub struct AgentCounters {
     pub reconnects: AtomicU64,
     /// Heartbeats answered.
     pub heartbeats: AtomicU64,
+    /// Heartbeats sent again on the same connection after a timeout or a
+    /// failed stream.
+    pub heartbeat_retries: AtomicU64,
     /// Full resyncs sent after the server answered `initializing`.
     pub resyncs: AtomicU64,
     /// Alloc updates the server accepted.
@@ -80,8 +114,10 @@ pub struct AgentCounters {
     pub allocs_seen_unknown: AtomicU64,
     /// Of those, the ones a later push showed running again (reconnected).
     pub allocs_reconnected: AtomicU64,
-    /// Heartbeats answered `initializing`: the servers had marked the node
-    /// disconnected or down.
+    /// Times the agent learned the servers had given its node up: a
+    /// heartbeat answered `initializing` (the node was disconnected), or a
+    /// push showing an allocation it runs `lost` (the node was down; a down
+    /// node's heartbeat is answered `ready` at once).
     pub marked_away: AtomicU64,
 }
 
@@ -126,6 +162,14 @@ struct Local {
     last_index: u64,
     /// Whether the servers know this node.
     registered: bool,
+    /// The heartbeat TTL last handed: reconnect attempts stay below half of it.
+    heartbeat_ttl: Option<Duration>,
+}
+
+/// Between attempts: the reconnect backoff, and the jitter of heartbeat retries.
+struct Pacing {
+    backoff: Backoff,
+    rng: SmallRng,
 }
 
 /// One allocation on the agent.
@@ -178,8 +222,10 @@ impl Agent {
     /// Runs until `stop` is set: connects, serves a session, reconnects
     /// with backoff when it is lost. Tasks are stopped at the end.
     pub async fn run(&self, mut stop: watch::Receiver<bool>) {
-        let mut rng = SmallRng::seed_from_u64(self.node.id.0.as_u128() as u64);
-        let mut backoff = Backoff::new(self.settings.backoff_base, self.settings.backoff_cap);
+        let mut pacing = Pacing {
+            backoff: Backoff::new(self.settings.backoff_base, self.settings.backoff_cap),
+            rng: SmallRng::seed_from_u64(self.node.id.0.as_u128() as u64),
+        };
         let (ended_tx, mut ended_rx) = mpsc::unbounded_channel();
         let mut local = Local::default();
         let mut server = 0usize;
@@ -204,7 +250,7 @@ impl Agent {
                         self.counters.reconnects.fetch_add(1, Ordering::Relaxed);
                     }
                     let session =
-                        self.session(&connection, &mut local, &ended_tx, &mut ended_rx, &mut stop, &mut backoff);
+                        self.session(&connection, &mut local, &ended_tx, &mut ended_rx, &mut stop, &mut pacing);
                     let end = tokio::select! {
                         end = session => end,
                         _ = link_down(&mut link) => SessionEnd::Lost("the network link went down".to_string()),
@@ -219,7 +265,10 @@ impl Agent {
                 SessionEnd::Lost(why) => {
                     tracing::info!(node = %self.node.id, %why, "lost the server; reconnecting");
                     server += 1;
-                    let delay = backoff.next_delay(&mut rng);
+                    // Back before the servers give up on the node, if they will let us in.
+                    let cap = self.settings.backoff_cap;
+                    pacing.backoff.set_cap(local.heartbeat_ttl.map_or(cap, |ttl| (ttl / 2).min(cap)));
+                    let delay = pacing.backoff.next_delay(&mut pacing.rng);
                     tokio::select! {
                         _ = tokio::time::sleep(delay) => {}
                         _ = stopped(&mut stop) => break,
@@ -244,7 +293,7 @@ impl Agent {
         ended_tx: &mpsc::UnboundedSender<TaskEnd>,
         ended_rx: &mut mpsc::UnboundedReceiver<TaskEnd>,
         stop: &mut watch::Receiver<bool>,
-        backoff: &mut Backoff,
+        pacing: &mut Pacing,
     ) -> SessionEnd {
         let lost = |error: CallError| SessionEnd::Lost(error.to_string());
         if !local.registered {
@@ -252,12 +301,12 @@ impl Agent {
                 return lost(error);
             }
         }
-        let mut reply = match self.heartbeat(connection).await {
+        let mut reply = match self.first_heartbeat(connection, local, pacing).await {
             Err(error) if error.refusal() == Some(RefusalCode::UnknownNode) => {
                 if let Err(error) = self.register(connection, local).await {
                     return lost(error);
                 }
-                match self.heartbeat(connection).await {
+                match self.first_heartbeat(connection, local, pacing).await {
                     Ok(reply) => reply,
                     Err(error) => return lost(error),
                 }
@@ -265,7 +314,7 @@ impl Agent {
             Err(error) => return lost(error),
             Ok(reply) => reply,
         };
-        backoff.reset();
+        pacing.backoff.reset();
         let mut watch =
             match self.call(connection.watch_allocs(self.node.id, self.node.secret_id, local.last_index)).await {
                 Ok(watch) => watch,
@@ -276,18 +325,23 @@ impl Agent {
             if let Err(error) = self.resync(connection, local).await {
                 return lost(error);
             }
-            reply = match self.heartbeat(connection).await {
+            reply = match self.heartbeat(connection, local).await {
                 Ok(reply) => reply,
                 Err(error) => return lost(error),
             };
         } else if let Err(error) = self.report(connection, local).await {
             return lost(error);
         }
-        let mut next_heartbeat = tokio::time::Instant::now() + self.interval(reply.heartbeat_ttl);
+        let mut period = self.settings.heartbeat_interval.watch();
+        let mut next_heartbeat = tokio::time::Instant::now() + interval(&period, reply.heartbeat_ttl);
         loop {
             tokio::select! {
+                Ok(()) = period.changed() => {
+                    let ttl = local.heartbeat_ttl.unwrap_or(reply.heartbeat_ttl);
+                    next_heartbeat = next_heartbeat.min(tokio::time::Instant::now() + interval(&period, ttl));
+                }
                 _ = tokio::time::sleep_until(next_heartbeat) => {
-                    match self.heartbeat(connection).await {
+                    match self.heartbeat(connection, local).await {
                         Ok(reply) if reply.status == NodeStatus::Initializing => {
                             self.counters.marked_away.fetch_add(1, Ordering::Relaxed);
                             if let Err(error) = self.resync(connection, local).await {
@@ -295,7 +349,17 @@ impl Agent {
                             }
                             next_heartbeat = tokio::time::Instant::now();
                         }
-                        Ok(reply) => next_heartbeat = tokio::time::Instant::now() + self.interval(reply.heartbeat_ttl),
+                        Ok(reply) => {
+                            next_heartbeat = tokio::time::Instant::now() + interval(&period, reply.heartbeat_ttl)
+                        }
+                        // A slow server or a reset stream: the connection
+                        // lives, so try again on it (after 0.5-1.5 s) rather
+                        // than queue for a new handshake.
+                        Err(error) if error.is_transient() => {
+                            tracing::debug!(node = %self.node.id, %error, "heartbeat not answered; retrying");
+                            self.counters.heartbeat_retries.fetch_add(1, Ordering::Relaxed);
+                            next_heartbeat = tokio::time::Instant::now() + retry_pause(&mut pacing.rng);
+                        }
                         Err(error) => return lost(error),
                     }
                 }
@@ -321,25 +385,45 @@ impl Agent {
         }
     }
 
-    /// The heartbeat period: the override, or the TTL handed (a zero TTL,
-    /// a node down, means register again at once).
-    fn interval(&self, ttl: Duration) -> Duration {
-        self.settings.heartbeat_interval.unwrap_or(ttl)
-    }
-
     async fn call<T>(&self, call: impl std::future::Future<Output = Result<T, CallError>>) -> Result<T, CallError> {
-        match tokio::time::timeout(self.settings.call_timeout, call).await {
-            Ok(outcome) => outcome,
-            Err(_) => Err(CallError::NoAnswer),
-        }
+        within(self.settings.call_timeout, call).await
     }
 
-    async fn heartbeat(&self, connection: &ClientConnection) -> Result<transport::message::NodeReply, CallError> {
+    async fn heartbeat(
+        &self,
+        connection: &ClientConnection,
+        local: &mut Local,
+    ) -> Result<transport::message::NodeReply, CallError> {
         let started = Instant::now();
-        let reply = self.call(connection.heartbeat(self.node.id, self.node.secret_id, NodeStatus::Ready)).await?;
+        let call = connection.heartbeat(self.node.id, self.node.secret_id, NodeStatus::Ready);
+        let reply = within(self.settings.heartbeat_timeout, call).await?;
         self.observer.heartbeat(started.elapsed());
         self.counters.heartbeats.fetch_add(1, Ordering::Relaxed);
+        if !reply.heartbeat_ttl.is_zero() {
+            local.heartbeat_ttl = Some(reply.heartbeat_ttl);
+        }
         Ok(reply)
+    }
+
+    /// A session's first heartbeat: a slow answer is asked for again on the
+    /// same connection (three tries in all) before the handshake is given up.
+    async fn first_heartbeat(
+        &self,
+        connection: &ClientConnection,
+        local: &mut Local,
+        pacing: &mut Pacing,
+    ) -> Result<transport::message::NodeReply, CallError> {
+        let mut tries = 1;
+        loop {
+            match self.heartbeat(connection, local).await {
+                Err(error) if error.is_transient() && tries < 3 => {
+                    tries += 1;
+                    self.counters.heartbeat_retries.fetch_add(1, Ordering::Relaxed);
+                    tokio::time::sleep(retry_pause(&mut pacing.rng)).await;
+                }
+                outcome => return outcome,
+            }
+        }
     }
 
     /// Registers as `initializing` (the first heartbeat makes the node
@@ -426,10 +510,14 @@ impl Agent {
             }
             keep
         });
+        let mut lost_here = false;
         for alloc in push.allocs {
             let wants_run = alloc.desired_status == DesiredStatus::Run;
             match local.allocs.get_mut(&alloc.id) {
                 Some(held) => {
+                    lost_here |= alloc.client_status == ClientStatus::Lost
+                        && held.alloc.client_status != ClientStatus::Lost
+                        && !held.status.is_terminal();
                     if alloc.client_status == ClientStatus::Unknown && !held.seen_unknown && !held.status.is_terminal()
                     {
                         held.seen_unknown = true;
@@ -473,6 +561,9 @@ impl Agent {
                 }
             }
         }
+        if lost_here {
+            self.counters.marked_away.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// Records a task's end; reported with the next report.
@@ -490,6 +581,25 @@ impl Agent {
 }
 
 /// Resolves once `stop` is set (or its sender is gone).
+/// The heartbeat period: the override, or the TTL handed (a zero TTL, a
+/// node down, means register again at once).
+fn interval(period: &watch::Receiver<Option<Duration>>, ttl: Duration) -> Duration {
+    period.borrow().unwrap_or(ttl)
+}
+
+/// How long to wait before sending an unanswered heartbeat again: 0.5-1.5 s.
+fn retry_pause(rng: &mut SmallRng) -> Duration {
+    Duration::from_millis(500).mul_f64(1.0 + 2.0 * rng.random::<f64>())
+}
+
+/// `call`'s outcome, or [`CallError::TimedOut`] after `limit`.
+async fn within<T>(
+    limit: Duration,
+    call: impl std::future::Future<Output = Result<T, CallError>>,
+) -> Result<T, CallError> {
+    tokio::time::timeout(limit, call).await.unwrap_or(Err(CallError::TimedOut(limit)))
+}
+
 async fn stopped(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|stop| *stop).await;
 }

@@ -132,17 +132,18 @@ impl Operations for EngineOperations {
 
     fn report(&self) -> ClusterReport {
         let snapshot = self.engine.store().snapshot();
-        let mut report = cluster_report(&snapshot);
+        let mut report = cluster_report(&snapshot, SystemClock::shared().now());
         report.idle = self.engine.is_idle();
         report.engine = self.engine.stats();
         (report.rss_bytes, report.peak_rss_bytes) = process_memory();
+        report.cpu_millis = process_cpu_millis();
         report
     }
 }
 
-/// What [`ClusterReport`] says about the state in `snapshot` (the engine's
-/// counters, idleness and memory are the caller's to add).
-pub fn cluster_report(snapshot: &Snapshot) -> ClusterReport {
+/// What [`ClusterReport`] says about the state in `snapshot` at `now` (the
+/// engine's counters, idleness and memory are the caller's to add).
+pub fn cluster_report(snapshot: &Snapshot, now: Timestamp) -> ClusterReport {
     let mut report = ClusterReport { index: snapshot.index(), ..ClusterReport::default() };
     for node in snapshot.nodes() {
         match node.status {
@@ -190,13 +191,14 @@ pub fn cluster_report(snapshot: &Snapshot) -> ClusterReport {
             running: allocs.iter().filter(|alloc| alloc.client_status == ClientStatus::Running).count() as u64,
         });
     }
-    record_evals(snapshot, &mut report);
+    record_evals(snapshot, now, &mut report);
     record_largest_plan(snapshot, &mut report);
     report
 }
 
-/// Eval latency percentiles (creation to completion), canceled and pending evals.
-fn record_evals(snapshot: &Snapshot, report: &mut ClusterReport) {
+/// Eval latency percentiles (creation to completion), canceled, pending and
+/// waiting evals.
+fn record_evals(snapshot: &Snapshot, now: Timestamp, report: &mut ClusterReport) {
     let mut histogram = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).expect("valid bounds");
     for eval in snapshot.evals() {
         match eval.status {
@@ -204,6 +206,7 @@ fn record_evals(snapshot: &Snapshot, report: &mut ClusterReport) {
                 histogram.saturating_record((eval.modify_time.since(eval.create_time).as_micros() as u64).max(1));
             }
             EvalStatus::Canceled => report.evals_canceled += 1,
+            EvalStatus::Pending if eval.wait_until.is_some_and(|at| at > now) => report.evals_waiting += 1,
             EvalStatus::Pending => report.evals_pending += 1,
             _ => {}
         }
@@ -239,6 +242,18 @@ fn runs_on(job: &Job, node: &engine::structs::Node) -> bool {
     let in_datacenter = job.datacenters.iter().any(|datacenter| **datacenter == *node.datacenter);
     let has_drivers = job.task_groups.iter().flat_map(|group| &group.tasks).all(|task| node.has_driver(&task.driver));
     in_datacenter && has_drivers
+}
+
+/// CPU time (user and system) this process has used, in milliseconds, from
+/// /proc (whose clock ticks are USER_HZ, 100 per second on Linux).
+pub fn process_cpu_millis() -> u64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else { return 0 };
+    // Fields after the command name (which may hold spaces, so split after
+    // its closing parenthesis): utime and stime are the 12th and 13th.
+    let Some((_, fields)) = stat.rsplit_once(')') else { return 0 };
+    let mut fields = fields.split_whitespace().skip(11);
+    let mut tick = || fields.next().and_then(|ticks| ticks.parse::<u64>().ok()).unwrap_or(0);
+    (tick() + tick()) * 10
 }
 
 /// This process's resident memory now and at its peak, from /proc.

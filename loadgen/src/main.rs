@@ -58,8 +58,10 @@ struct Args {
     /// Also write the report as JSON to this path.
     #[arg(long)]
     json: Option<std::path::PathBuf>,
-    /// Sample the whole run in-process (pprof, 999 Hz) and write a flame graph SVG here.
-    #[arg(long)]
+    /// Sample the server (pprof, 999 Hz) and write a flame graph SVG here:
+    /// the whole run in process, or the spawned server's whole life with
+    /// --spawn-server (a remote --server cannot be sampled).
+    #[arg(long, conflicts_with = "server")]
     flamegraph: Option<std::path::PathBuf>,
     /// Start a server child process on loopback (the same server code as
     /// `drover server`, with a fresh cluster CA) and drive it over QUIC.
@@ -100,7 +102,8 @@ struct Args {
     /// the run starts, and bring them back together after AWAY (45 s).
     #[arg(long)]
     storm: Option<network::Storm>,
-    /// Make every client heartbeat at this interval instead of its TTL.
+    /// Make every client heartbeat at this interval instead of its TTL
+    /// during the run (--duration), after start-up and placement.
     #[arg(long, value_parser = humantime::parse_duration)]
     heartbeat_interval: Option<Duration>,
     /// Share of service jobs that tolerate a client disconnect
@@ -110,6 +113,12 @@ struct Args {
     /// max_client_disconnect of those jobs.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "60s")]
     max_client_disconnect: Duration,
+    /// Replace those jobs' allocations elsewhere while they are `unknown`
+    /// (Nomad's default). Without it they tolerate the disconnect as
+    /// `disconnect { replace = false }` does: kept until they return or
+    /// their window runs out.
+    #[arg(long)]
+    disconnect_replace: bool,
     /// Internal: run as the spawned server (used by --spawn-server).
     #[arg(long, hide = true)]
     serve_child: bool,
@@ -125,12 +134,8 @@ fn main() -> Result<()> {
     }
     let quic = args.spawn_server || args.server.is_some();
     let workers = args.workers.unwrap_or_else(|| ServerConfig::default().workers);
-    let profiler = match &args.flamegraph {
-        Some(_) => {
-            Some(pprof::ProfilerGuardBuilder::default().frequency(999).build().context("starting the profiler")?)
-        }
-        None => None,
-    };
+    // The spawned server samples itself (`serve_child`).
+    let profiler = if quic { None } else { start_profiler(&args.flamegraph)? };
     let mut rng = SmallRng::seed_from_u64(args.seed);
     let mut report = Report {
         mode: if quic { "quic" } else { "in-process" }.to_string(),
@@ -162,6 +167,7 @@ fn main() -> Result<()> {
             heartbeat_interval: args.heartbeat_interval,
             workers: args.workers,
             timeout: Duration::from_secs(args.timeout_secs),
+            flamegraph: args.flamegraph.clone(),
         };
         network::run(network, nodes, jobs, &mut report)?;
     } else {
@@ -203,7 +209,7 @@ fn in_process(args: &Args, workers: usize, nodes: Vec<Node>, jobs: &[Job], repor
         (placed_in, outcome)
     });
     outcome?;
-    let mut cluster = drover::server::cluster_report(&server.store().snapshot());
+    let mut cluster = drover::server::cluster_report(&server.store().snapshot(), SystemClock::shared().now());
     cluster.engine = server.stats();
     report.record(&cluster, placed_in);
     report.check_invariants(&cluster);
@@ -230,7 +236,22 @@ fn serve_child(args: &Args) -> Result<()> {
         engine,
         tls: transport::tls::TlsMaterial::from_files(ca, cert, key)?,
     };
-    drover::server::run_until_signal(options, true)
+    let profiler = start_profiler(&args.flamegraph)?;
+    drover::server::run_until_signal(options, true)?;
+    if let (Some(profiler), Some(path)) = (profiler, &args.flamegraph) {
+        write_flamegraph(&profiler, path)?;
+    }
+    Ok(())
+}
+
+/// A 999 Hz sampler when a flame graph is asked for.
+fn start_profiler(flamegraph: &Option<std::path::PathBuf>) -> Result<Option<pprof::ProfilerGuard<'static>>> {
+    match flamegraph {
+        Some(_) => {
+            Ok(Some(pprof::ProfilerGuardBuilder::default().frequency(999).build().context("starting the profiler")?))
+        }
+        None => Ok(None),
+    }
 }
 
 fn write_flamegraph(profiler: &pprof::ProfilerGuard<'_>, path: &std::path::Path) -> Result<()> {
@@ -275,6 +296,7 @@ fn workload(args: &Args, mock: bool, rng: &mut SmallRng) -> Vec<Job> {
         job.datacenters = datacenters.clone();
         if kind == JobType::Service && rng.random::<f64>() < args.disconnect_share {
             job.task_groups[0].max_client_disconnect = Some(args.max_client_disconnect);
+            job.task_groups[0].replace_on_disconnect = args.disconnect_replace;
         }
         job
     }));

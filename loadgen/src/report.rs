@@ -41,10 +41,20 @@ pub struct NetworkReport {
     pub duration_secs: f64,
     /// Heartbeats answered per second during it.
     pub heartbeats_per_sec: f64,
+    /// CPU time the server and this process used during the run (two
+    /// cores are shared by both), and the heartbeats answered per second
+    /// of the server's CPU: what one dedicated core would carry.
+    pub server_cpu_secs: f64,
+    pub loadgen_cpu_secs: f64,
+    pub heartbeats_per_server_cpu_sec: f64,
+    /// Heartbeat round trips during the run; handshakes over the whole
+    /// run, start-up included.
     pub heartbeat_rtt_ms: Millis,
     pub handshake_ms: Millis,
     /// Connections re-established (flaps, storms, lost calls).
     pub reconnects: u64,
+    /// Heartbeats sent again on their connection after no answer in time.
+    pub heartbeat_retries: u64,
     /// Full alloc resyncs the clients sent after being marked away.
     pub resyncs: u64,
     /// Clients dropped on purpose at least once.
@@ -92,6 +102,8 @@ pub struct Report {
     pub evals_nacked: u64,
     pub evals_failed: u64,
     pub evals_canceled: u64,
+    /// Follow-up evals waiting for a later time when the report was taken.
+    pub evals_waiting: u64,
     pub plans_submitted: u64,
     pub plans_partially_rejected: u64,
     pub plan_rejection_rate: f64,
@@ -126,6 +138,7 @@ impl Report {
         self.evals_nacked = stats.workers.evals_nacked;
         self.evals_failed = stats.broker.total_delivery_limit_reached;
         self.evals_canceled = cluster.evals_canceled;
+        self.evals_waiting = cluster.evals_waiting;
         self.plans_submitted = stats.workers.plans_submitted;
         self.plans_partially_rejected = stats.plan_applier.plans_partially_refused;
         self.plan_rejection_rate = self.plans_partially_rejected as f64 / (self.plans_submitted.max(1)) as f64;
@@ -209,7 +222,7 @@ impl Report {
         println!("  eval latency ms            p50 {:.1}  p90 {:.1}  p99 {:.1}  max {:.1}", l.p50, l.p90, l.p99, l.max);
         println!("  evals processed            {}", self.evals_processed);
         println!("  evals nacked / failed      {} / {}", self.evals_nacked, self.evals_failed);
-        println!("  evals canceled             {}", self.evals_canceled);
+        println!("  evals canceled / waiting   {} / {}", self.evals_canceled, self.evals_waiting);
         println!("  plans submitted            {}", self.plans_submitted);
         println!(
             "  plans partially rejected   {} ({:.2}%)",
@@ -233,11 +246,16 @@ impl Report {
             let n = &self.network;
             println!("  run (flapping) time        {:.1} s", n.duration_secs);
             println!("  heartbeats/s               {:.0}", n.heartbeats_per_sec);
+            println!(
+                "  CPU during the run         server {:.1} s, loadgen {:.1} s ({:.0} heartbeats per server CPU second)",
+                n.server_cpu_secs, n.loadgen_cpu_secs, n.heartbeats_per_server_cpu_sec
+            );
             let (h, s) = (&n.heartbeat_rtt_ms, &n.handshake_ms);
             println!("  heartbeat RTT ms           p50 {:.2}  p99 {:.2}  max {:.2}", h.p50, h.p99, h.max);
             println!("  handshake ms               p50 {:.2}  p99 {:.2}  max {:.2}", s.p50, s.p99, s.max);
             println!("  flapped clients / storm    {} / {}", n.flaps, n.storm_nodes);
             println!("  reconnects / resyncs       {} / {}", n.reconnects, n.resyncs);
+            println!("  heartbeats retried         {}", n.heartbeat_retries);
             match n.convergence_after_storm_ms {
                 Some(ms) => println!("  convergence after storm    {ms:.0} ms"),
                 None if n.storm_nodes > 0 => println!("  convergence after storm    NOT REACHED"),

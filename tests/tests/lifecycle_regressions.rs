@@ -254,10 +254,15 @@ mod threaded {
         }
 
         /// Moves the clock in five-second steps, heartbeating `alive`, until
-        /// `node_id` is marked as having missed its heartbeat.
+        /// `node_id` is marked as having missed its heartbeat. Each step
+        /// waits until no eval is held first: a worker still holding one
+        /// while the clock jumps past the broker's nack timeout would see
+        /// it nacked and re-enqueued with a delay that this manual clock
+        /// never reaches (a CI run on a loaded machine did exactly that).
         fn miss_heartbeat(&self, node_id: NodeId, alive: NodeId) {
             for _ in 0..20 {
                 self.server.nodes().update_status(alive, NodeStatus::Ready).expect("heartbeat");
+                self.settle("ran the evals due so far", |_| true);
                 self.clock.advance(Duration::from_secs(5));
             }
             self.settle("marked the silent node", |snapshot| {

@@ -46,6 +46,9 @@ pub enum CallError {
     /// The server finished the stream without answering.
     #[error("the server closed the call without an answer")]
     NoAnswer,
+    /// No answer came within the caller's time limit.
+    #[error("no answer within {0:?}")]
+    TimedOut(Duration),
 }
 
 impl CallError {
@@ -54,6 +57,16 @@ impl CallError {
         match self {
             CallError::Refused(refusal) => Some(refusal.code),
             _ => None,
+        }
+    }
+
+    /// Whether the call may simply be made again on the same connection: it
+    /// timed out or only its stream failed, while the connection lives.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            CallError::TimedOut(_) | CallError::NoAnswer => true,
+            CallError::Stream(_) => !self.is_connection_lost(),
+            _ => false,
         }
     }
 
@@ -278,6 +291,12 @@ impl Backoff {
         let ceiling = self.base.saturating_mul(1 << self.attempt.min(20)).min(self.cap);
         self.attempt = self.attempt.saturating_add(1);
         ceiling.mul_f64(rng.random::<f64>())
+    }
+
+    /// Lowers (or raises) the largest delay ceiling, say to fit a deadline
+    /// the servers set.
+    pub fn set_cap(&mut self, cap: Duration) {
+        self.cap = cap;
     }
 
     /// Starts over after a success.

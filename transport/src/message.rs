@@ -327,8 +327,11 @@ pub struct ClusterReport {
     pub eval_latency_us: [u64; 4],
     /// Evals canceled (superseded before they ran).
     pub evals_canceled: u64,
-    /// Evals not yet finished.
+    /// Evals not yet finished that are due.
     pub evals_pending: u64,
+    /// Follow-up evals waiting for a later time (a disconnect expiry, a
+    /// reschedule delay): scheduled work, not work left undone.
+    pub evals_waiting: u64,
     /// The plan that placed the most allocations: how many, and its size
     /// in the log format with each job once and with jobs inline.
     pub largest_plan_allocs: u64,
@@ -344,6 +347,9 @@ pub struct ClusterReport {
     pub rss_bytes: u64,
     /// See `rss_bytes`.
     pub peak_rss_bytes: u64,
+    /// CPU time the server process has used so far (user and system), in
+    /// milliseconds: two reports bracket what a phase cost the server.
+    pub cpu_millis: u64,
 }
 
 /// One job in a [`ClusterReport`].

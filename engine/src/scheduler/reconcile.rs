@@ -11,7 +11,9 @@
 //!    `unknown` and a follow-up eval is due when their `max_client_disconnect`
 //!    runs out. The slots of lost, disconnecting and unknown allocations get
 //!    a replacement (linked to them) unless another live allocation holds
-//!    the slot; when several allocations ask for one slot (an original that
+//!    the slot, or the group says `replace_on_disconnect = false` (Nomad
+//!    1.8's `disconnect { replace = false }`: an `unknown` allocation then
+//!    keeps its slot until it reconnects or its window runs out); when several allocations ask for one slot (an original that
 //!    went `unknown` and its failed replacement, say), the newest one's
 //!    chain goes on. An `unknown` allocation whose node is back but whose client
 //!    has not reported it yet is ignored, as Nomad 1.4/1.5 ignores it: it
@@ -235,6 +237,8 @@ impl Reconciler<'_> {
         let mut held: BTreeMap<u32, Vec<&Arc<Allocation>>> = BTreeMap::new();
         let mut replacements: Vec<PlaceRequest> = Vec::new();
         let mut reconnecting: Vec<&Arc<Allocation>> = Vec::new();
+        // Slots an `unknown` allocation keeps without a replacement.
+        let mut kept: BTreeSet<u32> = BTreeSet::new();
         for alloc in allocs.iter().copied().filter(|alloc| !alloc.server_terminal()) {
             let index = alloc.index().unwrap_or(u32::MAX);
             if alloc.client_terminal() {
@@ -256,10 +260,10 @@ impl Reconciler<'_> {
                     if let Some(window) = disconnect_window(alloc) {
                         out.follow_up_no_later_than(self.now.plus(window));
                     }
-                    replacements.push(replacement(&group_name, index, alloc, false));
+                    replace_unknown(group, &group_name, index, alloc, &mut replacements, &mut kept);
                 }
                 Taint::Unknown | Taint::AwaitingReport => {
-                    replacements.push(replacement(&group_name, index, alloc, false))
+                    replace_unknown(group, &group_name, index, alloc, &mut replacements, &mut kept)
                 }
                 Taint::Reconnecting => reconnecting.push(alloc),
                 Taint::Untainted => held.entry(index).or_default().push(alloc),
@@ -272,7 +276,7 @@ impl Reconciler<'_> {
         // allocations of a slot ask, the newest one's chain goes on: a
         // failed replacement is rescheduled by its own policy, not replaced
         // again on its original's behalf.
-        let mut placed: BTreeSet<u32> = held.keys().copied().collect();
+        let mut placed: BTreeSet<u32> = held.keys().copied().chain(kept).collect();
         replacements.sort_by_key(|request| {
             (request.index, std::cmp::Reverse(request.previous.as_ref().map(|previous| previous.create_index)))
         });
@@ -437,6 +441,23 @@ impl Reconciler<'_> {
 
 fn replacement(group: &Arc<str>, index: u32, previous: &Arc<Allocation>, reschedule: bool) -> PlaceRequest {
     PlaceRequest { group: group.clone(), index, previous: Some(previous.clone()), reschedule }
+}
+
+/// An `unknown` allocation's slot: replaced elsewhere, or kept for it when
+/// its group says `replace_on_disconnect = false`.
+fn replace_unknown(
+    group: &TaskGroup,
+    group_name: &Arc<str>,
+    index: u32,
+    alloc: &Arc<Allocation>,
+    replacements: &mut Vec<PlaceRequest>,
+    kept: &mut BTreeSet<u32>,
+) {
+    if group.replace_on_disconnect {
+        replacements.push(replacement(group_name, index, alloc, false));
+    } else {
+        kept.insert(index);
+    }
 }
 
 fn stop_live(allocs: &[&Arc<Allocation>], description: &'static str, out: &mut Reconciled) {

@@ -266,6 +266,57 @@ fn an_unknown_allocation_is_lost_once_its_window_runs_out_wherever_its_node_is()
 }
 
 #[test]
+fn without_replace_on_disconnect_an_unknown_allocation_keeps_its_slot_until_it_returns_or_runs_out() {
+    let not_replaced = |fixture: &mut Fixture| {
+        let mut job = Job::clone(&fixture.job);
+        job.task_groups[0].replace_on_disconnect = false;
+        fixture.job = Arc::new(job);
+    };
+    // Disconnecting: marked unknown, nothing placed, expiry eval due.
+    let mut fixture = tolerant_fixture();
+    not_replaced(&mut fixture);
+    let alloc = fixture.add(0, 2, ClientStatus::Running);
+    fixture.set_node_status(2, NodeStatus::Disconnected);
+    let result = fixture.compute();
+    assert_eq!(result.disconnecting.iter().map(|alloc| alloc.id).collect::<Vec<_>>(), [alloc.id]);
+    assert!(result.place.is_empty() && result.stop.is_empty());
+    assert_eq!(result.follow_up_at, Some(NOW.plus(WINDOW)));
+
+    // Unknown while its node is away, or back but not yet reported: still nothing placed.
+    for node_status in [NodeStatus::Disconnected, NodeStatus::Initializing, NodeStatus::Ready] {
+        let mut fixture = tolerant_fixture();
+        not_replaced(&mut fixture);
+        marked_unknown(&mut fixture, 0, 2, NOW, ClientStatus::Unknown);
+        fixture.set_node_status(2, node_status);
+        let result = fixture.compute();
+        assert!(result.place.is_empty() && result.stop.is_empty(), "{node_status:?}");
+    }
+
+    // Reported running again: reconnected, and there is nothing to stop.
+    let mut fixture = tolerant_fixture();
+    not_replaced(&mut fixture);
+    let original = marked_unknown(&mut fixture, 0, 2, NOW, ClientStatus::Running);
+    fixture.set_node_status(2, NodeStatus::Initializing);
+    let result = fixture.compute();
+    assert_eq!(result.reconnect.iter().map(|alloc| alloc.id).collect::<Vec<_>>(), [original.id]);
+    assert!(result.place.is_empty() && result.stop.is_empty());
+
+    // Its window ran out: lost and replaced, as with replacement on.
+    let mut fixture = tolerant_fixture();
+    not_replaced(&mut fixture);
+    let unknown =
+        marked_unknown(&mut fixture, 0, 2, Timestamp(NOW.0 - WINDOW.as_nanos() as u64), ClientStatus::Unknown);
+    fixture.set_node_status(2, NodeStatus::Disconnected);
+    let result = fixture.compute();
+    assert_eq!(
+        result.stop.iter().map(|stop| (stop.alloc.id, stop.client_status)).collect::<Vec<_>>(),
+        [(unknown.id, Some(ClientStatus::Lost))]
+    );
+    assert_eq!(placed_indexes(&result), [0]);
+    assert_eq!(result.place[0].previous.as_ref().map(|alloc| alloc.id), Some(unknown.id));
+}
+
+#[test]
 fn a_pending_allocation_on_a_disconnected_node_is_lost_since_it_never_started() {
     let mut fixture = tolerant_fixture();
     fixture.add(0, 2, ClientStatus::Pending);

@@ -224,6 +224,16 @@ pub struct TaskGroup {
     /// The client stops the allocations itself after this long without the servers.
     #[serde(default, with = "serde_opt_duration")]
     pub stop_after_client_disconnect: Option<Duration>,
+    /// Whether an allocation marked `unknown` (within its
+    /// `max_client_disconnect`) is replaced elsewhere meanwhile: Nomad 1.8's
+    /// `disconnect { replace }`, true by default as there. When false it
+    /// keeps its slot until it reconnects or its window runs out.
+    #[serde(default = "replace_on_disconnect_default")]
+    pub replace_on_disconnect: bool,
+}
+
+fn replace_on_disconnect_default() -> bool {
+    true
 }
 
 impl TaskGroup {
@@ -445,6 +455,7 @@ impl Job {
                 update: None,
                 max_client_disconnect: None,
                 stop_after_client_disconnect: None,
+                replace_on_disconnect: true,
             }],
             stop: false,
             version: 0,
@@ -527,6 +538,7 @@ mod tests {
         assert_eq!(&*job.namespace, DEFAULT_NAMESPACE);
         assert_eq!(job.priority, 50);
         assert_eq!(job.task_groups[0].max_client_disconnect, Some(Duration::from_secs(300)));
+        assert!(job.task_groups[0].replace_on_disconnect, "Nomad's default: replace");
         assert_eq!(job.task_groups[0].resources(), Resources::new(500, 256, 0));
         assert_eq!(job.validate(), Ok(()));
         let again: Job = serde_json::from_str(&serde_json::to_string(&job).expect("serializes")).expect("reads back");
