@@ -10,6 +10,10 @@
 //! bind_addr = "0.0.0.0"
 //! port = 4647                 # UDP, QUIC; Nomad's RPC port
 //! advertise = "10.0.0.5:4647" # what clients are told (default: the bound address)
+//! http_port = 4646            # TCP, the HTTP API; Nomad's HTTP port
+//! http_bind_addr = "0.0.0.0"  # default: bind_addr
+//! verify_https_client = false # ask HTTPS clients for a cluster certificate
+//! datacenter = "dc1"          # the server's datacenter in agent/self
 //! workers = 2                 # scheduling workers (default: cores)
 //! enabled_schedulers = ["service", "batch", "system", "sysbatch"]
 //! min_heartbeat_ttl = "10s"
@@ -103,6 +107,14 @@ pub struct ServerSection {
     pub port: Option<u16>,
     /// Address handed to clients.
     pub advertise: Option<String>,
+    /// TCP port of the HTTP API (4646).
+    pub http_port: Option<u16>,
+    /// Address the HTTP API binds (default: `bind_addr`).
+    pub http_bind_addr: Option<String>,
+    /// Ask HTTPS clients for a certificate signed by the cluster CA.
+    pub verify_https_client: Option<bool>,
+    /// The server's datacenter, as `agent/self` reports it.
+    pub datacenter: Option<String>,
     /// Scheduling workers.
     pub workers: Option<usize>,
     /// Scheduler types served.

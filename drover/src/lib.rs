@@ -6,7 +6,9 @@
 #![forbid(unsafe_code)]
 
 pub mod agent;
+pub mod api_client;
 pub mod config;
+pub mod http;
 pub mod identity;
 pub mod logging;
 pub mod mock;

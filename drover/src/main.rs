@@ -12,7 +12,7 @@ use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use drover::agent::{Agent, AgentSettings, NoObserver};
 use drover::config::{ConfigError, FileConfig};
-use drover::server::{RunningServer, ServerOptions};
+use drover::server::{HttpOptions, RunningServer, ServerOptions};
 use engine::server::ServerConfig;
 use engine::structs::{Job, JobType, Node, NodeEligibility, NodeStatus, Resources};
 use tokio::sync::watch;
@@ -110,10 +110,19 @@ struct ServerArgs {
     /// Cluster-wide heartbeat rate the TTL is scaled to.
     #[arg(long)]
     max_heartbeats_per_second: Option<f64>,
-    /// Print the bound address as `listening <addr>` on stdout once ready
-    /// (for scripts and loadgen).
+    /// Print the bound addresses as `listening <addr>` (and `http <addr>`)
+    /// on stdout once ready (for scripts, tests and loadgen).
     #[arg(long)]
     print_address: bool,
+    /// TCP port of the HTTP API (Nomad's 4646; 0: any free port).
+    #[arg(long)]
+    http_port: Option<u16>,
+    /// Address the HTTP API binds (default: the client endpoint's).
+    #[arg(long)]
+    http_bind: Option<IpAddr>,
+    /// Serve no HTTP API.
+    #[arg(long)]
+    no_http: bool,
 }
 
 #[derive(Debug, Args)]
@@ -142,6 +151,9 @@ struct DevArgs {
     /// UDP port of the server's client endpoint (0: any free port).
     #[arg(long, default_value_t = 4647)]
     port: u16,
+    /// TCP port of the HTTP API, plain HTTP in dev mode (0: any free port).
+    #[arg(long, default_value_t = 4646)]
+    http_port: u16,
     /// Job specs (JSON) to register once the agent is up.
     #[arg(long)]
     job: Vec<PathBuf>,
@@ -346,8 +358,26 @@ fn server(args: ServerArgs) -> Result<(), Failure> {
     } else {
         tls_files(&args.common, &file)?
     };
+    let http = if args.no_http {
+        None
+    } else {
+        let http_ip = match (args.http_bind, &file.server.http_bind_addr) {
+            (Some(ip), _) => ip,
+            (None, Some(text)) => text
+                .parse()
+                .map_err(|_| config_error("server.http_bind_addr", format!("{text:?} is not an IP address")))?,
+            (None, None) => bind_ip,
+        };
+        Some(HttpOptions {
+            bind: SocketAddr::new(http_ip, args.http_port.or(file.server.http_port).unwrap_or(4646)),
+            tls: !args.common.dev,
+            verify_clients: file.server.verify_https_client.unwrap_or(false),
+            name: hostname(),
+            datacenter: file.server.datacenter.clone().unwrap_or_else(|| "dc1".to_string()),
+        })
+    };
     let options =
-        ServerOptions { bind, advertise: args.advertise.clone().or(file.server.advertise.clone()), engine, tls };
+        ServerOptions { bind, advertise: args.advertise.clone().or(file.server.advertise.clone()), engine, tls, http };
     drover::server::run_until_signal(options, args.print_address).map_err(Failure::Run)
 }
 
@@ -472,10 +502,20 @@ fn dev(args: DevArgs) -> Result<(), Failure> {
             advertise: None,
             engine: ServerConfig::default(),
             tls: server_tls,
+            http: Some(HttpOptions {
+                bind: SocketAddr::from(([127, 0, 0, 1], args.http_port)),
+                tls: false,
+                verify_clients: false,
+                name: hostname(),
+                datacenter: "dc1".to_string(),
+            }),
         };
         let running = RunningServer::start(options)?;
         let addr = running.local_addr();
         tracing::info!(%addr, "dev server listening");
+        if let Some(http) = running.http_addr() {
+            tracing::info!("HTTP API at http://{http} (try: curl http://{http}/v1/nodes)");
+        }
         let endpoints = Arc::new(ClientEndpoints::bind(1, &client_tls)?);
         let identity = drover::identity::Identity {
             node_id: engine::structs::NodeId::from_rng(&mut rand::rng()),

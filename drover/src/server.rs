@@ -14,6 +14,8 @@ use transport::message::{ClusterReport, JobCounts};
 use transport::server::{ClientListener, ListenError, ListenerStats, Operations};
 use transport::tls::TlsMaterial;
 
+use crate::http::{AgentInfo, ApiState, HttpServer};
+
 /// What a server runs with.
 #[derive(Clone, Debug)]
 pub struct ServerOptions {
@@ -25,6 +27,23 @@ pub struct ServerOptions {
     pub engine: ServerConfig,
     /// This server's TLS material.
     pub tls: TlsMaterial,
+    /// The HTTP API, if served.
+    pub http: Option<HttpOptions>,
+}
+
+/// Where and how the HTTP API is served.
+#[derive(Clone, Debug)]
+pub struct HttpOptions {
+    /// The TCP address it binds (4646 by default).
+    pub bind: SocketAddr,
+    /// HTTPS with the cluster CA (always, but in dev mode).
+    pub tls: bool,
+    /// Ask HTTPS clients for a certificate of the cluster CA.
+    pub verify_clients: bool,
+    /// The server's name in `agent/self` and `agent/members`.
+    pub name: String,
+    /// Its datacenter.
+    pub datacenter: String,
 }
 
 /// A running server: the engine and its listener.
@@ -32,6 +51,7 @@ pub struct ServerOptions {
 pub struct RunningServer {
     engine: Arc<Server>,
     listener: Arc<ClientListener>,
+    http: Option<HttpServer>,
     accepting: tokio::task::JoinHandle<()>,
 }
 
@@ -49,11 +69,26 @@ impl RunningServer {
                 return Err(error);
             }
         };
+        let http = match &options.http {
+            Some(http) => match start_http(http, &options.tls, &engine, &listener) {
+                Ok(server) => Some(server),
+                Err(error) => {
+                    engine.shutdown();
+                    return Err(error);
+                }
+            },
+            None => None,
+        };
         let accepting = tokio::spawn({
             let listener = listener.clone();
             async move { listener.run().await }
         });
-        Ok(RunningServer { engine, listener, accepting })
+        Ok(RunningServer { engine, listener, http, accepting })
+    }
+
+    /// The HTTP API's bound address, if it is served.
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        self.http.as_ref().map(HttpServer::local_addr)
     }
 
     /// The bound client address.
@@ -76,6 +111,9 @@ impl RunningServer {
     /// stop it, then close every client connection with the shutting-down
     /// code and wait until the clients were told.
     pub async fn shutdown(self) {
+        if let Some(http) = self.http {
+            http.shutdown().await;
+        }
         self.listener.stop_accepting();
         let engine = self.engine.clone();
         let _ = tokio::task::spawn_blocking(move || engine.shutdown()).await;
@@ -93,8 +131,14 @@ pub fn run_until_signal(options: ServerOptions, print_address: bool) -> anyhow::
         let running = RunningServer::start(options)?;
         let addr = running.local_addr();
         tracing::info!(%addr, "drover server listening (QUIC, mutual TLS)");
+        if let Some(http) = running.http_addr() {
+            tracing::info!(%http, "HTTP API listening");
+        }
         if print_address {
             println!("listening {addr}");
+            if let Some(http) = running.http_addr() {
+                println!("http {http}");
+            }
         }
         let signal = shutdown_signal().await?;
         tracing::info!(
@@ -106,6 +150,32 @@ pub fn run_until_signal(options: ServerOptions, print_address: bool) -> anyhow::
         tracing::info!(?stats, "drover server stopped");
         Ok(())
     })
+}
+
+/// Binds the HTTP API next to the client listener.
+fn start_http(
+    options: &HttpOptions,
+    tls: &TlsMaterial,
+    engine: &Arc<Server>,
+    listener: &ClientListener,
+) -> Result<HttpServer, ListenError> {
+    let bind_error = |source| ListenError::Bind { addr: options.bind, source };
+    let rpc_addr = listener.local_addr().map_err(bind_error)?;
+    let https = if options.tls { Some(tls.https_server_config(options.verify_clients)?) } else { None };
+    let agent = AgentInfo {
+        name: options.name.clone(),
+        region: crate::http::nomad::REGION.to_string(),
+        datacenter: options.datacenter.clone(),
+        rpc_addr,
+        http_addr: options.bind,
+        tls: options.tls,
+    };
+    let state = ApiState { engine: engine.clone(), agent };
+    let server = HttpServer::start(options.bind, https, crate::http::router(state)).map_err(bind_error)?;
+    if !options.tls {
+        tracing::warn!(addr = %server.local_addr(), "the HTTP API is served WITHOUT TLS (dev mode)");
+    }
+    Ok(server)
 }
 
 /// Waits for SIGINT or SIGTERM; names the one that came.

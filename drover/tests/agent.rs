@@ -67,7 +67,13 @@ fn server_options(port: u16, tls: &TlsMaterial, ttl: Duration) -> ServerOptions 
     let mut engine = ServerConfig { workers: 1, ..ServerConfig::default() };
     engine.heartbeat.min_heartbeat_ttl = ttl;
     engine.heartbeat.heartbeat_grace = ttl;
-    ServerOptions { bind: SocketAddr::from(([127, 0, 0, 1], port)), advertise: None, engine, tls: tls.clone() }
+    ServerOptions {
+        bind: SocketAddr::from(([127, 0, 0, 1], port)),
+        advertise: None,
+        engine,
+        tls: tls.clone(),
+        http: None,
+    }
 }
 
 struct RunningAgent {
@@ -269,7 +275,8 @@ async fn drover_server_shuts_down_cleanly_on_sigterm_with_agents_connected() {
     transport::install_crypto_provider();
     let dir = temp_dir("sigterm");
     let mut child = drover()
-        .args(["server", "--dev", "--bind", "127.0.0.1", "--port", "0", "--print-address", "--workers", "1"])
+        .args(["server", "--dev", "--bind", "127.0.0.1", "--port", "0", "--http-port", "0", "--print-address"])
+        .args(["--workers", "1"])
         .arg("--data-dir")
         .arg(&dir)
         .stdout(std::process::Stdio::piped())

@@ -235,6 +235,7 @@ fn serve_child(args: &Args) -> Result<()> {
         advertise: None,
         engine,
         tls: transport::tls::TlsMaterial::from_files(ca, cert, key)?,
+        http: None,
     };
     let profiler = start_profiler(&args.flamegraph)?;
     drover::server::run_until_signal(options, true)?;

@@ -149,6 +149,11 @@ impl CertificateAuthority {
             Role::Operator => OPERATOR_NAME,
         };
         let mut names = vec![name.to_string()];
+        if role == Role::Server {
+            // As Nomad's `tls cert create -server`: tools on the server's own
+            // machine (the CLI, curl) reach its HTTP API by these names.
+            names.extend(["localhost".to_string(), "127.0.0.1".to_string()]);
+        }
         names.extend(extra_names.iter().cloned());
         let mut params = CertificateParams::new(names)?;
         params.distinguished_name.push(DnType::CommonName, name);
@@ -221,6 +226,32 @@ impl TlsMaterial {
         let quic = quinn::crypto::rustls::QuicServerConfig::try_from(config)
             .map_err(|error| TlsError::Quic(error.to_string()))?;
         Ok(Arc::new(quic))
+    }
+
+    /// The HTTP API's side (HTTPS, TLS 1.2 and 1.3, HTTP/1.1): the server's
+    /// certificate; clients are not asked for one unless `verify_clients`
+    /// (Nomad's `verify_https_client`), since the API authenticates
+    /// requests with ACL tokens and browsers and scripts have no cluster
+    /// certificate.
+    pub fn https_server_config(&self, verify_clients: bool) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let builder =
+            rustls::ServerConfig::builder_with_provider(provider.clone()).with_safe_default_protocol_versions()?;
+        let builder = if verify_clients {
+            let roots = Arc::new(roots(&self.ca_pem, Path::new("<cluster CA>"))?);
+            let verifier = WebPkiClientVerifier::builder_with_provider(roots, provider)
+                .build()
+                .map_err(|error| TlsError::Verifier(error.to_string()))?;
+            builder.with_client_cert_verifier(verifier)
+        } else {
+            builder.with_no_client_auth()
+        };
+        let mut config = builder.with_single_cert(
+            chain(&self.identity.cert_pem, Path::new("<server certificate>"))?,
+            private_key(&self.identity.key_pem, Path::new("<server key>"))?,
+        )?;
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(Arc::new(config))
     }
 
     /// The client side: checks the server's chain and name, presents this

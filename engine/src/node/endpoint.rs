@@ -40,7 +40,7 @@ use crate::node::update_batch::{batch_command, own_outcome, PendingUpdate, Updat
 use crate::state::Writer;
 use crate::state::{wait_until, wait_until_async};
 use crate::state::{ClientAllocUpdate, Command, StateError, WaitError};
-use crate::structs::{Allocation, Node, NodeId, NodeStatus};
+use crate::structs::{Allocation, Node, NodeEligibility, NodeId, NodeStatus};
 
 /// Why a node request was refused. Nothing was written.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -192,6 +192,24 @@ impl NodeEndpoint {
         let is_new_and_ready = known.is_none() && node.status == NodeStatus::Ready;
         let evals = if is_new_and_ready { node_evals(&snapshot, node.id, self.clock.now()) } else { Vec::new() };
         Ok(Command::UpsertNode { node, evals })
+    }
+
+    /// An operator marks a node eligible or ineligible for new placements
+    /// (Nomad's `node eligibility`); answers the index written. Becoming
+    /// eligible creates the node's evals (its jobs and every system job),
+    /// as a node becoming ready does; becoming ineligible moves nothing
+    /// already placed. A node already so is written again, changing nothing.
+    pub fn set_eligibility(&self, node_id: NodeId, eligibility: NodeEligibility) -> Result<u64, NodeError> {
+        let snapshot = self.writer.store().snapshot();
+        let node = snapshot.node(node_id).ok_or(NodeError::UnknownNode(node_id))?;
+        let evals = match eligibility {
+            NodeEligibility::Eligible if node.eligibility != eligibility => {
+                node_evals(&snapshot, node_id, self.clock.now())
+            }
+            _ => Vec::new(),
+        };
+        let applied = self.writer.write(Command::UpdateNodeEligibility { node_id, eligibility, evals })?;
+        Ok(applied.index)
     }
 
     /// Refuses a call for `node_id` that does not carry its secret.

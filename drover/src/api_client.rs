@@ -1,0 +1,148 @@
+//! A small client of the HTTP API, for the `drover` CLI and the tests: one
+//! HTTP/1.1 request per connection, over HTTPS with the cluster CA or
+//! plain HTTP, with the ACL token when one is set. Addresses, token and CA
+//! come from flags or `DROVER_ADDR`, `DROVER_TOKEN` and `DROVER_CACERT`.
+
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper::Request;
+use hyper_util::rt::TokioIo;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use serde_json::Value;
+
+/// Where the API is and how to reach it.
+#[derive(Clone, Debug)]
+pub struct ApiClient {
+    https: bool,
+    host: String,
+    port: u16,
+    token: Option<String>,
+    tls: Option<Arc<rustls::ClientConfig>>,
+}
+
+/// An answer: status, the `X-Nomad-Index` header, the body.
+#[derive(Clone, Debug)]
+pub struct ApiResponse {
+    /// The HTTP status code.
+    pub status: u16,
+    /// `X-Nomad-Index`, when sent.
+    pub index: Option<u64>,
+    /// The body as text.
+    pub body: String,
+}
+
+impl ApiResponse {
+    /// The body as JSON, or an error with the status and body when the
+    /// status is not 200.
+    pub fn json(&self) -> Result<Value> {
+        if self.status != 200 {
+            bail!("Unexpected response code: {} ({})", self.status, self.body.trim());
+        }
+        serde_json::from_str(&self.body).with_context(|| format!("the answer is not JSON: {:?}", self.body))
+    }
+}
+
+impl ApiClient {
+    /// A client of `address` (`http://host:port` or `https://host:port`;
+    /// a bare `host:port` is HTTPS), trusting `ca_pem` for HTTPS.
+    pub fn new(address: &str, token: Option<String>, ca_pem: Option<&str>) -> Result<ApiClient> {
+        let (https, rest) = match address.split_once("://") {
+            Some(("http", rest)) => (false, rest),
+            Some(("https", rest)) => (true, rest),
+            Some((scheme, _)) => bail!("address {address:?}: scheme {scheme:?} is not http or https"),
+            None => (true, address),
+        };
+        let rest = rest.trim_end_matches('/');
+        let (host, port) = match rest.rsplit_once(':') {
+            Some((host, port)) => (host.to_string(), port.parse().with_context(|| format!("port in {address:?}"))?),
+            None => (rest.to_string(), 4646),
+        };
+        let tls = match (https, ca_pem) {
+            (false, _) => None,
+            (true, ca) => Some(client_tls(ca)?),
+        };
+        Ok(ApiClient { https, host, port, token, tls })
+    }
+
+    /// `GET path`.
+    pub async fn get(&self, path: &str) -> Result<ApiResponse> {
+        self.request("GET", path, None).await
+    }
+
+    /// Sends one request; `body` is sent as JSON.
+    pub async fn request(&self, method: &str, path: &str, body: Option<&Value>) -> Result<ApiResponse> {
+        let bytes = match body {
+            Some(body) => Bytes::from(serde_json::to_vec(body)?),
+            None => Bytes::new(),
+        };
+        self.send(method, path, bytes).await
+    }
+
+    /// Sends one request with a raw body.
+    pub async fn send(&self, method: &str, path: &str, body: Bytes) -> Result<ApiResponse> {
+        let stream = tokio::net::TcpStream::connect((self.host.as_str(), self.port))
+            .await
+            .with_context(|| format!("connecting to {}:{}", self.host, self.port))?;
+        let mut request = Request::builder().method(method).uri(path).header("host", &self.host);
+        if let Some(token) = &self.token {
+            request = request.header("x-nomad-token", token);
+        }
+        let request = request.body(Full::new(body))?;
+        let response = match &self.tls {
+            Some(tls) => {
+                let name = ServerName::try_from(self.host.clone()).context("the server's name")?;
+                let stream = tokio_rustls::TlsConnector::from(tls.clone())
+                    .connect(name, stream)
+                    .await
+                    .context("the TLS handshake with the server")?;
+                exchange(TokioIo::new(stream), request).await?
+            }
+            None => exchange(TokioIo::new(stream), request).await?,
+        };
+        Ok(response)
+    }
+
+    /// Whether requests go over HTTPS.
+    pub fn is_https(&self) -> bool {
+        self.https
+    }
+}
+
+async fn exchange<IO>(io: IO, request: Request<Full<Bytes>>) -> Result<ApiResponse>
+where
+    IO: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(io).await?;
+    let driving = tokio::spawn(connection);
+    let response = sender.send_request(request).await?;
+    let status = response.status().as_u16();
+    let index = response
+        .headers()
+        .get("x-nomad-index")
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.parse().ok());
+    let body = response.into_body().collect().await?.to_bytes();
+    driving.abort();
+    Ok(ApiResponse { status, index, body: String::from_utf8_lossy(&body).into_owned() })
+}
+
+/// TLS for HTTPS: the cluster CA when given, else the CA file must be given.
+fn client_tls(ca_pem: Option<&str>) -> Result<Arc<rustls::ClientConfig>> {
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    let Some(ca_pem) = ca_pem else {
+        bail!("HTTPS needs the cluster CA: pass -ca-cert or set DROVER_CACERT (or use http:// in dev mode)");
+    };
+    for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(cert.context("reading the CA certificate")?).context("adding the CA certificate")?;
+    }
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Arc::new(config))
+}

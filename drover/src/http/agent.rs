@@ -1,0 +1,275 @@
+//! The agent and status endpoints (`/v1/agent/self`, `/v1/agent/members`,
+//! `/v1/agent/health`, `/v1/status/leader`, `/v1/status/peers`,
+//! `/v1/regions`), the worker API (`/v1/agent/schedulers[/config]`, in
+//! snake_case as Nomad has it) and `/v1/search`.
+
+use std::collections::BTreeMap;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::routing::{get, post};
+use axum::Router;
+use engine::structs::JobType;
+use engine::worker::{WorkerActivity, WorkerStatus};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::error::ApiError;
+use super::nomad::REGION;
+use super::query::{blocking, matches_uuid_prefix, Params, Reply};
+use super::ApiState;
+
+/// The routes of this file.
+pub fn routes() -> Router<ApiState> {
+    Router::new()
+        .route("/v1/agent/self", get(agent_self))
+        .route("/v1/agent/members", get(members))
+        .route("/v1/agent/health", get(health))
+        .route("/v1/status/leader", get(leader))
+        .route("/v1/status/peers", get(peers))
+        .route("/v1/regions", get(regions))
+        .route("/v1/agent/schedulers", get(schedulers))
+        .route(
+            "/v1/agent/schedulers/config",
+            get(scheduler_config).put(set_scheduler_config).post(set_scheduler_config),
+        )
+        .route("/v1/search", post(search).put(search))
+}
+
+/// The version every agent reports.
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+fn member(state: &ApiState) -> Value {
+    let agent = &state.agent;
+    json!({"Name": format!("{}.{}", agent.name, agent.region), "Addr": agent.rpc_addr.ip().to_string(),
+           "Port": agent.rpc_addr.port(), "Status": "alive",
+           "Tags": {"role": "nomad", "region": agent.region, "dc": agent.datacenter, "vsn": "1", "mvn": "1",
+                    "build": VERSION, "port": agent.rpc_addr.port().to_string(), "bootstrap": "1",
+                    "rpc_addr": agent.rpc_addr.ip().to_string()},
+           "ProtocolMin": 1, "ProtocolMax": 5, "ProtocolCur": 2, "DelegateMin": 2, "DelegateMax": 5,
+           "DelegateCur": 4})
+}
+
+/// `GET /v1/agent/self`: `config`, `member` and `stats` (every stats leaf a string).
+async fn agent_self(State(state): State<ApiState>, params: Params) -> Reply {
+    let agent = &state.agent;
+    let stats = state.engine.stats();
+    let body = json!({
+        "config": {"Region": agent.region, "Datacenter": agent.datacenter, "NodeName": agent.name,
+                   "Version": {"Version": VERSION}, "Server": {"Enabled": true},
+                   "Ports": {"HTTP": agent.http_addr.port(), "RPC": agent.rpc_addr.port()}},
+        "member": member(&state),
+        "stats": {
+            "nomad": {"server": "true", "leader": "true", "leader_addr": agent.rpc_addr.to_string(),
+                      "bootstrap": "true", "known_regions": "1"},
+            "drover": {"version": VERSION, "index": stats.index.to_string(),
+                       "broker_ready": stats.broker.total_ready.to_string(),
+                       "broker_unacked": stats.broker.total_unacked.to_string(),
+                       "blocked_evals": stats.blocked.total_blocked.to_string(),
+                       "workers": state.engine.workers().workers().len().to_string(),
+                       "index_waiters": state.engine.store().waiters().to_string()},
+            "runtime": {"os": std::env::consts::OS, "arch": std::env::consts::ARCH, "version": VERSION,
+                        "cpu_count": std::thread::available_parallelism().map_or(1, usize::from).to_string()},
+        },
+    });
+    Reply::json(&body, params.pretty(), None)
+}
+
+/// `GET /v1/agent/members`: this server (one server until replication).
+async fn members(State(state): State<ApiState>, params: Params) -> Reply {
+    let body = json!({"ServerName": state.agent.name, "ServerRegion": state.agent.region,
+                      "ServerDC": state.agent.datacenter, "Members": [member(&state)]});
+    Reply::json(&body, params.pretty(), None)
+}
+
+/// `GET /v1/agent/health`.
+async fn health(State(state): State<ApiState>, params: Params) -> Result<Reply, ApiError> {
+    if state.engine.store().is_shutting_down() {
+        return Err(ApiError::Internal("the server is shutting down".to_string()));
+    }
+    let body = json!({"server": {"ok": true, "message": "ok"}});
+    Ok(Reply::json(&body, params.pretty(), None))
+}
+
+/// `GET /v1/status/leader`: a JSON string `"ip:port"`, equal to the
+/// member's `Addr:Tags.port` so `server members` marks it.
+async fn leader(State(state): State<ApiState>, params: Params) -> Reply {
+    Reply::json(&state.agent.rpc_addr.to_string(), params.pretty(), None)
+}
+
+/// `GET /v1/status/peers`.
+async fn peers(State(state): State<ApiState>, params: Params) -> Reply {
+    Reply::json(&[state.agent.rpc_addr.to_string()], params.pretty(), None)
+}
+
+/// `GET /v1/regions`.
+async fn regions(params: Params) -> Reply {
+    Reply::json(&[REGION], params.pretty(), None)
+}
+
+fn status_name(status: WorkerStatus) -> &'static str {
+    match status {
+        WorkerStatus::Starting => "Starting",
+        WorkerStatus::Started => "Started",
+        WorkerStatus::Pausing => "Pausing",
+        WorkerStatus::Paused => "Paused",
+        WorkerStatus::Stopping => "Stopping",
+        WorkerStatus::Stopped => "Stopped",
+    }
+}
+
+fn activity_name(status: WorkerStatus, activity: WorkerActivity) -> &'static str {
+    match (status, activity) {
+        (WorkerStatus::Paused, _) => "Paused",
+        (WorkerStatus::Stopped, _) => "Stopped",
+        (_, WorkerActivity::Idle) => "Running",
+        (_, WorkerActivity::WaitingToDequeue) => "WaitingToDequeue",
+        (_, WorkerActivity::WaitingForIndex) => "WaitingForRaft",
+        (_, WorkerActivity::Scheduling) => "Scheduling",
+        (_, WorkerActivity::Submitting) => "Submitting",
+        (_, WorkerActivity::Backoff) => "Backoff",
+    }
+}
+
+/// The scheduler names a worker serves, with `_core` (Nomad lists it; its
+/// work, the eval reaper, runs on its own in Drover).
+fn scheduler_names(types: &[JobType]) -> Vec<String> {
+    types.iter().map(|kind| kind.as_str().to_string()).chain(["_core".to_string()]).collect()
+}
+
+/// `GET /v1/agent/schedulers`.
+async fn schedulers(State(state): State<ApiState>, params: Params) -> Reply {
+    let workers: Vec<Value> = state
+        .engine
+        .workers()
+        .workers()
+        .iter()
+        .map(|worker| {
+            json!({"id": worker.id.to_string(), "enabled_schedulers": scheduler_names(&worker.types),
+                   "started": Value::Null, "status": status_name(worker.status),
+                   "workload_status": activity_name(worker.status, worker.activity)})
+        })
+        .collect();
+    Reply::json(&json!({"server_id": server_id(&state), "schedulers": workers}), params.pretty(), None)
+}
+
+fn server_id(state: &ApiState) -> String {
+    format!("{}.{}", state.agent.name, state.agent.region)
+}
+
+fn current_config(state: &ApiState) -> Value {
+    let workers = state.engine.workers().workers();
+    let types = workers.first().map(|worker| worker.types.clone()).unwrap_or_default();
+    json!({"server_id": server_id(state), "num_schedulers": workers.len(), "enabled_schedulers": scheduler_names(&types)})
+}
+
+/// `GET /v1/agent/schedulers/config`.
+async fn scheduler_config(State(state): State<ApiState>, params: Params) -> Reply {
+    Reply::json(&current_config(&state), params.pretty(), None)
+}
+
+/// `PUT /v1/agent/schedulers/config` body (`server_id` is ignored, so a
+/// GET answer can be sent back as it is).
+#[derive(Debug, Deserialize)]
+struct SchedulerConfig {
+    num_schedulers: i64,
+    enabled_schedulers: Vec<String>,
+}
+
+/// Resizes the worker pool and retargets it at run time.
+async fn set_scheduler_config(State(state): State<ApiState>, params: Params, body: Bytes) -> Result<Reply, ApiError> {
+    let request: SchedulerConfig =
+        serde_json::from_slice(&body).map_err(|error| ApiError::BadRequest(format!("Invalid request: {error}")))?;
+    let invalid = || ApiError::BadRequest("Invalid request".to_string());
+    let count = usize::try_from(request.num_schedulers).map_err(|_| invalid())?;
+    if !request.enabled_schedulers.iter().any(|name| name == "_core") {
+        return Err(invalid());
+    }
+    let mut types = Vec::new();
+    for name in request.enabled_schedulers.iter().filter(|name| *name != "_core") {
+        types.push(JobType::ALL.into_iter().find(|kind| kind.as_str() == name).ok_or_else(invalid)?);
+    }
+    let engine = state.engine.clone();
+    tokio::task::spawn_blocking(move || {
+        let workers = engine.workers();
+        if workers.workers().len() != count {
+            workers.resize(count);
+        }
+        let current = workers.workers().first().map(|worker| worker.types.clone());
+        if !types.is_empty() && current.as_ref() != Some(&types) {
+            workers.set_types(types);
+        }
+    })
+    .await
+    .map_err(|error| ApiError::Internal(format!("engine call failed: {error}")))?;
+    Ok(Reply::json(&current_config(&state), params.pretty(), None))
+}
+
+/// `PUT /v1/search` body.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+struct SearchRequest {
+    prefix: String,
+    context: String,
+    namespace: Option<String>,
+}
+
+/// At most this many ids per context, as Nomad.
+const SEARCH_LIMIT: usize = 20;
+
+/// `PUT /v1/search`: ids starting with a prefix, per context (`jobs`,
+/// `evals`, `allocs`, `nodes`; `deployment` always empty), for
+/// `nomad status <prefix>`.
+async fn search(State(state): State<ApiState>, params: Params, body: Bytes) -> Result<Reply, ApiError> {
+    let request: SearchRequest =
+        serde_json::from_slice(&body).map_err(|error| ApiError::BadRequest(error.to_string()))?;
+    let contexts = ["jobs", "evals", "allocs", "nodes", "deployment"];
+    let wanted: Vec<&str> = match request.context.as_str() {
+        "" | "all" => contexts.to_vec(),
+        one if contexts.contains(&one) => vec![one],
+        other => return Err(ApiError::BadRequest(format!("invalid search context {other:?}"))),
+    };
+    let namespace =
+        request.namespace.clone().filter(|ns| !ns.is_empty()).unwrap_or_else(|| params.namespace().to_string());
+    let prefix = request.prefix.clone();
+    blocking(&state, &params, move |snapshot| {
+        let mut matches: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+        let mut truncations: BTreeMap<&str, bool> = BTreeMap::new();
+        for context in &wanted {
+            let mut ids: Vec<String> = match *context {
+                "jobs" => snapshot
+                    .jobs()
+                    .filter(|job| *job.namespace == *namespace && job.id.starts_with(&prefix))
+                    .map(|job| job.id.to_string())
+                    .collect(),
+                "evals" => snapshot
+                    .evals()
+                    .filter(|eval| matches_uuid_prefix(&eval.id.0, &prefix))
+                    .map(|eval| eval.id.to_string())
+                    .collect(),
+                "allocs" => snapshot
+                    .allocs()
+                    .filter(|alloc| matches_uuid_prefix(&alloc.id.0, &prefix))
+                    .map(|alloc| alloc.id.to_string())
+                    .collect(),
+                "nodes" => snapshot
+                    .nodes()
+                    .filter(|node| matches_uuid_prefix(&node.id.0, &prefix))
+                    .map(|node| node.id.to_string())
+                    .collect(),
+                _ => Vec::new(),
+            };
+            ids.sort();
+            truncations.insert(context, ids.len() > SEARCH_LIMIT);
+            ids.truncate(SEARCH_LIMIT);
+            matches.insert(context, ids);
+        }
+        let index = snapshot.index();
+        Ok((
+            index,
+            json!({"Matches": matches, "Truncations": truncations, "Index": index, "LastContact": 0,
+                          "KnownLeader": true}),
+        ))
+    })
+    .await
+}

@@ -1,0 +1,44 @@
+//! `/v1/allocations` and `/v1/allocation/<id>`.
+
+use axum::extract::{Path, State};
+use axum::routing::get;
+use axum::Router;
+use engine::structs::AllocId;
+
+use super::error::ApiError;
+use super::nomad;
+use super::query::{blocking, exact_uuid, matches_uuid_prefix, Params, Reply};
+use super::ApiState;
+
+/// The routes of this file.
+pub fn routes() -> Router<ApiState> {
+    Router::new().route("/v1/allocations", get(list)).route("/v1/allocation/{id}", get(read))
+}
+
+/// `GET /v1/allocations[?prefix=&namespace=]`: newest first; `namespace=*`
+/// lists every namespace, no namespace means `default`.
+async fn list(State(state): State<ApiState>, params: Params) -> Result<Reply, ApiError> {
+    let prefix = params.prefix().to_string();
+    let namespace = params.namespace().to_string();
+    blocking(&state, &params, |snapshot| {
+        let mut allocs: Vec<_> = snapshot
+            .allocs()
+            .filter(|alloc| namespace == "*" || *alloc.namespace == *namespace)
+            .filter(|alloc| matches_uuid_prefix(&alloc.id.0, &prefix))
+            .collect();
+        allocs.sort_by_key(|alloc| (std::cmp::Reverse(alloc.create_index), alloc.id));
+        let stubs: Vec<_> = allocs.iter().map(|alloc| nomad::alloc_stub(alloc, snapshot)).collect();
+        Ok((snapshot.table_indexes().allocs, stubs))
+    })
+    .await
+}
+
+/// `GET /v1/allocation/<id>`: 404 `alloc not found` for an unknown id.
+async fn read(State(state): State<ApiState>, Path(id): Path<String>, params: Params) -> Result<Reply, ApiError> {
+    let id = AllocId(exact_uuid(&id, "alloc")?);
+    blocking(&state, &params, |snapshot| {
+        let alloc = snapshot.alloc(id).ok_or_else(|| ApiError::NotFound("alloc not found".to_string()))?;
+        Ok((alloc.modify_index, nomad::alloc(alloc, snapshot)))
+    })
+    .await
+}

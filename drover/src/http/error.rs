@@ -1,0 +1,65 @@
+//! API errors: a status code and a one-line plain-text body, as Nomad
+//! answers (its clients print the body; python-nomad picks its exception
+//! class by the code).
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use engine::job_endpoint::JobError;
+use engine::state::StateError;
+
+/// Why a request was not served.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// Malformed JSON, a bad parameter, a body that makes no sense (400).
+    #[error("{0}")]
+    BadRequest(String),
+    /// No such object (404).
+    #[error("{0}")]
+    NotFound(String),
+    /// A missing or wrong ACL token, or one without the needed policy (403).
+    #[error("Permission denied")]
+    Forbidden,
+    /// The method is not one the path takes (405).
+    #[error("Invalid method")]
+    MethodNotAllowed,
+    /// The server could not do it (500): a job that fails validation (as in
+    /// Nomad, whose register answers validation errors with 500), or the
+    /// server shutting down.
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl ApiError {
+    fn status(&self) -> StatusCode {
+        match self {
+            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::Forbidden => StatusCode::FORBIDDEN,
+            ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = self.to_string().replace('\n', " ");
+        (self.status(), [("content-type", "text/plain; charset=utf-8")], body).into_response()
+    }
+}
+
+impl From<JobError> for ApiError {
+    fn from(error: JobError) -> Self {
+        match error {
+            JobError::UnknownJob(_) => ApiError::NotFound("job not found".to_string()),
+            JobError::UnknownGroup { .. } => ApiError::BadRequest(error.to_string()),
+            JobError::State(StateError::ShuttingDown) => ApiError::Internal("the server is shutting down".to_string()),
+            other => ApiError::Internal(other.to_string()),
+        }
+    }
+}
+
+/// An unknown path under the API: 404 with an empty body, as Nomad.
+pub async fn unknown_path() -> Response {
+    StatusCode::NOT_FOUND.into_response()
+}

@@ -1,0 +1,573 @@
+//! The job a client submits in Nomad's JSON (`{"Job": {...}}`, as the
+//! `nomad` CLI and python-nomad send it), read leniently as Go's decoder
+//! reads it, and turned into Drover's job with Nomad's defaults (§7 of
+//! `../shared/reference/nomad-http-api.md`); every field Drover does not
+//! implement is named in a warning of the register answer.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use engine::structs::{
+    Constraint, ConstraintOperand, DelayFunction, Job, JobType, ReschedulePolicy, Resources, RestartMode,
+    RestartPolicy, Task, TaskGroup, UpdateStrategy,
+};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::error::ApiError;
+use super::nomad::REGION;
+
+/// Nomad's default task resources, for what a task leaves out.
+const DEFAULT_CPU: u64 = 100;
+const DEFAULT_MEMORY_MB: u64 = 300;
+/// Nomad's default ephemeral disk of a group.
+const DEFAULT_DISK_MB: u64 = 300;
+
+// ---------------------------------------------------------------------------
+// What clients submit. Every field is optional: `null` and absent both mean
+// "the default"; unknown fields are ignored (serde's default), as Go's
+// decoder does, since clients of newer Nomad versions send fields 1.0 lacks.
+// ---------------------------------------------------------------------------
+
+/// `PUT /v1/jobs` and `PUT /v1/job/:id` bodies.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+pub struct RegisterRequest {
+    /// The job.
+    pub job: Option<ApiJob>,
+    /// Namespace, when the query does not name one.
+    pub namespace: Option<String>,
+    /// Region (only `global`).
+    pub region: Option<String>,
+    /// `job run -check-index`: register only if the job's modify index is `job_modify_index`.
+    pub enforce_index: Option<bool>,
+    /// See `enforce_index`.
+    pub job_modify_index: Option<u64>,
+}
+
+/// A submitted job (`api.Job`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+#[allow(missing_docs)]
+pub struct ApiJob {
+    pub region: Option<String>,
+    pub namespace: Option<String>,
+    #[serde(rename = "ID")]
+    pub id: Option<String>,
+    pub name: Option<String>,
+    #[serde(rename = "Type")]
+    pub job_type: Option<String>,
+    pub priority: Option<i64>,
+    pub datacenters: Option<Vec<String>>,
+    pub constraints: Option<Vec<ApiConstraint>>,
+    pub task_groups: Option<Vec<ApiTaskGroup>>,
+    pub update: Option<ApiUpdate>,
+    pub reschedule: Option<ApiReschedule>,
+    pub stop: Option<bool>,
+    pub all_at_once: Option<bool>,
+    pub meta: Option<BTreeMap<String, String>>,
+    pub affinities: Option<Value>,
+    pub spreads: Option<Value>,
+    pub multiregion: Option<Value>,
+    pub periodic: Option<Value>,
+    pub parameterized_job: Option<Value>,
+    pub migrate: Option<Value>,
+    pub payload: Option<Value>,
+}
+
+/// A constraint (`api.Constraint`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+#[allow(missing_docs)]
+pub struct ApiConstraint {
+    #[serde(rename = "LTarget")]
+    pub l_target: Option<String>,
+    #[serde(rename = "RTarget")]
+    pub r_target: Option<String>,
+    #[serde(rename = "Operand")]
+    pub operand: Option<String>,
+}
+
+/// A task group (`api.TaskGroup`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+#[allow(missing_docs)]
+pub struct ApiTaskGroup {
+    pub name: Option<String>,
+    pub count: Option<i64>,
+    pub constraints: Option<Vec<ApiConstraint>>,
+    pub tasks: Option<Vec<ApiTask>>,
+    pub restart_policy: Option<ApiRestart>,
+    pub reschedule_policy: Option<ApiReschedule>,
+    pub update: Option<ApiUpdate>,
+    pub ephemeral_disk: Option<ApiEphemeralDisk>,
+    pub max_client_disconnect: Option<i64>,
+    pub stop_after_client_disconnect: Option<i64>,
+    pub disconnect: Option<ApiDisconnect>,
+    pub meta: Option<BTreeMap<String, String>>,
+    pub affinities: Option<Value>,
+    pub spreads: Option<Value>,
+    pub volumes: Option<Value>,
+    pub migrate: Option<Value>,
+    pub networks: Option<Value>,
+    pub services: Option<Value>,
+    pub scaling: Option<Value>,
+    pub consul: Option<Value>,
+    pub shutdown_delay: Option<Value>,
+}
+
+/// A task (`api.Task`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+#[allow(missing_docs)]
+pub struct ApiTask {
+    pub name: Option<String>,
+    pub driver: Option<String>,
+    pub config: Option<BTreeMap<String, Value>>,
+    pub constraints: Option<Vec<ApiConstraint>>,
+    pub resources: Option<ApiResources>,
+    pub restart_policy: Option<ApiRestart>,
+    pub user: Option<String>,
+    pub env: Option<BTreeMap<String, String>>,
+    pub meta: Option<BTreeMap<String, String>>,
+    pub kill_timeout: Option<i64>,
+    pub kill_signal: Option<String>,
+    pub log_config: Option<Value>,
+    pub affinities: Option<Value>,
+    pub services: Option<Value>,
+    pub vault: Option<Value>,
+    pub templates: Option<Value>,
+    pub artifacts: Option<Value>,
+    pub lifecycle: Option<Value>,
+    pub volume_mounts: Option<Value>,
+    pub dispatch_payload: Option<Value>,
+    pub scaling_policies: Option<Value>,
+    pub leader: Option<bool>,
+}
+
+/// Task resources (`api.Resources`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+#[allow(missing_docs)]
+pub struct ApiResources {
+    #[serde(rename = "CPU")]
+    pub cpu: Option<i64>,
+    #[serde(rename = "MemoryMB")]
+    pub memory_mb: Option<i64>,
+    #[serde(rename = "DiskMB")]
+    pub disk_mb: Option<i64>,
+    #[serde(rename = "Cores")]
+    pub cores: Option<i64>,
+    #[serde(rename = "MemoryMaxMB")]
+    pub memory_max_mb: Option<i64>,
+    #[serde(rename = "Networks")]
+    pub networks: Option<Value>,
+    #[serde(rename = "Devices")]
+    pub devices: Option<Value>,
+}
+
+/// `RestartPolicy`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+#[allow(missing_docs)]
+pub struct ApiRestart {
+    pub attempts: Option<i64>,
+    pub interval: Option<i64>,
+    pub delay: Option<i64>,
+    pub mode: Option<String>,
+}
+
+/// `Reschedule` / `ReschedulePolicy`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+#[allow(missing_docs)]
+pub struct ApiReschedule {
+    pub attempts: Option<i64>,
+    pub interval: Option<i64>,
+    pub delay: Option<i64>,
+    pub delay_function: Option<String>,
+    pub max_delay: Option<i64>,
+    pub unlimited: Option<bool>,
+}
+
+/// `Update` (Drover keeps `MaxParallel`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+#[allow(missing_docs)]
+pub struct ApiUpdate {
+    pub max_parallel: Option<i64>,
+}
+
+/// `EphemeralDisk`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+#[allow(missing_docs)]
+pub struct ApiEphemeralDisk {
+    #[serde(rename = "SizeMB")]
+    pub size_mb: Option<i64>,
+    pub sticky: Option<bool>,
+    pub migrate: Option<bool>,
+}
+
+/// Nomad 1.8's `Disconnect`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+#[allow(missing_docs)]
+pub struct ApiDisconnect {
+    pub lost_after: Option<i64>,
+    pub stop_on_client_after: Option<i64>,
+    pub replace: Option<bool>,
+    pub reconcile: Option<String>,
+}
+
+/// A submitted job turned into Drover's, with Nomad's defaults, and the
+/// fields it carried that Drover does not implement.
+#[derive(Debug)]
+pub struct Converted {
+    /// The job to register.
+    pub job: Job,
+    /// One line per field Drover ignored.
+    pub warnings: Vec<String>,
+}
+
+/// Whether a JSON value says anything: not null, not an empty list or map,
+/// not `false`, `0` or `""` (the zero values the CLI fills in).
+fn is_set(value: &Option<Value>) -> bool {
+    match value {
+        None | Some(Value::Null) => false,
+        Some(Value::Array(items)) => !items.is_empty(),
+        Some(Value::Object(fields)) => !fields.is_empty(),
+        Some(Value::Bool(flag)) => *flag,
+        Some(Value::String(text)) => !text.is_empty(),
+        Some(Value::Number(number)) => number.as_f64() != Some(0.0),
+    }
+}
+
+/// Collects the warnings for fields Drover ignores.
+struct Ignored<'a> {
+    warnings: &'a mut Vec<String>,
+}
+
+impl Ignored<'_> {
+    fn check(&mut self, place: &str, field: &str, value: &Option<Value>) {
+        if is_set(value) {
+            self.warnings.push(format!("{place}{field} is not implemented by Drover and was ignored"));
+        }
+    }
+}
+
+/// Converts a submitted job (`namespace` from the query wins over the body's).
+pub fn convert_job(api: ApiJob, query_namespace: Option<&str>) -> Result<Converted, ApiError> {
+    let mut warnings = Vec::new();
+    let id = api.id.clone().unwrap_or_default();
+    if id.is_empty() {
+        return Err(ApiError::BadRequest("Job ID hasn't been provided".to_string()));
+    }
+    if let Some(region) = api.region.as_deref().filter(|region| !region.is_empty() && *region != REGION) {
+        return Err(ApiError::BadRequest(format!("No path to region {region:?}: Drover serves only {REGION:?}")));
+    }
+    let job_type = match api.job_type.as_deref().unwrap_or("service") {
+        "" | "service" => JobType::Service,
+        "batch" => JobType::Batch,
+        "system" => JobType::System,
+        "sysbatch" => JobType::Sysbatch,
+        other => return Err(ApiError::BadRequest(format!("Invalid job type {other:?}"))),
+    };
+    let priority = api.priority.unwrap_or(50);
+    let priority = u8::try_from(priority)
+        .map_err(|_| ApiError::BadRequest(format!("job priority must be between 1 and 100 (got {priority})")))?;
+    let mut ignored = Ignored { warnings: &mut warnings };
+    let place = "Job.";
+    ignored.check(place, "Affinities", &api.affinities);
+    ignored.check(place, "Spreads", &api.spreads);
+    ignored.check(place, "Multiregion", &api.multiregion);
+    ignored.check(place, "Periodic", &api.periodic);
+    ignored.check(place, "ParameterizedJob", &api.parameterized_job);
+    ignored.check(place, "Migrate", &api.migrate);
+    ignored.check(place, "Payload", &api.payload);
+    ignored.check(place, "AllAtOnce", &api.all_at_once.map(Value::Bool));
+    if api.meta.as_ref().is_some_and(|meta| !meta.is_empty()) {
+        ignored.warnings.push("Job.Meta is not implemented by Drover and was ignored".to_string());
+    }
+    let constraints = convert_constraints(api.constraints.unwrap_or_default(), "job")?;
+    let mut task_groups = Vec::new();
+    for group in api.task_groups.unwrap_or_default() {
+        task_groups.push(convert_group(group, job_type, &api.update, &api.reschedule, &mut warnings)?);
+    }
+    let namespace = query_namespace
+        .filter(|namespace| !namespace.is_empty())
+        .map(str::to_string)
+        .or(api.namespace.filter(|namespace| !namespace.is_empty()))
+        .unwrap_or_else(|| engine::structs::DEFAULT_NAMESPACE.to_string());
+    let job = Job {
+        namespace: Arc::from(namespace),
+        id: Arc::from(id.as_str()),
+        name: api.name.filter(|name| !name.is_empty()).unwrap_or_else(|| id.clone()),
+        job_type,
+        priority,
+        datacenters: api.datacenters.unwrap_or_default(),
+        constraints,
+        task_groups,
+        stop: api.stop.unwrap_or(false),
+        version: 0,
+        create_index: 0,
+        modify_index: 0,
+        job_modify_index: 0,
+    };
+    Ok(Converted { job, warnings })
+}
+
+fn convert_group(
+    api: ApiTaskGroup,
+    job_type: JobType,
+    job_update: &Option<ApiUpdate>,
+    job_reschedule: &Option<ApiReschedule>,
+    warnings: &mut Vec<String>,
+) -> Result<TaskGroup, ApiError> {
+    let name = api.name.unwrap_or_default();
+    let place = format!("TaskGroup {name:?}: ");
+    let mut ignored = Ignored { warnings };
+    for (field, value) in [
+        ("Affinities", &api.affinities),
+        ("Spreads", &api.spreads),
+        ("Volumes", &api.volumes),
+        ("Migrate", &api.migrate),
+        ("Networks", &api.networks),
+        ("Services", &api.services),
+        ("Scaling", &api.scaling),
+        ("Consul", &api.consul),
+        ("ShutdownDelay", &api.shutdown_delay),
+    ] {
+        ignored.check(&place, field, value);
+    }
+    if let Some(disk) = &api.ephemeral_disk {
+        ignored.check(&place, "EphemeralDisk.Sticky", &disk.sticky.map(Value::Bool));
+        ignored.check(&place, "EphemeralDisk.Migrate", &disk.migrate.map(Value::Bool));
+    }
+    let count = api.count.unwrap_or(1);
+    let count = u32::try_from(count).map_err(|_| ApiError::BadRequest(format!("{place}Count {count} is invalid")))?;
+    let disk_mb = api.ephemeral_disk.as_ref().and_then(|disk| disk.size_mb).unwrap_or(DEFAULT_DISK_MB as i64);
+    let restart = restart_policy(api.restart_policy.as_ref(), job_type)?;
+    let mut tasks = Vec::new();
+    for (position, task) in api.tasks.unwrap_or_default().into_iter().enumerate() {
+        // The group's ephemeral disk is one reservation: it goes on its first task.
+        let disk = if position == 0 { non_negative(disk_mb, &place, "EphemeralDisk.SizeMB")? } else { 0 };
+        tasks.push(convert_task(task, disk, &place, ignored.warnings)?);
+    }
+    let update = api.update.as_ref().or(job_update.as_ref()).and_then(|update| update.max_parallel);
+    let reschedule = match job_type.is_system_like() {
+        true => None,
+        false => reschedule_policy(api.reschedule_policy.as_ref().or(job_reschedule.as_ref()), job_type)?,
+    };
+    let disconnect = api.disconnect.unwrap_or_default();
+    let lost_after = disconnect.lost_after.or(api.max_client_disconnect);
+    let stop_after = disconnect.stop_on_client_after.or(api.stop_after_client_disconnect);
+    Ok(TaskGroup {
+        name,
+        count,
+        constraints: convert_constraints(api.constraints.unwrap_or_default(), "group")?,
+        tasks,
+        reschedule_policy: reschedule,
+        restart_policy: restart,
+        update: update.filter(|max| *max > 0).map(|max| UpdateStrategy { max_parallel: max as u32 }),
+        max_client_disconnect: lost_after.map(nanos).transpose()?,
+        stop_after_client_disconnect: stop_after.map(nanos).transpose()?,
+        replace_on_disconnect: disconnect.replace.unwrap_or(true),
+    })
+}
+
+fn convert_task(api: ApiTask, disk_mb: u64, group_place: &str, warnings: &mut Vec<String>) -> Result<Task, ApiError> {
+    let name = api.name.unwrap_or_default();
+    let place = format!("{group_place}Task {name:?}: ");
+    let mut ignored = Ignored { warnings };
+    for (field, value) in [
+        ("Affinities", &api.affinities),
+        ("Services", &api.services),
+        ("Vault", &api.vault),
+        ("Templates", &api.templates),
+        ("Artifacts", &api.artifacts),
+        ("Lifecycle", &api.lifecycle),
+        ("VolumeMounts", &api.volume_mounts),
+        ("DispatchPayload", &api.dispatch_payload),
+        ("ScalingPolicies", &api.scaling_policies),
+        ("Leader", &api.leader.map(Value::Bool)),
+        ("User", &api.user.clone().map(Value::String)),
+        ("KillSignal", &api.kill_signal.clone().map(Value::String)),
+        ("RestartPolicy", &api.restart_policy.as_ref().map(|_| json!({"set": true}))),
+    ] {
+        ignored.check(&place, field, value);
+    }
+    if api.env.as_ref().is_some_and(|env| !env.is_empty()) {
+        ignored.warnings.push(format!("{place}Env is not implemented by Drover and was ignored"));
+    }
+    if api.meta.as_ref().is_some_and(|meta| !meta.is_empty()) {
+        ignored.warnings.push(format!("{place}Meta is not implemented by Drover and was ignored"));
+    }
+    let resources = api.resources.unwrap_or_default();
+    ignored.check(&place, "Resources.Networks", &resources.networks);
+    ignored.check(&place, "Resources.Devices", &resources.devices);
+    ignored.check(&place, "Resources.Cores", &resources.cores.map(Value::from));
+    ignored.check(&place, "Resources.MemoryMaxMB", &resources.memory_max_mb.map(Value::from));
+    let cpu = non_negative(resources.cpu.unwrap_or(DEFAULT_CPU as i64), &place, "Resources.CPU")?;
+    let memory = non_negative(resources.memory_mb.unwrap_or(DEFAULT_MEMORY_MB as i64), &place, "Resources.MemoryMB")?;
+    let mut config = BTreeMap::new();
+    for (key, value) in api.config.unwrap_or_default() {
+        let text = match value {
+            Value::Null => continue,
+            Value::String(text) => text,
+            other => other.to_string(),
+        };
+        config.insert(key, text);
+    }
+    Ok(Task {
+        name,
+        driver: api.driver.unwrap_or_default(),
+        resources: Resources::new(cpu, memory, disk_mb),
+        constraints: convert_constraints(api.constraints.unwrap_or_default(), "task")?,
+        config,
+    })
+}
+
+fn non_negative(value: i64, place: &str, field: &str) -> Result<u64, ApiError> {
+    u64::try_from(value).map_err(|_| ApiError::BadRequest(format!("{place}{field} must not be negative (got {value})")))
+}
+
+/// Integer nanoseconds, as Nomad's JSON carries durations.
+fn nanos(value: i64) -> Result<Duration, ApiError> {
+    u64::try_from(value)
+        .map(Duration::from_nanos)
+        .map_err(|_| ApiError::BadRequest(format!("a duration must not be negative (got {value} ns)")))
+}
+
+fn convert_constraints(constraints: Vec<ApiConstraint>, level: &str) -> Result<Vec<Constraint>, ApiError> {
+    constraints
+        .into_iter()
+        .map(|constraint| {
+            let operand = constraint.operand.unwrap_or_default();
+            let parsed = match operand.as_str() {
+                "=" | "==" | "is" => ConstraintOperand::Equal,
+                "!=" | "not" => ConstraintOperand::NotEqual,
+                "<" => ConstraintOperand::Less,
+                "<=" => ConstraintOperand::LessOrEqual,
+                ">" => ConstraintOperand::Greater,
+                ">=" => ConstraintOperand::GreaterOrEqual,
+                "regexp" => ConstraintOperand::Regexp,
+                "version" | "semver" => ConstraintOperand::Version,
+                "is_set" => ConstraintOperand::IsSet,
+                "is_not_set" => ConstraintOperand::IsNotSet,
+                "distinct_hosts" => ConstraintOperand::DistinctHosts,
+                "distinct_property" => ConstraintOperand::DistinctProperty,
+                "" => return Err(ApiError::BadRequest(format!("{level} constraint: Missing constraint operand"))),
+                other => {
+                    return Err(ApiError::BadRequest(format!(
+                        "{level} constraint: operand {other:?} is not supported by Drover"
+                    )))
+                }
+            };
+            Ok(Constraint {
+                l_target: constraint.l_target.unwrap_or_default(),
+                r_target: constraint.r_target.unwrap_or_default(),
+                operand: parsed,
+            })
+        })
+        .collect()
+}
+
+/// The group's restart policy: the user's fields over the job type's defaults.
+fn restart_policy(api: Option<&ApiRestart>, job_type: JobType) -> Result<RestartPolicy, ApiError> {
+    let mut policy = RestartPolicy::default();
+    if job_type.is_batch_like() {
+        policy.attempts = 3;
+        policy.interval = Duration::from_secs(24 * 3600);
+    }
+    let Some(api) = api else { return Ok(policy) };
+    if let Some(attempts) = api.attempts {
+        policy.attempts = u32::try_from(attempts)
+            .map_err(|_| ApiError::BadRequest(format!("RestartPolicy.Attempts {attempts} is invalid")))?;
+    }
+    if let Some(interval) = api.interval {
+        policy.interval = nanos(interval)?;
+    }
+    if let Some(delay) = api.delay {
+        policy.delay = nanos(delay)?;
+    }
+    policy.mode = match api.mode.as_deref() {
+        None | Some("") => policy.mode,
+        Some("fail") => RestartMode::Fail,
+        Some("delay") => RestartMode::Delay,
+        Some(other) => return Err(ApiError::BadRequest(format!("RestartPolicy.Mode {other:?} is not fail or delay"))),
+    };
+    Ok(policy)
+}
+
+/// The group's reschedule policy: the user's fields over the type's defaults.
+fn reschedule_policy(api: Option<&ApiReschedule>, job_type: JobType) -> Result<Option<ReschedulePolicy>, ApiError> {
+    let Some(api) = api else { return Ok(None) };
+    let Some(mut policy) = ReschedulePolicy::default_for(job_type) else { return Ok(None) };
+    if let Some(attempts) = api.attempts {
+        policy.attempts = u32::try_from(attempts)
+            .map_err(|_| ApiError::BadRequest(format!("ReschedulePolicy.Attempts {attempts} is invalid")))?;
+    }
+    if let Some(interval) = api.interval {
+        policy.interval = nanos(interval)?;
+    }
+    if let Some(delay) = api.delay {
+        policy.delay = nanos(delay)?;
+    }
+    if let Some(max_delay) = api.max_delay {
+        policy.max_delay = nanos(max_delay)?;
+    }
+    if let Some(unlimited) = api.unlimited {
+        policy.unlimited = unlimited;
+    }
+    policy.delay_function = match api.delay_function.as_deref() {
+        None | Some("") => policy.delay_function,
+        Some("constant") => DelayFunction::Constant,
+        Some("exponential") => DelayFunction::Exponential,
+        Some("fibonacci") => DelayFunction::Fibonacci,
+        Some(other) => {
+            return Err(ApiError::BadRequest(format!("ReschedulePolicy.DelayFunction {other:?} is not known")))
+        }
+    };
+    Ok(Some(policy))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_cli_job_full_of_nulls_gets_nomads_defaults() {
+        let body = json!({"Job": {"Region": null, "Namespace": null, "ID": "example", "Name": "example",
+            "Type": null, "Priority": null, "Datacenters": ["dc1"], "Constraints": null, "Affinities": null,
+            "TaskGroups": [{"Name": "cache", "Count": null, "Tasks": [{"Name": "redis", "Driver": "mock",
+                "Config": {"run_for": "10s", "ports": ["db"]}, "Resources": {"CPU": 500, "MemoryMB": null},
+                "KillTimeout": null, "Env": null}],
+              "Networks": [{"DynamicPorts": [{"Label": "db", "Value": 0}]}], "NewerNomadField": {"x": 1}}],
+            "Dispatched": false, "NodePool": "default"}, "Region": "", "Namespace": "", "SecretID": ""});
+        let request: RegisterRequest = serde_json::from_value(body).expect("lenient");
+        let Converted { job, warnings } = convert_job(request.job.expect("job"), None).expect("converts");
+        assert_eq!((job.job_type, job.priority, &*job.namespace), (JobType::Service, 50, "default"));
+        let group = &job.task_groups[0];
+        assert_eq!(group.count, 1);
+        assert_eq!(group.tasks[0].resources, Resources::new(500, 300, 300));
+        assert_eq!(group.tasks[0].config["ports"], "[\"db\"]");
+        assert_eq!(group.restart_policy, RestartPolicy::default());
+        assert_eq!(warnings, ["TaskGroup \"cache\": Networks is not implemented by Drover and was ignored"]);
+        assert_eq!(job.validate(), Ok(()));
+    }
+
+    #[test]
+    fn bad_values_are_refused_with_what_is_wrong() {
+        let refuse =
+            |body: Value| convert_job(serde_json::from_value(body).expect("lenient"), None).expect_err("refused");
+        assert!(refuse(json!({"ID": ""})).to_string().contains("Job ID"));
+        assert!(refuse(json!({"ID": "x", "Type": "daemon"})).to_string().contains("daemon"));
+        assert!(refuse(json!({"ID": "x", "Priority": 300})).to_string().contains("priority"));
+        let operand = json!({"ID": "x", "Constraints": [{"LTarget": "a", "RTarget": "b", "Operand": "set_contains"}]});
+        assert!(refuse(operand).to_string().contains("set_contains"));
+        assert!(refuse(json!({"ID": "x", "Constraints": [{"LTarget": "a"}]})).to_string().contains("operand"));
+    }
+}

@@ -1,0 +1,272 @@
+//! `/v1/jobs` and `/v1/job/<id>[/<suffix>]`. As in Nomad, the job id is
+//! what comes before a known suffix (`/allocations`, `/evaluations`,
+//! `/summary`, `/deployment`, `/scale`, `/evaluate`), so ids may hold `/`.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::Method;
+use axum::routing::{any, get};
+use axum::Router;
+use engine::job_endpoint::{JobError, JobWriteResponse};
+use engine::state::Snapshot;
+use engine::structs::{Job, JobKey};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::error::ApiError;
+use super::job_spec::{self, RegisterRequest};
+use super::nomad;
+use super::query::{blocking, Params, Reply};
+use super::ApiState;
+
+/// The routes of this file.
+pub fn routes() -> Router<ApiState> {
+    Router::new().route("/v1/jobs", get(list).put(register).post(register)).route("/v1/job/{*rest}", any(job))
+}
+
+/// `GET /v1/jobs[?prefix=&namespace=]`: stubs ordered by id; `namespace=*`
+/// lists every namespace.
+async fn list(State(state): State<ApiState>, params: Params) -> Result<Reply, ApiError> {
+    let namespace = params.namespace().to_string();
+    let prefix = params.prefix().to_string();
+    blocking(&state, &params, |snapshot| {
+        let mut jobs: Vec<&Arc<Job>> = snapshot
+            .jobs()
+            .filter(|job| namespace == "*" || *job.namespace == *namespace)
+            .filter(|job| job.id.starts_with(&prefix))
+            .collect();
+        jobs.sort_by(|a, b| (&a.id, &a.namespace).cmp(&(&b.id, &b.namespace)));
+        let stubs: Vec<Value> = jobs.iter().map(|job| nomad::job_stub(job, snapshot)).collect();
+        Ok((snapshot.table_indexes().jobs.max(snapshot.table_indexes().allocs), stubs))
+    })
+    .await
+}
+
+/// `PUT|POST /v1/jobs`: register (or update) a job from Nomad's JSON.
+async fn register(State(state): State<ApiState>, params: Params, body: Bytes) -> Result<Reply, ApiError> {
+    register_job(state, params, body, None).await
+}
+
+/// What `job` does for `/v1/job/<rest>` by method and suffix.
+async fn job(
+    State(state): State<ApiState>,
+    method: Method,
+    Path(rest): Path<String>,
+    params: Params,
+    body: Bytes,
+) -> Result<Reply, ApiError> {
+    const SUFFIXES: [&str; 6] = ["/allocations", "/evaluations", "/summary", "/deployment", "/scale", "/evaluate"];
+    let (id, suffix) = SUFFIXES
+        .iter()
+        .find_map(|suffix| rest.strip_suffix(suffix).map(|id| (id.to_string(), *suffix)))
+        .unwrap_or((rest.clone(), ""));
+    let key = JobKey { namespace: Arc::from(params.namespace()), id: Arc::from(id.as_str()) };
+    match (suffix, method) {
+        ("", Method::GET) => read(&state, &params, key).await,
+        ("", Method::PUT | Method::POST) => register_job(state, params, body, Some(id)).await,
+        ("", Method::DELETE) => deregister(state, params, key).await,
+        ("/allocations", Method::GET) => allocations(&state, &params, key).await,
+        ("/evaluations", Method::GET) => evaluations(&state, &params, key).await,
+        ("/summary", Method::GET) => summary(&state, &params, key).await,
+        ("/deployment", Method::GET) => {
+            // Drover has no deployments: `null` tells the CLI there is none.
+            blocking(&state, &params, |snapshot| Ok((snapshot.table_indexes().jobs, Value::Null))).await
+        }
+        ("/scale", Method::PUT | Method::POST) => scale(state, params, key, body).await,
+        ("/scale", Method::GET) => scale_status(&state, &params, key).await,
+        ("/evaluate", Method::PUT | Method::POST) => evaluate(state, params, key).await,
+        _ => Err(ApiError::MethodNotAllowed),
+    }
+}
+
+fn find<'a>(snapshot: &'a Snapshot, key: &JobKey) -> Result<&'a Arc<Job>, ApiError> {
+    snapshot.job(key).ok_or_else(|| ApiError::NotFound("job not found".to_string()))
+}
+
+async fn read(state: &ApiState, params: &Params, key: JobKey) -> Result<Reply, ApiError> {
+    blocking(state, params, |snapshot| {
+        let job = find(snapshot, &key)?;
+        Ok((job.modify_index, nomad::job(job, snapshot)))
+    })
+    .await
+}
+
+async fn allocations(state: &ApiState, params: &Params, key: JobKey) -> Result<Reply, ApiError> {
+    // `all` (older versions of the job too) is how Drover always answers:
+    // it keeps allocations of every version. A bad value means false, as in Nomad.
+    blocking(state, params, |snapshot| {
+        let mut allocs: Vec<_> = snapshot.allocs_by_job(&key).collect();
+        allocs.sort_by_key(|alloc| std::cmp::Reverse(alloc.create_index));
+        let stubs: Vec<Value> = allocs.iter().map(|alloc| nomad::alloc_stub(alloc, snapshot)).collect();
+        Ok((snapshot.table_indexes().allocs, stubs))
+    })
+    .await
+}
+
+async fn evaluations(state: &ApiState, params: &Params, key: JobKey) -> Result<Reply, ApiError> {
+    blocking(state, params, |snapshot| {
+        let mut evals: Vec<_> = snapshot.evals_by_job(&key).collect();
+        evals.sort_by_key(|eval| std::cmp::Reverse(eval.create_index));
+        Ok((snapshot.table_indexes().evals, evals.iter().map(|eval| nomad::eval(eval)).collect::<Vec<_>>()))
+    })
+    .await
+}
+
+async fn summary(state: &ApiState, params: &Params, key: JobKey) -> Result<Reply, ApiError> {
+    blocking(state, params, |snapshot| {
+        let job = find(snapshot, &key)?;
+        let index = snapshot.table_indexes().allocs.max(job.modify_index);
+        Ok((index, nomad::job_summary(job, snapshot)))
+    })
+    .await
+}
+
+async fn scale_status(state: &ApiState, params: &Params, key: JobKey) -> Result<Reply, ApiError> {
+    blocking(state, params, |snapshot| {
+        let job = find(snapshot, &key)?;
+        let counts = nomad::summary_counts(job, snapshot);
+        let groups: serde_json::Map<String, Value> = job
+            .task_groups
+            .iter()
+            .map(|group| {
+                let running = counts[&group.name]["Running"].clone();
+                (
+                    group.name.clone(),
+                    json!({"Desired": group.count, "Placed": running, "Running": running,
+                                            "Healthy": running, "Unhealthy": 0, "Events": null}),
+                )
+            })
+            .collect();
+        let status = json!({"JobID": &*job.id, "Namespace": &*job.namespace, "JobCreateIndex": job.create_index,
+                            "JobModifyIndex": job.job_modify_index, "JobStopped": job.stop, "TaskGroups": groups});
+        Ok((job.modify_index, status))
+    })
+    .await
+}
+
+/// Runs a blocking engine call on tokio's blocking pool.
+async fn on_engine<T: Send + 'static>(call: impl FnOnce() -> T + Send + 'static) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(call).await.map_err(|error| ApiError::Internal(format!("engine call failed: {error}")))
+}
+
+/// The answer to a job write, as Nomad's `JobRegisterResponse`.
+fn write_reply(written: &JobWriteResponse, job_modify_index: u64, warnings: &[String], pretty: bool) -> Reply {
+    let body = json!({"EvalID": written.eval_id.to_string(), "EvalCreateIndex": written.index,
+                      "JobModifyIndex": job_modify_index, "Warnings": warnings.join("\n"),
+                      "Index": written.index, "LastContact": 0, "KnownLeader": true});
+    Reply::json(&body, pretty, Some(written.index))
+}
+
+async fn register_job(
+    state: ApiState,
+    params: Params,
+    body: Bytes,
+    path_id: Option<String>,
+) -> Result<Reply, ApiError> {
+    if body.is_empty() {
+        return Err(ApiError::BadRequest("Request body is empty".to_string()));
+    }
+    let request: RegisterRequest =
+        serde_json::from_slice(&body).map_err(|error| ApiError::BadRequest(error.to_string()))?;
+    let api_job = request.job.ok_or_else(|| ApiError::BadRequest("Job must be specified".to_string()))?;
+    let query_namespace = params.get("namespace").or(request.namespace.as_deref().filter(|ns| !ns.is_empty()));
+    let converted = job_spec::convert_job(api_job, query_namespace)?;
+    if let Some(path_id) = path_id {
+        if *converted.job.id != *path_id {
+            return Err(ApiError::BadRequest("Job ID does not match name".to_string()));
+        }
+    }
+    let key = converted.job.key();
+    if request.enforce_index.unwrap_or(false) {
+        enforce_index(&state.engine.store().snapshot(), &key, request.job_modify_index.unwrap_or(0))?;
+    }
+    let engine = state.engine.clone();
+    let job = converted.job;
+    let written = on_engine(move || engine.jobs().register(job)).await?.map_err(|error| match error {
+        JobError::Invalid(invalid) => {
+            ApiError::Internal(format!("{} error(s) occurred: {}", invalid.problems.len(), invalid.problems.join("; ")))
+        }
+        other => ApiError::from(other),
+    })?;
+    let job_modify_index = state.engine.store().snapshot().job(&key).map_or(written.index, |job| job.job_modify_index);
+    for warning in &converted.warnings {
+        tracing::info!(job = %key, %warning, "job registered with a field Drover ignores");
+    }
+    Ok(write_reply(&written, job_modify_index, &converted.warnings, params.pretty()))
+}
+
+/// `job run -check-index`: Nomad's messages, which the CLI looks for.
+fn enforce_index(snapshot: &Snapshot, key: &JobKey, wanted: u64) -> Result<(), ApiError> {
+    let message = match snapshot.job(key).map(|job| job.job_modify_index) {
+        Some(index) if index == wanted => return Ok(()),
+        None if wanted == 0 => return Ok(()),
+        Some(_) if wanted == 0 => "Enforcing job modify index 0: job already exists".to_string(),
+        Some(index) => {
+            format!("Enforcing job modify index {wanted}: job exists with conflicting job modify index: {index}")
+        }
+        None => format!("Enforcing job modify index {wanted}: job does not exist"),
+    };
+    Err(ApiError::BadRequest(message))
+}
+
+async fn deregister(state: ApiState, params: Params, key: JobKey) -> Result<Reply, ApiError> {
+    let purge = params.flag("purge")?;
+    params.flag("global")?;
+    let engine = state.engine.clone();
+    let lookup = key.clone();
+    match on_engine(move || engine.jobs().deregister(&lookup, purge)).await? {
+        Ok(written) => {
+            let body = json!({"EvalID": written.eval_id.to_string(), "EvalCreateIndex": written.index,
+                              "JobModifyIndex": written.index, "VolumeEvalID": "", "VolumeEvalIndex": 0,
+                              "Index": written.index, "LastContact": 0, "KnownLeader": true});
+            Ok(Reply::json(&body, params.pretty(), Some(written.index)))
+        }
+        // As Nomad 1.6: stopping a job that does not exist changes nothing.
+        Err(JobError::UnknownJob(_)) => {
+            let index = state.engine.store().latest_index();
+            let body = json!({"EvalID": "", "EvalCreateIndex": 0, "JobModifyIndex": 0, "VolumeEvalID": "",
+                              "VolumeEvalIndex": 0, "Index": index, "LastContact": 0, "KnownLeader": true});
+            Ok(Reply::json(&body, params.pretty(), Some(index)))
+        }
+        Err(error) => Err(error.into()),
+    }
+}
+
+/// `PUT /v1/job/<id>/scale` body.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+struct ScaleRequest {
+    count: Option<i64>,
+    target: Option<std::collections::BTreeMap<String, String>>,
+    message: Option<String>,
+}
+
+async fn scale(state: ApiState, params: Params, key: JobKey, body: Bytes) -> Result<Reply, ApiError> {
+    if body.is_empty() {
+        return Err(ApiError::BadRequest("Request body is empty".to_string()));
+    }
+    let request: ScaleRequest =
+        serde_json::from_slice(&body).map_err(|error| ApiError::BadRequest(error.to_string()))?;
+    let group = request
+        .target
+        .as_ref()
+        .and_then(|target| target.get("Group").cloned())
+        .ok_or_else(|| ApiError::BadRequest("missing task group name for scaling action".to_string()))?;
+    let count = request.count.ok_or_else(|| ApiError::BadRequest("scaling action needs a Count".to_string()))?;
+    let count = u32::try_from(count).map_err(|_| ApiError::BadRequest(format!("Count {count} is invalid")))?;
+    if let Some(message) = request.message.filter(|message| !message.is_empty()) {
+        tracing::info!(job = %key, %group, count, %message, "scaling");
+    }
+    let engine = state.engine.clone();
+    let target = key.clone();
+    let written = on_engine(move || engine.jobs().scale(&target, &group, count)).await??;
+    Ok(write_reply(&written, written.index, &[], params.pretty()))
+}
+
+async fn evaluate(state: ApiState, params: Params, key: JobKey) -> Result<Reply, ApiError> {
+    let engine = state.engine.clone();
+    let written = on_engine(move || engine.jobs().evaluate(&key)).await??;
+    Ok(write_reply(&written, written.index, &[], params.pretty()))
+}

@@ -1,0 +1,171 @@
+//! The HTTP API: Nomad's `/v1/` API, for the parts Drover implements, so
+//! the `nomad` CLI, python-nomad and scripts written for Nomad work against
+//! a Drover server (`../shared/reference/nomad-http-api.md` is the contract).
+//!
+//! The contract every handler keeps:
+//! 1. Success is 200 with a JSON body (`[]` for an empty list, `null` when
+//!    there is nothing); an error is its status code and a one-line plain
+//!    text body ([`error::ApiError`]); a refused write writes nothing.
+//! 2. Reads answer from the newest snapshot (an `ArcSwap` load) and carry
+//!    `X-Nomad-Index` (the index of what they read, never 0),
+//!    `X-Nomad-KnownLeader` and `X-Nomad-LastContact`. With `?index=N` they
+//!    block until that index passes N, woken by the store's index, never
+//!    polling ([`query::blocking`]).
+//! 3. Writes run the engine's blocking calls on tokio's blocking pool, so no
+//!    engine call holds a runtime worker.
+//! 4. PUT and POST are both accepted for every write; bodies are parsed as
+//!    JSON whatever their `Content-Type`.
+//!
+//! One file per resource: `jobs.rs`, `evals.rs`, `allocs.rs`, `nodes.rs`,
+//! `agent.rs` (agent, status, workers, search); `job_spec.rs` reads the
+//! submitted job, `nomad.rs` shapes the answers, `query.rs` holds the query
+//! parameters, blocking queries and the read headers.
+
+pub mod agent;
+pub mod allocs;
+pub mod error;
+pub mod evals;
+pub mod job_spec;
+pub mod jobs;
+pub mod nodes;
+pub mod nomad;
+pub mod query;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::DefaultBodyLimit;
+use axum::Router;
+use engine::server::Server;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+
+/// The largest request body the API reads (a job with many groups fits
+/// well inside); larger ones are refused with 413 before they are read.
+pub const MAX_BODY: usize = 4 * 1024 * 1024;
+
+/// What the handlers share.
+#[derive(Clone, Debug)]
+pub struct ApiState {
+    /// The engine.
+    pub engine: Arc<Server>,
+    /// This agent as Nomad's `agent/self` and `agent/members` describe it.
+    pub agent: AgentInfo,
+}
+
+/// Who this server is, for `agent/self`, `agent/members` and `status/leader`.
+#[derive(Clone, Debug)]
+pub struct AgentInfo {
+    /// The server's name (`<host>.<region>` in member lists).
+    pub name: String,
+    /// Region (`global`).
+    pub region: String,
+    /// Datacenter.
+    pub datacenter: String,
+    /// The RPC (QUIC) address clients use: the raft leader address Nomad
+    /// reports in `status/leader`.
+    pub rpc_addr: SocketAddr,
+    /// The HTTP API's bound address.
+    pub http_addr: SocketAddr,
+    /// Whether the API is served over TLS.
+    pub tls: bool,
+}
+
+/// The API's routes.
+pub fn router(state: ApiState) -> Router {
+    Router::new()
+        .merge(jobs::routes())
+        .merge(evals::routes())
+        .merge(allocs::routes())
+        .merge(nodes::routes())
+        .merge(agent::routes())
+        .fallback(error::unknown_path)
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .with_state(state)
+}
+
+/// A running HTTP API listener.
+#[derive(Debug)]
+pub struct HttpServer {
+    local_addr: SocketAddr,
+    stop: tokio::sync::watch::Sender<bool>,
+    serving: tokio::task::JoinHandle<()>,
+}
+
+impl HttpServer {
+    /// Binds `addr` and serves `router`, over TLS with `tls`, plain HTTP
+    /// without (dev mode only). Call within a tokio runtime.
+    pub fn start(
+        addr: SocketAddr,
+        tls: Option<Arc<rustls::ServerConfig>>,
+        router: Router,
+    ) -> std::io::Result<HttpServer> {
+        let listener = std::net::TcpListener::bind(addr)?;
+        listener.set_nonblocking(true)?;
+        let listener = TcpListener::from_std(listener)?;
+        let local_addr = listener.local_addr()?;
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
+        let serving = tokio::spawn(serve(listener, acceptor, router, stopped));
+        Ok(HttpServer { local_addr, stop, serving })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Stops accepting and ends the open connections (blocking queries
+    /// waiting on them end with them).
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let _ = self.serving.await;
+    }
+}
+
+/// Accepts connections until stopped; each is served on its own task (its
+/// TLS handshake included, so a slow client delays no other).
+async fn serve(
+    listener: TcpListener,
+    acceptor: Option<tokio_rustls::TlsAcceptor>,
+    router: Router,
+    mut stopped: tokio::sync::watch::Receiver<bool>,
+) {
+    let mut connections = JoinSet::new();
+    loop {
+        let (stream, remote) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    // Out of file descriptors and the like: say so and go on.
+                    tracing::warn!(%error, "HTTP accept failed");
+                    continue;
+                }
+            },
+            _ = stopped.changed() => break,
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+        };
+        let _ = stream.set_nodelay(true);
+        let service = TowerToHyperService::new(router.clone());
+        let acceptor = acceptor.clone();
+        connections.spawn(async move {
+            let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            let served = match acceptor {
+                Some(acceptor) => match acceptor.accept(stream).await {
+                    Ok(tls) => builder.serve_connection(TokioIo::new(tls), service).await,
+                    Err(error) => {
+                        tracing::debug!(%remote, %error, "HTTPS handshake failed");
+                        return;
+                    }
+                },
+                None => builder.serve_connection(TokioIo::new(stream), service).await,
+            };
+            if let Err(error) = served {
+                tracing::debug!(%remote, %error, "HTTP connection ended with an error");
+            }
+        });
+    }
+    connections.shutdown().await;
+}

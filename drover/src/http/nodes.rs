@@ -1,0 +1,101 @@
+//! `/v1/nodes` and `/v1/node/<id>[/allocations|/eligibility]`.
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::routing::{get, post};
+use axum::Router;
+use engine::structs::{NodeEligibility, NodeId};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::error::ApiError;
+use super::nomad;
+use super::query::{blocking, exact_uuid, matches_uuid_prefix, Params, Reply};
+use super::ApiState;
+
+/// The routes of this file.
+pub fn routes() -> Router<ApiState> {
+    Router::new()
+        .route("/v1/nodes", get(list))
+        .route("/v1/node/{id}", get(read))
+        .route("/v1/node/{id}/allocations", get(allocations))
+        .route("/v1/node/{id}/eligibility", post(eligibility).put(eligibility))
+        // Host and allocation statistics are not collected: an error, not
+        // `{}`, since `nomad node status` crashes on an empty 200 there.
+        .route("/v1/client/{*rest}", get(client_stats))
+}
+
+/// `GET /v1/nodes[?prefix=]`, by id.
+async fn list(State(state): State<ApiState>, params: Params) -> Result<Reply, ApiError> {
+    let prefix = params.prefix().to_string();
+    blocking(&state, &params, |snapshot| {
+        let mut nodes: Vec<_> = snapshot.nodes().filter(|node| matches_uuid_prefix(&node.id.0, &prefix)).collect();
+        nodes.sort_by_key(|node| node.id);
+        Ok((snapshot.table_indexes().nodes, nodes.iter().map(|node| nomad::node_stub(node)).collect::<Vec<_>>()))
+    })
+    .await
+}
+
+/// `GET /v1/node/<id>`.
+async fn read(State(state): State<ApiState>, Path(id): Path<String>, params: Params) -> Result<Reply, ApiError> {
+    let id = NodeId(exact_uuid(&id, "node")?);
+    blocking(&state, &params, |snapshot| {
+        let node = snapshot.node(id).ok_or_else(|| ApiError::NotFound("node not found".to_string()))?;
+        Ok((node.modify_index, nomad::node(node)))
+    })
+    .await
+}
+
+/// `GET /v1/node/<id>/allocations`: full allocations, as the CLI reads them.
+async fn allocations(State(state): State<ApiState>, Path(id): Path<String>, params: Params) -> Result<Reply, ApiError> {
+    let id = NodeId(exact_uuid(&id, "node")?);
+    blocking(&state, &params, |snapshot| {
+        let allocs: Vec<_> = snapshot.allocs_by_node(id).map(|alloc| nomad::alloc(alloc, snapshot)).collect();
+        Ok((snapshot.table_indexes().allocs, allocs))
+    })
+    .await
+}
+
+/// `PUT /v1/node/<id>/eligibility` body.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+struct EligibilityRequest {
+    eligibility: Option<String>,
+}
+
+/// Marks a node eligible or ineligible for new placements.
+async fn eligibility(
+    State(state): State<ApiState>,
+    Path(id): Path<String>,
+    params: Params,
+    body: Bytes,
+) -> Result<Reply, ApiError> {
+    let id = NodeId(exact_uuid(&id, "node")?);
+    let request: EligibilityRequest =
+        serde_json::from_slice(&body).map_err(|error| ApiError::BadRequest(error.to_string()))?;
+    let eligibility = match request.eligibility.as_deref() {
+        Some("eligible") => NodeEligibility::Eligible,
+        Some("ineligible") => NodeEligibility::Ineligible,
+        other => {
+            return Err(ApiError::BadRequest(format!(
+                "invalid scheduling eligibility {:?}: eligible or ineligible",
+                other.unwrap_or("")
+            )))
+        }
+    };
+    let engine = state.engine.clone();
+    let index = tokio::task::spawn_blocking(move || engine.nodes().set_eligibility(id, eligibility))
+        .await
+        .map_err(|error| ApiError::Internal(format!("engine call failed: {error}")))?
+        .map_err(|error| match error {
+            engine::node::NodeError::UnknownNode(_) => ApiError::NotFound("node not found".to_string()),
+            other => ApiError::Internal(other.to_string()),
+        })?;
+    let body = json!({"EvalIDs": [], "EvalCreateIndex": index, "NodeModifyIndex": index, "Index": index,
+                      "LastContact": 0, "KnownLeader": true});
+    Ok(Reply::json(&body, params.pretty(), Some(index)))
+}
+
+async fn client_stats() -> ApiError {
+    ApiError::NotFound("client statistics are not collected by Drover".to_string())
+}

@@ -1,0 +1,235 @@
+//! Query parameters, blocking queries and the reply every read carries.
+//!
+//! A blocking query (`?index=N&wait=D`) runs its read, and while the index
+//! of what it read is not above N it waits for the store's index to move
+//! past the snapshot it read (an awaited event, no thread and no polling),
+//! then reads again; at the deadline it answers with what it has, 200, as
+//! Nomad does. The wait defaults to and is capped at 300 s (Nomad's code;
+//! its docs say 10 min), plus up to `wait/16` of jitter.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use axum::extract::{FromRequestParts, Query};
+use axum::http::request::Parts;
+use axum::http::HeaderValue;
+use axum::response::{IntoResponse, Response};
+use engine::state::Snapshot;
+use engine::structs::DEFAULT_NAMESPACE;
+use rand::Rng;
+use serde::Serialize;
+
+use super::error::ApiError;
+use super::ApiState;
+
+/// The longest (and the default) blocking wait.
+pub const MAX_WAIT: Duration = Duration::from_secs(300);
+
+/// The query parameters the API reads.
+#[derive(Clone, Debug, Default)]
+pub struct Params(BTreeMap<String, String>);
+
+impl<S: Send + Sync> FromRequestParts<S> for Params {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let Query(map) = Query::<BTreeMap<String, String>>::from_request_parts(parts, state)
+            .await
+            .map_err(|error| ApiError::BadRequest(format!("Invalid query: {error}")))?;
+        Ok(Params(map))
+    }
+}
+
+impl Params {
+    /// A parameter's raw value.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.0.get(name).map(String::as_str)
+    }
+
+    /// `?namespace=`, `default` when absent or empty.
+    pub fn namespace(&self) -> &str {
+        self.get("namespace").filter(|namespace| !namespace.is_empty()).unwrap_or(DEFAULT_NAMESPACE)
+    }
+
+    /// `?prefix=`, empty when absent.
+    pub fn prefix(&self) -> &str {
+        self.get("prefix").unwrap_or("")
+    }
+
+    /// A boolean parameter, read as Go's `strconv.ParseBool` reads it (so
+    /// python-nomad's `True`/`False` work); absent is `false`.
+    pub fn flag(&self, name: &str) -> Result<bool, ApiError> {
+        match self.get(name) {
+            None => Ok(false),
+            Some(text) => parse_bool(text)
+                .ok_or_else(|| ApiError::BadRequest(format!("Failed to parse value of {name:?} ({text:?}) as a bool"))),
+        }
+    }
+
+    /// The blocking part: `?index=` (0 when absent) and `?wait=`.
+    pub fn blocking(&self) -> Result<(u64, Duration), ApiError> {
+        let index = match self.get("index") {
+            None | Some("") => 0,
+            Some(text) => text.parse::<u64>().map_err(|_| ApiError::BadRequest("Invalid index".to_string()))?,
+        };
+        let wait = match self.get("wait") {
+            None | Some("") => MAX_WAIT,
+            Some(text) => {
+                parse_go_duration(text).ok_or_else(|| ApiError::BadRequest("Invalid wait time".to_string()))?
+            }
+        };
+        let wait = if wait.is_zero() { MAX_WAIT } else { wait.min(MAX_WAIT) };
+        Ok((index, wait))
+    }
+
+    /// Whether `?pretty` asks for indented JSON (any value but `0`).
+    pub fn pretty(&self) -> bool {
+        self.get("pretty").is_some_and(|value| value != "0")
+    }
+}
+
+/// Go's `strconv.ParseBool`.
+pub fn parse_bool(text: &str) -> Option<bool> {
+    match text {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
+        _ => None,
+    }
+}
+
+/// A Go duration string (`300ms`, `10s`, `1m30s`, `1.5h`): a unit is
+/// required, so a bare `60` is refused as Nomad refuses it.
+pub fn parse_go_duration(text: &str) -> Option<Duration> {
+    let mut rest = text.trim();
+    if rest.is_empty() {
+        return None;
+    }
+    let mut total = 0f64;
+    while !rest.is_empty() {
+        let number_len = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
+        let number: f64 = rest[..number_len].parse().ok()?;
+        rest = &rest[number_len..];
+        let unit_len = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
+        let nanos_per_unit = match &rest[..unit_len] {
+            "ns" => 1e0,
+            "us" | "µs" => 1e3,
+            "ms" => 1e6,
+            "s" => 1e9,
+            "m" => 60e9,
+            "h" => 3600e9,
+            _ => return None,
+        };
+        total += number * nanos_per_unit;
+        rest = &rest[unit_len..];
+    }
+    Some(Duration::from_nanos(total as u64))
+}
+
+/// Whether a UUID-keyed object's id starts with `prefix`, as Nomad
+/// matches them: hyphens ignored, case ignored. Nomad refuses odd-length
+/// or non-hex prefixes with a 500; Drover matches them as plain prefixes of
+/// the hex digits, so they simply match what they can.
+pub fn matches_uuid_prefix(id: &uuid::Uuid, prefix: &str) -> bool {
+    let wanted: String = prefix.chars().filter(|c| *c != '-').map(|c| c.to_ascii_lowercase()).collect();
+    let mut buffer = uuid::Uuid::encode_buffer();
+    id.simple().encode_lower(&mut buffer).starts_with(&wanted)
+}
+
+/// Parses a full UUID from a path, or answers 404 `<what> not found` (Nomad
+/// answers a malformed one with a 500; neither client tells them apart).
+pub fn exact_uuid(text: &str, what: &str) -> Result<uuid::Uuid, ApiError> {
+    uuid::Uuid::parse_str(text).map_err(|_| ApiError::NotFound(format!("{what} not found")))
+}
+
+/// A JSON answer with the read headers.
+#[derive(Debug)]
+pub struct Reply {
+    body: Vec<u8>,
+    index: Option<u64>,
+}
+
+impl Reply {
+    /// `value` as JSON, indented with `pretty`; `index` is what the read
+    /// saw (sent as at least 1), none for answers Nomad sends without the
+    /// query headers (agent and status endpoints).
+    pub fn json(value: &impl Serialize, pretty: bool, index: Option<u64>) -> Reply {
+        let body = if pretty { serde_json::to_vec_pretty(value) } else { serde_json::to_vec(value) };
+        Reply { body: body.expect("API values serialize to JSON"), index }
+    }
+}
+
+impl IntoResponse for Reply {
+    fn into_response(self) -> Response {
+        let mut response = ([("content-type", "application/json")], self.body).into_response();
+        if let Some(index) = self.index {
+            let headers = response.headers_mut();
+            headers.insert("x-nomad-index", HeaderValue::from(index.max(1)));
+            headers.insert("x-nomad-knownleader", HeaderValue::from_static("true"));
+            headers.insert("x-nomad-lastcontact", HeaderValue::from_static("0"));
+        }
+        response
+    }
+}
+
+/// Runs `read` against the newest snapshot, as a blocking query when
+/// `params` asks for one: `read` gives the index of what it read and the
+/// answer. See the module docs.
+pub async fn blocking<T: Serialize>(
+    state: &ApiState,
+    params: &Params,
+    read: impl Fn(&Snapshot) -> Result<(u64, T), ApiError>,
+) -> Result<Reply, ApiError> {
+    let (min_index, wait) = params.blocking()?;
+    let jitter = wait.mul_f64(rand::rng().random::<f64>() / 16.0);
+    let deadline = tokio::time::Instant::now() + wait + jitter;
+    let store = state.engine.store();
+    loop {
+        let snapshot = store.snapshot();
+        let (index, value) = read(&snapshot)?;
+        if min_index == 0 || index > min_index {
+            return Ok(Reply::json(&value, params.pretty(), Some(index)));
+        }
+        match tokio::time::timeout_at(deadline, store.wait_for_index(snapshot.index() + 1)).await {
+            Ok(Ok(_)) => continue,
+            // The deadline, or a store shutting down: answer with what is there.
+            Ok(Err(_)) | Err(_) => return Ok(Reply::json(&value, params.pretty(), Some(index))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn go_durations_need_a_unit() {
+        assert_eq!(parse_go_duration("1500ms"), Some(Duration::from_millis(1500)));
+        assert_eq!(parse_go_duration("1m30s"), Some(Duration::from_secs(90)));
+        assert_eq!(parse_go_duration("0.5s"), Some(Duration::from_millis(500)));
+        assert_eq!(parse_go_duration("60"), None);
+        assert_eq!(parse_go_duration("10x"), None);
+        assert_eq!(parse_go_duration(""), None);
+    }
+
+    #[test]
+    fn booleans_read_as_go_reads_them() {
+        for yes in ["1", "t", "T", "TRUE", "true", "True"] {
+            assert_eq!(parse_bool(yes), Some(true));
+        }
+        for no in ["0", "f", "F", "FALSE", "false", "False"] {
+            assert_eq!(parse_bool(no), Some(false));
+        }
+        assert_eq!(parse_bool("yes"), None);
+    }
+
+    #[test]
+    fn uuid_prefixes_ignore_hyphens_and_case() {
+        let id = uuid::Uuid::parse_str("5a8b2c3d-1234-4e5f-8a9b-0c1d2e3f4a5b").expect("uuid");
+        for prefix in ["", "5a", "5A8B", "5a8b2c3d-12", "5a8b2c3d12", "5a8b2"] {
+            assert!(matches_uuid_prefix(&id, prefix), "{prefix}");
+        }
+        for prefix in ["5b", "zz", "5a8b2c3d-13"] {
+            assert!(!matches_uuid_prefix(&id, prefix), "{prefix}");
+        }
+    }
+}

@@ -1,0 +1,330 @@
+//! The HTTP API of a real `drover server --dev` process on loopback ports it
+//! picks, with a real agent (the library's, with the mock driver) over
+//! QUIC: every endpoint, blocking queries, prefix matching and the error
+//! paths. Waits are on the API's own blocking queries; a watchdog only turns
+//! a hang into a failure.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use drover::agent::{Agent, AgentSettings, NoObserver};
+use drover::api_client::{ApiClient, ApiResponse};
+use engine::structs::{Node, NodeId, Resources};
+use serde_json::{json, Value};
+use tokio::sync::watch;
+use transport::client::ClientEndpoints;
+use transport::tls::TlsMaterial;
+
+const WATCHDOG: Duration = Duration::from_secs(90);
+
+async fn bounded<T>(what: &str, future: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(WATCHDOG, future).await.unwrap_or_else(|_| panic!("{what} did not happen within {WATCHDOG:?}"))
+}
+
+/// A `drover server --dev` child process, killed when dropped.
+struct DevServer {
+    child: std::process::Child,
+    rpc: SocketAddr,
+    api: ApiClient,
+    dir: std::path::PathBuf,
+}
+
+impl Drop for DevServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+async fn start_server(name: &str) -> DevServer {
+    let dir = std::env::temp_dir().join(format!("drover-http-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_drover"))
+        .args(["server", "--dev", "--bind", "127.0.0.1", "--port", "0", "--http-port", "0", "--print-address"])
+        .args(["--workers", "1", "--data-dir"])
+        .arg(&dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("drover server starts");
+    let stdout = child.stdout.take().expect("stdout");
+    let lines = bounded(
+        "the address lines",
+        tokio::task::spawn_blocking(move || {
+            let mut reader = std::io::BufReader::new(stdout);
+            let mut lines = Vec::new();
+            for _ in 0..2 {
+                let mut line = String::new();
+                std::io::BufRead::read_line(&mut reader, &mut line).expect("reads");
+                lines.push(line.trim().to_string());
+            }
+            lines
+        }),
+    )
+    .await
+    .expect("reader");
+    let rpc: SocketAddr = lines[0].strip_prefix("listening ").expect("listening line").parse().expect("address");
+    let http = lines[1].strip_prefix("http ").expect("http line");
+    let api = ApiClient::new(&format!("http://{http}"), None, None).expect("client");
+    DevServer { child, rpc, api, dir }
+}
+
+/// An agent with the mock driver, connected to the dev server.
+fn start_agent(server: &DevServer, n: u128) -> watch::Sender<bool> {
+    let tls_dir = server.dir.join("dev-tls");
+    let tls =
+        TlsMaterial::from_files(&tls_dir.join("ca.pem"), &tls_dir.join("client.pem"), &tls_dir.join("client-key.pem"))
+            .expect("dev client material");
+    let mut node = Node::new_ready(NodeId::from_u128(n), "dc1", "", Resources::new(4_000, 4_096, 10_000));
+    node.attributes.remove("driver.exec");
+    node.attributes.insert("driver.mock".into(), "1".into());
+    node.computed_class = node.compute_class();
+    let endpoints = Arc::new(ClientEndpoints::bind(1, &tls).expect("client endpoint"));
+    let quic = endpoints.own_config().expect("config");
+    let agent = Agent::new(node, AgentSettings::new(vec![server.rpc]), endpoints, quic, Arc::new(NoObserver));
+    let (stop, stopped) = watch::channel(false);
+    tokio::spawn(async move { agent.run(stopped).await });
+    stop
+}
+
+/// Nomad's CLI JSON for a job: every unset field `null`.
+fn cli_job(id: &str, count: u32) -> Value {
+    json!({"Job": {"Region": null, "Namespace": null, "ID": id, "Name": id, "Type": "service", "Priority": null,
+        "Datacenters": ["dc1"], "Constraints": null, "Affinities": null, "Spreads": null,
+        "TaskGroups": [{"Name": "web", "Count": count, "Constraints": null, "Affinities": null,
+            "Tasks": [{"Name": "server", "Driver": "mock", "User": "", "Config": {"run_for": "1h"},
+                "Resources": {"CPU": 100, "MemoryMB": 64, "DiskMB": null}, "Env": null, "KillTimeout": null,
+                "Services": null, "Meta": null}],
+            "RestartPolicy": null, "ReschedulePolicy": null, "EphemeralDisk": {"SizeMB": 10},
+            "Services": [{"Name": "web", "PortLabel": "http"}]}],
+        "Update": null, "Periodic": null, "Meta": null, "Stop": null, "Version": null, "SubmitTime": null},
+        "Region": "", "Namespace": "", "SecretID": ""})
+}
+
+/// Blocks on `path` (a blocking query from `index`) until `done` holds.
+async fn until(api: &ApiClient, path: &str, what: &str, done: impl Fn(&Value) -> bool) -> (Value, u64) {
+    bounded(what, async {
+        let mut index = 0;
+        loop {
+            let separator = if path.contains('?') { '&' } else { '?' };
+            let answer = api.get(&format!("{path}{separator}index={index}&wait=30s")).await.expect("request");
+            let value = answer.json().expect("200 JSON");
+            let seen = answer.index.expect("X-Nomad-Index on reads");
+            assert!(seen >= 1, "the index is never 0");
+            if done(&value) {
+                return (value, seen);
+            }
+            index = seen;
+        }
+    })
+    .await
+}
+
+fn status(answer: &ApiResponse) -> u16 {
+    answer.status
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_nomad_api_serves_jobs_evals_allocs_nodes_and_the_agent() {
+    transport::install_crypto_provider();
+    let server = start_server("api").await;
+    let api = &server.api;
+    let _agent = start_agent(&server, 7);
+    let (nodes, _) = until(api, "/v1/nodes", "the node ready", |nodes| {
+        nodes.as_array().is_some_and(|nodes| nodes.iter().any(|node| node["Status"] == "ready"))
+    })
+    .await;
+    let node_id = nodes[0]["ID"].as_str().expect("node id").to_string();
+
+    // Register as the CLI does (PUT, no content type, nulls everywhere).
+    let answer = api.request("PUT", "/v1/jobs", Some(&cli_job("web", 2))).await.expect("register");
+    let registered = answer.json().expect("registered");
+    assert!(answer.index.is_some());
+    let eval_id = registered["EvalID"].as_str().expect("eval id").to_string();
+    assert_eq!(
+        registered["Warnings"], "TaskGroup \"web\": Services is not implemented by Drover and was ignored",
+        "ignored fields are named"
+    );
+    // The eval is readable at once (the CLI's monitor reads it right away).
+    let eval = api.get(&format!("/v1/evaluation/{eval_id}")).await.expect("eval").json().expect("eval json");
+    assert_eq!((eval["JobID"].as_str(), eval["TriggeredBy"].as_str()), (Some("web"), Some("job-register")));
+
+    let (allocs, _) = until(api, "/v1/job/web/allocations", "both allocations running", |allocs| {
+        allocs
+            .as_array()
+            .is_some_and(|list| list.len() == 2 && list.iter().all(|alloc| alloc["ClientStatus"] == "running"))
+    })
+    .await;
+    let alloc_id = allocs[0]["ID"].as_str().expect("alloc id").to_string();
+    assert_eq!(allocs[0]["NodeID"], node_id.as_str());
+
+    let job = api.get("/v1/job/web").await.expect("job").json().expect("job json");
+    assert_eq!(
+        (job["Type"].as_str(), job["Priority"].as_u64(), job["Status"].as_str()),
+        (Some("service"), Some(50), Some("running"))
+    );
+    assert_eq!(job["TaskGroups"][0]["Tasks"][0]["Resources"]["MemoryMB"], 64);
+    assert_eq!(job["TaskGroups"][0]["RestartPolicy"]["Attempts"], 2, "Nomad's service default");
+    assert!(job["SubmitTime"].as_u64().is_some_and(|time| time > 0));
+    let summary = api.get("/v1/job/web/summary").await.expect("summary").json().expect("summary json");
+    assert_eq!(summary["Summary"]["web"]["Running"], 2);
+    assert_eq!(api.get("/v1/job/web/deployment").await.expect("deployment").json().expect("json"), Value::Null);
+    let evals = api.get("/v1/job/web/evaluations").await.expect("evals").json().expect("evals json");
+    assert!(evals.as_array().is_some_and(|evals| evals.iter().any(|eval| eval["ID"] == eval_id.as_str())));
+    let jobs = api.get("/v1/jobs?prefix=we").await.expect("jobs").json().expect("jobs json");
+    assert_eq!(jobs[0]["JobSummary"]["Namespace"], "default");
+    assert_eq!(api.get("/v1/jobs?prefix=zz").await.expect("jobs").json().expect("jobs json"), json!([]));
+
+    // UUID prefixes: hyphens and case do not matter.
+    let upper = alloc_id[..6].to_uppercase();
+    let matched = api.get(&format!("/v1/allocations?prefix={upper}")).await.expect("allocs").json().expect("json");
+    assert!(matched.as_array().is_some_and(|list| list.iter().any(|alloc| alloc["ID"] == alloc_id.as_str())));
+    let alloc = api.get(&format!("/v1/allocation/{alloc_id}")).await.expect("alloc").json().expect("alloc json");
+    assert_eq!((alloc["Job"]["Version"].as_u64(), alloc["TaskGroup"].as_str()), (Some(0), Some("web")));
+    let by_eval = api.get(&format!("/v1/evaluation/{eval_id}/allocations")).await.expect("by eval");
+    assert_eq!(by_eval.json().expect("json").as_array().map(Vec::len), Some(2));
+    let node = api.get(&format!("/v1/node/{node_id}")).await.expect("node").json().expect("node json");
+    assert_eq!((node["SecretID"].as_str(), node["Resources"]["CPU"].as_u64()), (Some(""), Some(4_000)));
+    let on_node = api.get(&format!("/v1/node/{node_id}/allocations")).await.expect("node allocs");
+    assert_eq!(on_node.json().expect("json").as_array().map(Vec::len), Some(2));
+    let search = api
+        .request("PUT", "/v1/search", Some(&json!({"Prefix": &alloc_id[..8], "Context": "all"})))
+        .await
+        .expect("search")
+        .json()
+        .expect("search json");
+    assert_eq!(search["Matches"]["allocs"], json!([alloc_id.clone()]));
+
+    // Agent, status and the worker API.
+    let agent = api.get("/v1/agent/self").await.expect("self").json().expect("self json");
+    assert!(agent["stats"]
+        .as_object()
+        .expect("stats")
+        .values()
+        .all(|section| { section.as_object().expect("section").values().all(Value::is_string) }));
+    let leader = api.get("/v1/status/leader").await.expect("leader").json().expect("leader json");
+    assert_eq!(leader, json!(server.rpc.to_string()));
+    let members = api.get("/v1/agent/members").await.expect("members").json().expect("members json");
+    let member = &members["Members"][0];
+    assert_eq!(
+        format!("{}:{}", member["Addr"].as_str().expect("addr"), member["Tags"]["port"].as_str().expect("port")),
+        server.rpc.to_string()
+    );
+    assert_eq!(
+        api.get("/v1/status/peers").await.expect("peers").json().expect("json"),
+        json!([server.rpc.to_string()])
+    );
+    assert_eq!(api.get("/v1/agent/health").await.expect("health").status, 200);
+    let config = json!({"num_schedulers": 2, "enabled_schedulers": ["service", "batch", "_core"]});
+    let resized = api.request("PUT", "/v1/agent/schedulers/config", Some(&config)).await.expect("config");
+    assert_eq!(resized.json().expect("json")["num_schedulers"], 2);
+    let workers = api.get("/v1/agent/schedulers").await.expect("workers").json().expect("json");
+    assert_eq!(workers["schedulers"].as_array().map(Vec::len), Some(2));
+    assert_eq!(workers["schedulers"][0]["enabled_schedulers"], json!(["service", "batch", "_core"]));
+
+    // Scale, eligibility, then stop: the allocations stop.
+    let scale = json!({"Count": 3, "Target": {"Group": "web"}, "Message": "more"});
+    assert_eq!(status(&api.request("POST", "/v1/job/web/scale", Some(&scale)).await.expect("scale")), 200);
+    until(api, "/v1/job/web/allocations", "three running", |allocs| {
+        allocs
+            .as_array()
+            .is_some_and(|list| list.iter().filter(|alloc| alloc["ClientStatus"] == "running").count() == 3)
+    })
+    .await;
+    let ineligible = json!({"Eligibility": "ineligible"});
+    let path = format!("/v1/node/{node_id}/eligibility");
+    assert_eq!(status(&api.request("PUT", &path, Some(&ineligible)).await.expect("eligibility")), 200);
+    let node = api.get(&format!("/v1/node/{node_id}")).await.expect("node").json().expect("json");
+    assert_eq!(node["SchedulingEligibility"], "ineligible");
+    let stopped = api.request("DELETE", "/v1/job/web?purge=False", None).await.expect("stop").json().expect("json");
+    assert!(stopped["EvalID"].as_str().is_some_and(|id| !id.is_empty()));
+    until(api, "/v1/job/web/allocations", "every allocation stopped", |allocs| {
+        allocs.as_array().is_some_and(|list| list.iter().all(|alloc| alloc["DesiredStatus"] == "stop"))
+    })
+    .await;
+    let job = api.get("/v1/job/web").await.expect("job").json().expect("json");
+    assert_eq!(job["Stop"], true);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blocking_queries_wake_on_a_write_and_time_out_with_the_same_index() {
+    transport::install_crypto_provider();
+    let server = start_server("blocking").await;
+    let api = server.api.clone();
+    api.request("PUT", "/v1/jobs", Some(&cli_job("blocked", 1))).await.expect("register").json().expect("ok");
+    let read = api.get("/v1/job/blocked").await.expect("job");
+    let index = read.index.expect("index");
+
+    // A timeout answers 200 with the same index.
+    let timed_out = api.get(&format!("/v1/job/blocked?index={index}&wait=50ms")).await.expect("times out");
+    assert_eq!((timed_out.status, timed_out.index), (200, Some(index)));
+
+    // A query waiting on the job is woken by a write to it.
+    let waiting = {
+        let api = api.clone();
+        tokio::spawn(async move { api.get(&format!("/v1/job/blocked?index={index}&wait=60s")).await })
+    };
+    bounded("the query to wait", async {
+        loop {
+            let agent = api.get("/v1/agent/self").await.expect("self").json().expect("json");
+            if agent["stats"]["drover"]["index_waiters"] != "0" {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    let scale = json!({"Count": 0, "Target": {"Group": "web"}});
+    api.request("PUT", "/v1/job/blocked/scale", Some(&scale)).await.expect("scale").json().expect("ok");
+    let woken = bounded("the woken query", waiting).await.expect("task").expect("answer");
+    assert!(woken.index.expect("index") > index);
+    assert_eq!(woken.json().expect("json")["TaskGroups"][0]["Count"], 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_requests_get_nomads_codes_and_write_nothing() {
+    transport::install_crypto_provider();
+    let server = start_server("errors").await;
+    let api = &server.api;
+    let before = api.get("/v1/jobs").await.expect("jobs").index.expect("index");
+    let send = |method: &'static str, path: &'static str, body: &'static str| async move {
+        api.send(method, path, hyper::body::Bytes::from(body)).await.expect("answer")
+    };
+    let malformed = send("PUT", "/v1/jobs", "{\"Job\": {").await;
+    assert_eq!(malformed.status, 400, "{}", malformed.body);
+    assert!(!malformed.body.contains('\n'));
+    assert_eq!(send("PUT", "/v1/jobs", "").await.status, 400);
+    assert_eq!(send("PUT", "/v1/jobs", "{}").await.body, "Job must be specified");
+    assert_eq!(send("PUT", "/v1/jobs", "{\"Job\": {\"ID\": \"x\", \"Type\": \"daemon\"}}").await.status, 400);
+    let invalid = send("PUT", "/v1/jobs", "{\"Job\": {\"ID\": \"x\", \"TaskGroups\": []}}").await;
+    assert_eq!(invalid.status, 500, "Nomad answers validation errors with 500");
+    assert!(invalid.body.contains("datacenters"), "{}", invalid.body);
+    let mismatch = api.request("PUT", "/v1/job/other", Some(&cli_job("web", 1))).await.expect("answer");
+    assert_eq!((mismatch.status, mismatch.body.as_str()), (400, "Job ID does not match name"));
+    let huge = format!("{{\"Job\": {{\"ID\": \"{}\"}}}}", "x".repeat(5 * 1024 * 1024));
+    assert_eq!(api.send("PUT", "/v1/jobs", huge.into()).await.expect("answer").status, 413);
+
+    let missing = api.get("/v1/job/nope").await.expect("answer");
+    assert_eq!((missing.status, missing.body.as_str()), (404, "job not found"));
+    assert_eq!(api.get("/v1/evaluation/not-a-uuid").await.expect("answer").status, 404);
+    let unknown = "/v1/allocation/00000000-0000-4000-8000-000000000000";
+    assert_eq!(api.get(unknown).await.expect("answer").status, 404);
+    assert_eq!(api.get("/v1/node/00000000-0000-4000-8000-000000000000").await.expect("answer").status, 404);
+    assert_eq!(api.get("/v1/nothing/here").await.expect("answer").status, 404);
+    assert_eq!(api.get("/v1/jobs?index=x").await.expect("answer").body, "Invalid index");
+    assert_eq!(api.get("/v1/jobs?index=1&wait=60").await.expect("answer").body, "Invalid wait time");
+    assert_eq!(api.get("/v1/job/nope?purge=maybe").await.expect("answer").status, 404);
+    assert_eq!(send("DELETE", "/v1/job/nope?purge=maybe", "").await.status, 400);
+    assert_eq!(send("PATCH", "/v1/job/x", "").await.status, 405);
+    assert_eq!(api.get("/v1/client/stats").await.expect("answer").status, 404, "never an empty 200");
+    let bad_config =
+        send("PUT", "/v1/agent/schedulers/config", "{\"num_schedulers\": 1, \"enabled_schedulers\": [\"service\"]}");
+    assert_eq!(bad_config.await.body, "Invalid request");
+
+    let after = api.get("/v1/jobs").await.expect("jobs");
+    assert_eq!(after.index, Some(before), "nothing was written");
+    assert_eq!(after.json().expect("json"), json!([]));
+}
