@@ -157,7 +157,7 @@ fn start_http(
     options: &HttpOptions,
     tls: &TlsMaterial,
     engine: &Arc<Server>,
-    listener: &ClientListener,
+    listener: &Arc<ClientListener>,
 ) -> Result<HttpServer, ListenError> {
     let bind_error = |source| ListenError::Bind { addr: options.bind, source };
     let rpc_addr = listener.local_addr().map_err(bind_error)?;
@@ -170,7 +170,7 @@ fn start_http(
         http_addr: options.bind,
         tls: options.tls,
     };
-    let state = ApiState { engine: engine.clone(), agent };
+    let state = ApiState { engine: engine.clone(), listener: Some(listener.clone()), agent };
     let server = HttpServer::start(options.bind, https, crate::http::router(state)).map_err(bind_error)?;
     if !options.tls {
         tracing::warn!(addr = %server.local_addr(), "the HTTP API is served WITHOUT TLS (dev mode)");

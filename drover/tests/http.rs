@@ -218,6 +218,14 @@ async fn the_nomad_api_serves_jobs_evals_allocs_nodes_and_the_agent() {
         json!([server.rpc.to_string()])
     );
     assert_eq!(api.get("/v1/agent/health").await.expect("health").status, 200);
+    let metrics = api.get("/v1/metrics").await.expect("metrics").json().expect("metrics json");
+    let gauge =
+        |name: &str| metrics["Gauges"].as_array().and_then(|gauges| gauges.iter().find(|g| g["Name"] == name).cloned());
+    assert_eq!(gauge("drover.heartbeat.active").expect("heartbeat gauge")["Value"], 1.0);
+    assert_eq!(gauge("drover.quic.connections_open").expect("connections gauge")["Value"], 1.0);
+    let text = api.get("/v1/metrics?format=prometheus").await.expect("prometheus").body;
+    assert!(text.contains("# TYPE drover_broker_total_ready gauge\ndrover_broker_total_ready 0\n"), "{text}");
+    assert!(text.contains("drover_broker_ready{scheduler=\"service\"}"), "{text}");
     let config = json!({"num_schedulers": 2, "enabled_schedulers": ["service", "batch", "_core"]});
     let resized = api.request("PUT", "/v1/agent/schedulers/config", Some(&config)).await.expect("config");
     assert_eq!(resized.json().expect("json")["num_schedulers"], 2);

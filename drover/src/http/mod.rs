@@ -27,6 +27,7 @@ pub mod error;
 pub mod evals;
 pub mod job_spec;
 pub mod jobs;
+pub mod metrics;
 pub mod nodes;
 pub mod nomad;
 pub mod query;
@@ -51,6 +52,8 @@ pub const MAX_BODY: usize = 4 * 1024 * 1024;
 pub struct ApiState {
     /// The engine.
     pub engine: Arc<Server>,
+    /// The QUIC listener, for its connection counters.
+    pub listener: Option<Arc<transport::server::ClientListener>>,
     /// This agent as Nomad's `agent/self` and `agent/members` describe it.
     pub agent: AgentInfo,
 }
@@ -81,6 +84,7 @@ pub fn router(state: ApiState) -> Router {
         .merge(allocs::routes())
         .merge(nodes::routes())
         .merge(agent::routes())
+        .merge(metrics::routes())
         .fallback(error::unknown_path)
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(state)
