@@ -7,6 +7,7 @@
 
 pub mod agent;
 pub mod api_client;
+pub mod cli;
 pub mod config;
 pub mod http;
 pub mod identity;

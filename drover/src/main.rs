@@ -11,6 +11,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use drover::agent::{Agent, AgentSettings, NoObserver};
+use drover::cli::{self, ApiArgs};
 use drover::config::{ConfigError, FileConfig};
 use drover::server::{HttpOptions, RunningServer, ServerOptions};
 use engine::server::ServerConfig;
@@ -32,8 +33,9 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Top {
-    /// Runs a server: the scheduler behind its QUIC endpoint (UDP 4647).
-    Server(ServerArgs),
+    /// Runs a server: the scheduler behind its QUIC endpoint (UDP 4647) and
+    /// its HTTP API (TCP 4646); `drover server members` lists the servers.
+    Server(ServerCli),
     /// Runs a client agent: registers this machine as a node and runs what
     /// the servers place on it.
     Agent(AgentArgs),
@@ -45,10 +47,145 @@ enum Top {
         #[command(subcommand)]
         command: TlsCommand,
     },
-    /// Works with job specs.
+    /// Works with jobs: run, status, stop, scale, validate.
     Job {
         #[command(subcommand)]
         command: JobCommand,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+    /// Client nodes: status, eligibility.
+    Node {
+        #[command(subcommand)]
+        command: NodeCommand,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+    /// Allocations: status.
+    Alloc {
+        #[command(subcommand)]
+        command: AllocCommand,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+    /// Evaluations: status.
+    Eval {
+        #[command(subcommand)]
+        command: EvalCommand,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+    /// Cluster operations: the scheduling workers.
+    Operator {
+        #[command(subcommand)]
+        command: OperatorCommand,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+    /// The job list, or the status of whatever a prefix names.
+    Status {
+        /// A job id, or an allocation, evaluation or node id prefix.
+        prefix: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+}
+
+/// `drover server`: run one, or `members`.
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+struct ServerCli {
+    #[command(subcommand)]
+    command: Option<ServerCommand>,
+    #[command(flatten)]
+    args: ServerArgs,
+}
+
+#[derive(Debug, Subcommand)]
+enum ServerCommand {
+    /// Lists the servers, as `nomad server members`.
+    Members {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum NodeCommand {
+    /// The node list, or one node with its allocations.
+    Status {
+        /// A node id or prefix.
+        id: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Marks a node eligible or ineligible for new placements.
+    Eligibility {
+        /// Eligible.
+        #[arg(long, conflicts_with = "disable", required_unless_present = "disable")]
+        enable: bool,
+        /// Ineligible.
+        #[arg(long)]
+        disable: bool,
+        /// A node id or prefix.
+        id: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum AllocCommand {
+    /// One allocation, its tasks and their recent events.
+    Status {
+        /// An allocation id or prefix.
+        id: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum EvalCommand {
+    /// One evaluation.
+    Status {
+        /// An evaluation id or prefix.
+        id: String,
+        /// Follow it as `job run` does.
+        #[arg(long)]
+        monitor: bool,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum OperatorCommand {
+    /// The scheduler.
+    Scheduler {
+        #[command(subcommand)]
+        command: SchedulerCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum SchedulerCommand {
+    /// Lists the scheduling workers, or sets how many run (`set N`).
+    Workers {
+        /// `set`.
+        action: Option<String>,
+        /// How many workers, with `set`.
+        count: Option<usize>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -154,6 +291,10 @@ struct DevArgs {
     /// TCP port of the HTTP API, plain HTTP in dev mode (0: any free port).
     #[arg(long, default_value_t = 4646)]
     http_port: u16,
+    /// Print the bound addresses as `listening <addr>` and `http <addr>`
+    /// on stdout once ready.
+    #[arg(long)]
+    print_address: bool,
     /// Job specs (JSON) to register once the agent is up.
     #[arg(long)]
     job: Vec<PathBuf>,
@@ -222,12 +363,88 @@ enum JobCommand {
         /// Path to the job spec (JSON).
         path: PathBuf,
     },
+    /// Registers a job from a file of Nomad's job JSON and follows its
+    /// evaluation (exit 2 when placements failed).
+    Run {
+        /// The job file.
+        path: PathBuf,
+        /// Do not follow the evaluation.
+        #[arg(long)]
+        detach: bool,
+    },
+    /// The job list, or one job with its summary and allocations.
+    Status {
+        /// A job id or prefix.
+        id: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stops a job (removes it with --purge).
+    Stop {
+        /// A job id or prefix.
+        id: String,
+        /// Remove the job, not only stop it.
+        #[arg(long)]
+        purge: bool,
+        /// Do not follow the evaluation.
+        #[arg(long)]
+        detach: bool,
+    },
+    /// Sets how many allocations a task group runs.
+    Scale {
+        /// The job id.
+        id: String,
+        /// The group (optional when the job has one) and the count.
+        #[arg(num_args = 1..=2, required = true)]
+        group_and_count: Vec<String>,
+        /// Do not follow the evaluation.
+        #[arg(long)]
+        detach: bool,
+    },
 }
 
 /// A failure and the exit code it gets.
 enum Failure {
     Config(anyhow::Error),
     Run(anyhow::Error),
+    /// A CLI command that ran and asks for this exit code (the eval
+    /// monitor's 2 when placements failed).
+    Exit(u8),
+}
+
+/// Runs a CLI command against the HTTP API; its answer is the exit code.
+fn client_command<F, Fut>(api: &ApiArgs, command: F) -> Result<(), Failure>
+where
+    F: FnOnce(drover::api_client::ApiClient) -> Fut,
+    Fut: std::future::Future<Output = Result<i32>>,
+{
+    let client = api.client().map_err(Failure::Config)?;
+    match cli::run(command(client)) {
+        Ok(0) => Ok(()),
+        Ok(code) => Err(Failure::Exit(u8::try_from(code).unwrap_or(1))),
+        Err(error) => Err(Failure::Run(error)),
+    }
+}
+
+fn job_command(command: JobCommand, api: &ApiArgs) -> Result<(), Failure> {
+    client_command(api, |client| async move {
+        match command {
+            JobCommand::Run { path, detach } => cli::job::run(&client, &path, detach).await,
+            JobCommand::Status { id, json } => cli::job::status(&client, id.as_deref(), json).await,
+            JobCommand::Stop { id, purge, detach } => cli::job::stop(&client, &id, purge, detach).await,
+            JobCommand::Scale { id, group_and_count, detach } => {
+                let (group, count) = match group_and_count.as_slice() {
+                    [count] => (None, count),
+                    [group, count] => (Some(group.as_str()), count),
+                    _ => anyhow::bail!("usage: drover job scale ID [GROUP] COUNT"),
+                };
+                let count: u32 = count.parse().map_err(|_| anyhow::anyhow!("count {count:?} is not a number"))?;
+                cli::job::scale(&client, &id, group, count, detach).await
+            }
+            JobCommand::Validate { path } => validate(&path).map(|()| 0),
+        }
+    })
 }
 
 impl<E: Into<anyhow::Error>> From<E> for Failure {
@@ -244,14 +461,45 @@ impl<E: Into<anyhow::Error>> From<E> for Failure {
 fn main() -> ExitCode {
     transport::install_crypto_provider();
     let outcome = match Cli::parse().command {
-        Top::Server(args) => server(args),
+        Top::Server(ServerCli { command: None, args }) => server(args),
+        Top::Server(ServerCli { command: Some(ServerCommand::Members { json, api }), .. }) => {
+            client_command(&api, |client| async move { cli::server::members(&client, json).await })
+        }
         Top::Agent(args) => agent(args),
         Top::Dev(args) => dev(args),
         Top::Tls { command } => tls(command).map_err(Failure::Run),
-        Top::Job { command: JobCommand::Validate { path } } => validate(&path).map_err(Failure::Run),
+        Top::Job { command: JobCommand::Validate { path }, .. } => validate(&path).map_err(Failure::Run),
+        Top::Job { command, api } => job_command(command, &api),
+        Top::Node { command, api } => client_command(&api, |client| async move {
+            match command {
+                NodeCommand::Status { id, json } => cli::node::status(&client, id.as_deref(), json).await,
+                NodeCommand::Eligibility { enable, id, .. } => cli::node::eligibility(&client, &id, enable).await,
+            }
+        }),
+        Top::Alloc { command: AllocCommand::Status { id, json }, api } => {
+            client_command(&api, |client| async move { cli::alloc::status(&client, &id, json).await })
+        }
+        Top::Eval { command: EvalCommand::Status { id, monitor, json }, api } => {
+            client_command(&api, |client| async move { cli::eval::status(&client, &id, monitor, json).await })
+        }
+        Top::Operator { command: OperatorCommand::Scheduler { command }, api } => {
+            let SchedulerCommand::Workers { action, count, json } = command;
+            let action = match (action.as_deref(), count) {
+                (None, _) => Ok(cli::server::WorkersAction::List),
+                (Some("set"), Some(count)) => Ok(cli::server::WorkersAction::Set(count)),
+                _ => Err(Failure::Config(anyhow::anyhow!("usage: drover operator scheduler workers [set N]"))),
+            };
+            action.and_then(|action| {
+                client_command(&api, |client| async move { cli::server::workers(&client, action, json).await })
+            })
+        }
+        Top::Status { prefix, json, api } => {
+            client_command(&api, |client| async move { cli::server::status(&client, prefix.as_deref(), json).await })
+        }
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
+        Err(Failure::Exit(code)) => ExitCode::from(code),
         Err(Failure::Config(error)) => {
             eprintln!("error: {error:#}");
             ExitCode::from(2)
@@ -515,6 +763,9 @@ fn dev(args: DevArgs) -> Result<(), Failure> {
         tracing::info!(%addr, "dev server listening");
         if let Some(http) = running.http_addr() {
             tracing::info!("HTTP API at http://{http} (try: curl http://{http}/v1/nodes)");
+            if args.print_address {
+                println!("listening {addr}\nhttp {http}");
+            }
         }
         let endpoints = Arc::new(ClientEndpoints::bind(1, &client_tls)?);
         let identity = drover::identity::Identity {

@@ -1,0 +1,85 @@
+//! The `drover` CLI (job run, status, stop; node, alloc and eval status;
+//! server members; the workers) against a real `drover dev` process: the
+//! output a user sees and the exit codes.
+
+use std::io::BufRead;
+use std::process::{Child, Command, Output, Stdio};
+
+/// Kills the dev agent when the test ends, however it ends.
+struct Dev(Child);
+
+impl Drop for Dev {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn drover(address: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_drover")).args(args).env("DROVER_ADDR", address).output().expect("drover runs")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+#[test]
+fn the_cli_runs_a_job_and_shows_it_as_nomad_does() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_drover"))
+        .args(["dev", "--port", "0", "--http-port", "0", "--print-address"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("drover dev starts");
+    let mut lines = std::io::BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let _dev = Dev(child);
+    let http = loop {
+        let line = lines.next().expect("a line").expect("reads");
+        if let Some(http) = line.strip_prefix("http ") {
+            break format!("http://{http}");
+        }
+    };
+    let dir = std::env::temp_dir().join(format!("drover-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let file = dir.join("example.json");
+    let job = r#"{"Job": {"ID": "example", "Type": "service", "Datacenters": ["dc1"],
+        "TaskGroups": [{"Name": "cache", "Count": 2, "Tasks": [{"Name": "redis", "Driver": "mock",
+        "Config": {"run_for": "1h"}, "Resources": {"CPU": 100, "MemoryMB": 64}}]}]}}"#;
+    std::fs::write(&file, job).expect("job file");
+    let path = file.to_str().expect("path");
+
+    let run = drover(&http, &["job", "run", path]);
+    let text = stdout(&run);
+    assert_eq!(run.status.code(), Some(0), "{text}");
+    assert!(text.starts_with("==> Monitoring evaluation \""), "{text}");
+    assert_eq!(text.matches("created: node").count(), 2, "{text}");
+    assert!(text.contains("finished with status \"complete\""), "{text}");
+
+    let list = stdout(&drover(&http, &["job", "status"]));
+    assert!(list.starts_with("ID       Type     Priority  Status   Submit Date\nexample  service  50"), "{list}");
+    let one = stdout(&drover(&http, &["job", "status", "exa"]));
+    assert!(one.contains("ID            = example\n") && one.contains("\nSummary\nTask Group  Queued"), "{one}");
+    let json = drover(&http, &["job", "status", "example", "--json"]);
+    let parsed: serde_json::Value = serde_json::from_slice(&json.stdout).expect("--json prints JSON");
+    assert_eq!(parsed["ID"], "example");
+
+    let allocs: serde_json::Value =
+        serde_json::from_slice(&drover(&http, &["node", "status", "--json"]).stdout).expect("nodes json");
+    let node = allocs[0]["ID"].as_str().expect("node id").to_string();
+    let node_text = stdout(&drover(&http, &["node", "status", &node[..6]]));
+    assert!(node_text.contains("Driver Status = mock") && node_text.contains("\nAllocations\n"), "{node_text}");
+    let members = stdout(&drover(&http, &["server", "members"]));
+    assert!(members.starts_with("Name") && members.contains("alive   true"), "{members}");
+    let workers = stdout(&drover(&http, &["operator", "scheduler", "workers", "set", "1"]));
+    assert_eq!(workers.lines().count(), 2, "one worker: {workers}");
+
+    let unknown = drover(&http, &["job", "status", "nope"]);
+    assert_eq!(unknown.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("No job(s) with prefix or id \"nope\" found"));
+
+    let stop = drover(&http, &["job", "stop", "example"]);
+    assert_eq!(stop.status.code(), Some(0), "{}", stdout(&stop));
+    let after = stdout(&drover(&http, &["job", "status"]));
+    assert!(after.contains("dead (stopped)"), "{after}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
