@@ -764,7 +764,8 @@ fn dev(args: DevArgs) -> Result<(), Failure> {
         if let Some(http) = running.http_addr() {
             tracing::info!("HTTP API at http://{http} (try: curl http://{http}/v1/nodes)");
             if args.print_address {
-                println!("listening {addr}\nhttp {http}");
+                let lines = format!("listening {addr}\nhttp {http}\n");
+                let _ = std::io::Write::write_all(&mut std::io::stdout(), lines.as_bytes());
             }
         }
         let endpoints = Arc::new(ClientEndpoints::bind(1, &client_tls)?);

@@ -135,10 +135,12 @@ pub fn run_until_signal(options: ServerOptions, print_address: bool) -> anyhow::
             tracing::info!(%http, "HTTP API listening");
         }
         if print_address {
-            println!("listening {addr}");
+            let mut lines = format!("listening {addr}\n");
             if let Some(http) = running.http_addr() {
-                println!("http {http}");
+                lines.push_str(&format!("http {http}\n"));
             }
+            // One write; a reader that went away is no reason to stop serving.
+            let _ = std::io::Write::write_all(&mut std::io::stdout(), lines.as_bytes());
         }
         let signal = shutdown_signal().await?;
         tracing::info!(

@@ -73,6 +73,20 @@ fn the_cli_runs_a_job_and_shows_it_as_nomad_does() {
     let workers = stdout(&drover(&http, &["operator", "scheduler", "workers", "set", "1"]));
     assert_eq!(workers.lines().count(), 2, "one worker: {workers}");
 
+    // A Nomad HCL2 job file runs the same way; an unsupported block is named with its line.
+    let hcl = dir.join("web.hcl");
+    let spec = "job \"web\" {\n  datacenters = [\"dc1\"]\n  group \"web\" {\n    task \"server\" {\n      driver = \"mock\"\n      config { run_for = \"1h\" }\n      resources {\n        cpu    = 100\n        memory = 64\n      }\n    }\n  }\n}\n";
+    std::fs::write(&hcl, spec).expect("hcl file");
+    let run = drover(&http, &["job", "run", hcl.to_str().expect("path")]);
+    assert_eq!(run.status.code(), Some(0), "{}", stdout(&run));
+    assert!(stdout(&run).contains("finished with status \"complete\""));
+    std::fs::write(&hcl, spec.replace("      driver = \"mock\"", "      driver = \"mock\"\n      vault {}"))
+        .expect("hcl");
+    let refused = drover(&http, &["job", "run", hcl.to_str().expect("path")]);
+    let error = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{error}");
+    assert!(error.contains("web.hcl:6: task: block \"vault\" is not supported by Drover"), "{error}");
+
     let unknown = drover(&http, &["job", "status", "nope"]);
     assert_eq!(unknown.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&unknown.stderr).contains("No job(s) with prefix or id \"nope\" found"));
@@ -80,6 +94,6 @@ fn the_cli_runs_a_job_and_shows_it_as_nomad_does() {
     let stop = drover(&http, &["job", "stop", "example"]);
     assert_eq!(stop.status.code(), Some(0), "{}", stdout(&stop));
     let after = stdout(&drover(&http, &["job", "status"]));
-    assert!(after.contains("dead (stopped)"), "{after}");
+    assert!(after.contains("example  service  50        dead (stopped)"), "{after}");
     let _ = std::fs::remove_dir_all(&dir);
 }

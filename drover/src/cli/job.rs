@@ -9,10 +9,14 @@ use serde_json::{json, Value};
 use super::{ago, date, fields, print_json, short, table, text};
 use crate::api_client::ApiClient;
 
-/// Reads a job file: Nomad's JSON, `{"Job": {...}}` as `nomad job run
-/// -output` writes it, or the bare job object.
+/// Reads a job file: Nomad HCL2 (`.hcl`, `.nomad`), or Nomad's JSON,
+/// `{"Job": {...}}` as `nomad job run -output` writes it, or the bare job
+/// object.
 pub fn read_job_file(path: &Path) -> Result<Value> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    if matches!(path.extension().and_then(|ext| ext.to_str()), Some("hcl" | "nomad")) {
+        return Ok(super::hcl::job_json(&path.display().to_string(), &text)?);
+    }
     let value: Value = serde_json::from_str(&text).with_context(|| format!("{}: not JSON", path.display()))?;
     Ok(if value.get("Job").is_some() { value } else { json!({ "Job": value }) })
 }

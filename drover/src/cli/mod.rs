@@ -10,6 +10,7 @@
 
 pub mod alloc;
 pub mod eval;
+pub mod hcl;
 pub mod job;
 pub mod node;
 pub mod server;

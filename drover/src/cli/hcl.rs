@@ -1,0 +1,508 @@
+//! Nomad HCL2 job files, for the stanzas Drover supports: parsed with
+//! `hcl-edit` (which keeps where each block and attribute is) into the same
+//! Nomad job JSON the API takes, so a file and its `nomad job run -output`
+//! register the same job. Runtime interpolations (`${attr.kernel.name}`,
+//! `${meta.rack}`, `${NOMAD_ALLOC_ID}`) stay text for the servers and
+//! clients to fill in, as Nomad's parser leaves them. A block or attribute
+//! Drover does not support, and any HCL expression beyond literals
+//! (variables, functions), is an error naming its line.
+
+use hcl_edit::structure::{Block, BlockLabel, Body, Structure};
+use hcl_edit::Span;
+use serde_json::{json, Map, Value};
+
+/// Why a job file was refused: `file:line: what`.
+#[derive(Debug, thiserror::Error)]
+#[error("{file}:{line}: {message}")]
+pub struct HclError {
+    /// The file.
+    pub file: String,
+    /// The line (1-based).
+    pub line: usize,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// Reads `text` (the file `file`) into `{"Job": {...}}`.
+pub fn job_json(file: &str, text: &str) -> Result<Value, HclError> {
+    let reader = Reader { file, text };
+    let body = hcl_edit::parser::parse_body(text).map_err(|error| HclError {
+        file: file.to_string(),
+        line: error.location().line(),
+        message: error.message().to_string(),
+    })?;
+    let mut jobs =
+        body.iter().filter_map(|structure| structure.as_block()).filter(|block| block.ident.as_str() == "job");
+    let Some(job) = jobs.next() else { return Err(reader.error(0, "no job block")) };
+    if let Some(second) = jobs.next() {
+        return Err(reader.error(reader.offset(second.span()), "only one job per file"));
+    }
+    Ok(json!({ "Job": reader.job(job)? }))
+}
+
+/// What each level takes: attributes (HCL name → JSON name, and whether
+/// the value is a duration), blocks (HCL name → how they are read).
+struct Reader<'a> {
+    file: &'a str,
+    text: &'a str,
+}
+
+/// A duration attribute: HCL's `"30s"` becomes integer nanoseconds.
+const DURATION: bool = true;
+
+impl Reader<'_> {
+    fn error(&self, offset: usize, message: impl Into<String>) -> HclError {
+        let line = self.text[..offset.min(self.text.len())].matches('\n').count() + 1;
+        HclError { file: self.file.to_string(), line, message: message.into() }
+    }
+
+    fn offset(&self, span: Option<std::ops::Range<usize>>) -> usize {
+        span.map_or(0, |span| span.start)
+    }
+
+    fn label(&self, block: &Block) -> Result<String, HclError> {
+        match block.labels.first() {
+            Some(BlockLabel::String(text)) => Ok(text.value().to_string()),
+            Some(BlockLabel::Ident(ident)) => Ok(ident.as_str().to_string()),
+            None => Err(self.error(self.offset(block.span()), format!("{} block needs a name", block.ident.as_str()))),
+        }
+    }
+
+    /// Reads `body`'s attributes by `attributes` and its blocks by `blocks`
+    /// into `object`; anything else is an error naming its line.
+    fn fill(
+        &self,
+        body: &Body,
+        place: &str,
+        attributes: &[(&str, &str, bool)],
+        object: &mut Map<String, Value>,
+        mut block: impl FnMut(&Block, &mut Map<String, Value>) -> Result<bool, HclError>,
+    ) -> Result<(), HclError> {
+        for structure in body.iter() {
+            match structure {
+                Structure::Attribute(attribute) => {
+                    let key = attribute.key.as_str();
+                    let offset = self.offset(attribute.span());
+                    let Some((_, json_name, duration)) = attributes.iter().find(|(name, _, _)| *name == key) else {
+                        return Err(
+                            self.error(offset, format!("{place}: attribute {key:?} is not supported by Drover"))
+                        );
+                    };
+                    let value = self.value(&attribute.value, offset)?;
+                    let value = if *duration { self.duration(&value, offset)? } else { value };
+                    object.insert(json_name.to_string(), value);
+                }
+                Structure::Block(inner) => {
+                    if !block(inner, object)? {
+                        let name = inner.ident.as_str();
+                        let offset = self.offset(inner.span());
+                        return Err(self.error(offset, format!("{place}: block {name:?} is not supported by Drover")));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A literal value; templates stay text.
+    fn value(&self, expression: &hcl_edit::expr::Expression, offset: usize) -> Result<Value, HclError> {
+        self.literal(&hcl::Expression::from(expression.clone()), offset)
+    }
+
+    fn literal(&self, expression: &hcl::Expression, offset: usize) -> Result<Value, HclError> {
+        Ok(match expression {
+            hcl::Expression::Null => Value::Null,
+            hcl::Expression::Bool(flag) => Value::Bool(*flag),
+            hcl::Expression::Number(number) => match (number.as_i64(), number.as_f64()) {
+                (Some(whole), _) => Value::from(whole),
+                (None, Some(real)) => Value::from(real),
+                _ => return Err(self.error(offset, "a number out of range")),
+            },
+            hcl::Expression::String(text) => Value::String(text.clone()),
+            hcl::Expression::TemplateExpr(template) => Value::String(template.to_string()),
+            hcl::Expression::Array(items) => {
+                Value::Array(items.iter().map(|item| self.literal(item, offset)).collect::<Result<_, _>>()?)
+            }
+            hcl::Expression::Object(fields) => {
+                let mut object = Map::new();
+                for (key, value) in fields {
+                    object.insert(key.to_string(), self.literal(value, offset)?);
+                }
+                Value::Object(object)
+            }
+            _ => {
+                return Err(self.error(
+                    offset,
+                    "only literal values are supported (no variables, functions or operators; run `nomad job run -output` to expand them)",
+                ))
+            }
+        })
+    }
+
+    fn duration(&self, value: &Value, offset: usize) -> Result<Value, HclError> {
+        match value {
+            Value::String(text) => crate::http::query::parse_go_duration(text)
+                .map(|duration| Value::from(duration.as_nanos() as u64))
+                .ok_or_else(|| self.error(offset, format!("{text:?} is not a duration such as \"30s\""))),
+            Value::Number(_) => Ok(value.clone()),
+            _ => Err(self.error(offset, "a duration must be a string such as \"30s\"")),
+        }
+    }
+
+    fn job(&self, block: &Block) -> Result<Value, HclError> {
+        let id = self.label(block)?;
+        let mut job = Map::new();
+        job.insert("ID".into(), Value::from(id.clone()));
+        job.insert("Name".into(), Value::from(id));
+        let attributes = [
+            ("datacenters", "Datacenters", false),
+            ("type", "Type", false),
+            ("priority", "Priority", false),
+            ("namespace", "Namespace", false),
+            ("region", "Region", false),
+            ("all_at_once", "AllAtOnce", false),
+            ("meta", "Meta", false),
+        ];
+        let mut groups = Vec::new();
+        self.fill(&block.body, "job", &attributes, &mut job, |inner, job| {
+            match inner.ident.as_str() {
+                "group" => groups.push(self.group(inner)?),
+                "constraint" => push(job, "Constraints", self.constraint(inner)?),
+                "affinity" => push(job, "Affinities", self.affinity(inner)?),
+                "spread" => push(job, "Spreads", self.spread(inner)?),
+                "update" => {
+                    job.insert("Update".into(), self.update(inner)?);
+                }
+                "reschedule" => {
+                    job.insert("Reschedule".into(), self.reschedule(inner)?);
+                }
+                "meta" => {
+                    job.insert("Meta".into(), self.map(inner)?);
+                }
+                _ => return Ok(false),
+            }
+            Ok(true)
+        })?;
+        job.insert("TaskGroups".into(), Value::Array(groups));
+        Ok(Value::Object(job))
+    }
+
+    fn group(&self, block: &Block) -> Result<Value, HclError> {
+        let mut group = Map::new();
+        group.insert("Name".into(), Value::from(self.label(block)?));
+        let attributes = [
+            ("count", "Count", false),
+            ("max_client_disconnect", "MaxClientDisconnect", DURATION),
+            ("stop_after_client_disconnect", "StopAfterClientDisconnect", DURATION),
+            ("meta", "Meta", false),
+        ];
+        let mut tasks = Vec::new();
+        self.fill(&block.body, "group", &attributes, &mut group, |inner, group| {
+            match inner.ident.as_str() {
+                "task" => tasks.push(self.task(inner)?),
+                "constraint" => push(group, "Constraints", self.constraint(inner)?),
+                "affinity" => push(group, "Affinities", self.affinity(inner)?),
+                "spread" => push(group, "Spreads", self.spread(inner)?),
+                "network" => push(group, "Networks", self.network(inner)?),
+                "restart" => {
+                    group.insert("RestartPolicy".into(), self.restart(inner)?);
+                }
+                "reschedule" => {
+                    group.insert("ReschedulePolicy".into(), self.reschedule(inner)?);
+                }
+                "update" => {
+                    group.insert("Update".into(), self.update(inner)?);
+                }
+                "ephemeral_disk" => {
+                    let attributes =
+                        [("size", "SizeMB", false), ("sticky", "Sticky", false), ("migrate", "Migrate", false)];
+                    group.insert("EphemeralDisk".into(), self.simple(inner, &attributes)?);
+                }
+                "disconnect" => {
+                    let attributes = [
+                        ("lost_after", "LostAfter", DURATION),
+                        ("stop_on_client_after", "StopOnClientAfter", DURATION),
+                        ("replace", "Replace", false),
+                        ("reconcile", "Reconcile", false),
+                    ];
+                    group.insert("Disconnect".into(), self.simple(inner, &attributes)?);
+                }
+                "meta" => {
+                    group.insert("Meta".into(), self.map(inner)?);
+                }
+                _ => return Ok(false),
+            }
+            Ok(true)
+        })?;
+        group.insert("Tasks".into(), Value::Array(tasks));
+        Ok(Value::Object(group))
+    }
+
+    fn task(&self, block: &Block) -> Result<Value, HclError> {
+        let mut task = Map::new();
+        task.insert("Name".into(), Value::from(self.label(block)?));
+        let attributes = [
+            ("driver", "Driver", false),
+            ("user", "User", false),
+            ("kill_timeout", "KillTimeout", DURATION),
+            ("kill_signal", "KillSignal", false),
+            ("leader", "Leader", false),
+            ("config", "Config", false),
+            ("env", "Env", false),
+            ("meta", "Meta", false),
+        ];
+        self.fill(&block.body, "task", &attributes, &mut task, |inner, task| {
+            match inner.ident.as_str() {
+                "config" | "env" | "meta" => {
+                    let key = match inner.ident.as_str() {
+                        "config" => "Config",
+                        "env" => "Env",
+                        _ => "Meta",
+                    };
+                    task.insert(key.into(), self.map(inner)?);
+                }
+                "resources" => {
+                    let attributes = [("cpu", "CPU", false), ("memory", "MemoryMB", false), ("disk", "DiskMB", false)];
+                    task.insert("Resources".into(), self.simple(inner, &attributes)?);
+                }
+                "logs" => {
+                    let attributes = [("max_files", "MaxFiles", false), ("max_file_size", "MaxFileSizeMB", false)];
+                    task.insert("LogConfig".into(), self.simple(inner, &attributes)?);
+                }
+                "restart" => {
+                    task.insert("RestartPolicy".into(), self.restart(inner)?);
+                }
+                "constraint" => push(task, "Constraints", self.constraint(inner)?),
+                "affinity" => push(task, "Affinities", self.affinity(inner)?),
+                _ => return Ok(false),
+            }
+            Ok(true)
+        })?;
+        Ok(Value::Object(task))
+    }
+
+    /// A block of plain attributes only.
+    fn simple(&self, block: &Block, attributes: &[(&str, &str, bool)]) -> Result<Value, HclError> {
+        let mut object = Map::new();
+        self.fill(&block.body, block.ident.as_str(), attributes, &mut object, |_, _| Ok(false))?;
+        Ok(Value::Object(object))
+    }
+
+    /// A block read as a free-form map (`config`, `env`, `meta`): every
+    /// attribute kept by its own name, nested blocks as objects.
+    fn map(&self, block: &Block) -> Result<Value, HclError> {
+        let mut object = Map::new();
+        for structure in block.body.iter() {
+            match structure {
+                Structure::Attribute(attribute) => {
+                    let value = self.value(&attribute.value, self.offset(attribute.span()))?;
+                    object.insert(attribute.key.as_str().to_string(), value);
+                }
+                Structure::Block(inner) => {
+                    object.insert(inner.ident.as_str().to_string(), self.map(inner)?);
+                }
+            }
+        }
+        Ok(Value::Object(object))
+    }
+
+    fn constraint(&self, block: &Block) -> Result<Value, HclError> {
+        let attributes = [
+            ("attribute", "LTarget", false),
+            ("operator", "Operand", false),
+            ("value", "RTarget", false),
+            ("distinct_hosts", "distinct_hosts", false),
+            ("distinct_property", "distinct_property", false),
+        ];
+        let mut fields = Map::new();
+        self.fill(&block.body, "constraint", &attributes, &mut fields, |_, _| Ok(false))?;
+        // Nomad's shorthands: `distinct_hosts = true`, `distinct_property = X`.
+        if fields.remove("distinct_hosts") == Some(Value::Bool(true)) {
+            return Ok(json!({"LTarget": "", "RTarget": "", "Operand": "distinct_hosts"}));
+        }
+        if let Some(property) = fields.remove("distinct_property") {
+            let limit = fields.get("RTarget").cloned().unwrap_or(Value::from(""));
+            return Ok(json!({"LTarget": property, "RTarget": limit, "Operand": "distinct_property"}));
+        }
+        fields.entry("Operand").or_insert(Value::from("="));
+        Ok(Value::Object(fields))
+    }
+
+    fn affinity(&self, block: &Block) -> Result<Value, HclError> {
+        let attributes = [
+            ("attribute", "LTarget", false),
+            ("operator", "Operand", false),
+            ("value", "RTarget", false),
+            ("weight", "Weight", false),
+        ];
+        let mut fields = Map::new();
+        self.fill(&block.body, "affinity", &attributes, &mut fields, |_, _| Ok(false))?;
+        fields.entry("Operand").or_insert(Value::from("="));
+        fields.entry("Weight").or_insert(Value::from(50));
+        Ok(Value::Object(fields))
+    }
+
+    fn spread(&self, block: &Block) -> Result<Value, HclError> {
+        let attributes = [("attribute", "Attribute", false), ("weight", "Weight", false)];
+        let mut fields = Map::new();
+        let mut targets = Vec::new();
+        self.fill(&block.body, "spread", &attributes, &mut fields, |inner, _| {
+            if inner.ident.as_str() != "target" {
+                return Ok(false);
+            }
+            let mut target = Map::new();
+            target.insert("Value".into(), Value::from(self.label(inner)?));
+            self.fill(&inner.body, "target", &[("percent", "Percent", false)], &mut target, |_, _| Ok(false))?;
+            targets.push(Value::Object(target));
+            Ok(true)
+        })?;
+        fields.insert("SpreadTarget".into(), Value::Array(targets));
+        fields.entry("Weight").or_insert(Value::from(50));
+        Ok(Value::Object(fields))
+    }
+
+    fn network(&self, block: &Block) -> Result<Value, HclError> {
+        let mut network = Map::new();
+        let (mut reserved, mut dynamic) = (Vec::new(), Vec::new());
+        let attributes = [("mode", "Mode", false), ("mbits", "MBits", false)];
+        self.fill(&block.body, "network", &attributes, &mut network, |inner, _| {
+            if inner.ident.as_str() != "port" {
+                return Ok(false);
+            }
+            let mut port = Map::new();
+            port.insert("Label".into(), Value::from(self.label(inner)?));
+            let attributes = [("static", "Value", false), ("to", "To", false), ("host_network", "HostNetwork", false)];
+            self.fill(&inner.body, "port", &attributes, &mut port, |_, _| Ok(false))?;
+            // As Nomad's parser: a port with a static value is reserved.
+            if port.contains_key("Value") {
+                reserved.push(Value::Object(port));
+            } else {
+                dynamic.push(Value::Object(port));
+            }
+            Ok(true)
+        })?;
+        network.insert("ReservedPorts".into(), Value::Array(reserved));
+        network.insert("DynamicPorts".into(), Value::Array(dynamic));
+        Ok(Value::Object(network))
+    }
+
+    fn restart(&self, block: &Block) -> Result<Value, HclError> {
+        let attributes = [
+            ("attempts", "Attempts", false),
+            ("interval", "Interval", DURATION),
+            ("delay", "Delay", DURATION),
+            ("mode", "Mode", false),
+        ];
+        self.simple(block, &attributes)
+    }
+
+    fn reschedule(&self, block: &Block) -> Result<Value, HclError> {
+        let attributes = [
+            ("attempts", "Attempts", false),
+            ("interval", "Interval", DURATION),
+            ("delay", "Delay", DURATION),
+            ("delay_function", "DelayFunction", false),
+            ("max_delay", "MaxDelay", DURATION),
+            ("unlimited", "Unlimited", false),
+        ];
+        self.simple(block, &attributes)
+    }
+
+    fn update(&self, block: &Block) -> Result<Value, HclError> {
+        let attributes = [
+            ("max_parallel", "MaxParallel", false),
+            ("stagger", "Stagger", DURATION),
+            ("health_check", "HealthCheck", false),
+            ("min_healthy_time", "MinHealthyTime", DURATION),
+            ("healthy_deadline", "HealthyDeadline", DURATION),
+            ("progress_deadline", "ProgressDeadline", DURATION),
+            ("auto_revert", "AutoRevert", false),
+            ("auto_promote", "AutoPromote", false),
+            ("canary", "Canary", false),
+        ];
+        self.simple(block, &attributes)
+    }
+}
+
+fn push(object: &mut Map<String, Value>, key: &str, value: Value) {
+    match object.entry(key).or_insert_with(|| Value::Array(Vec::new())) {
+        Value::Array(items) => items.push(value),
+        other => *other = Value::Array(vec![value]),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EXAMPLE: &str = r#"
+job "example" {
+  datacenters = ["dc1"]
+  type = "service"
+
+  constraint {
+    attribute = "${attr.kernel.name}"
+    value     = "linux"
+  }
+
+  group "cache" {
+    count = 2
+    restart {
+      attempts = 3
+      delay    = "20s"
+    }
+    network {
+      port "db" {}
+      port "admin" { static = 9090 }
+    }
+    task "redis" {
+      driver = "raw_exec"
+      config {
+        command = "/bin/sleep"
+        args    = ["3600"]
+      }
+      env { NAME = "${NOMAD_ALLOC_ID}" }
+      resources {
+        cpu    = 500
+        memory = 256
+      }
+      kill_timeout = "10s"
+    }
+  }
+}
+"#;
+
+    #[test]
+    fn a_nomad_job_file_becomes_nomads_job_json() {
+        let json = job_json("example.hcl", EXAMPLE).expect("parses");
+        let job = &json["Job"];
+        assert_eq!((job["ID"].as_str(), job["Type"].as_str()), (Some("example"), Some("service")));
+        assert_eq!(
+            job["Constraints"][0],
+            json!({"LTarget": "${attr.kernel.name}", "RTarget": "linux", "Operand": "="})
+        );
+        let group = &job["TaskGroups"][0];
+        assert_eq!(group["Count"], 2);
+        assert_eq!(group["RestartPolicy"], json!({"Attempts": 3, "Delay": 20_000_000_000u64}));
+        assert_eq!(group["Networks"][0]["DynamicPorts"], json!([{"Label": "db"}]));
+        assert_eq!(group["Networks"][0]["ReservedPorts"], json!([{"Label": "admin", "Value": 9090}]));
+        let task = &group["Tasks"][0];
+        assert_eq!(task["Config"], json!({"command": "/bin/sleep", "args": ["3600"]}));
+        assert_eq!(task["Env"]["NAME"], "${NOMAD_ALLOC_ID}");
+        assert_eq!(task["Resources"], json!({"CPU": 500, "MemoryMB": 256}));
+        assert_eq!(task["KillTimeout"], 10_000_000_000u64);
+    }
+
+    #[test]
+    fn what_drover_does_not_support_is_named_with_its_line() {
+        let vault = EXAMPLE.replace("      kill_timeout = \"10s\"", "      vault { policies = [\"x\"] }");
+        let error = job_json("example.hcl", &vault).expect_err("refused");
+        assert_eq!(error.line, 32, "{error}");
+        assert!(error.to_string().starts_with("example.hcl:32: task: block \"vault\" is not supported"), "{error}");
+        let variable = EXAMPLE.replace("count = 2", "count = var.count");
+        let error = job_json("example.hcl", &variable).expect_err("refused");
+        assert_eq!(error.line, 12, "{error}");
+        let broken = job_json("broken.hcl", "job \"x\" {\n  group \"g\" {\n").expect_err("refused");
+        assert!(broken.to_string().starts_with("broken.hcl:"), "{broken}");
+    }
+}
