@@ -5,13 +5,14 @@
 //!
 //! Layers, lowest first (nothing imports a layer above it): `clock`,
 //! `structs`, `state`, `scheduler`, `eval`, `plan`, `node`, `worker`,
-//! `router`, `job_endpoint`, `server`, `testing`.
+//! `router`, `job_endpoint`, `operator_endpoint`, `server`, `testing`.
 #![forbid(unsafe_code)]
 
 pub mod clock;
 pub mod eval;
 pub mod job_endpoint;
 pub mod node;
+pub mod operator_endpoint;
 pub mod plan;
 pub mod router;
 pub mod scheduler;

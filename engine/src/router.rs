@@ -145,6 +145,7 @@ mod tests {
             "upsert_evals",
             "update_allocs_from_client",
             "apply_plan_results",
+            "set_scheduler_config",
         ];
         for kind in kinds {
             let seam = Seam::new();
@@ -189,6 +190,10 @@ mod tests {
                         time: Timestamp(3),
                     }
                 }
+                "set_scheduler_config" => Command::SetSchedulerConfig {
+                    config: crate::structs::SchedulerConfiguration::default(),
+                    cas_index: None,
+                },
                 other => unreachable!("{other}"),
             };
             let frees_capacity = match &command {
@@ -200,14 +205,17 @@ mod tests {
                 Command::MissHeartbeat { .. }
                 | Command::RegisterJob { .. }
                 | Command::DeregisterJob { .. }
-                | Command::UpsertEvals { .. } => false,
+                | Command::UpsertEvals { .. }
+                | Command::SetSchedulerConfig { .. } => false,
             };
+            // The scheduler configuration carries no eval; every other kind carries one.
+            let carries_eval = !matches!(command, Command::SetSchedulerConfig { .. });
             let parked = seam.park_blocked(if kind == "upsert_node" { node(1).id } else { node(0).id });
             let ready_before = seam.ready();
             seam.writer.write(command).unwrap_or_else(|error| panic!("{kind}: {error}"));
             assert_eq!(
                 seam.ready() - ready_before,
-                1 + i64::from(frees_capacity),
+                i64::from(carries_eval) + i64::from(frees_capacity),
                 "{kind}: its eval reached the broker"
             );
             let still_blocked = seam.blocked.blocked_eval_of(&parked.job_key()).is_some();

@@ -40,6 +40,7 @@ use crate::job_endpoint::JobEndpoint;
 use crate::node::endpoint::NodeEndpoint;
 use crate::node::heartbeat::{HeartbeatConfig, HeartbeatStats, Heartbeats};
 use crate::node::update_batch::{BatchConfig, BatchStats, FlusherHandle, UpdateBatcher};
+use crate::operator_endpoint::OperatorEndpoint;
 use crate::plan::apply::{PlanApplier, PlanApplierConfig, PlanApplierHandle, PlanApplierStats};
 use crate::plan::queue::PlanQueue;
 use crate::router::Router;
@@ -250,6 +251,11 @@ impl Server {
     /// The job endpoint.
     pub fn jobs(&self) -> JobEndpoint {
         self.core.jobs()
+    }
+
+    /// The operator endpoint (the scheduler configuration).
+    pub fn operator(&self) -> OperatorEndpoint {
+        OperatorEndpoint::new(self.core.writer.clone())
     }
 
     /// The node endpoint.

@@ -17,6 +17,7 @@ const LAYERS: &[&str] = &[
     "node",
     "worker",
     "job_endpoint",
+    "operator_endpoint",
     "server",
     "testing",
 ];

@@ -6,13 +6,16 @@
 //! 2. It checks every node of the plan against the newest snapshot plus the
 //!    plan being committed just before it (an optimistic overlay), so plan
 //!    N+1 is verified while plan N is still being written: the node exists;
-//!    for new placements it is ready and eligible; and everything live on
-//!    it after the plan fits its allocatable resources. A node that fails is
-//!    refused whole (its stops too), as in Nomad. Plans touching many nodes
-//!    are checked in parallel with rayon.
+//!    for new placements it is ready and eligible; everything live on it
+//!    after the plan (its stops and evictions gone) fits its allocatable
+//!    resources; and no port is held twice or held although the node
+//!    reserves it, so concurrent plans never share a port. A node that
+//!    fails is refused whole (its stops and evictions too), as in Nomad.
+//!    Plans touching many nodes are checked in parallel with rayon.
 //! 3. What fits is committed as one [`Command::ApplyPlanResults`] by a
-//!    committer thread; the worker gets a [`PlanResult`] with the index it
-//!    was applied at and, when anything was refused, a `refresh_index` to
+//!    committer thread, with an eval for every job whose allocations it
+//!    evicts; the worker gets a [`PlanResult`] with the index it was
+//!    applied at and, when anything was refused, a `refresh_index` to
 //!    re-plan against. A partly refused plan is a result, not an error.
 //! 4. The rejection tracker counts refusals per node; a node refused more
 //!    than `rejection_threshold` times within `rejection_window` is marked
@@ -34,7 +37,7 @@ use crate::clock::{SharedClock, Timestamp};
 use crate::eval::broker::{EvalBroker, Token};
 use crate::plan::queue::{PendingPlan, PlanError, PlanQueue};
 use crate::state::{Command, Snapshot, Writer};
-use crate::structs::{Allocation, NodeEligibility, NodeId, Plan, PlanResult, Resources};
+use crate::structs::{Allocation, Node, NodeEligibility, NodeId, Plan, PlanResult, Resources};
 
 /// Plans touching more nodes than this are checked in parallel.
 const PARALLEL_CHECK_NODES: usize = 64;
@@ -73,6 +76,9 @@ pub struct PlanApplierStats {
     pub node_rejections: u64,
     /// Nodes the rejection tracker marked ineligible.
     pub nodes_marked_ineligible: u64,
+    /// Allocations evicted by committed plans (preemption).
+    #[serde(default)]
+    pub allocs_preempted: u64,
 }
 
 #[derive(Debug, Default)]
@@ -82,6 +88,7 @@ struct Counters {
     plans_stale: AtomicU64,
     node_rejections: AtomicU64,
     nodes_marked_ineligible: AtomicU64,
+    allocs_preempted: AtomicU64,
 }
 
 /// Which nodes of a plan fit; computed against a snapshot and an overlay.
@@ -90,7 +97,13 @@ pub fn evaluate_plan(
     snapshot: &Snapshot,
     overlay: &HashMap<NodeId, Vec<Allocation>>,
 ) -> (PlanResult, Vec<NodeId>) {
-    let mut node_ids: Vec<NodeId> = plan.node_allocation.keys().chain(plan.node_update.keys()).copied().collect();
+    let mut node_ids: Vec<NodeId> = plan
+        .node_allocation
+        .keys()
+        .chain(plan.node_update.keys())
+        .chain(plan.node_preemptions.keys())
+        .copied()
+        .collect();
     node_ids.sort_unstable();
     node_ids.dedup();
     let check = |node_id: &NodeId| (*node_id, node_fits(plan, snapshot, overlay, *node_id));
@@ -112,6 +125,9 @@ pub fn evaluate_plan(
         if let Some(allocs) = plan.node_allocation.get(&node_id) {
             result.node_allocation.insert(node_id, allocs.clone());
         }
+        if let Some(evicted) = plan.node_preemptions.get(&node_id) {
+            result.node_preemptions.insert(node_id, evicted.clone());
+        }
     }
     (result, refused)
 }
@@ -127,26 +143,48 @@ fn node_fits(plan: &Plan, snapshot: &Snapshot, overlay: &HashMap<NodeId, Vec<All
     if places_new && !node.is_schedulable() {
         return false;
     }
-    // Start from the node's usage and adjust for what the overlay and the plan
-    // change: O(allocations in the plan), not O(allocations on the node).
+    // Start from the node's usage and ports and adjust for what the overlay
+    // and the plan change: O(allocations in the plan), not O(allocations on
+    // the node).
     let empty: &[Allocation] = &[];
     let layers = [
         overlay.get(&node_id).map_or(empty, Vec::as_slice),
         plan.node_update.get(&node_id).map_or(empty, Vec::as_slice),
+        plan.node_preemptions.get(&node_id).map_or(empty, Vec::as_slice),
         allocs,
     ];
-    let live = |alloc: &Allocation| if alloc.terminal() { Resources::default() } else { alloc.resources };
+    let live = |alloc: &Allocation| !alloc.terminal();
     let mut latest: HashMap<_, &Allocation> = HashMap::new();
     let (mut added, mut removed) = (Resources::default(), Resources::default());
+    // Net change of holders per port: +1 per live holder after, -1 per live holder before.
+    let mut port_holders: HashMap<u16, i32> = HashMap::new();
     for alloc in layers.into_iter().flatten() {
-        let previous =
-            latest.get(&alloc.id).copied().map(live).or_else(|| snapshot.alloc(alloc.id).map(|old| live(old)));
-        removed = removed.plus(previous.unwrap_or_default());
-        added = added.plus(live(alloc));
+        let previous = latest.get(&alloc.id).copied().or_else(|| snapshot.alloc(alloc.id).map(|old| &**old));
+        if let Some(previous) = previous.filter(|previous| live(previous)) {
+            removed = removed.plus(previous.resources);
+            for port in previous.port_values() {
+                *port_holders.entry(port).or_insert(0) -= 1;
+            }
+        }
+        if live(alloc) {
+            added = added.plus(alloc.resources);
+            for port in alloc.port_values() {
+                *port_holders.entry(port).or_insert(0) += 1;
+            }
+        }
         latest.insert(alloc.id, alloc);
     }
     let used = snapshot.node_usage(node_id).plus(added).minus(removed);
-    node.allocatable().covers(used)
+    node.allocatable().covers(used) && ports_fit(snapshot, node, &port_holders)
+}
+
+/// Whether every port whose holders the plan changes ends with at most one
+/// holder, and none on a port the node reserves.
+fn ports_fit(snapshot: &Snapshot, node: &Node, port_holders: &HashMap<u16, i32>) -> bool {
+    port_holders.iter().filter(|(_, change)| **change > 0).all(|(port, change)| {
+        let before = i32::from(snapshot.port_in_use(node.id, *port));
+        before + change <= 1 && !node.network.reserved_ports.contains(*port)
+    })
 }
 
 /// The plan being committed: its allocations per node (the overlay) and its completion signal.
@@ -215,6 +253,7 @@ impl PlanApplierHandle {
             plans_stale: c.plans_stale.load(Ordering::Relaxed),
             node_rejections: c.node_rejections.load(Ordering::Relaxed),
             nodes_marked_ineligible: c.nodes_marked_ineligible.load(Ordering::Relaxed),
+            allocs_preempted: c.allocs_preempted.load(Ordering::Relaxed),
         }
     }
 
@@ -308,7 +347,8 @@ impl PlanApplier {
                 result.refresh_index = self.writer.store().latest_index();
                 self.note_refusals(&refused);
             }
-            if result.node_update.is_empty() && result.node_allocation.is_empty() {
+            if result.node_update.is_empty() && result.node_allocation.is_empty() && result.node_preemptions.is_empty()
+            {
                 pending.respond(Ok(result));
                 continue;
             }
@@ -331,6 +371,8 @@ impl PlanApplier {
                 Ok(applied) => {
                     result.alloc_index = applied.index;
                     result.refuse_placements(&applied.refused_placements, applied.index);
+                    let evicted = result.node_preemptions.values().map(Vec::len).sum::<usize>();
+                    self.counters.allocs_preempted.fetch_add(evicted as u64, Ordering::Relaxed);
                     pending.respond(Ok(result));
                 }
                 Err(error) => pending.respond(Err(PlanError::Write(error))),
@@ -360,7 +402,8 @@ impl PlanApplier {
 /// The allocations a result writes, per node: the overlay for the next plan.
 fn overlay_of(result: &PlanResult) -> HashMap<NodeId, Vec<Allocation>> {
     let mut overlay: HashMap<NodeId, Vec<Allocation>> = HashMap::new();
-    for (node_id, allocs) in result.node_update.iter().chain(result.node_allocation.iter()) {
+    let changed = result.node_update.iter().chain(result.node_preemptions.iter()).chain(result.node_allocation.iter());
+    for (node_id, allocs) in changed {
         overlay.entry(*node_id).or_default().extend(allocs.iter().cloned());
     }
     overlay

@@ -41,16 +41,17 @@ impl Filtered {
     }
 }
 
-/// A constraint prepared for repeated checks (its regular expression compiled once).
+/// A constraint (or an affinity's condition) prepared for repeated checks,
+/// its regular expression compiled once.
 #[derive(Debug)]
-struct Prepared {
+pub(super) struct Prepared {
     constraint: Constraint,
     text: String,
     regex: Option<Regex>,
 }
 
 impl Prepared {
-    fn new(constraint: &Constraint) -> Self {
+    pub(super) fn new(constraint: &Constraint) -> Self {
         let regex = (constraint.operand == ConstraintOperand::Regexp).then(|| Regex::new(&constraint.r_target).ok());
         Prepared {
             text: format!("{} {} {}", constraint.l_target, operand_text(constraint.operand), constraint.r_target)
@@ -61,7 +62,13 @@ impl Prepared {
         }
     }
 
-    fn holds(&self, node: &Node) -> bool {
+    /// Whether either side reads a `unique.` attribute, which the computed
+    /// class does not cover.
+    pub(super) fn reads_unique(&self) -> bool {
+        is_unique_target(&self.constraint.l_target) || is_unique_target(&self.constraint.r_target)
+    }
+
+    pub(super) fn holds(&self, node: &Node) -> bool {
         let left = resolve_target(&self.constraint.l_target, node);
         let right = &self.constraint.r_target;
         match self.constraint.operand {
@@ -122,7 +129,7 @@ pub fn resolve_target(target: &str, node: &Node) -> Option<String> {
 }
 
 /// Whether a target reads something unique to a node, so class caching cannot decide it.
-fn is_unique_target(target: &str) -> bool {
+pub(super) fn is_unique_target(target: &str) -> bool {
     target.contains("unique.")
 }
 
@@ -157,9 +164,7 @@ impl FeasibilityChecker {
             .filter(|constraint| {
                 !matches!(constraint.operand, ConstraintOperand::DistinctHosts | ConstraintOperand::DistinctProperty)
             });
-        let (escaped, by_class): (Vec<_>, Vec<_>) = constraints
-            .map(Prepared::new)
-            .partition(|p| is_unique_target(&p.constraint.l_target) || is_unique_target(&p.constraint.r_target));
+        let (escaped, by_class): (Vec<_>, Vec<_>) = constraints.map(Prepared::new).partition(Prepared::reads_unique);
         let mut drivers: Vec<String> = group.tasks.iter().map(|task| task.driver.clone()).collect();
         drivers.sort();
         drivers.dedup();

@@ -3,8 +3,12 @@
 //! For one eval:
 //! 1. Reconcile the job against its allocations ([`super::reconcile`]).
 //! 2. Build a plan: stops, `unknown` marks, recorded reconnects, in-place
-//!    updates, and a node for every placement from the [`Stack`]. A group that fails to place once is
-//!    not tried again in this eval; later failures are coalesced.
+//!    updates, and a node (and its ports) for every placement from the
+//!    [`Stack`]. A group that fails to place once is not tried again in
+//!    this eval; later failures are coalesced. When the operator's
+//!    configuration lets the job type preempt, a placement that finds no
+//!    room may evict lower-priority allocations: they go in the plan as
+//!    `evict`, and the plan applier's write makes their jobs an eval each.
 //! 3. Submit it. If the plan applier refused part of it, re-plan against
 //!    the refreshed state, up to 5 times for services and 2 for batch jobs
 //!    (Nomad's limits); past that the eval fails and a blocked eval retries
@@ -21,7 +25,7 @@ use hashbrown::HashSet;
 
 use super::reconcile::{PlaceRequest, Reconciled, Reconciler};
 use super::stack::Stack;
-use super::util::{finish, Attempt, Summary};
+use super::util::{add_preemptions, finish, Attempt, Summary};
 use super::{Planner, Scheduler, SchedulerConfig, SchedulerError, State};
 use crate::clock::Timestamp;
 use crate::structs::{
@@ -77,9 +81,11 @@ impl<'a> GenericScheduler<'a> {
             ..Plan::default()
         };
         let mut summary = Summary { follow_up_at: reconciled.follow_up_at, ..Summary::default() };
+        let (algorithm, preemption) = self.config.settings(&*self.state);
         let mut stack = job.as_ref().map(|job| {
-            Stack::new(self.state.clone(), job.clone(), self.config.algorithm, self.seed(eval))
+            Stack::new(self.state.clone(), job.clone(), algorithm, self.seed(eval))
                 .with_claims(self.config.claims.clone())
+                .with_preemption(preemption.enabled_for(job.job_type))
         });
         self.plan_changes(eval, &reconciled, &mut plan, stack.as_mut())?;
         if let (Some(job), Some(stack)) = (&job, stack.as_mut()) {
@@ -211,9 +217,11 @@ impl<'a> GenericScheduler<'a> {
                         Allocation::new_placement(job, &group.name, request.index, selection.node.id, eval.id);
                     alloc.create_time = now;
                     alloc.modify_time = now;
+                    alloc.ports = selection.ports;
                     if let Some(previous) = &request.previous {
                         link_replacement(&mut alloc, previous, request.reschedule, now);
                     }
+                    add_preemptions(plan, &mut alloc, &selection.preempted, eval);
                     stack.note_placed(&alloc);
                     plan.node_allocation.entry(alloc.node_id).or_default().push(alloc);
                 }

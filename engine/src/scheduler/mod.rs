@@ -9,14 +9,19 @@
 
 pub mod feasible;
 pub mod generic;
+pub mod preempt;
+pub mod preference;
 pub mod rank;
 pub mod reconcile;
 pub mod stack;
 pub mod system;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
+pub mod usage;
 mod util;
 
+#[cfg(test)]
+mod placement_test;
 #[cfg(test)]
 mod scheduler_test;
 
@@ -24,7 +29,13 @@ use std::sync::Arc;
 
 use crate::clock::Timestamp;
 use crate::state::{NodeList, Snapshot, StateError, WaitError};
-use crate::structs::{Allocation, EvalId, Evaluation, Job, JobKey, JobType, Node, NodeId, Plan, PlanResult, Resources};
+use crate::structs::{
+    Allocation, EvalId, Evaluation, Job, JobKey, JobType, Node, NodeId, Plan, PlanResult, PreemptionConfig, Resources,
+    SchedulerConfiguration,
+};
+
+/// Scoring strategy for placements: bin-pack (Nomad's default) or spread.
+pub use crate::structs::SchedulerAlgorithm as Algorithm;
 
 /// A read-only view of the cluster state at one index.
 pub trait State: Send + Sync {
@@ -44,6 +55,12 @@ pub trait State: Send + Sync {
     fn schedulable_nodes(&self) -> NodeList;
     /// Resources used by the live allocations on a node.
     fn node_usage(&self, id: NodeId) -> Resources;
+    /// Whether a live allocation on a node holds a host port.
+    fn port_in_use(&self, id: NodeId, port: u16) -> bool;
+    /// How many host ports in `low..=high` live allocations on a node hold.
+    fn ports_in_use_between(&self, id: NodeId, low: u16, high: u16) -> usize;
+    /// The operator's scheduler configuration, if one was written.
+    fn scheduler_config(&self) -> Option<SchedulerConfiguration>;
 }
 
 impl State for Snapshot {
@@ -70,6 +87,15 @@ impl State for Snapshot {
     }
     fn node_usage(&self, id: NodeId) -> Resources {
         Snapshot::node_usage(self, id)
+    }
+    fn port_in_use(&self, id: NodeId, port: u16) -> bool {
+        Snapshot::port_in_use(self, id, port)
+    }
+    fn ports_in_use_between(&self, id: NodeId, low: u16, high: u16) -> usize {
+        Snapshot::ports_in_use_between(self, id, low, high)
+    }
+    fn scheduler_config(&self) -> Option<SchedulerConfiguration> {
+        Snapshot::scheduler_config(self)
     }
 }
 
@@ -183,20 +209,11 @@ pub trait NodeClaims: Send + Sync + std::fmt::Debug {
     fn try_claim(&self, node: NodeId, claimant: u64) -> bool;
 }
 
-/// Scoring strategy for placements.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Algorithm {
-    /// Fill nodes before using empty ones (Nomad's default).
-    #[default]
-    Binpack,
-    /// Prefer the emptiest nodes.
-    Spread,
-}
-
 /// Settings shared by every scheduler.
 #[derive(Clone, Debug)]
 pub struct SchedulerConfig {
-    /// Scoring strategy.
+    /// Scoring strategy, unless the operator's configuration in the state
+    /// names one (see [`SchedulerConfig::settings`]).
     pub algorithm: Algorithm,
     /// Seed for the node order of one eval; mixed with the eval id, so
     /// parallel workers visit nodes in different orders.
@@ -211,6 +228,18 @@ pub struct SchedulerConfig {
 impl Default for SchedulerConfig {
     fn default() -> Self {
         SchedulerConfig { algorithm: Algorithm::Binpack, seed: 0, now: Timestamp::ZERO, claims: None }
+    }
+}
+
+impl SchedulerConfig {
+    /// The algorithm and preemption settings in force for an eval against
+    /// `state`: the operator's stored configuration when there is one, else
+    /// this server's algorithm and Nomad's preemption defaults.
+    pub fn settings(&self, state: &dyn State) -> (Algorithm, PreemptionConfig) {
+        match state.scheduler_config() {
+            Some(stored) => (stored.scheduler_algorithm, stored.preemption_config),
+            None => (self.algorithm, PreemptionConfig::default()),
+        }
     }
 }
 

@@ -1,12 +1,14 @@
 //! Ranking: how good a feasible node with room is for one placement.
 //!
-//! Components, each in [-1, 1], averaged over those that apply (as Nomad
-//! normalizes its scorers):
+//! Components, each in [-1, 1] but the spread sum, averaged over those
+//! that apply (as Nomad normalizes its scorers):
 //! - fit: bin-pack (fuller nodes score higher) or spread (emptier higher),
 //!   Nomad's `10^free` curve over cpu and memory after the placement;
 //! - job anti-affinity: a penalty growing with the allocations of the same
 //!   job and group already on the node (applies only when there are some);
-//! - reschedule penalty: -1 on nodes where the allocation just failed.
+//! - reschedule penalty: -1 on nodes where the allocation just failed;
+//! - affinity and spread: the group's preferences for the node
+//!   ([`super::preference`]), each applying only when not zero.
 
 use crate::structs::Resources;
 
@@ -31,19 +33,35 @@ pub fn anti_affinity_score(collisions: u32, desired_count: u32) -> Option<f64> {
     (collisions > 0).then(|| -((f64::from(collisions) + 1.0) / f64::from(desired_count.max(1))).min(1.0))
 }
 
-/// The final score: the mean of the components that apply.
+/// The components of one node's score.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Score {
+    /// The fit component.
+    pub fit: f64,
+    /// The job anti-affinity component, when it applies.
+    pub anti_affinity: Option<f64>,
+    /// Whether the reschedule penalty applies.
+    pub penalized: bool,
+    /// The affinity component, when the node matches affinities.
+    pub affinity: Option<f64>,
+    /// The spread component, when it is not zero.
+    pub spread: Option<f64>,
+}
+
+impl Score {
+    /// The final score: the mean of the components that apply.
+    pub fn combined(&self) -> f64 {
+        let penalty = self.penalized.then_some(-1.0);
+        let optional = [self.anti_affinity, penalty, self.affinity, self.spread];
+        let (sum, count) =
+            optional.into_iter().flatten().fold((self.fit, 1.0), |(sum, count), x| (sum + x, count + 1.0));
+        sum / count
+    }
+}
+
+/// The final score of fit, anti-affinity and the reschedule penalty alone.
 pub fn combine(fit: f64, anti_affinity: Option<f64>, penalized: bool) -> f64 {
-    let mut sum = fit;
-    let mut count = 1.0;
-    if let Some(score) = anti_affinity {
-        sum += score;
-        count += 1.0;
-    }
-    if penalized {
-        sum -= 1.0;
-        count += 1.0;
-    }
-    sum / count
+    Score { fit, anti_affinity, penalized, ..Score::default() }.combined()
 }
 
 #[cfg(test)]
@@ -67,6 +85,16 @@ mod tests {
         assert!(anti_affinity_score(1, 5).expect("collides") < 0.0);
         assert!(anti_affinity_score(3, 5) < anti_affinity_score(1, 5));
         assert!(combine(0.8, None, true) < combine(0.8, None, false));
+    }
+
+    #[test]
+    fn preferences_are_terms_of_the_mean() {
+        let plain = Score { fit: 0.2, ..Score::default() };
+        let preferred = Score { affinity: Some(1.0), ..plain };
+        let avoided = Score { affinity: Some(-0.5), spread: Some(-1.0), ..plain };
+        assert!((preferred.combined() - 0.6).abs() < 1e-12, "(0.2 + 1) / 2");
+        assert!((avoided.combined() - (0.2 - 1.5) / 3.0).abs() < 1e-12);
+        assert!(avoided.combined() < plain.combined() && plain.combined() < preferred.combined());
     }
 
     proptest! {

@@ -411,7 +411,7 @@ impl Reconciler<'_> {
         let outdated: Vec<&Arc<Allocation>> =
             live.clone().filter(|alloc| alloc.job.job_modify_index != job.job_modify_index).copied().collect();
         let (destructive, inplace): (Vec<_>, Vec<_>) = outdated.into_iter().partition(|alloc| {
-            alloc.job.group(group.name.as_str()).is_none_or(|old| needs_destructive_update(old, group))
+            alloc.job.group(group.name.as_str()).is_none_or(|old| needs_destructive_update(&alloc.job, old, job, group))
         });
         out.inplace.extend(inplace.into_iter().cloned());
         let budget = match &group.update {
@@ -466,12 +466,18 @@ fn stop_live(allocs: &[&Arc<Allocation>], description: &'static str, out: &mut R
     }
 }
 
-/// Whether moving from `old` to `new` needs new allocations: anything the
-/// scheduler or the client's tasks depend on changed. Count, restart and
-/// reschedule policies and update settings change in place.
-pub fn needs_destructive_update(old: &TaskGroup, new: &TaskGroup) -> bool {
+/// Whether moving from group `old` of `old_job` to `new` of `new_job` needs
+/// new allocations: anything the scheduler or the client's tasks depend on
+/// changed, placement preferences and ports included (as in Nomad). Count,
+/// restart and reschedule policies and update settings change in place.
+pub fn needs_destructive_update(old_job: &Job, old: &TaskGroup, new_job: &Job, new: &TaskGroup) -> bool {
     old.tasks != new.tasks
         || old.constraints != new.constraints
+        || old.affinities != new.affinities
+        || old.spreads != new.spreads
+        || old.networks != new.networks
+        || old_job.affinities != new_job.affinities
+        || old_job.spreads != new_job.spreads
         || old.max_client_disconnect != new.max_client_disconnect
         || old.stop_after_client_disconnect != new.stop_after_client_disconnect
 }

@@ -6,22 +6,41 @@
 //!    from one placement to the next.
 //! 2. Each candidate is checked for feasibility (cached per computed class),
 //!    for `distinct_hosts` / `distinct_property`, then for room: its
-//!    allocatable resources against existing allocations plus what this plan
-//!    already placed or stopped there. Nothing is ever oversubscribed within
-//!    a plan.
-//! 3. Up to `limit` nodes that pass are scored ([`super::rank`]); the best wins.
-//! 4. Every filtered or exhausted node is counted in the placement metrics.
+//!    allocatable resources and its ports against existing allocations plus
+//!    what this plan already placed or stopped there ([`PlanUsage`]). Nothing
+//!    is ever oversubscribed, and no port given twice, within a plan.
+//! 3. Up to `limit` nodes that pass are scored ([`super::rank`]); the best
+//!    wins. A group with affinities or spreads walks its nodes in buckets of
+//!    equal preference instead, best first ([`super::preference`]): up to
+//!    `limit` nodes with room in the best bucket, then up to
+//!    [`NEXT_BUCKET_BUDGET`] in each next bucket that could still beat the
+//!    best score, at most `limit` more in all.
+//! 4. When nothing has room and the job may preempt, every candidate is
+//!    checked for what could be evicted there ([`super::preempt`]); the
+//!    cheapest of the first `limit` options wins.
+//! 5. The winner's ports are assigned (its static ports, and dynamic ones
+//!    drawn with the stack's seeded generator).
+//! 6. Every filtered or exhausted node is counted in the placement metrics.
 
 use std::sync::Arc;
 
 use hashbrown::{HashMap, HashSet};
+use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use super::feasible::{resolve_target, FeasibilityChecker};
-use super::rank::{anti_affinity_score, combine, fit_score};
+use super::preempt::{preemption_for, Preemption};
+use super::preference::Preferences;
+use super::rank::{anti_affinity_score, fit_score, Score};
+use super::usage::{PlanUsage, PortAsk};
 use super::{Algorithm, NodeClaims, State};
 use crate::state::NodeList;
-use crate::structs::{AllocMetric, Allocation, ConstraintOperand, Job, Node, NodeId, Resources, TaskGroup};
+use crate::structs::{
+    AllocMetric, AllocatedPort, Allocation, ConstraintOperand, Job, Node, NodeId, Resources, TaskGroup,
+};
+
+/// How many nodes with room are scored in each bucket after the best one.
+pub const NEXT_BUCKET_BUDGET: usize = 2;
 
 /// How many feasible nodes with room to score per placement: ceil(log2(n))
 /// with a floor of 2, as Nomad does for services. Scoring is cheap here (a
@@ -32,13 +51,27 @@ pub fn score_limit(n_nodes: usize) -> usize {
     (log2 as usize).max(2)
 }
 
-/// A selected node and its score.
+/// A selected node, its score, the ports it gives, and what it evicts.
 #[derive(Clone, Debug)]
 pub struct Selection {
     /// The node.
     pub node: Arc<Node>,
-    /// Its final score.
+    /// Its final score (0 for a node chosen by preemption).
     pub score: f64,
+    /// The ports the allocation gets there.
+    pub ports: Vec<AllocatedPort>,
+    /// Lower-priority allocations to evict there first (already counted as
+    /// gone by the stack).
+    pub preempted: Vec<Arc<Allocation>>,
+}
+
+/// What one placement of a group asks for, prepared once per placement.
+struct Ask<'g> {
+    group: &'g TaskGroup,
+    name: Arc<str>,
+    resources: Resources,
+    ports: Option<PortAsk>,
+    distinct: DistinctRules,
 }
 
 /// Placement state for one job in one eval; see the module docs.
@@ -54,13 +87,17 @@ pub struct Stack {
     visited_total: usize,
     limit: usize,
     algorithm: Algorithm,
-    usage: HashMap<NodeId, Resources>,
+    usage: PlanUsage,
     /// Live allocations of this job per node and group (existing minus
     /// stopped, plus placed by this plan).
     job_allocs: HashMap<(NodeId, Arc<str>), u32>,
     job_allocs_on_node: HashMap<NodeId, u32>,
     checkers: HashMap<Arc<str>, FeasibilityChecker>,
+    /// Per group with affinities or spreads: its buckets and counts.
+    preferences: HashMap<Arc<str>, Preferences>,
     claims: Option<(Arc<dyn NodeClaims>, u64)>,
+    preemption: bool,
+    rng: SmallRng,
 }
 
 impl std::fmt::Debug for Stack {
@@ -81,7 +118,7 @@ impl Stack {
     pub fn new(state: Arc<dyn State>, job: Arc<Job>, algorithm: Algorithm, seed: u64) -> Self {
         let candidates = state.schedulable_nodes();
         let n = candidates.len().max(1);
-        let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+        let mut rng = SmallRng::seed_from_u64(seed);
         let start = rng.random_range(0..n);
         let mut stride = rng.random_range(1..n.max(2)).min(n);
         while n > 1 && gcd(stride, n) != 1 {
@@ -97,11 +134,14 @@ impl Stack {
             visited_total: 0,
             limit,
             algorithm,
-            usage: HashMap::new(),
+            usage: PlanUsage::default(),
             job_allocs: HashMap::new(),
             job_allocs_on_node: HashMap::new(),
             checkers: HashMap::new(),
+            preferences: HashMap::new(),
             claims: None,
+            preemption: false,
+            rng,
         };
         stack.count_existing_job_allocs();
         stack
@@ -110,6 +150,12 @@ impl Stack {
     /// Shares node claims with other workers ([`NodeClaims`]).
     pub fn with_claims(mut self, claims: Option<(Arc<dyn NodeClaims>, u64)>) -> Self {
         self.claims = claims;
+        self
+    }
+
+    /// Lets placements that find no room evict lower-priority allocations.
+    pub fn with_preemption(mut self, preemption: bool) -> Self {
+        self.preemption = preemption;
         self
     }
 
@@ -134,6 +180,11 @@ impl Stack {
         *entry = entry.saturating_add_signed(delta);
         let total = self.job_allocs_on_node.entry(node_id).or_insert(0);
         *total = total.saturating_add_signed(delta);
+        if let Some(preferences) = self.preferences.get_mut(group) {
+            if let Some(node) = self.state.node(node_id) {
+                preferences.count(&node, delta);
+            }
+        }
     }
 
     /// The number of candidate nodes (ready, eligible, in the job's datacenters).
@@ -142,35 +193,30 @@ impl Stack {
     }
 
     /// Resources in use on a node: existing live allocations plus this plan's changes.
-    pub fn used(&mut self, node_id: NodeId) -> Resources {
-        if let Some(used) = self.usage.get(&node_id) {
-            return *used;
-        }
-        let used = self.state.node_usage(node_id);
-        self.usage.insert(node_id, used);
-        used
+    pub fn used(&self, node_id: NodeId) -> Resources {
+        self.usage.used(&*self.state, node_id)
     }
 
     /// Records that the plan places `alloc`.
     pub fn note_placed(&mut self, alloc: &Allocation) {
-        let used = self.used(alloc.node_id).plus(alloc.resources);
-        self.usage.insert(alloc.node_id, used);
+        self.usage.place(&*self.state, alloc);
         self.count_job_alloc(alloc.node_id, &alloc.task_group, 1);
     }
 
-    /// Records that the plan stops `alloc` (a live allocation).
+    /// Records that the plan stops (or evicts) `alloc`, a live allocation.
     pub fn note_stopped(&mut self, alloc: &Allocation) {
-        let used = self.used(alloc.node_id).minus(alloc.resources);
-        self.usage.insert(alloc.node_id, used);
-        if *alloc.job_id == *self.job.id {
+        if self.usage.remove(&*self.state, alloc) && *alloc.job_id == *self.job.id {
             self.count_job_alloc(alloc.node_id, &alloc.task_group, -1);
         }
     }
 
     /// The feasibility checker of a group (created on first use).
     pub fn checker(&mut self, group: &TaskGroup) -> &mut FeasibilityChecker {
-        let job = &self.job;
-        self.checkers.entry(Arc::from(group.name.as_str())).or_insert_with(|| FeasibilityChecker::new(job, group))
+        if !self.checkers.contains_key(group.name.as_str()) {
+            let checker = FeasibilityChecker::new(&self.job, group);
+            self.checkers.insert(Arc::from(group.name.as_str()), checker);
+        }
+        self.checkers.get_mut(group.name.as_str()).expect("the group's checker was just inserted")
     }
 
     /// Whether any group's constraints escaped class checking (or depend on placement).
@@ -194,7 +240,7 @@ impl Stack {
         merged
     }
 
-    /// Picks the best node for one allocation of `group` (module docs, steps 1-4).
+    /// Picks the best node for one allocation of `group` (module docs, steps 1-6).
     /// Nodes claimed by other workers are passed over, unless no other node
     /// has room.
     pub fn select(
@@ -203,79 +249,269 @@ impl Stack {
         penalty: &HashSet<NodeId>,
         metrics: &mut AllocMetric,
     ) -> Option<Selection> {
+        let ask = Ask {
+            group,
+            name: Arc::from(group.name.as_str()),
+            resources: group.resources(),
+            ports: PortAsk::of(group),
+            distinct: DistinctRules::of(&self.job, group),
+        };
         let mut passed_over = 0;
-        let mut best = self.select_pass(group, penalty, metrics, true, &mut passed_over);
+        let mut best = self.select_pass(&ask, penalty, metrics, true, &mut passed_over);
         if let (Some(selection), Some((claims, claimant))) = (&best, &self.claims) {
             if !claims.try_claim(selection.node.id, *claimant) {
                 // Another worker claimed it between our check and our claim: look again.
                 *metrics = AllocMetric::default();
-                best = self.select_pass(group, penalty, metrics, true, &mut passed_over);
+                best = self.select_pass(&ask, penalty, metrics, true, &mut passed_over);
             }
         }
         if best.is_none() && passed_over > 0 {
             *metrics = AllocMetric::default();
-            best = self.select_pass(group, penalty, metrics, false, &mut passed_over);
+            best = self.select_pass(&ask, penalty, metrics, false, &mut passed_over);
+        }
+        if best.is_none() && self.preemption {
+            best = self.select_preempting(&ask);
         }
         if let (Some(selection), Some((claims, claimant))) = (&best, &self.claims) {
             claims.try_claim(selection.node.id, *claimant);
         }
-        if best.is_none() {
-            metrics.nodes_available = self.available_per_datacenter();
+        match best {
+            Some(selection) => self.finish_selection(selection, &ask, metrics),
+            None => {
+                metrics.nodes_available = self.available_per_datacenter();
+                None
+            }
         }
-        best
+    }
+
+    /// Step 5: counts the evictions as gone and gives the ports.
+    fn finish_selection(
+        &mut self,
+        mut selection: Selection,
+        ask: &Ask<'_>,
+        metrics: &mut AllocMetric,
+    ) -> Option<Selection> {
+        for evicted in &selection.preempted {
+            self.note_stopped(evicted);
+        }
+        if let Some(ports) = &ask.ports {
+            match self.usage.assign_ports(&*self.state, &selection.node, ports, &mut self.rng) {
+                Some(given) => selection.ports = given,
+                None => {
+                    count_exhausted(metrics, &selection.node, super::usage::DYNAMIC_PORTS_EXHAUSTED);
+                    return None;
+                }
+            }
+        }
+        Some(selection)
     }
 
     fn select_pass(
         &mut self,
-        group: &TaskGroup,
+        ask: &Ask<'_>,
         penalty: &HashSet<NodeId>,
         metrics: &mut AllocMetric,
         respect_claims: bool,
         passed_over: &mut usize,
     ) -> Option<Selection> {
-        let ask = group.resources();
-        let group_name: Arc<str> = Arc::from(group.name.as_str());
-        let distinct = DistinctRules::of(&self.job, group);
+        if !self.preferences.contains_key(&ask.name) {
+            if let Some(preferences) = self.bucketed(ask.group) {
+                self.preferences.insert(ask.name.clone(), preferences);
+            }
+        }
+        match self.preferences.remove(&ask.name) {
+            Some(mut preferences) => {
+                let best = self.walk_buckets(&mut preferences, ask, penalty, metrics, respect_claims, passed_over);
+                if best.is_none() {
+                    merge_metrics(metrics, &preferences.prefiltered);
+                }
+                self.preferences.insert(ask.name.clone(), preferences);
+                best
+            }
+            None => self.walk(ask, penalty, metrics, respect_claims, passed_over),
+        }
+    }
+
+    /// The plain walk (step 3): up to `limit` scored nodes in this eval's order.
+    fn walk(
+        &mut self,
+        ask: &Ask<'_>,
+        penalty: &HashSet<NodeId>,
+        metrics: &mut AllocMetric,
+        respect_claims: bool,
+        passed_over: &mut usize,
+    ) -> Option<Selection> {
         let mut best: Option<Selection> = None;
         let (mut scored, mut visited) = (0, 0);
         while visited < self.candidates.len() && scored < self.limit {
             visited += 1;
             let Some(node) = self.next_candidate() else { continue };
-            let snapshot_index = self.state.index();
-            let claimed =
-                |(claims, me): &(Arc<dyn NodeClaims>, u64)| claims.claimed_by_other(node.id, *me, snapshot_index);
-            if respect_claims && self.claims.as_ref().is_some_and(claimed) {
+            if respect_claims && self.claimed_by_other(&node) {
                 *passed_over += 1;
                 continue;
             }
-            metrics.nodes_evaluated += 1;
-            if let Err(filtered) = self.checker(group).check(&node) {
-                count_filtered(metrics, &node, filtered.metric_key());
-                continue;
-            }
-            if let Some(rule) = self.distinct_violation(&distinct, &node, &group_name) {
-                count_filtered(metrics, &node, rule);
-                continue;
-            }
-            let after = self.used(node.id).plus(ask);
-            if let Some(dimension) = node.allocatable().exhausted_dimension(after) {
-                metrics.nodes_exhausted += 1;
-                *metrics.class_exhausted.entry(node.node_class.to_string()).or_insert(0) += 1;
-                *metrics.dimension_exhausted.entry(dimension.to_string()).or_insert(0) += 1;
-                continue;
-            }
-            let collisions = self.job_allocs.get(&(node.id, group_name.clone())).copied().unwrap_or(0);
-            let score = combine(
-                fit_score(self.algorithm, node.allocatable(), after),
-                anti_affinity_score(collisions, group.count),
-                penalty.contains(&node.id),
-            );
+            let Some(score) = self.consider(&node, ask, (None, None), penalty, metrics, false) else { continue };
             scored += 1;
             if best.as_ref().is_none_or(|best| score > best.score) {
-                best = Some(Selection { node, score });
+                best = Some(Selection { node, score, ports: Vec::new(), preempted: Vec::new() });
             }
         }
         best
+    }
+
+    /// The group's preferences with its buckets filled from every
+    /// candidate, in this eval's order, or `None` if it has none.
+    fn bucketed(&mut self, group: &TaskGroup) -> Option<Preferences> {
+        let mut preferences = Preferences::of(&self.job, group)?;
+        for _ in 0..self.candidates.len() {
+            let Some(node) = self.next_candidate() else { continue };
+            match self.checker(group).check(&node) {
+                Ok(()) => preferences.add_candidate(node),
+                Err(filtered) => {
+                    preferences.prefiltered.nodes_evaluated += 1;
+                    count_filtered(&mut preferences.prefiltered, &node, filtered.metric_key());
+                }
+            }
+        }
+        let group_name: Arc<str> = Arc::from(group.name.as_str());
+        let live = self.job_allocs.iter().filter(|((_, name), count)| *name == group_name && **count > 0);
+        for ((node_id, _), count) in live {
+            if let Some(node) = self.state.node(*node_id) {
+                preferences.count(&node, *count as i32);
+            }
+        }
+        Some(preferences)
+    }
+
+    /// The bucketed walk (step 3): the best bucket with the whole limit,
+    /// then the next ones while they could beat the best score so far.
+    fn walk_buckets(
+        &mut self,
+        preferences: &mut Preferences,
+        ask: &Ask<'_>,
+        penalty: &HashSet<NodeId>,
+        metrics: &mut AllocMetric,
+        respect_claims: bool,
+        passed_over: &mut usize,
+    ) -> Option<Selection> {
+        preferences.refresh();
+        let mut best: Option<Selection> = None;
+        let mut budget: Option<usize> = None; // Nodes left to score past the best bucket.
+        for rank in 0..preferences.order.len() {
+            let bucket = &mut preferences.buckets[preferences.order[rank]];
+            if bucket.exhausted || bucket.nodes.is_empty() {
+                continue;
+            }
+            if best.as_ref().is_some_and(|best| best.score >= bucket.bound) || budget == Some(0) {
+                break;
+            }
+            let allowed = budget.map_or(self.limit, |left| left.min(NEXT_BUCKET_BUDGET));
+            let bonus = (bucket.affinity, bucket.spread);
+            let (mut scored, mut passed) = (0, 0);
+            for _ in 0..bucket.nodes.len() {
+                if scored == allowed {
+                    break;
+                }
+                let node = bucket.nodes[bucket.cursor].clone();
+                bucket.cursor = (bucket.cursor + 1) % bucket.nodes.len();
+                if respect_claims && self.claimed_by_other(&node) {
+                    passed += 1;
+                    continue;
+                }
+                let Some(score) = self.consider(&node, ask, bonus, penalty, metrics, true) else { continue };
+                scored += 1;
+                if best.as_ref().is_none_or(|best| score > best.score) {
+                    best = Some(Selection { node, score, ports: Vec::new(), preempted: Vec::new() });
+                }
+            }
+            bucket.exhausted = scored == 0 && passed == 0;
+            *passed_over += passed;
+            // The first bucket with room is the best one; the budget for the next starts after it.
+            budget = match budget {
+                None if scored == 0 => None,
+                None => Some(self.limit),
+                Some(left) => Some(left - scored),
+            };
+        }
+        best
+    }
+
+    fn claimed_by_other(&self, node: &Node) -> bool {
+        let snapshot_index = self.state.index();
+        self.claims.as_ref().is_some_and(|(claims, me)| claims.claimed_by_other(node.id, *me, snapshot_index))
+    }
+
+    /// Step 2 for one candidate, and its score if it passes. `checked`: its
+    /// class feasibility is known (bucketed candidates).
+    fn consider(
+        &mut self,
+        node: &Node,
+        ask: &Ask<'_>,
+        (affinity, spread): (Option<f64>, Option<f64>),
+        penalty: &HashSet<NodeId>,
+        metrics: &mut AllocMetric,
+        checked: bool,
+    ) -> Option<f64> {
+        metrics.nodes_evaluated += 1;
+        if !checked {
+            if let Err(filtered) = self.checker(ask.group).check(node) {
+                count_filtered(metrics, node, filtered.metric_key());
+                return None;
+            }
+        }
+        if let Some(rule) = self.distinct_violation(&ask.distinct, node, &ask.name) {
+            count_filtered(metrics, node, rule);
+            return None;
+        }
+        let after = self.used(node.id).plus(ask.resources);
+        if let Some(dimension) = node.allocatable().exhausted_dimension(after) {
+            count_exhausted(metrics, node, dimension);
+            return None;
+        }
+        if let Some(ports) = &ask.ports {
+            if let Err(reason) = self.usage.ports_fit(&*self.state, node, ports) {
+                count_exhausted(metrics, node, &reason);
+                return None;
+            }
+        }
+        let collisions = self.job_allocs.get(&(node.id, ask.name.clone())).copied().unwrap_or(0);
+        let score = Score {
+            fit: fit_score(self.algorithm, node.allocatable(), after),
+            anti_affinity: anti_affinity_score(collisions, ask.group.count),
+            penalized: penalty.contains(&node.id),
+            affinity,
+            spread,
+        };
+        Some(score.combined())
+    }
+
+    /// Step 4: the cheapest eviction among the first `limit` candidates
+    /// where one makes room; ties go to the first found.
+    fn select_preempting(&mut self, ask: &Ask<'_>) -> Option<Selection> {
+        let mut best: Option<(Arc<Node>, Preemption)> = None;
+        let mut found = 0;
+        for _ in 0..self.candidates.len() {
+            let Some(node) = self.next_candidate() else { continue };
+            if self.checker(ask.group).check(&node).is_err()
+                || self.distinct_violation(&ask.distinct, &node, &ask.name).is_some()
+            {
+                continue;
+            }
+            let state = &*self.state;
+            let Some(option) =
+                preemption_for(state, &self.usage, &node, ask.resources, ask.ports.as_ref(), self.job.priority)
+            else {
+                continue;
+            };
+            if best.as_ref().is_none_or(|(_, cheapest)| option.cheaper_than(cheapest)) {
+                best = Some((node, option));
+            }
+            found += 1;
+            if found == self.limit {
+                break;
+            }
+        }
+        best.map(|(node, option)| Selection { node, score: 0.0, ports: Vec::new(), preempted: option.allocs })
     }
 
     /// Schedulable nodes per datacenter, for the metrics of a failed placement.
@@ -324,6 +560,30 @@ fn count_filtered(metrics: &mut AllocMetric, node: &Node, reason: String) {
     metrics.nodes_filtered += 1;
     *metrics.class_filtered.entry(node.node_class.to_string()).or_insert(0) += 1;
     *metrics.constraint_filtered.entry(reason).or_insert(0) += 1;
+}
+
+fn count_exhausted(metrics: &mut AllocMetric, node: &Node, dimension: &str) {
+    metrics.nodes_exhausted += 1;
+    *metrics.class_exhausted.entry(node.node_class.to_string()).or_insert(0) += 1;
+    *metrics.dimension_exhausted.entry(dimension.to_string()).or_insert(0) += 1;
+}
+
+/// Adds the counts of `from` to `into`.
+fn merge_metrics(into: &mut AllocMetric, from: &AllocMetric) {
+    into.nodes_evaluated += from.nodes_evaluated;
+    into.nodes_filtered += from.nodes_filtered;
+    into.nodes_exhausted += from.nodes_exhausted;
+    let maps = [
+        (&mut into.class_filtered, &from.class_filtered),
+        (&mut into.constraint_filtered, &from.constraint_filtered),
+        (&mut into.class_exhausted, &from.class_exhausted),
+        (&mut into.dimension_exhausted, &from.dimension_exhausted),
+    ];
+    for (into, from) in maps {
+        for (key, count) in from {
+            *into.entry(key.clone()).or_insert(0) += count;
+        }
+    }
 }
 
 /// The placement-dependent constraints of a job and group.

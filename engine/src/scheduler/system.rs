@@ -13,12 +13,18 @@
 //!    report they are ignored, though they still occupy their node.
 //!    Allocations on an `initializing` node are left alone.
 //! 3. Feasibility is decided once per computed class, then every ready node
-//!    is checked (unique-attribute constraints, current usage, room) in
-//!    parallel with rayon.
+//!    is checked (unique-attribute constraints, room and ports against the
+//!    snapshot plus what this plan already changed there, [`PlanUsage`]) in
+//!    parallel with rayon; dynamic ports are drawn from a generator seeded
+//!    per node, so a seeded run replays.
 //! 4. Per node and group: place when feasible, missing and it fits (a
 //!    sysbatch group that already ran there for this job version is not run
-//!    again); stop when no longer feasible; stop duplicates; update outdated
-//!    allocations in place or destructively.
+//!    again); when it does not fit and the operator's configuration lets the
+//!    job type preempt (system jobs by default), evict lower-priority
+//!    allocations there ([`super::preempt`]); stop when no longer feasible;
+//!    stop duplicates; update outdated allocations in place or
+//!    destructively. Groups are planned one after another, each seeing the
+//!    placements, stops and evictions of those before.
 //! 5. Submit; re-plan on a partial refusal (up to 5 times); a blocked eval
 //!    for nodes that had no room.
 
@@ -27,13 +33,18 @@ use std::sync::Arc;
 use hashbrown::HashMap;
 use rayon::prelude::*;
 
+use rand::rngs::SmallRng;
+use rand::SeedableRng;
+
 use super::feasible::FeasibilityChecker;
+use super::preempt::preemption_for;
 use super::reconcile::{disconnect_window, needs_destructive_update, stop_reason, taint_of, Taint};
-use super::util::{finish, Attempt, Summary};
+use super::usage::{PlanUsage, PortAsk};
+use super::util::{add_preemptions, finish, Attempt, Summary};
 use super::{Planner, Scheduler, SchedulerConfig, SchedulerError, State};
 use crate::structs::{
-    AllocId, AllocMetric, Allocation, ClientStatus, DesiredStatus, EvalStatus, Evaluation, Job, Node, NodeId,
-    NodeStatus, Plan, Resources, TaskGroup,
+    AllocId, AllocMetric, AllocatedPort, Allocation, ClientStatus, DesiredStatus, EvalStatus, Evaluation, Job, Node,
+    NodeId, NodeStatus, Plan, Resources, TaskGroup,
 };
 
 const MAX_ATTEMPTS: u32 = 5;
@@ -41,9 +52,22 @@ const MAX_ATTEMPTS: u32 = 5;
 /// What to do on one node for one group.
 enum NodeDecision {
     Nothing,
-    Place,
-    Exhausted(&'static str),
+    /// Place, with these ports, after evicting these allocations.
+    Place(Vec<AllocatedPort>, Vec<Arc<Allocation>>),
+    Exhausted(String),
     Filtered(String),
+}
+
+/// What every node's decision for one group reads; shared by rayon's threads.
+struct GroupAsk<'a> {
+    state: &'a dyn State,
+    usage: &'a PlanUsage,
+    checker: &'a FeasibilityChecker,
+    resources: Resources,
+    ports: Option<PortAsk>,
+    /// The job's priority when it may preempt.
+    preempt_priority: Option<u8>,
+    seed: u64,
 }
 
 /// The scheduler for system and sysbatch jobs; see the module docs.
@@ -56,6 +80,8 @@ pub struct SystemScheduler<'a> {
     /// Nodes and groups of `unknown` allocations whose node is back but
     /// whose client has not reported them: nothing is placed beside them.
     awaiting: hashbrown::HashSet<(NodeId, Arc<str>)>,
+    /// What this attempt's plan changed on each node.
+    usage: PlanUsage,
 }
 
 impl std::fmt::Debug for SystemScheduler<'_> {
@@ -73,6 +99,7 @@ impl<'a> SystemScheduler<'a> {
             config,
             reconnecting: hashbrown::HashSet::new(),
             awaiting: hashbrown::HashSet::new(),
+            usage: PlanUsage::default(),
         }
     }
 
@@ -94,6 +121,7 @@ impl<'a> SystemScheduler<'a> {
         let mut live: HashMap<(NodeId, &str), Vec<&Arc<Allocation>>> = HashMap::new();
         self.reconnecting.clear();
         self.awaiting.clear();
+        self.usage = PlanUsage::default();
         let now = self.config.now;
         for alloc in allocs.iter().filter(|alloc| !alloc.terminal()) {
             let group = job.as_ref().and_then(|job| job.group(&alloc.task_group));
@@ -152,7 +180,7 @@ impl<'a> SystemScheduler<'a> {
 
     #[allow(clippy::too_many_arguments)]
     fn plan_group<'b>(
-        &self,
+        &mut self,
         eval: &Evaluation,
         job: &Arc<Job>,
         group: &'b TaskGroup,
@@ -172,33 +200,51 @@ impl<'a> SystemScheduler<'a> {
             .collect();
         let awaiting_here: hashbrown::HashSet<NodeId> =
             self.awaiting.iter().filter(|(_, name)| **name == *group.name).map(|(node_id, _)| *node_id).collect();
-        let ask = group.resources();
-        let state = &*self.state;
+        let (_, preemption) = self.config.settings(&*self.state);
+        let ask = GroupAsk {
+            state: &*self.state,
+            usage: &self.usage,
+            checker: &checker,
+            resources: group.resources(),
+            ports: PortAsk::of(group),
+            preempt_priority: preemption.enabled_for(job.job_type).then_some(job.priority),
+            seed: xxhash_rust::xxh3::xxh3_64_with_seed(
+                group.name.as_bytes(),
+                self.config.seed ^ eval.id.0.as_u64_pair().0,
+            ),
+        };
         let decisions: Vec<NodeDecision> = ready
             .par_iter()
             .map(|node| {
                 let present = live.contains_key(&(node.id, group.name.as_str()))
                     || ran_here.contains(&node.id)
                     || awaiting_here.contains(&node.id);
-                decide(state, &checker, node, ask, present)
+                decide(&ask, node, present)
             })
             .collect();
+        let port_ask = ask.ports.clone();
         let mut metric = AllocMetric::default();
         for (node, decision) in ready.iter().zip(decisions) {
             let existing = live.remove(&(node.id, group.name.as_str())).unwrap_or_default();
             metric.nodes_evaluated += 1;
             match decision {
-                NodeDecision::Nothing => self.keep_one(eval, job, group, existing, plan),
-                NodeDecision::Place => {
+                NodeDecision::Nothing => self.keep_one(eval, job, group, existing, port_ask.as_ref(), plan),
+                NodeDecision::Place(ports, evicted) => {
                     let mut alloc = Allocation::new_placement(job, &group.name, 0, node.id, eval.id);
                     alloc.create_time = self.config.now;
                     alloc.modify_time = self.config.now;
+                    alloc.ports = ports;
+                    for victim in &evicted {
+                        self.usage.remove(&*self.state, victim);
+                    }
+                    add_preemptions(plan, &mut alloc, &evicted, eval);
+                    self.usage.place(&*self.state, &alloc);
                     plan.node_allocation.entry(node.id).or_default().push(alloc);
                 }
                 NodeDecision::Exhausted(dimension) => {
                     metric.nodes_exhausted += 1;
                     *metric.class_exhausted.entry(node.node_class.to_string()).or_insert(0) += 1;
-                    *metric.dimension_exhausted.entry(dimension.to_string()).or_insert(0) += 1;
+                    *metric.dimension_exhausted.entry(dimension).or_insert(0) += 1;
                     *outcome.queued.entry(group.name.clone()).or_insert(0) += 1;
                 }
                 NodeDecision::Filtered(reason) => {
@@ -223,11 +269,12 @@ impl<'a> SystemScheduler<'a> {
     /// Keeps the oldest live allocation of a group on a node, stopping
     /// duplicates, and moves it to the current job version.
     fn keep_one(
-        &self,
+        &mut self,
         eval: &Evaluation,
         job: &Arc<Job>,
         group: &TaskGroup,
         mut existing: Vec<&Arc<Allocation>>,
+        ports: Option<&PortAsk>,
         plan: &mut Plan,
     ) {
         existing.sort_by_key(|alloc| alloc.create_index);
@@ -243,20 +290,52 @@ impl<'a> SystemScheduler<'a> {
             }
             return;
         }
-        let destructive = kept.job.group(&group.name).is_none_or(|old| needs_destructive_update(old, group));
+        let destructive =
+            kept.job.group(&group.name).is_none_or(|old| needs_destructive_update(&kept.job, old, job, group));
         if destructive {
-            self.stop(plan, eval, kept, stop_reason::UPDATING, None);
-            let mut alloc = Allocation::new_placement(job, &group.name, 0, kept.node_id, eval.id);
-            alloc.previous_allocation = Some(kept.id);
-            alloc.create_time = self.config.now;
-            alloc.modify_time = self.config.now;
-            plan.node_allocation.entry(kept.node_id).or_default().push(alloc);
+            self.replace(eval, job, group, kept, ports, plan);
         } else {
             let mut alloc = if reconnected { self.reconnected(kept, eval) } else { Allocation::clone(kept) };
             alloc.job = job.clone();
             alloc.eval_id = eval.id;
             plan.node_allocation.entry(kept.node_id).or_default().push(alloc);
         }
+    }
+
+    /// A destructive update on the allocation's own node: the old one stops
+    /// and a new one takes its place, with ports drawn afresh (the old
+    /// one's are free again). When the node cannot give the new version its
+    /// ports, the old one is left running.
+    fn replace(
+        &mut self,
+        eval: &Evaluation,
+        job: &Arc<Job>,
+        group: &TaskGroup,
+        kept: &Arc<Allocation>,
+        ports: Option<&PortAsk>,
+        plan: &mut Plan,
+    ) {
+        let Some(node) = self.state.node(kept.node_id) else { return };
+        let given = match ports {
+            Some(ports) => {
+                let (state, stopped) = (&*self.state, [kept.clone()]);
+                let mut rng = SmallRng::seed_from_u64(self.config.seed ^ kept.id.0.as_u64_pair().0);
+                match self.usage.ports_fit_evicting(state, &node, ports, &stopped) {
+                    Ok(()) => self.usage.assign_ports_evicting(state, &node, ports, &stopped, &mut rng),
+                    Err(_) => None,
+                }
+            }
+            None => Some(Vec::new()),
+        };
+        let Some(given) = given else { return };
+        self.stop(plan, eval, kept, stop_reason::UPDATING, None);
+        let mut alloc = Allocation::new_placement(job, &group.name, 0, kept.node_id, eval.id);
+        alloc.previous_allocation = Some(kept.id);
+        alloc.create_time = self.config.now;
+        alloc.modify_time = self.config.now;
+        alloc.ports = given;
+        self.usage.place(&*self.state, &alloc);
+        plan.node_allocation.entry(kept.node_id).or_default().push(alloc);
     }
 
     /// A kept reconnecting allocation with its reconnect recorded.
@@ -268,7 +347,7 @@ impl<'a> SystemScheduler<'a> {
     }
 
     fn stop(
-        &self,
+        &mut self,
         plan: &mut Plan,
         eval: &Evaluation,
         alloc: &Allocation,
@@ -282,6 +361,7 @@ impl<'a> SystemScheduler<'a> {
         if let Some(status) = status {
             stopped.record_client_status(status, self.config.now);
         }
+        self.usage.remove(&*self.state, alloc);
         plan.node_update.entry(alloc.node_id).or_default().push(stopped);
     }
 
@@ -294,8 +374,8 @@ impl<'a> SystemScheduler<'a> {
 }
 
 /// Decides one node; runs on rayon's threads.
-fn decide(state: &dyn State, checker: &FeasibilityChecker, node: &Node, ask: Resources, present: bool) -> NodeDecision {
-    match checker.check_cached(node) {
+fn decide(ask: &GroupAsk<'_>, node: &Node, present: bool) -> NodeDecision {
+    match ask.checker.check_cached(node) {
         Some(Err(filtered)) => return NodeDecision::Filtered(filtered.metric_key()),
         None => return NodeDecision::Filtered("class not checked".to_string()),
         Some(Ok(())) => {}
@@ -303,10 +383,27 @@ fn decide(state: &dyn State, checker: &FeasibilityChecker, node: &Node, ask: Res
     if present {
         return NodeDecision::Nothing;
     }
-    let used = state.node_usage(node.id);
-    match node.allocatable().exhausted_dimension(used.plus(ask)) {
-        Some(dimension) => NodeDecision::Exhausted(dimension),
-        None => NodeDecision::Place,
+    let used = ask.usage.used(ask.state, node.id);
+    let ports_fit = ask.ports.as_ref().map_or(Ok(()), |ports| ask.usage.ports_fit(ask.state, node, ports));
+    let short = match node.allocatable().exhausted_dimension(used.plus(ask.resources)) {
+        Some(dimension) => Some(dimension.to_string()),
+        None => ports_fit.err(),
+    };
+    let evicted = match (short, ask.preempt_priority) {
+        (None, _) => Vec::new(),
+        (Some(dimension), None) => return NodeDecision::Exhausted(dimension),
+        (Some(dimension), Some(priority)) => {
+            match preemption_for(ask.state, ask.usage, node, ask.resources, ask.ports.as_ref(), priority) {
+                Some(preemption) => preemption.allocs,
+                None => return NodeDecision::Exhausted(dimension),
+            }
+        }
+    };
+    let Some(ports) = &ask.ports else { return NodeDecision::Place(Vec::new(), evicted) };
+    let mut rng = SmallRng::seed_from_u64(ask.seed ^ node.id.0.as_u64_pair().0);
+    match ask.usage.assign_ports_evicting(ask.state, node, ports, &evicted, &mut rng) {
+        Some(given) => NodeDecision::Place(given, evicted),
+        None => NodeDecision::Exhausted(super::usage::DYNAMIC_PORTS_EXHAUSTED.to_string()),
     }
 }
 

@@ -90,6 +90,7 @@ impl Planner for Harness {
         let mut result = PlanResult {
             node_update: plan.node_update,
             node_allocation: plan.node_allocation,
+            node_preemptions: plan.node_preemptions,
             refresh_index: 0,
             alloc_index: 0,
         };

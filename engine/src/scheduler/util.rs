@@ -1,14 +1,16 @@
 //! What both schedulers share to finish an eval (Nomad's
-//! `scheduler/util.go`): the summary of an attempt, and one finish path
+//! `scheduler/util.go`): the summary of an attempt, one finish path
 //! that parks the shortfall, schedules the disconnect expiry and records
-//! the outcome on the eval.
+//! the outcome on the eval, and how evictions enter a plan.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::{Planner, SchedulerError, State};
 use crate::clock::Timestamp;
-use crate::structs::{AllocMetric, ComputedClass, EvalId, EvalStatus, Evaluation, TriggerReason};
+use crate::structs::{
+    AllocMetric, Allocation, ComputedClass, DesiredStatus, EvalId, EvalStatus, Evaluation, Plan, TriggerReason,
+};
 
 /// What one planning attempt came to.
 pub(crate) enum Attempt {
@@ -119,4 +121,23 @@ fn park_shortfall(
     let id = parked.id;
     planner.create_eval(parked)?;
     Ok(Parked::Created(id))
+}
+
+/// Puts the evictions `alloc` needs in the plan, each an `evict` copy
+/// pointing at it, and lists them on it.
+pub(crate) fn add_preemptions(
+    plan: &mut Plan,
+    alloc: &mut Allocation,
+    preempted: &[Arc<Allocation>],
+    eval: &Evaluation,
+) {
+    for victim in preempted {
+        let mut evicted = Allocation::clone(victim);
+        evicted.desired_status = DesiredStatus::Evict;
+        evicted.desired_description = format!("preempted by allocation {}", alloc.id);
+        evicted.preempted_by_allocation = Some(alloc.id);
+        evicted.eval_id = eval.id;
+        alloc.preempted_allocations.push(victim.id);
+        plan.node_preemptions.entry(victim.node_id).or_default().push(evicted);
+    }
 }

@@ -10,6 +10,7 @@ use super::{Applied, CapacityChange, StateError};
 use crate::clock::Timestamp;
 use crate::structs::{
     Allocation, ClientStatus, EvalId, Evaluation, Job, JobKey, Node, NodeEligibility, NodeId, NodeStatus, Resources,
+    SchedulerConfiguration,
 };
 
 impl Snapshot {
@@ -63,7 +64,24 @@ impl Snapshot {
                 self.upsert_evals(index, evals, applied);
                 Ok(())
             }
+            Command::SetSchedulerConfig { config, cas_index } => self.set_scheduler_config(index, config, cas_index),
         }
+    }
+
+    fn set_scheduler_config(
+        &mut self,
+        index: u64,
+        mut config: SchedulerConfiguration,
+        cas_index: Option<u64>,
+    ) -> Result<(), StateError> {
+        let stored = self.scheduler_config.map_or(0, |stored| stored.modify_index);
+        if let Some(expected) = cas_index.filter(|expected| *expected != stored) {
+            return Err(StateError::ConfigIndexMismatch { expected, stored });
+        }
+        config.create_index = self.scheduler_config.map_or(index, |stored| stored.create_index);
+        config.modify_index = index;
+        self.scheduler_config = Some(config);
+        Ok(())
     }
 
     fn upsert_node(&mut self, index: u64, mut node: Node, applied: &mut Applied) -> Result<(), StateError> {
@@ -305,8 +323,10 @@ impl Snapshot {
                         .get(&alloc.node_id)
                         .ok_or(StateError::PlacementOnUnknownNode { eval_id, node_id: alloc.node_id })?;
                     // The applier checked the node, but a heartbeat miss may
-                    // have been written since: never place on a node that left.
-                    if !node.is_schedulable() {
+                    // have been written since: never place on a node that
+                    // left. Nor give a port that is taken: the port index
+                    // stays a set of distinct ports per node.
+                    if !node.is_schedulable() || self.port_taken(node, &alloc) {
                         applied.refused_placements.push(alloc.id);
                         continue;
                     }
@@ -340,16 +360,39 @@ impl Snapshot {
         self.nodes.insert(node.id, Arc::new(node));
     }
 
-    /// Stores an allocation, keeping its node's usage in step.
+    /// Whether a new placement would take a port its node reserves, or one
+    /// a live allocation there holds.
+    fn port_taken(&self, node: &Node, alloc: &Allocation) -> bool {
+        alloc.port_values().any(|port| node.network.reserved_ports.contains(port) || self.port_in_use(node.id, port))
+    }
+
+    /// Stores an allocation, keeping its node's usage and ports in step.
     fn put_alloc(&mut self, alloc: Allocation) {
         let live = |alloc: &Allocation| if alloc.terminal() { Resources::default() } else { alloc.resources };
-        let before = self.allocs.get(&alloc.id).map(|old| live(old)).unwrap_or_default();
+        let old = self.allocs.get(&alloc.id).cloned();
+        let before = old.as_deref().map(live).unwrap_or_default();
         let after = live(&alloc);
         if before != after {
             let usage = self.node_usage.get(&alloc.node_id).copied().unwrap_or_default();
             self.node_usage.insert(alloc.node_id, usage.minus(before).plus(after));
         }
+        let live_ports = |alloc: &Allocation| if alloc.terminal() { Vec::new() } else { alloc.port_values().collect() };
+        let (freed, taken) = (old.as_deref().map(live_ports).unwrap_or_default(), live_ports(&alloc));
+        if freed != taken {
+            self.change_ports(alloc.node_id, &taken, &freed);
+        }
         self.allocs.insert(alloc.id, Arc::new(alloc));
+    }
+
+    /// Takes `taken` and frees `freed` in a node's port index, dropping the
+    /// node's entry when it holds none.
+    fn change_ports(&mut self, node_id: NodeId, taken: &[u16], freed: &[u16]) {
+        let ports = self.node_ports.get(&node_id).cloned().unwrap_or_default().changed(taken, freed);
+        if ports.is_empty() {
+            self.node_ports.remove(&node_id);
+        } else {
+            self.node_ports.insert(node_id, ports);
+        }
     }
 
     /// Points a replaced allocation at its replacement, so it is not

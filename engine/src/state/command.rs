@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::clock::Timestamp;
 use crate::structs::{
     AllocId, Allocation, ClientStatus, EvalId, Evaluation, Job, JobKey, Node, NodeEligibility, NodeId, NodeStatus,
-    PlanResult,
+    PlanResult, SchedulerConfiguration, TriggerReason,
 };
 
 /// One write to the state store.
@@ -91,8 +91,9 @@ pub enum Command {
     /// allocation keeps the client's status unless the plan marks it `lost`
     /// or `unknown` (a client report between plan and commit is not lost),
     /// and keeps the link to its replacement, which only the store sets.
-    /// A new placement on a node that is no longer ready and eligible is
-    /// left out and listed in [`super::Applied::refused_placements`].
+    /// A new placement on a node that is no longer ready and eligible, or
+    /// given a port that the node reserves or a live allocation there holds,
+    /// is left out and listed in [`super::Applied::refused_placements`].
     ApplyPlanResults {
         /// The eval whose plan this is.
         eval_id: EvalId,
@@ -103,15 +104,41 @@ pub enum Command {
         /// When the plan was applied.
         time: Timestamp,
     },
+    /// Set the operator's scheduler configuration. With `cas_index`, only
+    /// if the stored configuration's modify index is that (0: none stored
+    /// yet); otherwise refused with [`super::StateError::ConfigIndexMismatch`].
+    SetSchedulerConfig {
+        /// The configuration; its indexes are set by the store.
+        config: SchedulerConfiguration,
+        /// Check-and-set: the modify index the write replaces.
+        cas_index: Option<u64>,
+    },
 }
 
 impl Command {
-    /// The write of what a plan applier committed of a plan: stops first, so
-    /// a replacement in the same plan links to the stopped version.
+    /// The write of what a plan applier committed of a plan: stops and
+    /// evictions first, so a replacement in the same plan links to the
+    /// stopped version and takes ports the stopped ones held; and one eval
+    /// per job whose allocations were evicted, so they are placed again.
     pub fn apply_plan_result(eval_id: EvalId, result: &PlanResult, time: Timestamp) -> Command {
-        let allocs = result.node_update.values().chain(result.node_allocation.values()).flatten().cloned().collect();
-        Command::ApplyPlanResults { eval_id, allocs, evals: Vec::new(), time }
+        let allocs = result
+            .node_update
+            .values()
+            .chain(result.node_preemptions.values())
+            .chain(result.node_allocation.values())
+            .flatten()
+            .cloned()
+            .collect();
+        Command::ApplyPlanResults { eval_id, allocs, evals: preemption_evals(result, time), time }
     }
+}
+
+/// One eval per job with evicted allocations in `result`, in job order.
+fn preemption_evals(result: &PlanResult, time: Timestamp) -> Vec<Evaluation> {
+    let mut jobs: Vec<&Allocation> = result.node_preemptions.values().flatten().collect();
+    jobs.sort_by(|a, b| (&a.namespace, &a.job_id).cmp(&(&b.namespace, &b.job_id)));
+    jobs.dedup_by(|a, b| a.namespace == b.namespace && a.job_id == b.job_id);
+    jobs.into_iter().map(|alloc| Evaluation::for_job(&alloc.job, TriggerReason::Preemption, time)).collect()
 }
 
 /// What a client reports about one of its allocations.

@@ -101,6 +101,15 @@ pub enum StateError {
     /// The store is shutting down and takes no more writes.
     #[error("the state store is shutting down")]
     ShuttingDown,
+    /// A check-and-set write of the scheduler configuration named another
+    /// modify index than the stored one.
+    #[error("scheduler configuration is at modify index {stored}, not {expected}")]
+    ConfigIndexMismatch {
+        /// The index the write expected.
+        expected: u64,
+        /// The stored configuration's modify index (0: none stored).
+        stored: u64,
+    },
     /// A log position at or before one already applied.
     #[error("log position {index} is not after the last applied position {last}")]
     StaleIndex {

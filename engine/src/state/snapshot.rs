@@ -11,7 +11,10 @@ use imbl::Vector;
 use serde::Serialize;
 
 use super::table::Table;
-use crate::structs::{AllocId, Allocation, ComputedClass, EvalId, Evaluation, Job, JobKey, Node, NodeId, Resources};
+use crate::structs::{
+    AllocId, Allocation, ComputedClass, EvalId, Evaluation, Job, JobKey, Node, NodeId, PortSet, Resources,
+    SchedulerConfiguration,
+};
 
 /// The state at one index.
 #[derive(Clone, Debug)]
@@ -29,6 +32,10 @@ pub struct Snapshot {
     pub(super) schedulable: NodeList,
     /// Resources used by live allocations, per node.
     pub(super) node_usage: Table<NodeId, Resources>,
+    /// Host ports held by live allocations, per node (only nodes where some are).
+    pub(super) node_ports: Table<NodeId, PortSet>,
+    /// The operator's scheduler configuration; `None` until one is written.
+    pub(super) scheduler_config: Option<SchedulerConfiguration>,
     pub(super) table_indexes: TableIndexes,
 }
 
@@ -109,6 +116,8 @@ impl Default for Snapshot {
             nodes_by_class: Table::with_depth(1),
             schedulable: NodeList::default(),
             node_usage: Table::with_depth(3),
+            node_ports: Table::with_depth(3),
+            scheduler_config: None,
             table_indexes: TableIndexes::default(),
         }
     }
@@ -148,6 +157,44 @@ impl Snapshot {
     /// Resources used by the live allocations on a node.
     pub fn node_usage(&self, node: NodeId) -> Resources {
         self.node_usage.get(&node).copied().unwrap_or_default()
+    }
+
+    /// Host ports held by live allocations on a node (reserved ports are on the node).
+    pub fn node_ports(&self, node: NodeId) -> Option<&PortSet> {
+        self.node_ports.get(&node)
+    }
+
+    /// Whether a live allocation on `node` holds `port`.
+    pub fn port_in_use(&self, node: NodeId, port: u16) -> bool {
+        self.node_ports.get(&node).is_some_and(|ports| ports.contains(port))
+    }
+
+    /// How many ports in `low..=high` live allocations on `node` hold.
+    pub fn ports_in_use_between(&self, node: NodeId, low: u16, high: u16) -> usize {
+        self.node_ports.get(&node).map_or(0, |ports| ports.count_in(low, high))
+    }
+
+    /// The operator's scheduler configuration, if one was written.
+    pub fn scheduler_config(&self) -> Option<SchedulerConfiguration> {
+        self.scheduler_config
+    }
+
+    /// Ports held twice on one node, or held although the node reserves
+    /// them, as `(node, port)`. An audit for tests and load checks: it reads
+    /// the allocations themselves (O(allocations)), not the port index.
+    pub fn port_collisions(&self) -> Vec<(NodeId, u16)> {
+        let mut collisions = Vec::new();
+        for node in self.nodes() {
+            let held =
+                self.allocs_by_node(node.id).filter(|alloc| !alloc.terminal()).flat_map(|alloc| alloc.port_values());
+            let held = PortSet::of(held);
+            collisions.extend(held.duplicates().into_iter().map(|port| (node.id, port)));
+            let reserved = held.iter().filter(|port| node.network.reserved_ports.contains(*port));
+            collisions.extend(reserved.map(|port| (node.id, port)));
+        }
+        collisions.sort_unstable();
+        collisions.dedup();
+        collisions
     }
 
     /// Nodes whose live allocations need more than they can give, each with
@@ -255,6 +302,10 @@ pub struct StateDump {
     pub schedulable: Vec<NodeId>,
     /// Usage per node.
     pub node_usage: Vec<(NodeId, Resources)>,
+    /// Ports held per node.
+    pub node_ports: Vec<(NodeId, Vec<u16>)>,
+    /// The scheduler configuration.
+    pub scheduler_config: Option<SchedulerConfiguration>,
 }
 
 impl Snapshot {
@@ -284,6 +335,8 @@ impl Snapshot {
             nodes_by_class: sorted(&self.nodes_by_class, |ids| ids.iter().copied().collect()),
             schedulable: self.schedulable.iter().collect(),
             node_usage: sorted(&self.node_usage, |usage| *usage),
+            node_ports: sorted(&self.node_ports, |ports| ports.iter().collect()),
+            scheduler_config: self.scheduler_config,
         }
     }
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::{AllocId, EvalId, Job, JobKey, NodeId, Resources};
+use super::{AllocId, AllocatedPort, EvalId, Job, JobKey, NodeId, Resources};
 use crate::clock::Timestamp;
 
 /// What the servers want done with an allocation.
@@ -86,7 +86,9 @@ pub struct AllocMetric {
     pub nodes_exhausted: u64,
     /// Exhausted nodes per node class.
     pub class_exhausted: BTreeMap<String, u64>,
-    /// Exhausted nodes per dimension ("cpu", "memory", "disk").
+    /// Exhausted nodes per dimension ("cpu", "memory", "disk", and for ports
+    /// Nomad's "network: reserved port collision <label>=<port>" and
+    /// "network: dynamic port selection failed").
     pub dimension_exhausted: BTreeMap<String, u64>,
     /// Allocations that could not be placed with these metrics.
     pub coalesced_failures: u64,
@@ -115,6 +117,11 @@ pub struct Allocation {
     pub eval_id: EvalId,
     /// What it reserves on the node.
     pub resources: Resources,
+    /// The ports it was given on the node, static and dynamic (Nomad's
+    /// `AllocatedResources.Shared.Ports`); [`super::port_env`] turns them
+    /// into the task environment.
+    #[serde(default)]
+    pub ports: Vec<AllocatedPort>,
     /// What the servers want.
     pub desired_status: DesiredStatus,
     /// Why the servers want it.
@@ -133,6 +140,12 @@ pub struct Allocation {
     pub reschedule_events: Vec<RescheduleEvent>,
     /// Eval that will reschedule this allocation after a delay.
     pub follow_up_eval_id: Option<EvalId>,
+    /// Allocations evicted to make room for this one.
+    #[serde(default)]
+    pub preempted_allocations: Vec<AllocId>,
+    /// The allocation this one was evicted for (desired status `evict`).
+    #[serde(default)]
+    pub preempted_by_allocation: Option<AllocId>,
     /// Index at which it was created.
     pub create_index: u64,
     /// Index of the last change to it.
@@ -168,6 +181,11 @@ impl Allocation {
     /// servers or finished on the client.
     pub fn terminal(&self) -> bool {
         self.server_terminal() || self.client_terminal()
+    }
+
+    /// The host ports it holds on its node while it is live.
+    pub fn port_values(&self) -> impl Iterator<Item = u16> + '_ {
+        self.ports.iter().map(|port| port.value)
     }
 
     /// The last client status the servers recorded in the history.
@@ -227,6 +245,7 @@ impl Allocation {
             node_id,
             eval_id,
             resources,
+            ports: Vec::new(),
             desired_status: DesiredStatus::Run,
             desired_description: String::new(),
             client_status: ClientStatus::Pending,
@@ -236,6 +255,8 @@ impl Allocation {
             next_allocation: None,
             reschedule_events: Vec::new(),
             follow_up_eval_id: None,
+            preempted_allocations: Vec::new(),
+            preempted_by_allocation: None,
             create_index: 0,
             modify_index: 0,
             create_time: Timestamp::ZERO,

@@ -59,6 +59,8 @@ pub enum TriggerReason {
     Reconnect,
     /// The plan applier refused part of a plan.
     MaxPlanAttempts,
+    /// Allocations of the job were evicted for higher-priority work.
+    Preemption,
 }
 
 /// A request to reconcile one job (or one node, for system jobs) against the

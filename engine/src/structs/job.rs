@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::duration::{serde_duration, serde_opt_duration};
-use super::{Constraint, JobKey, Resources};
+use super::{spread, Affinity, Constraint, JobKey, NetworkResource, Resources, Spread};
 
 /// The namespace a job lands in when it names none.
 pub const DEFAULT_NAMESPACE: &str = "default";
@@ -194,6 +194,9 @@ pub struct Task {
     /// Driver configuration, opaque to the scheduler.
     #[serde(default)]
     pub config: std::collections::BTreeMap<String, String>,
+    /// Task-level affinities; they count for the whole group's placement.
+    #[serde(default)]
+    pub affinities: Vec<Affinity>,
 }
 
 /// A set of tasks placed together on one node, `count` times.
@@ -206,6 +209,17 @@ pub struct TaskGroup {
     /// Group-level constraints.
     #[serde(default)]
     pub constraints: Vec<Constraint>,
+    /// Group-level affinities, scored together with the job's and the tasks'.
+    #[serde(default)]
+    pub affinities: Vec<Affinity>,
+    /// Group-level spreads, scored together with the job's (an attribute
+    /// may be spread over at one level only).
+    #[serde(default)]
+    pub spreads: Vec<Spread>,
+    /// The ports each allocation needs on its node: at most one network
+    /// (Nomad JSON `Networks`).
+    #[serde(default)]
+    pub networks: Vec<NetworkResource>,
     /// The tasks.
     pub tasks: Vec<Task>,
     /// Reschedule policy; the job type's default when absent.
@@ -241,6 +255,11 @@ impl TaskGroup {
     pub fn resources(&self) -> Resources {
         self.tasks.iter().fold(Resources::default(), |sum, task| sum.plus(task.resources))
     }
+
+    /// Whether an allocation of this group needs ports on its node.
+    pub fn asks_for_ports(&self) -> bool {
+        self.networks.iter().any(|network| !network.reserved_ports.is_empty() || !network.dynamic_ports.is_empty())
+    }
 }
 
 /// A job: what a user wants run.
@@ -265,6 +284,14 @@ pub struct Job {
     /// Job-level constraints.
     #[serde(default)]
     pub constraints: Vec<Constraint>,
+    /// Job-level affinities: preferred (or, with a negative weight, avoided)
+    /// nodes for every group (Nomad JSON `Affinities`).
+    #[serde(default)]
+    pub affinities: Vec<Affinity>,
+    /// Job-level spreads: every group's allocations shared out over the
+    /// values of a node attribute (Nomad JSON `Spreads`).
+    #[serde(default)]
+    pub spreads: Vec<Spread>,
     /// Task groups.
     pub task_groups: Vec<TaskGroup>,
     /// The user asked for the job to stop.
@@ -364,6 +391,13 @@ impl Job {
         for constraint in &self.constraints {
             constraint.problems("job", problems);
         }
+        for affinity in &self.affinities {
+            affinity.problems("job", problems);
+        }
+        for spread in &self.spreads {
+            spread.problems("job", problems);
+        }
+        spread::duplicate_problems(&self.spreads, &BTreeSet::new(), "job", problems);
     }
 
     fn group_problems(&self, group: &TaskGroup, problems: &mut Vec<String>) {
@@ -398,7 +432,26 @@ impl Job {
         for constraint in &group.constraints {
             constraint.problems(&place, problems);
         }
+        self.preference_problems(group, &place, problems);
         self.task_problems(group, &place, problems);
+    }
+
+    /// Affinities, spreads and ports of a group.
+    fn preference_problems(&self, group: &TaskGroup, place: &str, problems: &mut Vec<String>) {
+        for affinity in &group.affinities {
+            affinity.problems(place, problems);
+        }
+        for spread in &group.spreads {
+            spread.problems(place, problems);
+        }
+        let job_attributes = self.spreads.iter().map(|spread| spread.attribute.as_str()).collect();
+        spread::duplicate_problems(&group.spreads, &job_attributes, place, problems);
+        if group.networks.len() > 1 {
+            problems.push(format!("{place}: {} networks: a group has at most one", group.networks.len()));
+        }
+        for network in &group.networks {
+            network.problems(place, problems);
+        }
     }
 
     fn task_problems(&self, group: &TaskGroup, place: &str, problems: &mut Vec<String>) {
@@ -425,6 +478,9 @@ impl Job {
             for constraint in &task.constraints {
                 constraint.problems(&task_place, problems);
             }
+            for affinity in &task.affinities {
+                affinity.problems(&task_place, problems);
+            }
         }
     }
 
@@ -439,16 +495,22 @@ impl Job {
             priority: default_priority(),
             datacenters: vec!["dc1".to_string()],
             constraints: Vec::new(),
+            affinities: Vec::new(),
+            spreads: Vec::new(),
             task_groups: vec![TaskGroup {
                 name: "group".to_string(),
                 count,
                 constraints: Vec::new(),
+                affinities: Vec::new(),
+                spreads: Vec::new(),
+                networks: Vec::new(),
                 tasks: vec![Task {
                     name: "task".to_string(),
                     driver: "exec".to_string(),
                     resources,
                     constraints: Vec::new(),
                     config: Default::default(),
+                    affinities: Vec::new(),
                 }],
                 reschedule_policy: None,
                 restart_policy: RestartPolicy::default(),
@@ -543,6 +605,54 @@ mod tests {
         assert_eq!(job.validate(), Ok(()));
         let again: Job = serde_json::from_str(&serde_json::to_string(&job).expect("serializes")).expect("reads back");
         assert_eq!(again, job);
+    }
+
+    #[test]
+    fn affinities_spreads_and_ports_are_validated_with_their_place() {
+        use crate::structs::{Affinity, NetworkResource, Port, Spread};
+        let mut job = valid_job();
+        job.affinities.push(Affinity::new("${node.class}", ConstraintOperand::Equal, "web", 0));
+        job.spreads.push(Spread::even("${node.datacenter}", 50));
+        let group = &mut job.task_groups[0];
+        group.spreads.push(Spread::with_targets("${node.datacenter}", 50, &[("dc1", 90), ("dc2", 20)]));
+        group.networks = vec![NetworkResource::default(), NetworkResource::default()];
+        group.networks[0].reserved_ports.push(Port::new("http", 8080));
+        group.networks[0].dynamic_ports.push(Port::new("http", 0));
+        group.tasks[0].affinities.push(Affinity::new("${meta.rack}", ConstraintOperand::DistinctHosts, "", 10));
+        let error = job.validate().expect_err("six problems");
+        let text = error.to_string();
+        assert!(text.contains("job: affinity \"${node.class}\" Equal \"web\": weight 0"), "{text}");
+        assert!(
+            text.contains(
+                "task group \"group\": spread over \"${node.datacenter}\": target percentages add up to 110%"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("also defined for the whole job"), "{text}");
+        assert!(text.contains("2 networks: a group has at most one"), "{text}");
+        assert!(text.contains("port label \"http\" is used more than once"), "{text}");
+        assert!(text.contains("task \"task\": affinity"), "{text}");
+        assert_eq!(error.problems.len(), 6, "{text}");
+    }
+
+    #[test]
+    fn placement_preferences_read_from_json() {
+        let spec = r#"{
+            "id": "api", "type": "service", "datacenters": ["dc1", "dc2"],
+            "affinities": [{"l_target": "${node.class}", "operand": "=", "r_target": "fast", "weight": -30}],
+            "spreads": [{"attribute": "${node.datacenter}", "targets": [{"value": "dc1", "percent": 70}]}],
+            "task_groups": [{
+                "name": "api", "count": 2,
+                "networks": [{"reserved_ports": [{"label": "db", "value": 5432}], "dynamic_ports": [{"label": "http", "to": 8080}]}],
+                "tasks": [{"name": "server", "driver": "exec", "resources": {"cpu": 500, "memory_mb": 256, "disk_mb": 0}}]
+            }]
+        }"#;
+        let job: Job = serde_json::from_str(spec).expect("a valid spec");
+        assert_eq!(job.validate(), Ok(()));
+        assert_eq!(job.affinities[0].weight, -30);
+        assert_eq!(job.spreads[0].weight, 50, "Nomad's default weight");
+        assert_eq!(job.task_groups[0].networks[0].dynamic_ports[0].to, 8080);
+        assert!(job.task_groups[0].asks_for_ports());
     }
 
     #[test]

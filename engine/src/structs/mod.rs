@@ -1,10 +1,13 @@
-//! The domain model: nodes, jobs, allocations, evaluations and plans.
+//! The domain model: nodes, jobs, allocations, evaluations and plans;
+//! the placement preferences jobs carry (affinities, spreads), their
+//! network ports, and the cluster's scheduler configuration.
 //!
 //! Everything here is plain data, serializable with serde, so that it can be
 //! carried inside state-store `Command`s, written to a log and sent on the
 //! wire. Names follow Nomad's `structs` package so that its documentation maps
 //! onto ours.
 
+mod affinity;
 mod alloc;
 mod constraint;
 mod duration;
@@ -12,10 +15,14 @@ mod eval;
 mod ids;
 mod job;
 pub mod job_refs;
+mod network;
 mod node;
 mod plan;
 mod resources;
+mod scheduler_config;
+mod spread;
 
+pub use affinity::Affinity;
 pub use alloc::{AllocMetric, AllocState, Allocation, ClientStatus, DesiredStatus, RescheduleEvent};
 pub use constraint::{constraint_syntax_problem, version_matches, Constraint, ConstraintOperand, Version};
 pub use duration::human_duration;
@@ -25,6 +32,12 @@ pub use job::{
     DelayFunction, Job, JobType, JobValidationError, ReschedulePolicy, RestartMode, RestartPolicy, Task, TaskGroup,
     UpdateStrategy, DEFAULT_NAMESPACE, MAX_GROUP_COUNT,
 };
+pub use network::{
+    port_env, AllocatedPort, NetworkResource, NodeNetwork, Port, PortSet, DEFAULT_MAX_DYNAMIC_PORT,
+    DEFAULT_MIN_DYNAMIC_PORT, NOMAD_ENV_PREFIX,
+};
 pub use node::{ComputedClass, Node, NodeEligibility, NodeStatus};
 pub use plan::{Plan, PlanResult};
 pub use resources::Resources;
+pub use scheduler_config::{PreemptionConfig, SchedulerAlgorithm, SchedulerConfiguration};
+pub use spread::{Spread, SpreadTarget};

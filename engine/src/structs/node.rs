@@ -6,7 +6,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use super::{NodeId, Resources};
+use super::{NodeId, NodeNetwork, Resources};
 
 /// A node's lifecycle status (DESIGN.md "Node lifecycle").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -68,6 +68,11 @@ pub struct Node {
     pub resources: Resources,
     /// Resources held back for the OS and the client itself.
     pub reserved: Resources,
+    /// Its address, reserved ports and dynamic port range; Nomad's defaults
+    /// (no reserved ports, 20000-32000) when a registration leaves it out.
+    /// Not part of the computed class: ports are accounted per node.
+    #[serde(default)]
+    pub network: NodeNetwork,
     /// Lifecycle status.
     pub status: NodeStatus,
     /// Scheduling eligibility.
@@ -140,6 +145,7 @@ impl Node {
             meta: BTreeMap::new(),
             resources,
             reserved: Resources::default(),
+            network: NodeNetwork::default(),
             status: NodeStatus::Ready,
             eligibility: NodeEligibility::Eligible,
             computed_class: ComputedClass::default(),

@@ -23,6 +23,12 @@ pub struct Plan {
     pub node_update: BTreeMap<NodeId, Vec<Allocation>>,
     /// Allocations to create or update in place, per node.
     pub node_allocation: BTreeMap<NodeId, Vec<Allocation>>,
+    /// Lower-priority allocations evicted to make room for this plan's
+    /// placements, per node: copies with desired status `evict` and
+    /// `preempted_by_allocation` set. The plan applier counts them as freed
+    /// on their node and refuses the node whole if the placements still do
+    /// not fit.
+    pub node_preemptions: BTreeMap<NodeId, Vec<Allocation>>,
     /// The state index the scheduler planned against.
     pub snapshot_index: u64,
 }
@@ -30,12 +36,19 @@ pub struct Plan {
 impl Plan {
     /// Whether the plan changes nothing.
     pub fn is_no_op(&self) -> bool {
-        self.node_update.values().all(Vec::is_empty) && self.node_allocation.values().all(Vec::is_empty)
+        self.node_update.values().all(Vec::is_empty)
+            && self.node_allocation.values().all(Vec::is_empty)
+            && self.node_preemptions.values().all(Vec::is_empty)
     }
 
     /// Number of placements and in-place updates.
     pub fn placement_count(&self) -> usize {
         self.node_allocation.values().map(Vec::len).sum()
+    }
+
+    /// Number of allocations the plan evicts.
+    pub fn preemption_count(&self) -> usize {
+        self.node_preemptions.values().map(Vec::len).sum()
     }
 }
 
@@ -48,6 +61,8 @@ pub struct PlanResult {
     pub node_update: BTreeMap<NodeId, Vec<Allocation>>,
     /// Placements that were committed.
     pub node_allocation: BTreeMap<NodeId, Vec<Allocation>>,
+    /// Evictions that were committed (with the placements of their node).
+    pub node_preemptions: BTreeMap<NodeId, Vec<Allocation>>,
     /// Non-zero when part of the plan was refused: wait for this index, then re-plan.
     pub refresh_index: u64,
     /// The index at which the committed part was applied (0 if nothing was).
@@ -56,8 +71,9 @@ pub struct PlanResult {
 
 impl PlanResult {
     /// Takes out placements the state store refused at commit time (their
-    /// node left between the applier's check and the write) and asks for a
-    /// re-plan at `index`.
+    /// node left between the applier's check and the write, or a port they
+    /// were given was taken) and asks for a re-plan at `index`. Evictions on
+    /// that node were written: the evicted jobs' evals place them again.
     pub fn refuse_placements(&mut self, refused: &[super::AllocId], index: u64) {
         if refused.is_empty() {
             return;
