@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use engine::structs::{
-    Constraint, ConstraintOperand, DelayFunction, Job, JobType, ReschedulePolicy, Resources, RestartMode,
-    RestartPolicy, Task, TaskGroup, UpdateStrategy,
+    Affinity, Constraint, ConstraintOperand, DelayFunction, Job, JobType, NetworkResource, Port, ReschedulePolicy,
+    Resources, RestartMode, RestartPolicy, Spread, SpreadTarget, Task, TaskGroup, UpdateStrategy,
 };
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -67,8 +67,8 @@ pub struct ApiJob {
     pub stop: Option<bool>,
     pub all_at_once: Option<bool>,
     pub meta: Option<BTreeMap<String, String>>,
-    pub affinities: Option<Value>,
-    pub spreads: Option<Value>,
+    pub affinities: Option<Vec<ApiAffinity>>,
+    pub spreads: Option<Vec<ApiSpread>>,
     pub multiregion: Option<Value>,
     pub periodic: Option<Value>,
     pub parameterized_job: Option<Value>,
@@ -106,11 +106,11 @@ pub struct ApiTaskGroup {
     pub stop_after_client_disconnect: Option<i64>,
     pub disconnect: Option<ApiDisconnect>,
     pub meta: Option<BTreeMap<String, String>>,
-    pub affinities: Option<Value>,
-    pub spreads: Option<Value>,
+    pub affinities: Option<Vec<ApiAffinity>>,
+    pub spreads: Option<Vec<ApiSpread>>,
     pub volumes: Option<Value>,
     pub migrate: Option<Value>,
-    pub networks: Option<Value>,
+    pub networks: Option<Vec<ApiNetwork>>,
     pub services: Option<Value>,
     pub scaling: Option<Value>,
     pub consul: Option<Value>,
@@ -134,7 +134,7 @@ pub struct ApiTask {
     pub kill_timeout: Option<i64>,
     pub kill_signal: Option<String>,
     pub log_config: Option<Value>,
-    pub affinities: Option<Value>,
+    pub affinities: Option<Vec<ApiAffinity>>,
     pub services: Option<Value>,
     pub vault: Option<Value>,
     pub templates: Option<Value>,
@@ -144,6 +144,62 @@ pub struct ApiTask {
     pub dispatch_payload: Option<Value>,
     pub scaling_policies: Option<Value>,
     pub leader: Option<bool>,
+}
+
+/// An affinity (`api.Affinity`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+#[allow(missing_docs)]
+pub struct ApiAffinity {
+    #[serde(rename = "LTarget")]
+    pub l_target: Option<String>,
+    #[serde(rename = "RTarget")]
+    pub r_target: Option<String>,
+    #[serde(rename = "Operand")]
+    pub operand: Option<String>,
+    #[serde(rename = "Weight")]
+    pub weight: Option<i64>,
+}
+
+/// A spread (`api.Spread`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+#[allow(missing_docs)]
+pub struct ApiSpread {
+    pub attribute: Option<String>,
+    pub weight: Option<i64>,
+    pub spread_target: Option<Vec<ApiSpreadTarget>>,
+}
+
+/// A spread target (`api.SpreadTarget`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+#[allow(missing_docs)]
+pub struct ApiSpreadTarget {
+    pub value: Option<String>,
+    pub percent: Option<i64>,
+}
+
+/// A group network (`api.NetworkResource`): Drover keeps its ports.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+#[allow(missing_docs)]
+pub struct ApiNetwork {
+    pub mode: Option<String>,
+    pub reserved_ports: Option<Vec<ApiPort>>,
+    pub dynamic_ports: Option<Vec<ApiPort>>,
+    #[serde(rename = "MBits")]
+    pub mbits: Option<i64>,
+}
+
+/// A port (`api.Port`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+#[allow(missing_docs)]
+pub struct ApiPort {
+    pub label: Option<String>,
+    pub value: Option<i64>,
+    pub to: Option<i64>,
 }
 
 /// Task resources (`api.Resources`).
@@ -279,8 +335,6 @@ pub fn convert_job(api: ApiJob, query_namespace: Option<&str>) -> Result<Convert
         .map_err(|_| ApiError::BadRequest(format!("job priority must be between 1 and 100 (got {priority})")))?;
     let mut ignored = Ignored { warnings: &mut warnings };
     let place = "Job.";
-    ignored.check(place, "Affinities", &api.affinities);
-    ignored.check(place, "Spreads", &api.spreads);
     ignored.check(place, "Multiregion", &api.multiregion);
     ignored.check(place, "Periodic", &api.periodic);
     ignored.check(place, "ParameterizedJob", &api.parameterized_job);
@@ -308,6 +362,8 @@ pub fn convert_job(api: ApiJob, query_namespace: Option<&str>) -> Result<Convert
         priority,
         datacenters: api.datacenters.unwrap_or_default(),
         constraints,
+        affinities: convert_affinities(api.affinities.unwrap_or_default(), "job")?,
+        spreads: convert_spreads(api.spreads.unwrap_or_default(), "job")?,
         task_groups,
         stop: api.stop.unwrap_or(false),
         version: 0,
@@ -329,11 +385,8 @@ fn convert_group(
     let place = format!("TaskGroup {name:?}: ");
     let mut ignored = Ignored { warnings };
     for (field, value) in [
-        ("Affinities", &api.affinities),
-        ("Spreads", &api.spreads),
         ("Volumes", &api.volumes),
         ("Migrate", &api.migrate),
-        ("Networks", &api.networks),
         ("Services", &api.services),
         ("Scaling", &api.scaling),
         ("Consul", &api.consul),
@@ -367,6 +420,9 @@ fn convert_group(
         name,
         count,
         constraints: convert_constraints(api.constraints.unwrap_or_default(), "group")?,
+        affinities: convert_affinities(api.affinities.unwrap_or_default(), "group")?,
+        spreads: convert_spreads(api.spreads.unwrap_or_default(), "group")?,
+        networks: convert_networks(api.networks.unwrap_or_default(), &place)?,
         tasks,
         reschedule_policy: reschedule,
         restart_policy: restart,
@@ -382,7 +438,6 @@ fn convert_task(api: ApiTask, disk_mb: u64, group_place: &str, warnings: &mut Ve
     let place = format!("{group_place}Task {name:?}: ");
     let mut ignored = Ignored { warnings };
     for (field, value) in [
-        ("Affinities", &api.affinities),
         ("Services", &api.services),
         ("Vault", &api.vault),
         ("Templates", &api.templates),
@@ -425,6 +480,7 @@ fn convert_task(api: ApiTask, disk_mb: u64, group_place: &str, warnings: &mut Ve
         driver: api.driver.unwrap_or_default(),
         resources: Resources::new(cpu, memory, disk_mb),
         constraints: convert_constraints(api.constraints.unwrap_or_default(), "task")?,
+        affinities: convert_affinities(api.affinities.unwrap_or_default(), "task")?,
         config,
     })
 }
@@ -440,35 +496,118 @@ fn nanos(value: i64) -> Result<Duration, ApiError> {
         .map_err(|_| ApiError::BadRequest(format!("a duration must not be negative (got {value} ns)")))
 }
 
+/// A constraint or affinity operand by Nomad's name.
+fn operand(text: &str, level: &str, what: &str) -> Result<ConstraintOperand, ApiError> {
+    Ok(match text {
+        "=" | "==" | "is" => ConstraintOperand::Equal,
+        "!=" | "not" => ConstraintOperand::NotEqual,
+        "<" => ConstraintOperand::Less,
+        "<=" => ConstraintOperand::LessOrEqual,
+        ">" => ConstraintOperand::Greater,
+        ">=" => ConstraintOperand::GreaterOrEqual,
+        "regexp" => ConstraintOperand::Regexp,
+        "version" | "semver" => ConstraintOperand::Version,
+        "is_set" => ConstraintOperand::IsSet,
+        "is_not_set" => ConstraintOperand::IsNotSet,
+        "distinct_hosts" => ConstraintOperand::DistinctHosts,
+        "distinct_property" => ConstraintOperand::DistinctProperty,
+        "" => return Err(ApiError::BadRequest(format!("{level} {what}: Missing {what} operand"))),
+        other => {
+            return Err(ApiError::BadRequest(format!("{level} {what}: operand {other:?} is not supported by Drover")))
+        }
+    })
+}
+
 fn convert_constraints(constraints: Vec<ApiConstraint>, level: &str) -> Result<Vec<Constraint>, ApiError> {
     constraints
         .into_iter()
         .map(|constraint| {
-            let operand = constraint.operand.unwrap_or_default();
-            let parsed = match operand.as_str() {
-                "=" | "==" | "is" => ConstraintOperand::Equal,
-                "!=" | "not" => ConstraintOperand::NotEqual,
-                "<" => ConstraintOperand::Less,
-                "<=" => ConstraintOperand::LessOrEqual,
-                ">" => ConstraintOperand::Greater,
-                ">=" => ConstraintOperand::GreaterOrEqual,
-                "regexp" => ConstraintOperand::Regexp,
-                "version" | "semver" => ConstraintOperand::Version,
-                "is_set" => ConstraintOperand::IsSet,
-                "is_not_set" => ConstraintOperand::IsNotSet,
-                "distinct_hosts" => ConstraintOperand::DistinctHosts,
-                "distinct_property" => ConstraintOperand::DistinctProperty,
-                "" => return Err(ApiError::BadRequest(format!("{level} constraint: Missing constraint operand"))),
-                other => {
-                    return Err(ApiError::BadRequest(format!(
-                        "{level} constraint: operand {other:?} is not supported by Drover"
-                    )))
-                }
-            };
             Ok(Constraint {
+                operand: operand(constraint.operand.as_deref().unwrap_or(""), level, "constraint")?,
                 l_target: constraint.l_target.unwrap_or_default(),
                 r_target: constraint.r_target.unwrap_or_default(),
-                operand: parsed,
+            })
+        })
+        .collect()
+}
+
+fn convert_affinities(affinities: Vec<ApiAffinity>, level: &str) -> Result<Vec<Affinity>, ApiError> {
+    affinities
+        .into_iter()
+        .map(|affinity| {
+            let weight = affinity.weight.unwrap_or(50);
+            Ok(Affinity {
+                operand: operand(affinity.operand.as_deref().unwrap_or("="), level, "affinity")?,
+                l_target: affinity.l_target.unwrap_or_default(),
+                r_target: affinity.r_target.unwrap_or_default(),
+                weight: i8::try_from(weight)
+                    .map_err(|_| ApiError::BadRequest(format!("{level} affinity: weight {weight} is out of range")))?,
+            })
+        })
+        .collect()
+}
+
+fn convert_spreads(spreads: Vec<ApiSpread>, level: &str) -> Result<Vec<Spread>, ApiError> {
+    let percent = |value: i64| {
+        u8::try_from(value)
+            .map_err(|_| ApiError::BadRequest(format!("{level} spread: percent {value} is out of range")))
+    };
+    spreads
+        .into_iter()
+        .map(|spread| {
+            let weight = spread.weight.unwrap_or(50);
+            let targets = spread
+                .spread_target
+                .unwrap_or_default()
+                .into_iter()
+                .map(|target| {
+                    Ok(SpreadTarget {
+                        value: target.value.unwrap_or_default(),
+                        percent: percent(target.percent.unwrap_or(0))?,
+                    })
+                })
+                .collect::<Result<_, ApiError>>()?;
+            Ok(Spread {
+                attribute: spread.attribute.unwrap_or_default(),
+                weight: u8::try_from(weight)
+                    .map_err(|_| ApiError::BadRequest(format!("{level} spread: weight {weight} is out of range")))?,
+                targets,
+            })
+        })
+        .collect()
+}
+
+fn convert_networks(networks: Vec<ApiNetwork>, place: &str) -> Result<Vec<NetworkResource>, ApiError> {
+    let ports = |ports: Option<Vec<ApiPort>>| -> Result<Vec<Port>, ApiError> {
+        ports
+            .unwrap_or_default()
+            .into_iter()
+            .map(|port| {
+                let number = |value: Option<i64>, field: &str| {
+                    u16::try_from(value.unwrap_or(0)).map_err(|_| {
+                        ApiError::BadRequest(format!("{place}port {field} {value:?} is not a port number"))
+                    })
+                };
+                Ok(Port {
+                    label: Arc::from(port.label.unwrap_or_default().as_str()),
+                    value: number(port.value, "Value")?,
+                    to: number(port.to, "To")?,
+                })
+            })
+            .collect()
+    };
+    networks
+        .into_iter()
+        .map(|network| {
+            if network.mode.as_deref().is_some_and(|mode| !mode.is_empty() && mode != "host") {
+                return Err(ApiError::BadRequest(format!(
+                    "{place}network mode {:?} is not supported by Drover (host only)",
+                    network.mode.unwrap_or_default()
+                )));
+            }
+            Ok(NetworkResource {
+                reserved_ports: ports(network.reserved_ports)?,
+                dynamic_ports: ports(network.dynamic_ports)?,
             })
         })
         .collect()
@@ -555,7 +694,8 @@ mod tests {
         assert_eq!(group.tasks[0].resources, Resources::new(500, 300, 300));
         assert_eq!(group.tasks[0].config["ports"], "[\"db\"]");
         assert_eq!(group.restart_policy, RestartPolicy::default());
-        assert_eq!(warnings, ["TaskGroup \"cache\": Networks is not implemented by Drover and was ignored"]);
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert_eq!(group.networks[0].dynamic_ports[0].label.as_ref(), "db");
         assert_eq!(job.validate(), Ok(()));
     }
 

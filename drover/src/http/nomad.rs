@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use engine::clock::Timestamp;
 use engine::state::Snapshot;
 use engine::structs::{
-    AllocMetric, Allocation, ClientStatus, Constraint, Evaluation, Job, Node, ReschedulePolicy, Resources,
-    RestartPolicy,
+    Affinity, AllocMetric, Allocation, ClientStatus, Constraint, Evaluation, Job, NetworkResource, Node, Port,
+    ReschedulePolicy, Resources, RestartPolicy, Spread,
 };
 use serde_json::{json, Value};
 
@@ -62,6 +62,55 @@ fn constraints(list: &[Constraint]) -> Value {
             .map(|constraint| {
                 json!({"LTarget": constraint.l_target, "RTarget": constraint.r_target,
                        "Operand": text(constraint.operand)})
+            })
+            .collect(),
+    )
+}
+
+fn affinities(list: &[Affinity]) -> Value {
+    if list.is_empty() {
+        return Value::Null;
+    }
+    Value::Array(
+        list.iter()
+            .map(|affinity| {
+                json!({"LTarget": affinity.l_target, "RTarget": affinity.r_target,
+                       "Operand": text(affinity.operand), "Weight": affinity.weight})
+            })
+            .collect(),
+    )
+}
+
+fn spreads(list: &[Spread]) -> Value {
+    if list.is_empty() {
+        return Value::Null;
+    }
+    Value::Array(
+        list.iter()
+            .map(|spread| {
+                let targets: Vec<Value> = spread
+                    .targets
+                    .iter()
+                    .map(|target| json!({"Value": target.value, "Percent": target.percent}))
+                    .collect();
+                json!({"Attribute": spread.attribute, "Weight": spread.weight, "SpreadTarget": targets})
+            })
+            .collect(),
+    )
+}
+
+fn networks(list: &[NetworkResource]) -> Value {
+    if list.is_empty() {
+        return Value::Null;
+    }
+    let ports = |ports: &[Port]| -> Vec<Value> {
+        ports.iter().map(|port| json!({"Label": &*port.label, "Value": port.value, "To": port.to})).collect()
+    };
+    Value::Array(
+        list.iter()
+            .map(|network| {
+                json!({"Mode": "host", "ReservedPorts": ports(&network.reserved_ports),
+                       "DynamicPorts": ports(&network.dynamic_ports)})
             })
             .collect(),
     )
@@ -124,7 +173,7 @@ pub fn job(job: &Job, snapshot: &Snapshot) -> Value {
                 .map(|task| {
                     json!({"Name": task.name, "Driver": task.driver, "User": "", "Config": task.config,
                            "Env": null, "Services": null, "Vault": null, "Templates": null,
-                           "Constraints": constraints(&task.constraints), "Affinities": null,
+                           "Constraints": constraints(&task.constraints), "Affinities": affinities(&task.affinities),
                            "Resources": resources(task.resources), "RestartPolicy": restart(&group.restart_policy),
                            "DispatchPayload": null, "Lifecycle": null, "Meta": null,
                            "KillTimeout": 5_000_000_000u64,
@@ -140,7 +189,8 @@ pub fn job(job: &Job, snapshot: &Snapshot) -> Value {
                    "RestartPolicy": restart(&group.restart_policy), "Tasks": tasks,
                    "EphemeralDisk": {"Sticky": false, "Migrate": false, "SizeMB": disk}, "Meta": null,
                    "ReschedulePolicy": job.reschedule_policy(group).as_ref().map(reschedule),
-                   "Affinities": null, "Spreads": null, "Networks": null, "Services": null, "Volumes": null,
+                   "Affinities": affinities(&group.affinities), "Spreads": spreads(&group.spreads),
+                   "Networks": networks(&group.networks), "Services": null, "Volumes": null,
                    "ShutdownDelay": null,
                    "StopAfterClientDisconnect": group.stop_after_client_disconnect.map(|d| d.as_nanos() as u64),
                    "MaxClientDisconnect": group.max_client_disconnect.map(|d| d.as_nanos() as u64),
@@ -151,8 +201,8 @@ pub fn job(job: &Job, snapshot: &Snapshot) -> Value {
         .collect();
     json!({"Stop": job.stop, "Region": REGION, "Namespace": &*job.namespace, "ID": &*job.id, "ParentID": "",
            "Name": job.name, "Type": text(job.job_type), "Priority": job.priority, "AllAtOnce": false,
-           "Datacenters": job.datacenters, "Constraints": constraints(&job.constraints), "Affinities": null,
-           "Spreads": null, "TaskGroups": groups, "Update": {"Stagger": 0, "MaxParallel": 0},
+           "Datacenters": job.datacenters, "Constraints": constraints(&job.constraints),
+           "Affinities": affinities(&job.affinities), "Spreads": spreads(&job.spreads), "TaskGroups": groups, "Update": {"Stagger": 0, "MaxParallel": 0},
            "Multiregion": null, "Periodic": null, "ParameterizedJob": null, "Dispatched": false,
            "Payload": null, "Meta": null, "ConsulToken": "", "VaultToken": "", "VaultNamespace": "",
            "NomadTokenID": "", "Status": job_status(job, snapshot), "StatusDescription": "", "Stable": false,
@@ -268,6 +318,7 @@ fn nomad_trigger(eval: &Evaluation) -> &'static str {
         MaxDisconnectTimeout => "max-disconnect-timeout",
         Reconnect => "reconnect",
         MaxPlanAttempts => "max-plan-attempts",
+        Preemption => "preemption",
     }
 }
 
@@ -282,8 +333,9 @@ pub fn alloc_stub(alloc: &Allocation, snapshot: &Snapshot) -> Value {
            "ClientDescription": alloc.client_description,
            "DesiredTransition": {"Migrate": null, "Reschedule": null, "ForceReschedule": null},
            "TaskStates": {}, "DeploymentStatus": null, "FollowupEvalID": id_text(alloc.follow_up_eval_id),
-           "RescheduleTracker": reschedule_tracker(alloc), "PreemptedAllocations": null,
-           "PreemptedByAllocation": "", "CreateIndex": alloc.create_index, "ModifyIndex": alloc.modify_index,
+           "RescheduleTracker": reschedule_tracker(alloc),
+           "PreemptedAllocations": alloc.preempted_allocations.iter().map(|id| id.to_string()).collect::<Vec<_>>(),
+           "PreemptedByAllocation": id_text(alloc.preempted_by_allocation), "CreateIndex": alloc.create_index, "ModifyIndex": alloc.modify_index,
            "CreateTime": ns(alloc.create_time), "ModifyTime": ns(alloc.modify_time)})
 }
 
@@ -330,7 +382,10 @@ pub fn alloc(alloc: &Allocation, snapshot: &Snapshot) -> Value {
         "SharedResources": {"DiskMB": alloc.resources.disk_mb, "Networks": null},
         "TaskResources": task_resources,
         "AllocatedResources": {"Tasks": allocated_tasks, "TaskLifecycles": null,
-                               "Shared": {"Networks": null, "DiskMB": alloc.resources.disk_mb, "Ports": null}},
+                               "Shared": {"Networks": null, "DiskMB": alloc.resources.disk_mb,
+                                          "Ports": alloc.ports.iter().map(|port| json!({"Label": &*port.label,
+                                              "Value": port.value, "To": port.to, "HostIP": &*port.host_ip}))
+                                              .collect::<Vec<_>>()}},
         "Metrics": metric(&AllocMetric::default()), "AllocModifyIndex": alloc.modify_index,
         "PreviousAllocation": id_text(alloc.previous_allocation), "NextAllocation": id_text(alloc.next_allocation),
         "DeploymentID": ""});
