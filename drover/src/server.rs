@@ -230,6 +230,8 @@ pub fn cluster_report(snapshot: &Snapshot, now: Timestamp) -> ClusterReport {
         .into_iter()
         .map(|(node, used, allocatable)| format!("{node}: {used:?} of {allocatable:?}"))
         .collect();
+    report.port_collisions =
+        snapshot.port_collisions().into_iter().map(|(node, port)| format!("{node}: {port}")).collect();
     for alloc in snapshot.allocs() {
         match alloc.client_status {
             ClientStatus::Pending => report.allocs_pending += 1,
@@ -242,6 +244,10 @@ pub fn cluster_report(snapshot: &Snapshot, now: Timestamp) -> ClusterReport {
         if alloc.desired_status == DesiredStatus::Stop && alloc.desired_description == stop_reason::ORIGINAL_RECONNECTED
         {
             report.replacements_stopped_for_reconnect += 1;
+        }
+        if !alloc.terminal() && !alloc.ports.is_empty() {
+            report.allocs_with_ports += 1;
+            report.ports_held += alloc.ports.len() as u64;
         }
         let on_ready_node = snapshot.node(alloc.node_id).is_some_and(|node| node.status == NodeStatus::Ready);
         if !alloc.terminal() && alloc.client_status == ClientStatus::Unknown && on_ready_node {

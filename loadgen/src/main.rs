@@ -24,7 +24,10 @@ use clap::Parser;
 use engine::clock::SystemClock;
 use engine::server::{Server, ServerConfig};
 use engine::state::{ClientAllocUpdate, Snapshot};
-use engine::structs::{ClientStatus, Job, JobType, Node, NodeId, NodeStatus, Resources};
+use engine::structs::{
+    Affinity, ClientStatus, ConstraintOperand, Job, JobType, NetworkResource, Node, NodeId, NodeStatus, Port,
+    Resources, Spread,
+};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -263,14 +266,18 @@ fn write_flamegraph(profiler: &pprof::ProfilerGuard<'_>, path: &std::path::Path)
     Ok(())
 }
 
-/// A node of varied size in one of 20 classes and 4 datacenters; over
-/// QUIC its agent offers the mock driver.
+/// A node of varied size in one of 20 classes and 4 datacenters, on one
+/// of 10 racks (`meta.rack`, set by the class, so the classes stay 20 per
+/// datacenter); over QUIC its agent offers the mock driver.
 fn simulated_node(n: usize, mock: bool, rng: &mut SmallRng) -> Node {
     let sizes = [(4_000, 8_192), (8_000, 16_384), (16_000, 32_768), (32_000, 131_072)];
     let (cpu, memory) = sizes[rng.random_range(0..sizes.len())];
     let datacenter = format!("dc{}", n % 4 + 1);
-    let class = format!("class-{}", rng.random_range(0..20));
+    let class_index = rng.random_range(0..20);
+    let class = format!("class-{class_index}");
     let mut node = Node::new_ready(NodeId::from_rng(rng), &datacenter, &class, Resources::new(cpu, memory, 200_000));
+    node.meta.insert("rack".into(), format!("r{}", class_index % 10));
+    node.computed_class = node.compute_class();
     node.attributes.insert("unique.hostname".into(), format!("client-{n}"));
     if mock {
         node.attributes.remove("driver.exec");
@@ -282,8 +289,10 @@ fn simulated_node(n: usize, mock: bool, rng: &mut SmallRng) -> Node {
 
 /// One system job (node agents go on before the workloads, as they would
 /// in a real cluster), then service and batch jobs of `--allocs-per-job`
-/// each. Over QUIC the tasks use the mock driver, and a share of the
-/// service jobs tolerate a client disconnect.
+/// each. Service jobs carry placement features by their number j: j % 6 = 0
+/// spreads evenly over datacenters and racks, 1 prefers one rack (an
+/// affinity), 2 takes two dynamic ports per allocation. Over QUIC the tasks use the mock driver, and a share of the service jobs
+/// tolerate a client disconnect.
 fn workload(args: &Args, mock: bool, rng: &mut SmallRng) -> Vec<Job> {
     let datacenters: Vec<String> = (1..=4).map(|dc| format!("dc{dc}")).collect();
     let mut system = Job::new_simple("node-agent", JobType::System, 1, Resources::new(20, 32, 0));
@@ -295,6 +304,9 @@ fn workload(args: &Args, mock: bool, rng: &mut SmallRng) -> Vec<Job> {
         let mut job = Job::new_simple(&format!("job-{j}"), kind, args.allocs_per_job, resources);
         job.priority = rng.random_range(1..=100);
         job.datacenters = datacenters.clone();
+        if kind == JobType::Service {
+            with_placement_feature(&mut job, j);
+        }
         if kind == JobType::Service && rng.random::<f64>() < args.disconnect_share {
             job.task_groups[0].max_client_disconnect = Some(args.max_client_disconnect);
             job.task_groups[0].replace_on_disconnect = args.disconnect_replace;
@@ -308,6 +320,26 @@ fn workload(args: &Args, mock: bool, rng: &mut SmallRng) -> Vec<Job> {
         }
     }
     jobs
+}
+
+/// Gives some service jobs a spread, an affinity or dynamic ports (by `j`).
+fn with_placement_feature(job: &mut Job, j: usize) {
+    let group = &mut job.task_groups[0];
+    match j % 6 {
+        0 => {
+            job.spreads.push(Spread::even("${node.datacenter}", 50));
+            group.spreads.push(Spread::even("${meta.rack}", 50));
+        }
+        1 => {
+            let rack = format!("r{}", j / 6 % 10);
+            job.affinities.push(Affinity::new("${meta.rack}", ConstraintOperand::Equal, &rack, 50));
+        }
+        2 => {
+            let ports = vec![Port::new("http", 0), Port::new("admin", 0)];
+            group.networks = vec![NetworkResource { reserved_ports: vec![], dynamic_ports: ports }];
+        }
+        _ => {}
+    }
 }
 
 /// The jobs below their count and what their last evals said, for a run

@@ -121,6 +121,11 @@ pub struct Report {
     pub largest_plan_allocs: usize,
     pub largest_plan_bytes: usize,
     pub largest_plan_bytes_jobs_inline: usize,
+    /// Live allocations holding ports, and the ports they hold.
+    pub allocs_with_ports: u64,
+    pub ports_held: u64,
+    /// Allocations evicted by preemption.
+    pub allocs_preempted: u64,
     pub peak_rss_bytes: u64,
     pub network: NetworkReport,
     pub invariant_violations: Vec<String>,
@@ -154,6 +159,9 @@ impl Report {
         self.largest_plan_allocs = cluster.largest_plan_allocs as usize;
         self.largest_plan_bytes = cluster.largest_plan_bytes as usize;
         self.largest_plan_bytes_jobs_inline = cluster.largest_plan_bytes_jobs_inline as usize;
+        self.allocs_with_ports = cluster.allocs_with_ports;
+        self.ports_held = cluster.ports_held;
+        self.allocs_preempted = stats.plan_applier.allocs_preempted;
         let [p50, p90, p99, max] = cluster.eval_latency_us.map(|micros| micros as f64 / 1000.0);
         self.eval_latency_ms = Latency { p50, p90, p99, max };
     }
@@ -178,12 +186,15 @@ impl Report {
         net.server_peak_rss_bytes = cluster.peak_rss_bytes;
     }
 
-    /// Checks the end state: no node oversubscribed, every job at its
-    /// desired count, every eval finished, no allocation left unknown on a
-    /// node that is back, every node ready.
+    /// Checks the end state: no node oversubscribed, no port used twice on
+    /// a node, every job at its desired count, every eval finished, no
+    /// allocation left unknown on a node that is back, every node ready.
     pub fn check_invariants(&mut self, cluster: &ClusterReport) {
         for node in &cluster.nodes_oversubscribed {
             self.invariant_violations.push(format!("node oversubscribed: {node}"));
+        }
+        for collision in &cluster.port_collisions {
+            self.invariant_violations.push(format!("port used twice on a node (or reserved): {collision}"));
         }
         for job in &cluster.jobs {
             if job.live != job.desired {
@@ -241,6 +252,8 @@ impl Report {
             "  largest plan               {} allocations, {} bytes encoded ({} with jobs inline)",
             self.largest_plan_allocs, self.largest_plan_bytes, self.largest_plan_bytes_jobs_inline
         );
+        println!("  allocations with ports     {} ({} ports)", self.allocs_with_ports, self.ports_held);
+        println!("  allocations preempted      {}", self.allocs_preempted);
         println!("  peak RSS                   {:.1} MiB", mib(self.peak_rss_bytes));
         if self.mode == "quic" {
             let n = &self.network;

@@ -1,5 +1,5 @@
-//! The scheduling pipeline in one process: convergence, conflicts, index
-//! waits, pause/resume, resizing and shutdown. Waits are on the state
+//! The scheduling pipeline in one process: convergence, conflicts (of
+//! resources and of ports), index waits, pause/resume, resizing and shutdown. Waits are on the state
 //! store's index notifications or on worker status, never on timers.
 
 use std::sync::Arc;
@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 use engine::clock::{SystemClock, Timestamp};
 use engine::server::{Server, ServerConfig};
 use engine::state::{Command, Snapshot};
-use engine::structs::{EvalStatus, Evaluation, Job, JobType, Node, NodeId, Resources, TriggerReason};
+use engine::structs::{
+    EvalStatus, Evaluation, Job, JobType, NetworkResource, Node, NodeId, Port, Resources, TriggerReason,
+};
 use engine::worker::WorkerStatus;
 
 const PATIENCE: Duration = Duration::from_secs(120);
@@ -118,6 +120,47 @@ fn on_a_tight_cluster_conflicting_plans_are_refused_retried_and_never_oversubscr
     let stats = server.stats();
     assert!(stats.plan_applier.plans_partially_refused > 0, "plans conflicted: {stats:?}");
     assert!(stats.workers.plans_submitted > stats.workers.evals_processed, "refused plans were re-planned");
+    server.shutdown();
+}
+
+#[test]
+fn concurrent_plans_on_a_tight_cluster_never_give_a_port_twice() {
+    // 8 workers without node claims; 18 nodes with 8 dynamic ports each. A
+    // round's 8 jobs of 4 allocations share two static ports (16 holders
+    // each) and take one dynamic port each, so workers released together
+    // pick the same nodes and ports and the plan applier must refuse.
+    let server = server(8, |config| config.worker.node_claims = false);
+    for i in 0..18 {
+        let mut node = Node::new_ready(NodeId::from_u128(i + 1), "dc1", "c", Resources::new(4000, 8192, 10_000));
+        node.network.min_dynamic_port = 20_000;
+        node.network.max_dynamic_port = 20_007;
+        server.nodes().register(node).expect("node registers");
+    }
+    let mut jobs = Vec::new();
+    for round in 0..3u16 {
+        server.workers().pause(None);
+        for j in 0..8u16 {
+            let mut job = job(&format!("ports-{round}-{j}"), JobType::Service, 4, 100);
+            job.datacenters = vec!["dc1".into()];
+            job.task_groups[0].networks = vec![NetworkResource {
+                reserved_ports: vec![Port::new("static", 8000 + 2 * round + j % 2)],
+                dynamic_ports: vec![Port::new("dynamic", 0)],
+            }];
+            server.jobs().register(job.clone()).expect("job registers");
+            jobs.push(job);
+        }
+        server.workers().resume(None);
+        let snapshot =
+            wait_for(&server, "the round to place", |snapshot| jobs.iter().all(|job| live(snapshot, job) == 4));
+        assert_not_oversubscribed(&snapshot);
+        let collisions = snapshot.port_collisions();
+        assert!(collisions.is_empty(), "ports held twice: {collisions:?}");
+        if server.stats().plan_applier.plans_partially_refused > 0 {
+            break;
+        }
+    }
+    let stats = server.stats();
+    assert!(stats.plan_applier.plans_partially_refused > 0, "plans conflicted: {stats:?}");
     server.shutdown();
 }
 

@@ -302,6 +302,13 @@ pub struct ClusterReport {
     pub nodes_disconnected: u64,
     /// Nodes whose allocations ask for more than they have.
     pub nodes_oversubscribed: Vec<String>,
+    /// Ports held twice on one node by live allocations, or held although
+    /// the node reserves them, as `node: port`.
+    pub port_collisions: Vec<String>,
+    /// Live allocations that hold ports, and the ports they hold.
+    pub allocs_with_ports: u64,
+    /// See `allocs_with_ports`.
+    pub ports_held: u64,
     /// Jobs: id, type, allocations asked for (system jobs: the ready
     /// nodes that can run them), live (not terminal) and running.
     pub jobs: Vec<JobCounts>,

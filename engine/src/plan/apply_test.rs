@@ -104,6 +104,74 @@ fn new_placements_need_a_ready_node_but_updates_do_not() {
     assert_eq!(refused.len(), 1, "unknown node");
 }
 
+fn with_port(mut alloc: Allocation, port: u16) -> Allocation {
+    alloc.ports = vec![crate::structs::AllocatedPort { label: "p".into(), value: port, to: 0, host_ip: "".into() }];
+    alloc
+}
+
+#[test]
+fn a_port_is_never_given_twice_on_a_node_across_plans() {
+    let (f, _) = fixture();
+    let holder = with_port(alloc_of(&f.job, 1, 10), 8080);
+    let write = Command::ApplyPlanResults {
+        eval_id: EvalId::from_u128(2),
+        allocs: vec![holder.clone()],
+        evals: vec![],
+        time: Timestamp(2),
+    };
+    f.store.apply(write).expect("the holder");
+    let snapshot = f.store.snapshot();
+    let check = |plan: &Plan, overlay: &HashMap<NodeId, Vec<Allocation>>| evaluate_plan(plan, &snapshot, overlay).1;
+    let none = HashMap::new();
+    assert_eq!(
+        check(&plan_placing(vec![with_port(alloc_of(&f.job, 2, 10), 8080)]), &none).len(),
+        1,
+        "held in the state"
+    );
+    assert!(check(&plan_placing(vec![with_port(alloc_of(&f.job, 2, 10), 8081)]), &none).is_empty());
+    let twice = plan_placing(vec![with_port(alloc_of(&f.job, 2, 10), 9000), with_port(alloc_of(&f.job, 3, 10), 9000)]);
+    assert_eq!(check(&twice, &none).len(), 1, "twice in one plan");
+    let in_flight = HashMap::from([(NodeId::from_u128(NODE), vec![with_port(alloc_of(&f.job, 4, 10), 9001)])]);
+    assert_eq!(check(&plan_placing(vec![with_port(alloc_of(&f.job, 2, 10), 9001)]), &in_flight).len(), 1, "in flight");
+    // Stopping (or evicting) the holder in the same plan frees its port; an
+    // update of the holder keeps it.
+    let mut freed = plan_placing(vec![with_port(alloc_of(&f.job, 2, 10), 8080)]);
+    let mut stopped = holder.clone();
+    stopped.desired_status = DesiredStatus::Evict;
+    freed.node_preemptions.insert(NodeId::from_u128(NODE), vec![stopped]);
+    assert!(check(&freed, &none).is_empty(), "an eviction frees the port");
+    assert!(check(&plan_placing(vec![holder]), &none).is_empty(), "an update of the holder");
+    let mut reserved_node = f.store.snapshot().node(NodeId::from_u128(NODE)).expect("node").as_ref().clone();
+    reserved_node.network.reserved_ports = crate::structs::PortSet::of([7000]);
+    f.store.apply(Command::UpsertNode { node: reserved_node, evals: vec![] }).expect("re-registered");
+    let snapshot = f.store.snapshot();
+    let (_, refused) = evaluate_plan(&plan_placing(vec![with_port(alloc_of(&f.job, 2, 10), 7000)]), &snapshot, &none);
+    assert_eq!(refused.len(), 1, "a reserved port");
+}
+
+#[test]
+fn evictions_make_room_and_their_jobs_get_evals() {
+    let (f, existing) = fixture();
+    let snapshot = f.store.snapshot();
+    let mut plan = plan_placing(vec![alloc_of(&f.job, 1, 900)]);
+    let (_, refused) = evaluate_plan(&plan, &snapshot, &HashMap::new());
+    assert_eq!(refused.len(), 1, "600 + 900 > 1000");
+    let mut evicted = existing.clone();
+    evicted.desired_status = DesiredStatus::Evict;
+    plan.node_preemptions.insert(NodeId::from_u128(NODE), vec![evicted]);
+    let (result, refused) = evaluate_plan(&plan, &snapshot, &HashMap::new());
+    assert!(refused.is_empty(), "the eviction frees 600");
+    assert_eq!(result.node_preemptions.len(), 1);
+    let Command::ApplyPlanResults { allocs, evals, .. } =
+        Command::apply_plan_result(EvalId::from_u128(5), &result, Timestamp(3))
+    else {
+        panic!("a plan result")
+    };
+    assert_eq!(allocs[0].id, existing.id, "evictions are written before placements");
+    assert_eq!(evals.len(), 1);
+    assert_eq!((evals[0].job_id.clone(), evals[0].triggered_by), (f.job.id.clone(), TriggerReason::Preemption));
+}
+
 #[test]
 fn the_tracker_marks_repeat_offenders_at_a_bounded_rate() {
     let config = PlanApplierConfig {

@@ -217,6 +217,19 @@ impl FeasibilityChecker {
         }))
     }
 
+    /// The class part of [`Self::check`] alone (cached): whether nodes of
+    /// `node`'s class can run the group, leaving out its status and the
+    /// constraints that read unique attributes.
+    pub fn check_class_of(&mut self, node: &Node) -> Result<(), Filtered> {
+        if let Some(result) = self.cache.get(&node.computed_class) {
+            return result.clone();
+        }
+        let result = self.check_class(node);
+        self.class_eligibility.insert(node.computed_class, result.is_ok());
+        self.cache.insert(node.computed_class, result.clone());
+        result
+    }
+
     /// Fills the class cache from one node of each class in `nodes`.
     pub fn warm(&mut self, nodes: &[std::sync::Arc<Node>]) {
         for node in nodes {

@@ -30,8 +30,8 @@ use std::sync::Arc;
 use crate::clock::Timestamp;
 use crate::state::{NodeList, Snapshot, StateError, WaitError};
 use crate::structs::{
-    Allocation, EvalId, Evaluation, Job, JobKey, JobType, Node, NodeId, Plan, PlanResult, PreemptionConfig, Resources,
-    SchedulerConfiguration,
+    Allocation, ComputedClass, EvalId, Evaluation, Job, JobKey, JobType, Node, NodeId, Plan, PlanResult,
+    PreemptionConfig, Resources, SchedulerConfiguration,
 };
 
 /// Scoring strategy for placements: bin-pack (Nomad's default) or spread.
@@ -43,6 +43,9 @@ pub trait State: Send + Sync {
     fn index(&self) -> u64;
     /// A node by id.
     fn node(&self, id: NodeId) -> Option<Arc<Node>>;
+    /// A node by id, borrowed: no reference count taken (the hot path reads
+    /// thousands per eval, and workers read the same nodes).
+    fn node_ref(&self, id: NodeId) -> Option<&Node>;
     /// Every node, in no particular order.
     fn nodes(&self) -> Vec<Arc<Node>>;
     /// A job by key.
@@ -53,6 +56,8 @@ pub trait State: Send + Sync {
     fn allocs_by_node(&self, id: NodeId) -> Vec<Arc<Allocation>>;
     /// Ready and eligible nodes, sorted by id (a persistent list: O(1) to take).
     fn schedulable_nodes(&self) -> NodeList;
+    /// Every computed class with its nodes, whatever their status, in class order.
+    fn class_nodes(&self) -> Vec<(ComputedClass, NodeList)>;
     /// Resources used by the live allocations on a node.
     fn node_usage(&self, id: NodeId) -> Resources;
     /// Whether a live allocation on a node holds a host port.
@@ -70,6 +75,9 @@ impl State for Snapshot {
     fn node(&self, id: NodeId) -> Option<Arc<Node>> {
         Snapshot::node(self, id).cloned()
     }
+    fn node_ref(&self, id: NodeId) -> Option<&Node> {
+        Snapshot::node(self, id).map(|node| &**node)
+    }
     fn nodes(&self) -> Vec<Arc<Node>> {
         Snapshot::nodes(self).cloned().collect()
     }
@@ -84,6 +92,9 @@ impl State for Snapshot {
     }
     fn schedulable_nodes(&self) -> NodeList {
         Snapshot::schedulable_nodes(self).clone()
+    }
+    fn class_nodes(&self) -> Vec<(ComputedClass, NodeList)> {
+        Snapshot::class_nodes(self)
     }
     fn node_usage(&self, id: NodeId) -> Resources {
         Snapshot::node_usage(self, id)

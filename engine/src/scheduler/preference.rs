@@ -13,9 +13,11 @@
 //!    present only when it is not zero.
 //! 2. Both depend only on a node's attribute values: its computed class,
 //!    unless a target reads a `unique.` attribute (then its own values). So
-//!    once per eval and group the candidates are put in buckets of equal
-//!    affinity and equal spread values, with class results cached; the
-//!    buckets keep the eval's seeded node order.
+//!    once per eval and group the nodes are put in buckets of equal affinity
+//!    and equal spread values: whole classes at a time from the state's
+//!    class index (one node of each class is read), or node by node when a
+//!    target reads a unique attribute. Each bucket is walked in its own
+//!    seeded permutation (a random start and a stride coprime to its size).
 //! 3. Spread counts per attribute value are the group's live allocations
 //!    (existing ones, minus the plan's stops, plus its placements), updated
 //!    as the plan grows ([`Preferences::count`]). Scoring a candidate is a
@@ -23,19 +25,19 @@
 //!    placement, O(buckets x spreads).
 //! 4. Nomad scores every node when a group has affinities or spreads, so
 //!    that preferred nodes are found. The stack instead walks the buckets
-//!    best bonus first ([`Preferences::refresh`] orders them): the best
-//!    bucket with the whole score limit, then the next ones while they
-//!    could still beat the best score found. A bucket in which no node had
-//!    room is not walked again in this plan: placements only fill nodes.
-
-use std::sync::Arc;
+//!    best bound first ([`Preferences::refresh`] orders them, buckets of
+//!    equal bound make a tier): the best tier with the whole score limit,
+//!    then the next ones while they could still beat the best score found.
+//!    A bucket in which no node had room is not walked again in this plan:
+//!    placements only fill nodes.
 
 use hashbrown::HashMap;
+use rand::Rng;
 use smallvec::SmallVec;
 
 use super::feasible::{is_unique_target, resolve_target, Prepared};
 use super::rank::Score;
-use crate::structs::{AllocMetric, ComputedClass, Job, Node, TaskGroup};
+use crate::structs::{AllocMetric, ComputedClass, Job, Node, NodeId, TaskGroup};
 
 /// The value id of a node without the spread attribute.
 const MISSING: u32 = u32::MAX;
@@ -51,13 +53,16 @@ struct Key {
     values: Values,
 }
 
-/// Nodes equal for one group's preferences, in the eval's node order.
+/// Nodes equal for one group's preferences, walked in a seeded permutation.
 #[derive(Debug)]
 pub struct Bucket {
-    /// The nodes, feasible by class.
-    pub nodes: Vec<Arc<Node>>,
-    /// Where the walk goes on from.
-    pub cursor: usize,
+    /// The nodes, feasible by class (some may since have left the
+    /// schedulable set: the walk skips those).
+    pub nodes: Vec<NodeId>,
+    start: usize,
+    stride: usize,
+    /// How many nodes the walk has visited so far.
+    visited: usize,
     /// No node had room when the whole bucket was last walked.
     pub exhausted: bool,
     /// The affinity component of its nodes' score.
@@ -167,6 +172,38 @@ impl SpreadCounts {
 /// Nomad's boost for an even spread: positive for values below the
 /// smallest count of the values in use, negative for those above it;
 /// `min` is the smallest non-zero count (0: nothing placed yet).
+impl Bucket {
+    /// The next node of the bucket's permutation.
+    pub fn next_node(&mut self) -> NodeId {
+        let n = self.nodes.len();
+        let position = (self.start + self.visited % n * self.stride) % n;
+        self.visited += 1;
+        self.nodes[position]
+    }
+
+    fn shuffle(&mut self, rng: &mut impl Rng) {
+        let n = self.nodes.len().max(1);
+        self.start = rng.random_range(0..n);
+        self.stride = coprime_stride(n, rng);
+    }
+}
+
+/// A stride in `1..=n` coprime to `n`, drawn from `rng`: stepping by it
+/// from any start visits all `n` positions once.
+pub fn coprime_stride(n: usize, rng: &mut impl Rng) -> usize {
+    let gcd = |mut a: usize, mut b: usize| {
+        while b != 0 {
+            (a, b) = (b, a % b);
+        }
+        a
+    };
+    let mut stride = rng.random_range(1..n.max(2)).min(n.max(1));
+    while n > 1 && gcd(stride, n) != 1 {
+        stride = stride % (n - 1) + 1;
+    }
+    stride
+}
+
 fn even_spread_boost(current: u32, min: u32, max: u32) -> f64 {
     if max == 0 {
         return 0.0;
@@ -229,17 +266,31 @@ impl Preferences {
         })
     }
 
-    /// Puts a candidate (feasible by class) in its bucket.
-    pub fn add_candidate(&mut self, node: Arc<Node>) {
-        let bucket = match self.class_buckets.get(&node.computed_class) {
-            Some(bucket) if !self.per_node => *bucket,
-            _ => {
-                let bucket = self.bucket_for(&node);
-                self.class_buckets.insert(node.computed_class, bucket);
-                bucket
-            }
-        };
-        self.buckets[bucket].nodes.push(node);
+    /// Whether nodes must be bucketed one by one (a target reads a
+    /// `unique.` attribute) rather than by class.
+    pub fn per_node(&self) -> bool {
+        self.per_node
+    }
+
+    /// Puts the nodes `ids` of the class of `representative` (one of them,
+    /// feasible by class) in their bucket.
+    pub fn add_class(&mut self, representative: &Node, ids: impl Iterator<Item = NodeId>) {
+        let bucket = self.bucket_for(representative);
+        self.class_buckets.insert(representative.computed_class, bucket);
+        self.buckets[bucket].nodes.extend(ids);
+    }
+
+    /// Puts one node (feasible) in its bucket.
+    pub fn add_node(&mut self, node: &Node) {
+        let bucket = self.bucket_for(node);
+        self.buckets[bucket].nodes.push(node.id);
+    }
+
+    /// Draws every bucket's walk order from `rng`; call once the buckets are filled.
+    pub fn shuffle(&mut self, rng: &mut impl Rng) {
+        for bucket in &mut self.buckets {
+            bucket.shuffle(rng);
+        }
     }
 
     fn bucket_for(&mut self, node: &Node) -> usize {
@@ -250,7 +301,9 @@ impl Preferences {
         let affinity = (key.affinity != 0).then(|| f64::from(key.affinity) / self.affinity_weights);
         self.buckets.push(Bucket {
             nodes: Vec::new(),
-            cursor: 0,
+            start: 0,
+            stride: 1,
+            visited: 0,
             exhausted: false,
             affinity,
             spread: None,
@@ -310,15 +363,25 @@ impl Preferences {
         let buckets = &self.buckets;
         self.order.sort_by(|a, b| buckets[*b].bound.total_cmp(&buckets[*a].bound).then(a.cmp(b)));
     }
+
+    /// Where the tier that starts at `start` in [`Self::order`] ends: the
+    /// buckets after it with the same bound (to rounding) are in it.
+    pub fn tier_end(&self, start: usize) -> usize {
+        let bound = self.buckets[self.order[start]].bound;
+        let same = self.order[start..].iter().take_while(|index| (self.buckets[**index].bound - bound).abs() < 1e-9);
+        start + same.count()
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use crate::structs::{Affinity, ConstraintOperand, JobType, NodeId, Resources, Spread};
+    use rand::SeedableRng;
 
-    fn node(n: u128, datacenter: &str, class: &str) -> Arc<Node> {
-        Arc::new(Node::new_ready(NodeId::from_u128(n), datacenter, class, Resources::new(1000, 1000, 0)))
+    use super::*;
+    use crate::structs::{Affinity, ConstraintOperand, JobType, Resources, Spread};
+
+    fn node(n: u128, datacenter: &str, class: &str) -> Node {
+        Node::new_ready(NodeId::from_u128(n), datacenter, class, Resources::new(1000, 1000, 0))
     }
 
     #[test]
@@ -340,8 +403,9 @@ mod tests {
             .into_iter()
             .enumerate()
         {
-            preferences.add_candidate(node(n as u128 + 1, dc, class));
+            preferences.add_node(&node(n as u128 + 1, dc, class));
         }
+        preferences.shuffle(&mut rand::rngs::SmallRng::seed_from_u64(3));
         assert_eq!(preferences.buckets.len(), 4);
         preferences.refresh();
         let best = &preferences.buckets[preferences.order[0]];
@@ -355,7 +419,23 @@ mod tests {
         }
         preferences.refresh();
         let best = &preferences.buckets[preferences.order[0]];
-        assert_eq!(best.nodes[0].datacenter.as_ref(), "dc2", "dc1 is at its target: dc2 now leads");
+        assert_eq!(best.nodes, vec![NodeId::from_u128(3)], "dc1 is at its target: dc2 now leads");
+        let mut ones = preferences.buckets.remove(preferences.order[0]);
+        assert_eq!((ones.next_node(), ones.next_node()), (NodeId::from_u128(3), NodeId::from_u128(3)));
+    }
+
+    #[test]
+    fn a_bucket_walk_visits_every_node_once_per_round() {
+        let mut job = Job::new_simple("web", JobType::Service, 1, Resources::new(1, 1, 0));
+        job.spreads.push(Spread::even("${node.datacenter}", 50));
+        let mut preferences = Preferences::of(&job, &job.task_groups[0]).expect("has preferences");
+        let representative = node(1, "dc1", "c");
+        preferences.add_class(&representative, (1..=12).map(NodeId::from_u128));
+        preferences.shuffle(&mut rand::rngs::SmallRng::seed_from_u64(9));
+        let bucket = &mut preferences.buckets[0];
+        let mut seen: Vec<NodeId> = (0..12).map(|_| bucket.next_node()).collect();
+        seen.sort_unstable();
+        assert_eq!(seen, (1..=12).map(NodeId::from_u128).collect::<Vec<_>>());
     }
 
     #[test]

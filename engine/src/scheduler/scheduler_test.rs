@@ -8,8 +8,8 @@ use super::Algorithm;
 use crate::clock::Timestamp;
 use crate::state::{ClientAllocUpdate, Command};
 use crate::structs::{
-    ClientStatus, Constraint, ConstraintOperand, DelayFunction, EvalStatus, Evaluation, Job, JobType, Node, NodeId,
-    NodeStatus, ReschedulePolicy, Resources, TriggerReason,
+    ClientStatus, Constraint, ConstraintOperand, DelayFunction, EvalStatus, Evaluation, Job, JobType, NetworkResource,
+    Node, NodeId, NodeStatus, Port, PortSet, ReschedulePolicy, Resources, TriggerReason,
 };
 
 const NOW: Timestamp = Timestamp(1_000_000 * 1_000_000_000);
@@ -463,27 +463,68 @@ fn an_unblocked_eval_that_still_cannot_place_is_reblocked() {
     assert_eq!(h.reblocked_evals[0].id, blocked.id);
 }
 
+/// A job of `count` allocations asking for `statics` static ports (from a
+/// pool of three, so jobs collide) and `dynamics` dynamic ones.
+fn job_with_ports(id: &str, count: u32, ask: Resources, statics: &[u16], dynamics: usize) -> Job {
+    let mut job = Job::new_simple(id, JobType::Service, count, ask);
+    if !statics.is_empty() || dynamics > 0 {
+        job.task_groups[0].networks = vec![NetworkResource {
+            reserved_ports: statics.iter().map(|port| Port::new(&format!("s{port}"), 8000 + port)).collect(),
+            dynamic_ports: (0..dynamics).map(|i| Port::new(&format!("d{i}"), 0)).collect(),
+        }];
+    }
+    job
+}
+
+/// No port twice on a node among the live placements of any plan.
+fn assert_no_port_twice_in_a_plan(harness: &Harness) {
+    for plan in &harness.plans {
+        for (node, allocs) in &plan.node_allocation {
+            let mut ports: Vec<u16> =
+                allocs.iter().filter(|alloc| !alloc.terminal()).flat_map(|alloc| alloc.port_values()).collect();
+            let given = ports.len();
+            ports.sort_unstable();
+            ports.dedup();
+            assert_eq!(ports.len(), given, "a port given twice on node {node} in one plan");
+        }
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
     #[test]
     fn a_plan_never_puts_more_on_a_node_than_it_has(
-        sizes in proptest::collection::vec((500u64..8000, 256u64..16_384), 1..8),
+        sizes in proptest::collection::vec((500u64..8000, 256u64..16_384, 1u16..12), 1..8),
         count in 1u32..40,
         cpu in 50u64..3000,
         memory in 32u64..4096,
+        statics in proptest::collection::vec(0u16..3, 0..2),
+        dynamics in 0usize..3,
         spread in any::<bool>(),
         seed in any::<u64>(),
     ) {
         let mut h = Harness::new(NOW);
         h.config.seed = seed;
         h.config.algorithm = if spread { Algorithm::Spread } else { Algorithm::Binpack };
-        h.add_nodes(sizes.iter().enumerate().map(|(i, (cpu, memory))| {
-            Node::new_ready(NodeId::from_u128(i as u128 + 1), "dc1", "c", Resources::new(*cpu, *memory, 10_000))
+        h.add_nodes(sizes.iter().enumerate().map(|(i, (cpu, memory, dynamic_ports))| {
+            let mut node =
+                Node::new_ready(NodeId::from_u128(i as u128 + 1), "dc1", "c", Resources::new(*cpu, *memory, 10_000));
+            node.network.min_dynamic_port = 30_000;
+            node.network.max_dynamic_port = 30_000 + dynamic_ports - 1;
+            node.network.reserved_ports = PortSet::of([8002]);
+            node
         }));
-        let job = Job::new_simple("prop", JobType::Service, count, Resources::new(cpu, memory, 0));
+        // Another job holds ports first, so the snapshot has some.
+        let first = job_with_ports("first", 3, Resources::new(10, 10, 0), &[1], 1);
+        let eval = h.register(&first);
+        h.process(&eval).expect("scheduled");
+        let job = job_with_ports("prop", count, Resources::new(cpu, memory, 0), &statics, dynamics);
         let eval = h.register(&job);
         h.process(&eval).expect("scheduled");
         assert_not_oversubscribed(&h);
+        assert_no_port_twice_in_a_plan(&h);
+        let collisions = h.store.snapshot().port_collisions();
+        prop_assert!(collisions.is_empty(), "ports held twice or reserved: {:?}", collisions);
         let placed = h.live_allocs(&job).len() as u64;
         let queued = h.last_update().queued_allocations.get("group").copied().unwrap_or(0);
         prop_assert_eq!(placed + queued, u64::from(count), "every slot is placed or queued");

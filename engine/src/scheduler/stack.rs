@@ -11,10 +11,10 @@
 //!    is ever oversubscribed, and no port given twice, within a plan.
 //! 3. Up to `limit` nodes that pass are scored ([`super::rank`]); the best
 //!    wins. A group with affinities or spreads walks its nodes in buckets of
-//!    equal preference instead, best first ([`super::preference`]): up to
-//!    `limit` nodes with room in the best bucket, then up to
-//!    [`NEXT_BUCKET_BUDGET`] in each next bucket that could still beat the
-//!    best score, at most `limit` more in all.
+//!    equal preference instead ([`super::preference`]), in tiers of equal
+//!    bonus, best first: up to `limit` nodes with room in the best tier
+//!    (its buckets in turn), then up to [`NEXT_TIER_BUDGET`] in each next
+//!    tier that could still beat the best score, at most `limit` more in all.
 //! 4. When nothing has room and the job may preempt, every candidate is
 //!    checked for what could be evicted there ([`super::preempt`]); the
 //!    cheapest of the first `limit` options wins.
@@ -27,10 +27,11 @@ use std::sync::Arc;
 use hashbrown::{HashMap, HashSet};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
+use smallvec::SmallVec;
 
 use super::feasible::{resolve_target, FeasibilityChecker};
 use super::preempt::{preemption_for, Preemption};
-use super::preference::Preferences;
+use super::preference::{coprime_stride, Bucket, Preferences};
 use super::rank::{anti_affinity_score, fit_score, Score};
 use super::usage::{PlanUsage, PortAsk};
 use super::{Algorithm, NodeClaims, State};
@@ -39,8 +40,8 @@ use crate::structs::{
     AllocMetric, AllocatedPort, Allocation, ConstraintOperand, Job, Node, NodeId, Resources, TaskGroup,
 };
 
-/// How many nodes with room are scored in each bucket after the best one.
-pub const NEXT_BUCKET_BUDGET: usize = 2;
+/// How many nodes with room are scored in each tier of buckets after the best one.
+pub const NEXT_TIER_BUDGET: usize = 2;
 
 /// How many feasible nodes with room to score per placement: ceil(log2(n))
 /// with a floor of 2, as Nomad does for services. Scoring is cheap here (a
@@ -100,17 +101,17 @@ pub struct Stack {
     rng: SmallRng,
 }
 
+impl Selection {
+    /// A selection of the node `id` of `state` with `score`, nothing evicted yet.
+    fn of(state: &dyn State, id: NodeId, score: f64) -> Option<Selection> {
+        Some(Selection { node: state.node(id)?, score, ports: Vec::new(), preempted: Vec::new() })
+    }
+}
+
 impl std::fmt::Debug for Stack {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Stack").field("candidates", &self.candidates.len()).field("limit", &self.limit).finish()
     }
-}
-
-fn gcd(mut a: usize, mut b: usize) -> usize {
-    while b != 0 {
-        (a, b) = (b, a % b);
-    }
-    a
 }
 
 impl Stack {
@@ -120,10 +121,7 @@ impl Stack {
         let n = candidates.len().max(1);
         let mut rng = SmallRng::seed_from_u64(seed);
         let start = rng.random_range(0..n);
-        let mut stride = rng.random_range(1..n.max(2)).min(n);
-        while n > 1 && gcd(stride, n) != 1 {
-            stride = stride % (n - 1) + 1;
-        }
+        let stride = coprime_stride(n, &mut rng);
         let limit = score_limit(candidates.len());
         let mut stack = Stack {
             state,
@@ -161,10 +159,15 @@ impl Stack {
 
     /// The next candidate in this eval's order.
     fn next_candidate(&mut self) -> Option<Arc<Node>> {
+        self.next_candidate_id().and_then(|id| self.state.node(id))
+    }
+
+    /// The id of the next candidate in this eval's order.
+    fn next_candidate_id(&mut self) -> Option<NodeId> {
         let n = self.candidates.len();
         let position = (self.start + self.visited_total % n * self.stride) % n;
         self.visited_total += 1;
-        self.candidates.get(position).and_then(|id| self.state.node(id))
+        self.candidates.get(position)
     }
 
     fn count_existing_job_allocs(&mut self) {
@@ -212,11 +215,8 @@ impl Stack {
 
     /// The feasibility checker of a group (created on first use).
     pub fn checker(&mut self, group: &TaskGroup) -> &mut FeasibilityChecker {
-        if !self.checkers.contains_key(group.name.as_str()) {
-            let checker = FeasibilityChecker::new(&self.job, group);
-            self.checkers.insert(Arc::from(group.name.as_str()), checker);
-        }
-        self.checkers.get_mut(group.name.as_str()).expect("the group's checker was just inserted")
+        let job = &self.job;
+        self.checkers.entry_ref(group.name.as_str()).or_insert_with(|| FeasibilityChecker::new(job, group))
     }
 
     /// Whether any group's constraints escaped class checking (or depend on placement).
@@ -341,38 +341,54 @@ impl Stack {
         respect_claims: bool,
         passed_over: &mut usize,
     ) -> Option<Selection> {
-        let mut best: Option<Selection> = None;
+        // Nodes are read by reference from a handle on the state, so a
+        // candidate costs no reference count; only the winner is kept.
+        let state = self.state.clone();
+        let mut best: Option<(f64, &Node)> = None;
         let (mut scored, mut visited) = (0, 0);
         while visited < self.candidates.len() && scored < self.limit {
             visited += 1;
-            let Some(node) = self.next_candidate() else { continue };
-            if respect_claims && self.claimed_by_other(&node) {
+            let Some(node) = self.next_candidate_id().and_then(|id| state.node_ref(id)) else { continue };
+            if respect_claims && self.claimed_by_other(node) {
                 *passed_over += 1;
                 continue;
             }
-            let Some(score) = self.consider(&node, ask, (None, None), penalty, metrics, false) else { continue };
+            let Some(score) = self.consider(node, ask, (None, None), penalty, metrics) else { continue };
             scored += 1;
-            if best.as_ref().is_none_or(|best| score > best.score) {
-                best = Some(Selection { node, score, ports: Vec::new(), preempted: Vec::new() });
+            if best.is_none_or(|(best, _)| score > best) {
+                best = Some((score, node));
             }
         }
-        best
+        best.and_then(|(score, node)| Selection::of(&*state, node.id, score))
     }
 
-    /// The group's preferences with its buckets filled from every
-    /// candidate, in this eval's order, or `None` if it has none.
+    /// The group's preferences with its buckets filled, or `None` if it
+    /// has none: whole classes from the state's class index (the class
+    /// checked on one of its nodes), or node by node when a preference reads
+    /// a unique attribute. Classes that cannot run the group are counted
+    /// for the metrics of a placement that fails.
     fn bucketed(&mut self, group: &TaskGroup) -> Option<Preferences> {
         let mut preferences = Preferences::of(&self.job, group)?;
-        for _ in 0..self.candidates.len() {
-            let Some(node) = self.next_candidate() else { continue };
-            match self.checker(group).check(&node) {
-                Ok(()) => preferences.add_candidate(node),
-                Err(filtered) => {
-                    preferences.prefiltered.nodes_evaluated += 1;
-                    count_filtered(&mut preferences.prefiltered, &node, filtered.metric_key());
+        if preferences.per_node() {
+            for _ in 0..self.candidates.len() {
+                let Some(node) = self.next_candidate() else { continue };
+                match self.checker(group).check(&node) {
+                    Ok(()) => preferences.add_node(&node),
+                    Err(filtered) => prefilter(&mut preferences.prefiltered, &node, 1, filtered.metric_key()),
+                }
+            }
+        } else {
+            for (_, ids) in self.state.class_nodes() {
+                let Some(representative) = ids.get(0).and_then(|id| self.state.node(id)) else { continue };
+                match self.checker(group).check_class_of(&representative) {
+                    Ok(()) => preferences.add_class(&representative, ids.iter()),
+                    Err(filtered) => {
+                        prefilter(&mut preferences.prefiltered, &representative, ids.len(), filtered.metric_key())
+                    }
                 }
             }
         }
+        preferences.shuffle(&mut self.rng);
         let group_name: Arc<str> = Arc::from(group.name.as_str());
         let live = self.job_allocs.iter().filter(|((_, name), count)| *name == group_name && **count > 0);
         for ((node_id, _), count) in live {
@@ -383,8 +399,10 @@ impl Stack {
         Some(preferences)
     }
 
-    /// The bucketed walk (step 3): the best bucket with the whole limit,
-    /// then the next ones while they could beat the best score so far.
+    /// The bucketed walk (step 3): buckets of equal bound make a tier,
+    /// walked in turn; the best tier with room is scored up to `limit`
+    /// nodes, each next tier up to [`NEXT_TIER_BUDGET`] while it could still
+    /// beat the best score so far, `limit` more in all.
     fn walk_buckets(
         &mut self,
         preferences: &mut Preferences,
@@ -395,45 +413,92 @@ impl Stack {
         passed_over: &mut usize,
     ) -> Option<Selection> {
         preferences.refresh();
-        let mut best: Option<Selection> = None;
-        let mut budget: Option<usize> = None; // Nodes left to score past the best bucket.
-        for rank in 0..preferences.order.len() {
-            let bucket = &mut preferences.buckets[preferences.order[rank]];
-            if bucket.exhausted || bucket.nodes.is_empty() {
-                continue;
-            }
-            if best.as_ref().is_some_and(|best| best.score >= bucket.bound) || budget == Some(0) {
+        let mut best: Option<(f64, NodeId)> = None;
+        let mut budget: Option<usize> = None; // Nodes left to score past the best tier.
+        let mut tier_start = 0;
+        while tier_start < preferences.order.len() {
+            let tier_end = preferences.tier_end(tier_start);
+            let bound = preferences.buckets[preferences.order[tier_start]].bound;
+            if best.is_some_and(|(best, _)| best >= bound) || budget == Some(0) {
                 break;
             }
-            let allowed = budget.map_or(self.limit, |left| left.min(NEXT_BUCKET_BUDGET));
-            let bonus = (bucket.affinity, bucket.spread);
-            let (mut scored, mut passed) = (0, 0);
-            for _ in 0..bucket.nodes.len() {
-                if scored == allowed {
-                    break;
-                }
-                let node = bucket.nodes[bucket.cursor].clone();
-                bucket.cursor = (bucket.cursor + 1) % bucket.nodes.len();
-                if respect_claims && self.claimed_by_other(&node) {
-                    passed += 1;
-                    continue;
-                }
-                let Some(score) = self.consider(&node, ask, bonus, penalty, metrics, true) else { continue };
-                scored += 1;
-                if best.as_ref().is_none_or(|best| score > best.score) {
-                    best = Some(Selection { node, score, ports: Vec::new(), preempted: Vec::new() });
-                }
-            }
-            bucket.exhausted = scored == 0 && passed == 0;
-            *passed_over += passed;
-            // The first bucket with room is the best one; the budget for the next starts after it.
+            let allowed = budget.map_or(self.limit, |left| left.min(NEXT_TIER_BUDGET));
+            let tier = &preferences.order[tier_start..tier_end];
+            let scored = self.walk_tier(
+                &mut preferences.buckets,
+                tier,
+                allowed,
+                ask,
+                penalty,
+                metrics,
+                respect_claims,
+                passed_over,
+                &mut best,
+            );
+            // The first tier with room is the best one; the budget for the next starts after it.
             budget = match budget {
                 None if scored == 0 => None,
                 None => Some(self.limit),
                 Some(left) => Some(left - scored),
             };
+            tier_start = tier_end;
         }
-        best
+        best.and_then(|(score, id)| Selection::of(&*self.state, id, score))
+    }
+
+    /// Scores up to `allowed` nodes with room from the buckets of one tier,
+    /// taking them in turn; marks a bucket exhausted when a whole round of it
+    /// found no room. Returns how many were scored.
+    #[allow(clippy::too_many_arguments)]
+    fn walk_tier(
+        &mut self,
+        buckets: &mut [Bucket],
+        tier: &[usize],
+        allowed: usize,
+        ask: &Ask<'_>,
+        penalty: &HashSet<NodeId>,
+        metrics: &mut AllocMetric,
+        respect_claims: bool,
+        passed_over: &mut usize,
+        best: &mut Option<(f64, NodeId)>,
+    ) -> usize {
+        let state = self.state.clone();
+        // Per bucket of the tier: nodes visited, scored and passed over in this walk.
+        let mut walked: SmallVec<[(usize, usize, usize); 8]> = tier.iter().map(|_| (0, 0, 0)).collect();
+        let mut scored = 0;
+        let mut open =
+            tier.iter().filter(|index| !buckets[**index].exhausted && !buckets[**index].nodes.is_empty()).count();
+        let mut turn = 0;
+        while scored < allowed && open > 0 {
+            let (slot, index) = (turn % tier.len(), tier[turn % tier.len()]);
+            turn += 1;
+            let bucket = &mut buckets[index];
+            if bucket.exhausted || walked[slot].0 == bucket.nodes.len() {
+                continue;
+            }
+            let id = bucket.next_node();
+            walked[slot].0 += 1;
+            let done = walked[slot].0 == bucket.nodes.len();
+            let bonus = (bucket.affinity, bucket.spread);
+            if let Some(node) = state.node_ref(id).filter(|node| node.is_schedulable()) {
+                if respect_claims && self.claimed_by_other(node) {
+                    walked[slot].2 += 1;
+                } else if let Some(score) = self.consider(node, ask, bonus, penalty, metrics) {
+                    walked[slot].1 += 1;
+                    scored += 1;
+                    if best.is_none_or(|(best, _)| score > best) {
+                        *best = Some((score, node.id));
+                    }
+                }
+            }
+            if done {
+                open -= 1;
+                let (_, bucket_scored, bucket_passed) = walked[slot];
+                buckets[index].exhausted = bucket_scored == 0 && bucket_passed == 0;
+            }
+        }
+        *passed_over += walked.iter().map(|(_, _, passed)| passed).sum::<usize>();
+        scored
     }
 
     fn claimed_by_other(&self, node: &Node) -> bool {
@@ -441,8 +506,8 @@ impl Stack {
         self.claims.as_ref().is_some_and(|(claims, me)| claims.claimed_by_other(node.id, *me, snapshot_index))
     }
 
-    /// Step 2 for one candidate, and its score if it passes. `checked`: its
-    /// class feasibility is known (bucketed candidates).
+    /// Step 2 for one candidate, and its score (with the preference bonus
+    /// of its bucket) if it passes.
     fn consider(
         &mut self,
         node: &Node,
@@ -450,14 +515,11 @@ impl Stack {
         (affinity, spread): (Option<f64>, Option<f64>),
         penalty: &HashSet<NodeId>,
         metrics: &mut AllocMetric,
-        checked: bool,
     ) -> Option<f64> {
         metrics.nodes_evaluated += 1;
-        if !checked {
-            if let Err(filtered) = self.checker(ask.group).check(node) {
-                count_filtered(metrics, node, filtered.metric_key());
-                return None;
-            }
+        if let Err(filtered) = self.checker(ask.group).check(node) {
+            count_filtered(metrics, node, filtered.metric_key());
+            return None;
         }
         if let Some(rule) = self.distinct_violation(&ask.distinct, node, &ask.name) {
             count_filtered(metrics, node, rule);
@@ -560,6 +622,14 @@ fn count_filtered(metrics: &mut AllocMetric, node: &Node, reason: String) {
     metrics.nodes_filtered += 1;
     *metrics.class_filtered.entry(node.node_class.to_string()).or_insert(0) += 1;
     *metrics.constraint_filtered.entry(reason).or_insert(0) += 1;
+}
+
+/// Counts `nodes` nodes like `node` as evaluated and filtered for `reason`.
+fn prefilter(metrics: &mut AllocMetric, node: &Node, nodes: usize, reason: String) {
+    metrics.nodes_evaluated += nodes as u64;
+    metrics.nodes_filtered += nodes as u64;
+    *metrics.class_filtered.entry(node.node_class.to_string()).or_insert(0) += nodes as u64;
+    *metrics.constraint_filtered.entry(reason).or_insert(0) += nodes as u64;
 }
 
 fn count_exhausted(metrics: &mut AllocMetric, node: &Node, dimension: &str) {

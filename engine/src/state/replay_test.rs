@@ -10,8 +10,8 @@ use proptest::prelude::*;
 use super::*;
 use crate::clock::Timestamp;
 use crate::structs::{
-    AllocId, Allocation, ClientStatus, DesiredStatus, EvalId, EvalStatus, Evaluation, Job, JobType, Node,
-    NodeEligibility, NodeStatus, Resources, TriggerReason,
+    AllocId, AllocatedPort, Allocation, ClientStatus, DesiredStatus, EvalId, EvalStatus, Evaluation, Job, JobType,
+    Node, NodeEligibility, NodeStatus, Resources, SchedulerAlgorithm, SchedulerConfiguration, TriggerReason,
 };
 
 /// One step of the random sequence; a command is built from it against the
@@ -26,7 +26,8 @@ enum Op {
     Deregister { job: u8, purge: bool },
     Evals { job: u8, status: EvalStatus },
     Report { pick: usize, status: ClientStatus, wrong_node: bool },
-    Plan { job: u8, n: u8, places: u32, stop: usize },
+    Plan { job: u8, n: u8, places: u32, stop: usize, port: u16 },
+    Config { spread: bool, cas: Option<u64> },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -52,7 +53,14 @@ fn op() -> impl Strategy<Value = Op> {
             status,
             wrong_node
         }),
-        (0..3u8, 0..7u8, 0..4u32, any::<usize>()).prop_map(|(job, n, places, stop)| Op::Plan { job, n, places, stop }),
+        (0..3u8, 0..7u8, 0..4u32, any::<usize>(), 0..4u16).prop_map(|(job, n, places, stop, port)| Op::Plan {
+            job,
+            n,
+            places,
+            stop,
+            port
+        }),
+        (any::<bool>(), proptest::option::of(0..40u64)).prop_map(|(spread, cas)| Op::Config { spread, cas }),
     ]
 }
 
@@ -112,7 +120,15 @@ fn command(op: &Op, snapshot: &Snapshot, step: u64) -> Command {
             let update = ClientAllocUpdate { alloc_id, node_id, client_status: status, client_description: "r".into() };
             Command::UpdateAllocsFromClient { updates: vec![update], evals: vec![], time }
         }
-        Op::Plan { job, n, places, stop } => {
+        Op::Config { spread, cas } => {
+            let mut config = SchedulerConfiguration::default();
+            config.preemption_config.service_scheduler_enabled = spread;
+            if spread {
+                config.scheduler_algorithm = SchedulerAlgorithm::Spread;
+            }
+            Command::SetSchedulerConfig { config, cas_index: cas }
+        }
+        Op::Plan { job, n, places, stop, port } => {
             let mut allocs: Vec<Allocation> = Vec::new();
             // Mostly on a node that takes placements; now and then on any.
             let schedulable = snapshot.schedulable_nodes();
@@ -124,6 +140,13 @@ fn command(op: &Op, snapshot: &Snapshot, step: u64) -> Command {
                 for index in 0..places {
                     let mut alloc = Allocation::new_placement(stored, "group", index, target, EvalId::from_u128(1));
                     alloc.id = AllocId::from_u128(u128::from(step) << 8 | u128::from(index));
+                    // Few port numbers, so placements collide and are refused now and then.
+                    alloc.ports = vec![AllocatedPort {
+                        label: "p".into(),
+                        value: 20_000 + port + index as u16,
+                        to: 0,
+                        host_ip: "10.0.0.1".into(),
+                    }];
                     if index == 1 {
                         alloc.previous_allocation = snapshot.allocs_by_job(&job_key(job)).map(|alloc| alloc.id).min();
                     }
@@ -134,7 +157,7 @@ fn command(op: &Op, snapshot: &Snapshot, step: u64) -> Command {
             existing.sort_by_key(|alloc| alloc.id);
             if let Some(victim) = existing.get(stop % existing.len().max(1)) {
                 let mut stopped = Allocation::clone(victim);
-                stopped.desired_status = DesiredStatus::Stop;
+                stopped.desired_status = if port % 2 == 0 { DesiredStatus::Stop } else { DesiredStatus::Evict };
                 stopped.record_client_status(ClientStatus::Lost, time);
                 allocs.insert(0, stopped);
             }
@@ -163,6 +186,16 @@ proptest! {
         }
         prop_assert_eq!(live.latest_index(), ops.len() as u64, "every command took one position ({} refused)", refused);
         prop_assert_eq!(live.snapshot().dump(), replica.snapshot().dump());
+        // The port index is what the live allocations hold, and never holds one twice.
+        let snapshot = live.snapshot();
+        prop_assert!(snapshot.port_collisions().is_empty());
+        for node in snapshot.nodes() {
+            let mut held: Vec<u16> =
+                snapshot.allocs_by_node(node.id).filter(|alloc| !alloc.terminal()).flat_map(|alloc| alloc.port_values()).collect();
+            held.sort_unstable();
+            let indexed: Vec<u16> = snapshot.node_ports(node.id).map(|ports| ports.iter().collect()).unwrap_or_default();
+            prop_assert_eq!(held, indexed, "node {}", node.id);
+        }
         // The replica's allocations of one job version share one job.
         let snapshot = replica.snapshot();
         let mut by_version: hashbrown::HashMap<(JobKey, u64), Arc<Job>> = hashbrown::HashMap::new();

@@ -218,6 +218,15 @@ impl Snapshot {
         self.nodes_by_class.get(&class).into_iter().flat_map(|ids| ids.iter().copied())
     }
 
+    /// Every computed class with its nodes (whatever their status), in class
+    /// order; each list is O(1) to take.
+    pub fn class_nodes(&self) -> Vec<(ComputedClass, NodeList)> {
+        let mut classes: Vec<(ComputedClass, NodeList)> =
+            self.nodes_by_class.iter().map(|(class, ids)| (*class, NodeList(ids.clone()))).collect();
+        classes.sort_unstable_by_key(|(class, _)| *class);
+        classes
+    }
+
     /// A job by key.
     pub fn job(&self, key: &JobKey) -> Option<&Arc<Job>> {
         self.jobs.get(key)

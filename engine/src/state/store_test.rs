@@ -541,3 +541,38 @@ fn a_write_wakes_only_the_watchers_of_the_nodes_it_touched() {
     register(&store, &job("other"));
     assert!(woken(&mut listeners, &mut context).is_empty());
 }
+
+#[test]
+fn the_port_index_follows_live_allocations_and_refuses_a_port_held_twice() {
+    let store = StateStore::new();
+    store.apply(Command::UpsertNode { node: node(1), evals: vec![] }).expect("node");
+    let web = job("web");
+    register(&store, &web);
+    let stored = store.snapshot().job(&web.key()).expect("job stored").clone();
+    let with_port = |index: u32, port: u16| {
+        let mut alloc = Allocation::new_placement(&stored, "group", index, NodeId::from_u128(1), EvalId::from_u128(9));
+        alloc.ports =
+            vec![crate::structs::AllocatedPort { label: "http".into(), value: port, to: 0, host_ip: "".into() }];
+        alloc
+    };
+    let plan = |allocs: Vec<Allocation>| Command::ApplyPlanResults {
+        eval_id: EvalId::from_u128(9),
+        allocs,
+        evals: vec![],
+        time: Timestamp(5),
+    };
+    let holder = with_port(0, 8080);
+    store.apply(plan(vec![holder.clone()])).expect("placed");
+    assert!(store.snapshot().port_in_use(NodeId::from_u128(1), 8080));
+    let second = with_port(1, 8080);
+    let applied = store.apply(plan(vec![second.clone()])).expect("applies");
+    assert_eq!(applied.refused_placements, vec![second.id], "8080 is held");
+    // Stopping the holder first, in the same command, frees the port.
+    let mut stopped = holder;
+    stopped.desired_status = DesiredStatus::Stop;
+    let applied = store.apply(plan(vec![stopped, second])).expect("applies");
+    assert!(applied.refused_placements.is_empty());
+    let snapshot = store.snapshot();
+    assert_eq!(snapshot.node_ports(NodeId::from_u128(1)).map(|ports| ports.len()), Some(1));
+    assert!(snapshot.port_collisions().is_empty());
+}
