@@ -21,8 +21,10 @@
 //! 3. shut the plan queue (waiting plans are answered) and stop the applier;
 //! 4. stop the reaper and the timer thread; write the open alloc update
 //!    batch and stop the batcher;
-//! 5. remove the apply hook, then shut the broker and the store, waking
-//!    anything still waiting.
+//! 5. remove the apply hook, then shut the broker;
+//! 6. shut the store, waking anything still waiting ([`Server::shutdown`];
+//!    [`Server::stop`] ends at step 5 and leaves the store to its log, which
+//!    a replicated server stops first).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -135,9 +137,15 @@ pub struct Core {
 }
 
 impl Core {
-    /// The parts over `store`; `heartbeat_seed` fixes the heartbeat jitter (simulations).
+    /// The parts over `store`, which is its own log; `heartbeat_seed`
+    /// fixes the heartbeat jitter (simulations).
     pub fn new(config: &ServerConfig, clock: SharedClock, store: Arc<StateStore>, heartbeat_seed: Option<u64>) -> Core {
-        let writer = Writer::direct(store.clone());
+        Core::over(config, clock, Writer::direct(store), heartbeat_seed)
+    }
+
+    /// The parts over `writer`'s log and store (a replicated log's).
+    pub fn over(config: &ServerConfig, clock: SharedClock, writer: Writer, heartbeat_seed: Option<u64>) -> Core {
+        let store = writer.store().clone();
         let broker = Arc::new(EvalBroker::new(config.broker.clone(), clock.clone()));
         let blocked = Arc::new(BlockedEvals::new(broker.clone(), clock.clone()));
         let router = Router::new(broker.clone(), blocked.clone());
@@ -212,7 +220,15 @@ impl Server {
 
     /// Starts every part on existing state (module docs).
     pub fn start_on(config: ServerConfig, clock: SharedClock, store: Arc<StateStore>) -> Server {
-        let core = Arc::new(Core::new(&config, clock.clone(), store, None));
+        Server::start_with(config, clock, Writer::direct(store))
+    }
+
+    /// Starts the leader services over `writer`'s log and the state its
+    /// store holds (a recovered or replicated store): what a server does
+    /// once it leads. [`Server::stop`] stops them and leaves the store to
+    /// its log.
+    pub fn start_with(config: ServerConfig, clock: SharedClock, writer: Writer) -> Server {
+        let core = Arc::new(Core::over(&config, clock.clone(), writer, None));
         let plan_queue = Arc::new(PlanQueue::new());
         let applier = PlanApplier::start(
             config.plan_applier.clone(),
@@ -315,8 +331,16 @@ impl Server {
             && self.plan_queue.depth() == 0
     }
 
-    /// Stops everything (module docs, shutdown order). Idempotent.
+    /// Stops everything and shuts the store (module docs, shutdown order).
+    /// Idempotent.
     pub fn shutdown(&self) {
+        self.stop();
+        self.core.store.shutdown();
+    }
+
+    /// Stops the leader services (module docs, steps 1-5) and leaves the
+    /// store running: a replicated log keeps applying to it. Idempotent.
+    pub fn stop(&self) {
         if self.stopping.swap(true, Ordering::AcqRel) {
             return;
         }
@@ -339,7 +363,6 @@ impl Server {
         }
         self.core.store.set_hook(None);
         self.core.broker.shutdown();
-        self.core.store.shutdown();
     }
 }
 

@@ -373,8 +373,14 @@ impl Snapshot {
         let before = old.as_deref().map(live).unwrap_or_default();
         let after = live(&alloc);
         if before != after {
-            let usage = self.node_usage.get(&alloc.node_id).copied().unwrap_or_default();
-            self.node_usage.insert(alloc.node_id, usage.minus(before).plus(after));
+            // A node without live usage has no row, so a decoded snapshot,
+            // which sums the live allocations, rebuilds the same rows.
+            let usage = self.node_usage.get(&alloc.node_id).copied().unwrap_or_default().minus(before).plus(after);
+            if usage == Resources::default() {
+                self.node_usage.remove(&alloc.node_id);
+            } else {
+                self.node_usage.insert(alloc.node_id, usage);
+            }
         }
         let live_ports = |alloc: &Allocation| if alloc.terminal() { Vec::new() } else { alloc.port_values().collect() };
         let (freed, taken) = (old.as_deref().map(live_ports).unwrap_or_default(), live_ports(&alloc));

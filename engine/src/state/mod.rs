@@ -36,6 +36,7 @@
 mod apply;
 mod codec;
 mod command;
+mod persist;
 mod snapshot;
 mod table;
 mod watch;
@@ -48,9 +49,11 @@ use std::time::{Duration, Instant};
 use arc_swap::{ArcSwap, ArcSwapOption};
 use event_listener::Event;
 use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
 
 pub use codec::{CodecError, FORMAT_VERSION};
 pub use command::{ClientAllocUpdate, Command};
+pub use persist::{PersistError, MAX_RECORD, SNAPSHOT_FORMAT_VERSION};
 pub use snapshot::{NodeList, Snapshot, StateDump, TableIndexes};
 pub use table::{Iter as TableIter, Table};
 pub use watch::{wait_until, wait_until_async, NodeWatch};
@@ -61,7 +64,7 @@ use watch::NodeWatches;
 use crate::structs::{AllocId, ComputedClass, EvalId, Evaluation, JobKey, Node, NodeId};
 
 /// Why a command was refused. The state is unchanged.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
 pub enum StateError {
     /// The command names a node the store does not know.
     #[error("unknown node {0}")]
@@ -110,6 +113,10 @@ pub enum StateError {
         /// The stored configuration's modify index (0: none stored).
         stored: u64,
     },
+    /// The command log did not take the write (it stopped, or this server
+    /// no longer leads); it was not acknowledged.
+    #[error("the command log did not take the write: {0}")]
+    Log(String),
     /// A log position at or before one already applied.
     #[error("log position {index} is not after the last applied position {last}")]
     StaleIndex {
@@ -140,7 +147,7 @@ pub enum WaitError {
 }
 
 /// A node whose free capacity grew: blocked evals of its class may now fit.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CapacityChange {
     /// The node.
     pub node_id: NodeId,
@@ -155,7 +162,7 @@ impl CapacityChange {
 }
 
 /// What a command did that the rest of the server reacts to.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Applied {
     /// The index (log position) the command was applied at.
     pub index: u64,
@@ -220,6 +227,23 @@ impl StateStore {
             waiters: AtomicUsize::new(0),
             shutting_down: AtomicBool::new(false),
         }
+    }
+
+    /// A store holding `snapshot`, at its index: what recovery starts from.
+    pub fn restored(snapshot: Snapshot) -> Self {
+        let store = StateStore::new();
+        store.current.store(Arc::new(snapshot));
+        store
+    }
+
+    /// Replaces the whole state with `snapshot` (a replica catching up from
+    /// its leader's snapshot): published at once, every index waiter and
+    /// every node watch woken, the apply hook not run.
+    pub fn install(&self, snapshot: Snapshot) {
+        let _writer = self.writer.lock();
+        self.current.store(Arc::new(snapshot));
+        self.index_changed.notify(usize::MAX);
+        self.nodes.notify_all();
     }
 
     /// Sets (or, with `None`, removes) what runs after every applied command.

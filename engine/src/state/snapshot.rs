@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use imbl::Vector;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::table::Table;
 use crate::structs::{
@@ -90,7 +90,7 @@ impl NodeList {
 }
 
 /// The index of the last write to each table; blocking queries wait on these.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TableIndexes {
     /// Last write to nodes.
     pub nodes: u64,

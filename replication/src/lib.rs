@@ -1,0 +1,411 @@
+//! Drover's durable state on openraft 0.9: the raft type config, the log
+//! store over the `storage` crate's redb log, the state machine over the
+//! engine's store with snapshot files, the engine's command log with group
+//! commit, and a one-voter [`Durable`] server state that opens, recovers
+//! and shuts down in order.
+//!
+//! **Log positions.** openraft's log ids number raft entries; the store's
+//! index counts commands. An entry carries a batch of commands (group
+//! commit), each taking the store's next index; blank and membership
+//! entries take none. Replaying the same raft log from the same snapshot
+//! gives the same store index and data on every replica, and a snapshot
+//! records both its raft log id and its store index.
+//!
+//! Opening a data dir (recovery), in order:
+//! 1. load the newest snapshot that verifies (falling back to the one
+//!    before it, whose log is kept);
+//! 2. open the log and start raft on its own small runtime; initialize a
+//!    new cluster of this one voter, or elect it at once;
+//! 3. wait until raft leads and has applied every entry of its log (the
+//!    log after the snapshot is replayed into the store);
+//! 4. only then does the server start its leader services over
+//!    [`Durable::writer`].
+//!
+//! Shutting down: the server stops its leader services first, then
+//! [`Durable::shutdown`] stops raft (no more applies) and closes the log,
+//! and the store is shut last.
+
+#![forbid(unsafe_code)]
+
+pub mod command_log;
+pub mod log_store;
+pub mod network;
+pub mod state_machine;
+pub mod types;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use engine::state::{StateStore, Writer};
+use openraft::{BasicNode, Raft, ServerState, SnapshotPolicy};
+use storage::{DataDir, FatalHandler, LogFile, SnapshotDir, SnapshotInfo};
+
+pub use command_log::RaftLog;
+pub use log_store::LogStore;
+pub use network::NoNetworkFactory;
+pub use state_machine::{CurrentSnapshot, Recovery, SnapshotHeader, StateMachine};
+pub use types::{LogId, TypeConfig};
+
+/// This server's raft id in a one-voter cluster.
+pub const NODE_ID: u64 = 1;
+
+/// How a durable server runs its log.
+#[derive(Clone, Debug)]
+pub struct DurableConfig {
+    /// A snapshot is taken every this many raft entries.
+    pub snapshot_every: u64,
+}
+
+impl Default for DurableConfig {
+    fn default() -> Self {
+        DurableConfig { snapshot_every: 20_000 }
+    }
+}
+
+/// Why durable state could not be opened or used.
+#[derive(Debug, thiserror::Error)]
+pub enum DurableError {
+    /// A file or directory could not be read or created.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// Why it failed.
+        source: std::io::Error,
+    },
+    /// The raft log could not be opened (another server holds it?).
+    #[error(transparent)]
+    Log(#[from] storage::LogError),
+    /// A snapshot file is not usable.
+    #[error(transparent)]
+    Snapshot(#[from] storage::SnapshotError),
+    /// raft refused its configuration or failed to start.
+    #[error("raft: {0}")]
+    Raft(String),
+}
+
+fn io_error(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> DurableError {
+    let what = what.into();
+    move |source| DurableError::Io { what, source }
+}
+
+/// The raft position and the files, for `drover operator raft info`.
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
+pub struct RaftInfo {
+    /// The first and last raft index the log holds.
+    pub log_first: Option<u64>,
+    /// See `log_first`.
+    pub log_last: Option<u64>,
+    /// The last raft entry purged from the log (it is in a snapshot).
+    pub last_purged: Option<LogId>,
+    /// The last raft entry applied to the store (running servers only).
+    pub last_applied: Option<LogId>,
+    /// The store's index (running servers only).
+    pub store_index: Option<u64>,
+    /// The current term.
+    pub term: u64,
+    /// The snapshots on disk, newest first: raft index, store index (from
+    /// the newest's header), path and size.
+    pub snapshots: Vec<SnapshotFile>,
+    /// The newest snapshot's store index.
+    pub snapshot_store_index: Option<u64>,
+    /// How long writing the newest snapshot took, if this server wrote it.
+    pub snapshot_write_millis: Option<u64>,
+}
+
+/// One snapshot file in a [`RaftInfo`].
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
+pub struct SnapshotFile {
+    /// The raft index it ends at.
+    pub index: u64,
+    /// The file.
+    pub path: String,
+    /// Its size in bytes.
+    pub size: u64,
+}
+
+impl From<&SnapshotInfo> for SnapshotFile {
+    fn from(info: &SnapshotInfo) -> Self {
+        SnapshotFile { index: info.index, path: info.path.display().to_string(), size: info.size }
+    }
+}
+
+/// A server's durable state: raft over the log and the snapshots in its
+/// data dir, applying to one store (module docs).
+pub struct Durable {
+    runtime: Option<tokio::runtime::Runtime>,
+    raft: Raft<TypeConfig>,
+    machine: StateMachine,
+    log: LogStore,
+    command_log: Arc<RaftLog>,
+    recovery: Recovery,
+    replay: (u64, Duration),
+}
+
+impl Durable {
+    /// Opens the data dir and recovers (module docs, steps 1-3). `fatal`
+    /// runs if a write to disk fails.
+    pub fn open(dir: &DataDir, config: &DurableConfig, fatal: FatalHandler) -> Result<Durable, DurableError> {
+        let snapshots = SnapshotDir::open(&dir.snapshot_dir(), fatal.clone())
+            .map_err(io_error(format!("opening {}", dir.snapshot_dir().display())))?;
+        let (machine, recovery) =
+            StateMachine::open(snapshots).map_err(io_error(format!("reading {}", dir.snapshot_dir().display())))?;
+        let log = LogStore::new(LogFile::open(&dir.log_path(), fatal)?);
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("raft")
+            .enable_all()
+            .build()
+            .map_err(io_error("starting the raft runtime"))?;
+        let raft_config = raft_config(config)?;
+        let started = Instant::now();
+        let from_index = machine.last_applied().map_or(0, |log_id| log_id.index);
+        let raft = block_on(runtime.spawn(start_raft(raft_config, log.clone(), machine.clone())))?;
+        let replayed = machine.last_applied().map_or(0, |log_id| log_id.index).saturating_sub(from_index);
+        let command_log = Arc::new(RaftLog::start(raft.clone(), runtime.handle()));
+        runtime.spawn(purge_behind_older_snapshot(raft.clone(), machine.clone()));
+        Ok(Durable {
+            runtime: Some(runtime),
+            raft,
+            machine,
+            log,
+            command_log,
+            recovery,
+            replay: (replayed, started.elapsed()),
+        })
+    }
+
+    /// The write path through the log: give it to the leader services.
+    pub fn writer(&self) -> Writer {
+        Writer::through(self.command_log.clone(), self.machine.store().clone())
+    }
+
+    /// The store raft applies to.
+    pub fn store(&self) -> &Arc<StateStore> {
+        self.machine.store()
+    }
+
+    /// What opening found: the snapshot loaded and any refused.
+    pub fn recovery(&self) -> &Recovery {
+        &self.recovery
+    }
+
+    /// Raft entries replayed from the log at start, and how long start-up
+    /// (raft start, election and replay) took.
+    pub fn replayed(&self) -> (u64, Duration) {
+        self.replay
+    }
+
+    /// The newest snapshot on disk.
+    pub fn current_snapshot(&self) -> Option<CurrentSnapshot> {
+        self.machine.current_snapshot()
+    }
+
+    /// Takes a snapshot now and waits until it is on disk.
+    pub fn snapshot_now(&self) -> Result<CurrentSnapshot, DurableError> {
+        let raft = self.raft.clone();
+        let wanted = self.machine.last_applied().map_or(0, |log_id| log_id.index);
+        self.run(async move {
+            raft.trigger().snapshot().await.map_err(|error| DurableError::Raft(error.to_string()))?;
+            raft.wait(None)
+                .metrics(|metrics| metrics.snapshot.is_some_and(|log_id| log_id.index >= wanted), "snapshot taken")
+                .await
+                .map_err(|error| DurableError::Raft(error.to_string()))
+        })?;
+        self.machine.current_snapshot().ok_or_else(|| DurableError::Raft("no snapshot after taking one".into()))
+    }
+
+    /// Runs `task` on the raft runtime and blocks this thread for its
+    /// result (any thread, in a runtime or not).
+    fn run<T: Send + 'static>(&self, task: impl std::future::Future<Output = T> + Send + 'static) -> T {
+        block_on(self.runtime.as_ref().expect("running until shutdown").spawn(task))
+    }
+
+    /// The raft position and the files.
+    pub fn info(&self) -> Result<RaftInfo, DurableError> {
+        let metrics = self.raft.metrics().borrow().clone();
+        let mut info = files_info(self.log.file(), self.machine.snapshots())?;
+        info.last_applied = metrics.last_applied;
+        info.store_index = Some(self.store().latest_index());
+        info.term = metrics.current_term;
+        if let Some(current) = self.machine.current_snapshot() {
+            info.snapshot_store_index = Some(current.header.store_index);
+            info.snapshot_write_millis = (!current.write_time.is_zero()).then(|| current.write_time.as_millis() as u64);
+        }
+        Ok(info)
+    }
+
+    /// Stops raft (nothing more is applied) and closes the log. Stop the
+    /// leader services before, shut the store after.
+    /// Must not run on an async runtime's worker thread (it blocks).
+    pub fn shutdown(mut self) {
+        let raft = self.raft.clone();
+        let _ = self.run(async move { raft.shutdown().await });
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_timeout(Duration::from_secs(5));
+        }
+    }
+}
+
+/// Blocks this thread until a task on the raft runtime ends; a panic in
+/// the task is raised here.
+fn block_on<T>(task: tokio::task::JoinHandle<T>) -> T {
+    match futures_lite::future::block_on(task) {
+        Ok(value) => value,
+        Err(error) => std::panic::resume_unwind(error.into_panic()),
+    }
+}
+
+impl std::fmt::Debug for Durable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Durable").field("log", &self.log).field("recovery", &self.recovery).finish_non_exhaustive()
+    }
+}
+
+/// The raft settings of a one-voter cluster.
+fn raft_config(config: &DurableConfig) -> Result<Arc<openraft::Config>, DurableError> {
+    let raft_config = openraft::Config {
+        cluster_name: "drover".to_string(),
+        heartbeat_interval: 300,
+        election_timeout_min: 1_500,
+        election_timeout_max: 3_000,
+        install_snapshot_timeout: 30_000,
+        max_payload_entries: 64,
+        snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_every.max(1)),
+        replication_lag_threshold: config.snapshot_every.max(1) * 2,
+        // Purging follows the older kept snapshot ([`purge_behind_older_snapshot`]).
+        max_in_snapshot_log_to_keep: u64::MAX,
+        ..openraft::Config::default()
+    };
+    Ok(Arc::new(raft_config.validate().map_err(|error| DurableError::Raft(error.to_string()))?))
+}
+
+/// Starts raft, becomes the leader of its one-voter cluster and waits until
+/// the whole log is applied (module docs, steps 2 and 3).
+async fn start_raft(
+    config: Arc<openraft::Config>,
+    log: LogStore,
+    machine: StateMachine,
+) -> Result<Raft<TypeConfig>, DurableError> {
+    let raft_error = |error: &dyn std::fmt::Display| DurableError::Raft(error.to_string());
+    let raft = Raft::new(NODE_ID, config, NoNetworkFactory, log, machine).await.map_err(|error| raft_error(&error))?;
+    if raft.is_initialized().await.map_err(|error| raft_error(&error))? {
+        raft.trigger().elect().await.map_err(|error| raft_error(&error))?;
+    } else {
+        let members = BTreeMap::from([(NODE_ID, BasicNode::default())]);
+        raft.initialize(members).await.map_err(|error| raft_error(&error))?;
+    }
+    raft.wait(None)
+        .metrics(
+            |metrics| {
+                metrics.state == ServerState::Leader
+                    && metrics.last_applied.map(|log_id| log_id.index) == metrics.last_log_index
+            },
+            "leading with the whole log applied",
+        )
+        .await
+        .map_err(|error| raft_error(&error))?;
+    Ok(raft)
+}
+
+/// Each time a snapshot is taken, purges the log up to the older of the
+/// two snapshots kept, so recovery can fall back to it (module docs).
+async fn purge_behind_older_snapshot(raft: Raft<TypeConfig>, machine: StateMachine) {
+    let mut metrics = raft.metrics();
+    let mut seen = metrics.borrow().snapshot;
+    while metrics.changed().await.is_ok() {
+        let snapshot = metrics.borrow().snapshot;
+        if snapshot == seen {
+            continue;
+        }
+        seen = snapshot;
+        let older = machine.snapshots().list().ok().and_then(|kept| kept.get(1).map(|info| info.index));
+        if let Some(older) = older {
+            if raft.trigger().purge_log(older).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// What the log file and the snapshot directory hold.
+fn files_info(log: &LogFile, snapshots: &SnapshotDir) -> Result<RaftInfo, DurableError> {
+    let range = log.range()?;
+    let last_purged = log.purged()?.and_then(|bytes| postcard::from_bytes(&bytes).ok());
+    let listed = snapshots.list().map_err(io_error(format!("listing {}", snapshots.path().display())))?;
+    Ok(RaftInfo {
+        log_first: range.map(|range| range.first),
+        log_last: range.map(|range| range.last),
+        last_purged,
+        snapshots: listed.iter().map(SnapshotFile::from).collect(),
+        ..RaftInfo::default()
+    })
+}
+
+/// [`RaftInfo`] of a stopped server's data dir (its log must not be open).
+pub fn offline_info(dir: &DataDir) -> Result<RaftInfo, DurableError> {
+    let ignore: FatalHandler = Arc::new(|_: &storage::FatalError| {});
+    let log = LogFile::open(&dir.log_path(), ignore.clone())?;
+    let snapshots = SnapshotDir::open(&dir.snapshot_dir(), ignore)
+        .map_err(io_error(format!("opening {}", dir.snapshot_dir().display())))?;
+    let mut info = files_info(&log, &snapshots)?;
+    if let Some(newest) = snapshots.list().ok().and_then(|list| list.into_iter().next()) {
+        let header = storage::verify(&newest).ok().and_then(|verified| SnapshotHeader::decode(&verified.meta).ok());
+        info.snapshot_store_index = header.as_ref().map(|header| header.store_index);
+        info.term = header.and_then(|header| header.last_log_id).map_or(0, |log_id| log_id.leader_id.term);
+    }
+    if let Some(vote) = log.vote()?.and_then(|bytes| postcard::from_bytes::<openraft::Vote<u64>>(&bytes).ok()) {
+        info.term = info.term.max(vote.leader_id().term);
+    }
+    Ok(info)
+}
+
+/// Restores a stopped server's data dir from a snapshot file (a backup
+/// made with `drover operator snapshot save`): the file becomes the only
+/// snapshot and the log is emptied behind it, so the server starts with
+/// exactly that state. The vote is kept, its term raised to the
+/// snapshot's if lower.
+pub fn restore(dir: &DataDir, file: &std::path::Path) -> Result<SnapshotHeader, DurableError> {
+    let outside = SnapshotInfo { path: file.to_path_buf(), index: 0, size: 0 };
+    let header = {
+        let verified = storage::verify(&outside)?;
+        SnapshotHeader::decode(&verified.meta).map_err(|error| storage::SnapshotError::Corrupt {
+            path: file.to_path_buf(),
+            reason: format!("its header: {error}"),
+        })?
+    };
+    let fatal = storage::exit_on_fatal();
+    let log = LogFile::open(&dir.log_path(), fatal.clone())?;
+    let snapshots = SnapshotDir::open(&dir.snapshot_dir(), fatal)
+        .map_err(io_error(format!("opening {}", dir.snapshot_dir().display())))?;
+    let index = header.last_log_id.map_or(0, |log_id| log_id.index);
+    let imported = snapshots.import(file, index)?;
+    for older in snapshots.list().map_err(io_error("listing snapshots"))? {
+        if older.path != imported.path {
+            std::fs::remove_file(&older.path).map_err(io_error(format!("removing {}", older.path.display())))?;
+        }
+    }
+    let wait = |write: &dyn Fn(storage::Completion)| -> Result<(), storage::LogError> {
+        let (done, result) = std::sync::mpsc::channel();
+        write(Box::new(move |outcome| {
+            let _ = done.send(outcome);
+        }));
+        result.recv().unwrap_or(Err(storage::LogError::Closed))
+    };
+    wait(&|done| log.truncate(0, done))?;
+    let purged = postcard::to_allocvec(&header.last_log_id.unwrap_or_default()).expect("a log id encodes");
+    if let Some(last) = header.last_log_id {
+        wait(&|done| log.purge(last.index, purged.clone(), done))?;
+        let committed = postcard::to_allocvec(&Some(last)).expect("a log id encodes");
+        wait(&|done| log.save_committed(committed.clone(), done))?;
+        let vote: Option<openraft::Vote<u64>> = log.vote()?.and_then(|bytes| postcard::from_bytes(&bytes).ok());
+        let term = last.leader_id.term;
+        if vote.is_none_or(|vote| vote.leader_id().term < term) {
+            let raised = postcard::to_allocvec(&openraft::Vote::new_committed(term, NODE_ID)).expect("a vote encodes");
+            wait(&|done| log.save_vote(raised.clone(), done))?;
+        }
+    }
+    log.close();
+    Ok(header)
+}

@@ -1,0 +1,184 @@
+//! Recovery: a random command sequence written through the durable log
+//! equals, compared as a canonical dump, the state recovered from the
+//! newest snapshot and the log after it, and the state of a plain store
+//! that applied the same commands; a corrupt newest snapshot is refused by
+//! its checksum and the one before it plus the longer log give the same
+//! state again.
+
+use std::sync::Arc;
+
+use engine::clock::Timestamp;
+use engine::state::{ClientAllocUpdate, Command, Snapshot, StateDump, StateStore};
+use engine::structs::{
+    Allocation, ClientStatus, EvalId, Evaluation, Job, JobType, Node, NodeId, NodeStatus, Resources, TriggerReason,
+};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use replication::{Durable, DurableConfig};
+use storage::{DataDir, FatalError};
+
+fn node(n: u8) -> Node {
+    Node::new_ready(NodeId::from_u128(u128::from(n) + 1), "dc1", "c", Resources::new(4_000, 8_192, 0))
+}
+
+/// A command against the state in `snapshot` (so it names what exists).
+fn command(rng: &mut SmallRng, snapshot: &Snapshot, step: u64) -> Command {
+    let time = Timestamp(1_000 + step);
+    let mut allocs: Vec<_> = snapshot.allocs().collect();
+    allocs.sort_by_key(|alloc| alloc.id);
+    let mut jobs: Vec<_> = snapshot.jobs().collect();
+    jobs.sort_by_key(|job| job.key());
+    let node_id = NodeId::from_u128(rng.random_range(1..=8));
+    match rng.random_range(0..8) {
+        0 | 1 => Command::UpsertNode { node: node(rng.random_range(0..8)), evals: vec![] },
+        2 => {
+            let job = Job::new_simple(
+                &format!("job-{}", rng.random_range(0..3)),
+                JobType::Service,
+                3,
+                Resources::new(100, 64, 0),
+            );
+            let eval = Evaluation::with_id(EvalId::from_u128(u128::from(step)), &job, TriggerReason::JobRegister, time);
+            Command::RegisterJob { job, eval: Some(eval) }
+        }
+        3 | 4 if !jobs.is_empty() && !snapshot.schedulable_nodes().is_empty() => {
+            let job = jobs[rng.random_range(0..jobs.len())];
+            let nodes = snapshot.schedulable_nodes();
+            let placed = (0..rng.random_range(1..4u32))
+                .map(|index| {
+                    let target = nodes.get(rng.random_range(0..nodes.len())).expect("in range");
+                    let mut alloc = Allocation::new_placement(job, "group", index, target, EvalId::from_u128(1));
+                    alloc.id = engine::structs::AllocId::from_u128(u128::from(step) << 8 | u128::from(index));
+                    alloc
+                })
+                .collect();
+            Command::ApplyPlanResults {
+                eval_id: EvalId::from_u128(u128::from(step)),
+                allocs: placed,
+                evals: vec![],
+                time,
+            }
+        }
+        5 if !allocs.is_empty() => {
+            let alloc = allocs[rng.random_range(0..allocs.len())];
+            let client_status =
+                [ClientStatus::Running, ClientStatus::Complete, ClientStatus::Failed][rng.random_range(0..3)];
+            let update = ClientAllocUpdate {
+                alloc_id: alloc.id,
+                node_id: alloc.node_id,
+                client_status,
+                client_description: String::new(),
+            };
+            Command::UpdateAllocsFromClient { updates: vec![update], evals: vec![], time }
+        }
+        6 => Command::MissHeartbeat { node_id, evals: vec![] },
+        _ => Command::UpdateNodeStatus { node_id, status: NodeStatus::Ready, evals: vec![] },
+    }
+}
+
+fn open(dir: &DataDir, snapshot_every: u64) -> Durable {
+    let fatal = Arc::new(|error: &FatalError| panic!("a write failed: {error}"));
+    Durable::open(dir, &DurableConfig { snapshot_every }, fatal).expect("the durable state opens")
+}
+
+/// Writes `n` random commands through `durable` and the same to `reference`.
+fn write_random(durable: &Durable, reference: &StateStore, rng: &mut SmallRng, n: u64) {
+    let writer = durable.writer();
+    for _ in 0..n {
+        let step = reference.latest_index() + 1;
+        let command = command(rng, &reference.snapshot(), step);
+        let expected = reference.apply(command.clone()).map(|applied| applied.index);
+        let written = writer.write(command).map(|applied| applied.index);
+        assert_eq!(written, expected, "the durable log answers as a plain store does");
+    }
+}
+
+fn dump(durable: &Durable) -> StateDump {
+    durable.store().snapshot().dump()
+}
+
+#[test]
+fn a_random_sequence_recovers_from_its_snapshot_and_log_tail_to_the_same_state() {
+    for (seed, snapshot_every) in [(1, 3), (2, 7), (3, 1_000), (4, 1)] {
+        let temp = tempfile::tempdir().expect("a temp dir");
+        let dir = DataDir::new(temp.path());
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let reference = StateStore::new();
+        let durable = open(&dir, snapshot_every);
+        write_random(&durable, &reference, &mut rng, 60);
+        let live = dump(&durable);
+        assert_eq!(live, reference.snapshot().dump(), "seed {seed}: live equals a plain store");
+        durable.shutdown();
+
+        let recovered = open(&dir, snapshot_every);
+        assert!(recovered.recovery().refused.is_empty());
+        assert_eq!(dump(&recovered), live, "seed {seed}: recovered equals live");
+        if snapshot_every < 60 {
+            assert!(recovered.recovery().snapshot.is_some(), "seed {seed}: recovered from a snapshot");
+        }
+        // And it carries on from there.
+        write_random(&recovered, &reference, &mut rng, 20);
+        assert_eq!(dump(&recovered), reference.snapshot().dump(), "seed {seed}: writes after recovery");
+        recovered.shutdown();
+    }
+}
+
+#[test]
+fn a_corrupt_snapshot_is_refused_and_the_previous_one_with_the_longer_log_is_used() {
+    let temp = tempfile::tempdir().expect("a temp dir");
+    let dir = DataDir::new(temp.path());
+    let mut rng = SmallRng::seed_from_u64(9);
+    let reference = StateStore::new();
+    let durable = open(&dir, 10);
+    write_random(&durable, &reference, &mut rng, 45);
+    // Snapshots are written in the background; take one more now so two are on disk.
+    durable.snapshot_now().expect("a snapshot");
+    let live = dump(&durable);
+    durable.shutdown();
+
+    let snapshots = storage::SnapshotDir::open(&dir.snapshot_dir(), Arc::new(|_: &FatalError| {})).expect("opens");
+    let kept = snapshots.list().expect("lists");
+    assert_eq!(kept.len(), 2, "the newest two are kept: {kept:?}");
+    let (newest, older) = (&kept[0], &kept[1]);
+    let mut bytes = std::fs::read(&newest.path).expect("reads");
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x40;
+    std::fs::write(&newest.path, &bytes).expect("corrupts");
+
+    let recovered = open(&dir, 10);
+    let recovery = recovered.recovery();
+    assert_eq!(recovery.refused.len(), 1, "{:?}", recovery.refused);
+    assert!(recovery.refused[0].contains("checksum mismatch"), "{}", recovery.refused[0]);
+    assert_eq!(recovery.snapshot.as_ref().map(|info| info.index), Some(older.index), "fell back to the older");
+    let (replayed, _) = recovered.replayed();
+    assert!(replayed >= newest.index - older.index, "the longer log was replayed: {replayed} entries");
+    assert_eq!(dump(&recovered), live);
+    recovered.shutdown();
+}
+
+#[test]
+fn concurrent_writers_are_all_acknowledged_and_all_recovered() {
+    let temp = tempfile::tempdir().expect("a temp dir");
+    let dir = DataDir::new(temp.path());
+    let durable = open(&dir, 50);
+    let writer = durable.writer();
+    std::thread::scope(|scope| {
+        for thread in 0..8u8 {
+            let writer = writer.clone();
+            scope.spawn(move || {
+                for n in 0..25u8 {
+                    let mut node = node(0);
+                    node.id = NodeId::from_u128(u128::from(thread) << 8 | u128::from(n));
+                    writer.write(Command::UpsertNode { node, evals: vec![] }).expect("acknowledged");
+                }
+            });
+        }
+    });
+    assert_eq!(durable.store().latest_index(), 200);
+    let live = dump(&durable);
+    durable.shutdown();
+    let recovered = open(&dir, 50);
+    assert_eq!(recovered.store().snapshot().node_count(), 200);
+    assert_eq!(dump(&recovered), live);
+    recovered.shutdown();
+}

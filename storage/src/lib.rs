@@ -1,0 +1,95 @@
+//! Drover's durable files, and the only crate that calls fsync: the raft
+//! log, its vote and committed position in redb ([`LogFile`]), and
+//! checksummed snapshot files ([`SnapshotDir`]). It knows bytes and log
+//! positions, not commands and not openraft; the `replication` crate puts
+//! openraft on top and the engine encodes what goes in.
+//!
+//! A server's data directory:
+//!
+//! ```text
+//! DATA_DIR/raft/log.redb            raft log entries, vote, committed and purged positions
+//! DATA_DIR/raft/snapshots/*.snap    the newest two snapshots (the log reaches back to the older)
+//! ```
+//!
+//! **A failed fsync is fatal.** After an fsync error the kernel may have
+//! dropped the dirty pages it could not write, so nothing written since the
+//! last good sync can be trusted: the store stops taking writes, answers
+//! every waiting one with an error, and calls its [`FatalHandler`], which in
+//! a server ends the process ([`exit_on_fatal`]). Restarting recovers from
+//! the last snapshot and the log, as after a crash.
+
+#![forbid(unsafe_code)]
+
+mod log_file;
+mod snapshot_file;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+pub use log_file::{Completion, LogError, LogFile, LogRange};
+pub use snapshot_file::{verify, SnapshotDir, SnapshotError, SnapshotInfo, VerifiedSnapshot, KEEP};
+
+/// The exit code of a server stopped by a storage failure (BSD's EX_IOERR).
+pub const EXIT_STORAGE_FAILURE: i32 = 74;
+
+/// A write to disk that failed; nothing after it can be trusted.
+#[derive(Debug, thiserror::Error)]
+#[error("{what} failed: {source}")]
+pub struct FatalError {
+    /// What was being made durable.
+    pub what: String,
+    /// Why it failed.
+    pub source: std::io::Error,
+}
+
+/// What a store does after a [`FatalError`], once it stopped taking writes.
+pub type FatalHandler = Arc<dyn Fn(&FatalError) + Send + Sync>;
+
+/// The handler a server runs with: says what failed, on the log and on
+/// stderr, and ends the process with [`EXIT_STORAGE_FAILURE`].
+pub fn exit_on_fatal() -> FatalHandler {
+    Arc::new(|error: &FatalError| {
+        let message = format!(
+            "FATAL: {error}. Stopping now: after a failed write or fsync the log and snapshots on disk cannot be \
+             trusted to hold what was acknowledged since the last good sync. Fix the disk, then restart: the \
+             server recovers from its last snapshot and the log."
+        );
+        tracing::error!("{message}");
+        eprintln!("{message}");
+        std::process::exit(EXIT_STORAGE_FAILURE);
+    })
+}
+
+/// Where a server keeps its durable state (module docs).
+#[derive(Clone, Debug)]
+pub struct DataDir {
+    root: PathBuf,
+}
+
+impl DataDir {
+    /// The layout under `root`.
+    pub fn new(root: impl Into<PathBuf>) -> DataDir {
+        DataDir { root: root.into() }
+    }
+
+    /// The data directory itself.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The raft log's redb file.
+    pub fn log_path(&self) -> PathBuf {
+        self.root.join("raft").join("log.redb")
+    }
+
+    /// The snapshot directory.
+    pub fn snapshot_dir(&self) -> PathBuf {
+        self.root.join("raft").join("snapshots")
+    }
+}
+
+/// Makes `path`'s entry in its directory durable: after a create, rename
+/// or delete, the directory itself must be synced.
+pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
+}
