@@ -15,6 +15,8 @@ pub mod job_refs;
 mod node;
 mod plan;
 mod resources;
+mod task_config;
+mod task_state;
 
 pub use alloc::{AllocMetric, AllocState, Allocation, ClientStatus, DesiredStatus, RescheduleEvent};
 pub use constraint::{constraint_syntax_problem, version_matches, Constraint, ConstraintOperand, Version};
@@ -28,3 +30,5 @@ pub use job::{
 pub use node::{ComputedClass, Node, NodeEligibility, NodeStatus};
 pub use plan::{Plan, PlanResult};
 pub use resources::Resources;
+pub use task_config::{ConfigValue, LogConfig, RawExecConfig, DEFAULT_KILL_SIGNAL, KILL_SIGNALS, MOCK, RAW_EXEC};
+pub use task_state::{TaskEvent, TaskState, TaskStatus, MAX_TASK_EVENTS};
