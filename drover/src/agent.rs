@@ -552,6 +552,7 @@ impl Agent {
                     while let Ok(event) = ended_rx.try_recv() {
                         self.alloc_event(local, event);
                     }
+                    self.collect_garbage(local);
                     if let Err(error) = self.report(connection, local).await {
                         return lost(error);
                     }
@@ -801,13 +802,13 @@ impl Agent {
     }
 
     /// Removes the directories of the oldest terminal allocations beyond
-    /// `gc_max_allocs` (whose tasks are all dead).
+    /// `gc_max_allocs` (each stops its tasks first, should any still run).
     fn collect_garbage(&self, local: &mut Local) {
         let Some(tasks) = &self.tasks else { return };
         let mut finished: Vec<(Instant, AllocId)> = local
             .allocs
             .iter()
-            .filter(|(_, held)| matches!(&held.runner, Runner::Tasks(handle) if handle.is_finished() || held.status.is_terminal()))
+            .filter(|(_, held)| matches!(held.runner, Runner::Tasks(_)) && held.status.is_terminal())
             .filter_map(|(id, held)| Some((held.terminal_since?, *id)))
             .collect();
         if finished.len() <= tasks.gc_max_allocs {

@@ -91,12 +91,6 @@ impl AllocHandle {
         &self.dir
     }
 
-    /// Whether the runner has finished (every task dead, directories
-    /// removed if asked).
-    pub fn is_finished(&self) -> bool {
-        self.runner.is_finished()
-    }
-
     /// Leaves the tasks running and forgets them (the agent shuts down;
     /// the next agent re-attaches).
     pub fn detach(self) {

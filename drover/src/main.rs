@@ -171,9 +171,10 @@ struct DevArgs {
     /// Job specs (JSON) to register once the agent is up.
     #[arg(long)]
     job: Vec<PathBuf>,
-    /// Address of the agent's HTTP listener (task logs).
+    /// Address of the dev agent's own HTTP listener (task logs,
+    /// `/v1/client/fs/logs`), apart from the API's.
     #[arg(long, default_value = "127.0.0.1:0")]
-    http_addr: String,
+    agent_http_addr: String,
     /// error, warn, info, debug or trace.
     #[arg(long, default_value = "info")]
     log_level: String,
@@ -592,9 +593,9 @@ fn dev(args: DevArgs) -> Result<(), Failure> {
     drover::logging::init(&args.log_level, false)?;
     let jobs = args.job.iter().map(|path| read_job(path)).collect::<Result<Vec<_>>>()?;
     let http_addr: SocketAddr = args
-        .http_addr
+        .agent_http_addr
         .parse()
-        .map_err(|_| config_error("--http-addr", format!("{:?} is not an ip:port", args.http_addr)))?;
+        .map_err(|_| config_error("--agent-http-addr", format!("{:?} is not an ip:port", args.agent_http_addr)))?;
     let (_ca, server_tls, client_tls) = TlsMaterial::dev_pair()?;
     tracing::warn!("DEV MODE: server and agent in one process, state in memory, a throwaway CA; NOT for production");
     let runtime = runtime()?;

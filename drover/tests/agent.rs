@@ -186,8 +186,12 @@ async fn a_client_that_drops_and_returns_resyncs_and_keeps_its_disconnect_tolera
     .await;
     let live: Vec<_> = back.allocs_by_node(node.id).filter(|alloc| !alloc.terminal()).map(|alloc| alloc.id).collect();
     assert_eq!(live, vec![alloc_id], "the original allocation is kept, nothing replaced it");
+    // The agent learned it had been marked away and resent everything it
+    // runs. Whether its QUIC connection survived the cut (the idle timeout is
+    // 60 s, and unanswered heartbeats are retried on the same connection)
+    // or it reconnected does not matter to the protocol, so it is not asserted.
     let counters = &agent.counters;
-    assert!(counters.reconnects.load(std::sync::atomic::Ordering::Relaxed) >= 1);
+    assert!(counters.marked_away.load(std::sync::atomic::Ordering::Relaxed) >= 1);
     assert!(counters.resyncs.load(std::sync::atomic::Ordering::Relaxed) >= 1);
     agent.stop().await;
     server.shutdown().await;
@@ -245,7 +249,11 @@ async fn drover_server_shuts_down_cleanly_on_sigterm_with_agents_connected() {
         "the listening line",
         tokio::task::spawn_blocking(move || {
             let mut line = String::new();
-            std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line).expect("reads");
+            let mut reader = std::io::BufReader::new(stdout);
+            std::io::BufRead::read_line(&mut reader, &mut line).expect("reads");
+            // Keep reading (the `http` line follows), so the server never
+            // writes to a closed pipe.
+            std::thread::spawn(move || std::io::copy(&mut reader, &mut std::io::sink()));
             line
         }),
     )

@@ -51,6 +51,11 @@ fn raw_exec_node(n: u128) -> Node {
 }
 
 async fn cluster(name: &str) -> Cluster {
+    cluster_keeping(name, 50).await
+}
+
+/// A cluster whose agent keeps the directories of `gc_max_allocs` finished allocations.
+async fn cluster_keeping(name: &str, gc_max_allocs: usize) -> Cluster {
     transport::install_crypto_provider();
     let (_ca, server_tls, client_tls) = TlsMaterial::dev_pair().expect("dev material");
     let server = RunningServer::start(server_options(0, &server_tls, Duration::from_secs(10))).expect("starts");
@@ -65,7 +70,7 @@ async fn cluster(name: &str) -> Cluster {
     let tasks = TaskSettings {
         driver: Arc::new(RawExec::new(Isolation::detect(), PathBuf::from(env!("CARGO_BIN_EXE_drover")))),
         data_dir: data_dir.clone(),
-        gc_max_allocs: 50,
+        gc_max_allocs,
         stop_tasks_on_shutdown: true,
         client_fs: Some(client_fs),
     };
@@ -414,4 +419,26 @@ async fn an_agent_restart_reattaches_to_a_running_task_and_reports_a_lost_one_fa
     bounded("the agent exits", tokio::task::spawn_blocking(move || agent.wait())).await.expect("waiter").expect("exit");
     server.shutdown().await;
     std::fs::remove_dir_all(&dir).expect("clean up");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_allocation_beyond_gc_max_allocs_loses_its_directories() {
+    let cluster = cluster_keeping("gc", 0).await;
+    cluster.server.engine().jobs().register(sh_job("brief", JobType::Batch, "echo done")).expect("registers");
+    let done = alloc_where(&cluster, "brief", "the batch allocation complete", |alloc| {
+        alloc.client_status == ClientStatus::Complete
+    })
+    .await;
+    let alloc_dir = cluster.data_dir.join("alloc").join(done.id.to_string());
+    let client_dir = cluster.data_dir.join("client/allocs").join(done.id.to_string());
+    // Nothing announces the removal; look until the deadline.
+    bounded("the allocation's directories removed", async {
+        while alloc_dir.exists() || client_dir.exists() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let (status, _) = http_get(cluster.http, &format!("/v1/client/fs/logs/{}?task=task", done.id)).await;
+    assert_eq!(status, 404, "its logs are gone with it");
+    cluster.shut_down().await;
 }
