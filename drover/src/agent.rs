@@ -7,6 +7,19 @@
 //! status change. Tasks keep running while the servers are unreachable, as
 //! a Nomad client's do; what changed meanwhile is reported once it is back.
 //!
+//! With `raw_exec` enabled ([`Agent::with_tasks`]) allocations whose
+//! tasks use it get an allocation runner each (`alloc_runner.rs`): real
+//! processes, the restart policy, task states and events in every report.
+//! When the agent starts it re-attaches to the allocations it finds in its
+//! data dir. On shutdown their tasks keep running (the next agent
+//! re-attaches), except in dev mode, where they are stopped.
+//!
+//! Garbage collection of allocation directories: an allocation's
+//! directories go when the servers no longer list it for this node, or
+//! when more than `gc_max_allocs` terminal allocations with directories are
+//! kept here, the oldest terminal ones first (Nomad's `gc_max_allocs`).
+//! Until then a finished allocation's logs can still be read.
+//!
 //! The reconnect protocol: after a connection is re-established the agent
 //! heartbeats first; if the server answers `initializing` (the node was
 //! marked disconnected or down while it was away), it sends a full resync
@@ -15,21 +28,25 @@
 //! gets a new registration; the agent then drops what it ran for the old
 //! state, which that server never knew.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use engine::state::ClientAllocUpdate;
-use engine::structs::{AllocId, Allocation, ClientStatus, DesiredStatus, Node, NodeStatus};
+use engine::structs::{AllocId, Allocation, ClientStatus, DesiredStatus, Node, NodeStatus, TaskState, RAW_EXEC};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use tokio::sync::{mpsc, watch};
 use transport::client::{Backoff, CallError, ClientConnection, ClientEndpoints};
 use transport::message::{AllocsPush, RefusalCode};
 
-use crate::mock::{self, TaskEnd};
+use crate::alloc_runner::{self, AllocEvent, AllocHandle, RunnerContext};
+use crate::client_fs::ClientFs;
+use crate::mock;
+use crate::raw_exec::RawExec;
 
 /// How an agent behaves.
 #[derive(Clone, Debug)]
@@ -66,6 +83,23 @@ impl AgentSettings {
             heartbeat_timeout: Duration::from_secs(3),
         }
     }
+}
+
+/// The agent's real tasks: the `raw_exec` driver and where allocations live.
+#[derive(Clone, Debug)]
+pub struct TaskSettings {
+    /// The driver.
+    pub driver: Arc<RawExec>,
+    /// The agent's data directory (`alloc/`, `client/` below it).
+    pub data_dir: PathBuf,
+    /// Terminal allocations whose directories are kept (Nomad's
+    /// `gc_max_allocs`, 50).
+    pub gc_max_allocs: usize,
+    /// Stop the tasks when the agent stops (dev mode); otherwise they keep
+    /// running for the next agent to re-attach.
+    pub stop_tasks_on_shutdown: bool,
+    /// The logs endpoint's view of the allocations, kept up to date.
+    pub client_fs: Option<Arc<ClientFs>>,
 }
 
 /// A heartbeat period that replaces the TTL handed while it is set, shared
@@ -146,6 +180,8 @@ pub struct Agent {
     /// The simulated network: while it is `false` the agent has no
     /// connection and makes none (loadgen's flapping).
     link: Option<watch::Receiver<bool>>,
+    /// Real tasks, when `raw_exec` is enabled.
+    tasks: Option<TaskSettings>,
 }
 
 impl std::fmt::Debug for Agent {
@@ -178,12 +214,73 @@ struct Held {
     alloc: Arc<Allocation>,
     status: ClientStatus,
     description: String,
+    /// Every task's state (real tasks only).
+    task_states: BTreeMap<String, TaskState>,
     /// Whether the servers have this status.
     reported: bool,
-    /// The running task, if any.
-    task: Option<tokio::task::AbortHandle>,
+    /// What runs it.
+    runner: Runner,
     /// A push showed it `unknown` since it last ran.
     seen_unknown: bool,
+    /// When it became terminal here (garbage collection order).
+    terminal_since: Option<Instant>,
+}
+
+impl Held {
+    /// An allocation as the servers have it, with nothing running.
+    fn idle(alloc: Arc<Allocation>) -> Held {
+        let status = alloc.client_status;
+        Held {
+            task_states: alloc.task_states.clone(),
+            alloc,
+            status,
+            description: String::new(),
+            reported: true,
+            runner: Runner::None,
+            seen_unknown: false,
+            terminal_since: Some(Instant::now()),
+        }
+    }
+}
+
+/// What runs an allocation's tasks.
+#[derive(Debug)]
+enum Runner {
+    /// Nothing (finished, or never run here).
+    None,
+    /// The mock driver's timer, if it has one.
+    Mock(Option<tokio::task::AbortHandle>),
+    /// An allocation runner with real tasks.
+    Tasks(AllocHandle),
+}
+
+impl Runner {
+    /// Stops the tasks; the mock driver's at once, real ones through
+    /// their kill sequence (their end is reported when it comes). Returns
+    /// whether the allocation ended here and now.
+    fn stop(&mut self) -> bool {
+        match std::mem::replace(self, Runner::None) {
+            Runner::Tasks(handle) => {
+                handle.stop();
+                *self = Runner::Tasks(handle);
+                false
+            }
+            Runner::Mock(Some(timer)) => {
+                timer.abort();
+                true
+            }
+            Runner::Mock(None) | Runner::None => true,
+        }
+    }
+
+    /// Stops the tasks and removes the allocation's directories.
+    fn destroy(self) {
+        match self {
+            Runner::Tasks(handle) => handle.destroy(),
+            Runner::Mock(Some(timer)) => timer.abort(),
+            Runner::Mock(None) | Runner::None => {}
+        }
+    }
 }
 
 /// Why a session with a server ended.
@@ -203,7 +300,22 @@ impl Agent {
         quic: quinn::ClientConfig,
         observer: Arc<dyn AgentObserver>,
     ) -> Agent {
-        Agent { node, settings, endpoints, quic, counters: Arc::new(AgentCounters::default()), observer, link: None }
+        Agent {
+            node,
+            settings,
+            endpoints,
+            quic,
+            counters: Arc::new(AgentCounters::default()),
+            observer,
+            link: None,
+            tasks: None,
+        }
+    }
+
+    /// The agent running `raw_exec` tasks as `tasks` says.
+    pub fn with_tasks(mut self, tasks: TaskSettings) -> Agent {
+        self.tasks = Some(tasks);
+        self
     }
 
     /// The agent with a simulated network link: when `link` goes `false`
@@ -228,6 +340,17 @@ impl Agent {
         };
         let (ended_tx, mut ended_rx) = mpsc::unbounded_channel();
         let mut local = Local::default();
+        let runners = self.tasks.as_ref().map(|tasks| {
+            Arc::new(RunnerContext {
+                driver: tasks.driver.clone(),
+                node: self.node.clone(),
+                data_dir: tasks.data_dir.clone(),
+                events: ended_tx.clone(),
+            })
+        });
+        if let Some(runners) = &runners {
+            self.restore(runners, &mut local);
+        }
         let mut server = 0usize;
         let mut link = self.link.clone();
         while !stop_requested(&stop) {
@@ -249,8 +372,14 @@ impl Agent {
                     if self.counters.connections.fetch_add(1, Ordering::Relaxed) > 0 {
                         self.counters.reconnects.fetch_add(1, Ordering::Relaxed);
                     }
-                    let session =
-                        self.session(&connection, &mut local, &ended_tx, &mut ended_rx, &mut stop, &mut pacing);
+                    let session = self.session(
+                        &connection,
+                        &mut local,
+                        (&ended_tx, runners.as_ref()),
+                        &mut ended_rx,
+                        &mut stop,
+                        &mut pacing,
+                    );
                     let end = tokio::select! {
                         end = session => end,
                         _ = link_down(&mut link) => SessionEnd::Lost("the network link went down".to_string()),
@@ -276,10 +405,53 @@ impl Agent {
                 }
             }
         }
-        for held in local.allocs.values_mut() {
-            if let Some(task) = held.task.take() {
-                task.abort();
+        self.shut_down(local).await;
+    }
+
+    /// The agent stops: the mock driver's timers end; real tasks keep
+    /// running for the next agent, or are stopped (dev mode).
+    async fn shut_down(&self, local: Local) {
+        let stop_tasks = self.tasks.as_ref().is_some_and(|tasks| tasks.stop_tasks_on_shutdown);
+        let mut stopping = Vec::new();
+        for (_, held) in local.allocs {
+            match held.runner {
+                Runner::Tasks(handle) if stop_tasks => {
+                    handle.stop();
+                    stopping.push(handle.finished());
+                }
+                Runner::Tasks(handle) => handle.detach(),
+                Runner::Mock(Some(timer)) => timer.abort(),
+                Runner::Mock(None) | Runner::None => {}
             }
+        }
+        for finished in stopping {
+            finished.await;
+        }
+    }
+
+    /// Re-attaches to the allocations a previous agent left in the data
+    /// dir; they are reported once connected, and stopped then if the
+    /// servers no longer want them.
+    fn restore(&self, runners: &Arc<RunnerContext>, local: &mut Local) {
+        for alloc_id in crate::alloc_dir::AllocDir::existing(&runners.data_dir) {
+            let Some((alloc, handle)) = alloc_runner::restore(runners, alloc_id) else { continue };
+            self.note_logs(&alloc, &BTreeMap::new());
+            local.allocs.insert(
+                alloc_id,
+                Held {
+                    status: ClientStatus::Pending,
+                    description: "re-attaching after an agent restart".to_string(),
+                    task_states: BTreeMap::new(),
+                    alloc,
+                    reported: true,
+                    runner: Runner::Tasks(handle),
+                    seen_unknown: false,
+                    terminal_since: None,
+                },
+            );
+        }
+        if !local.allocs.is_empty() {
+            tracing::info!(allocs = local.allocs.len(), "restored allocations from the data dir");
         }
     }
 
@@ -290,8 +462,8 @@ impl Agent {
         &self,
         connection: &ClientConnection,
         local: &mut Local,
-        ended_tx: &mpsc::UnboundedSender<TaskEnd>,
-        ended_rx: &mut mpsc::UnboundedReceiver<TaskEnd>,
+        (ended_tx, runners): (&mpsc::UnboundedSender<AllocEvent>, Option<&Arc<RunnerContext>>),
+        ended_rx: &mut mpsc::UnboundedReceiver<AllocEvent>,
         stop: &mut watch::Receiver<bool>,
         pacing: &mut Pacing,
     ) -> SessionEnd {
@@ -369,13 +541,18 @@ impl Agent {
                         Err(error) => return lost(error),
                     };
                     self.counters.pushes.fetch_add(1, Ordering::Relaxed);
-                    self.apply_push(local, push, ended_tx);
+                    self.apply_push(local, push, ended_tx, runners);
+                    self.collect_garbage(local);
                     if let Err(error) = self.report(connection, local).await {
                         return lost(error);
                     }
                 }
-                Some(ended) = ended_rx.recv() => {
-                    self.task_ended(local, ended);
+                Some(event) = ended_rx.recv() => {
+                    self.alloc_event(local, event);
+                    while let Ok(event) = ended_rx.try_recv() {
+                        self.alloc_event(local, event);
+                    }
+                    self.collect_garbage(local);
                     if let Err(error) = self.report(connection, local).await {
                         return lost(error);
                     }
@@ -437,9 +614,9 @@ impl Agent {
         if local.registered {
             tracing::warn!(node = %self.node.id, "the server did not know this node; registered again and dropped its old allocations");
         }
-        for (_, mut held) in local.allocs.drain() {
-            if let Some(task) = held.task.take() {
-                task.abort();
+        if local.registered {
+            for (_, held) in local.allocs.drain() {
+                held.runner.destroy();
             }
         }
         local.last_index = 0;
@@ -469,6 +646,7 @@ impl Agent {
                 node_id: self.node.id,
                 client_status: held.status,
                 client_description: held.description.clone(),
+                task_states: held.task_states.clone(),
             })
             .collect();
         if updates.is_empty() {
@@ -498,18 +676,22 @@ impl Agent {
     /// Brings the agent's allocations in line with a push: starts what it
     /// should run, stops what the servers stopped (reported complete, never
     /// resumed), forgets what is no longer placed here.
-    fn apply_push(&self, local: &mut Local, push: AllocsPush, ended_tx: &mpsc::UnboundedSender<TaskEnd>) {
+    fn apply_push(
+        &self,
+        local: &mut Local,
+        push: AllocsPush,
+        ended_tx: &mpsc::UnboundedSender<AllocEvent>,
+        runners: Option<&Arc<RunnerContext>>,
+    ) {
         local.last_index = push.index;
         let listed: std::collections::HashSet<AllocId> = push.allocs.iter().map(|alloc| alloc.id).collect();
-        local.allocs.retain(|id, held| {
-            let keep = listed.contains(id);
-            if !keep {
-                if let Some(task) = held.task.take() {
-                    task.abort();
-                }
+        let forgotten: Vec<AllocId> = local.allocs.keys().filter(|id| !listed.contains(id)).copied().collect();
+        for id in forgotten {
+            if let Some(held) = local.allocs.remove(&id) {
+                held.runner.destroy();
+                self.forget_logs(id);
             }
-            keep
-        });
+        }
         let mut lost_here = false;
         for alloc in push.allocs {
             let wants_run = alloc.desired_status == DesiredStatus::Run;
@@ -526,38 +708,22 @@ impl Agent {
                         held.seen_unknown = false;
                         self.counters.allocs_reconnected.fetch_add(1, Ordering::Relaxed);
                     }
-                    if !wants_run && !held.status.is_terminal() {
-                        if let Some(task) = held.task.take() {
-                            task.abort();
-                        }
+                    if !wants_run && !held.status.is_terminal() && held.runner.stop() {
                         held.status = ClientStatus::Complete;
                         held.description = "stopped by the servers".to_string();
                         held.reported = false;
+                        held.terminal_since = Some(Instant::now());
                     }
                     held.alloc = alloc;
                 }
                 None if wants_run && !alloc.client_status.is_terminal() => {
-                    let (status, description, task) = mock::start(&alloc, ended_tx);
-                    local.allocs.insert(
-                        alloc.id,
-                        Held { alloc, status, description, reported: false, task, seen_unknown: false },
-                    );
+                    let held = self.start(alloc, ended_tx, runners);
+                    local.allocs.insert(held.alloc.id, held);
                 }
                 None => {
                     // Stopped or finished before this agent ran it: hold it
                     // as the servers have it, nothing to run or report.
-                    let status = alloc.client_status;
-                    local.allocs.insert(
-                        alloc.id,
-                        Held {
-                            alloc,
-                            status,
-                            description: String::new(),
-                            reported: true,
-                            task: None,
-                            seen_unknown: false,
-                        },
-                    );
+                    local.allocs.insert(alloc.id, Held::idle(alloc));
                 }
             }
         }
@@ -566,16 +732,108 @@ impl Agent {
         }
     }
 
-    /// Records a task's end; reported with the next report.
-    fn task_ended(&self, local: &mut Local, ended: TaskEnd) {
-        if let Some(held) = local.allocs.get_mut(&ended.alloc_id) {
-            if held.status.is_terminal() {
-                return;
+    /// Starts an allocation new to this agent with the driver its tasks
+    /// name: real tasks through an allocation runner, the mock driver's
+    /// light path, or failed when this agent does not offer the driver.
+    fn start(
+        &self,
+        alloc: Arc<Allocation>,
+        ended_tx: &mpsc::UnboundedSender<AllocEvent>,
+        runners: Option<&Arc<RunnerContext>>,
+    ) -> Held {
+        let tasks = alloc.job.group(&alloc.task_group).map(|group| group.tasks.as_slice()).unwrap_or_default();
+        let real = tasks.iter().any(|task| task.driver == RAW_EXEC);
+        let mut held = Held {
+            status: ClientStatus::Pending,
+            description: String::new(),
+            task_states: BTreeMap::new(),
+            alloc: alloc.clone(),
+            reported: false,
+            runner: Runner::None,
+            seen_unknown: false,
+            terminal_since: None,
+        };
+        match (real, runners) {
+            (true, Some(runners)) if tasks.iter().all(|task| task.driver == RAW_EXEC) => {
+                self.note_logs(&alloc, &BTreeMap::new());
+                held.description = "starting tasks".to_string();
+                held.runner = Runner::Tasks(alloc_runner::start(runners, alloc));
             }
-            held.task = None;
-            held.status = ended.status;
-            held.description = ended.description;
-            held.reported = false;
+            (true, _) => {
+                held.status = ClientStatus::Failed;
+                held.description = match tasks.iter().find(|task| task.driver != RAW_EXEC) {
+                    Some(other) if runners.is_some() => {
+                        format!("driver {:?} cannot run beside raw_exec in one group", other.driver)
+                    }
+                    _ => "driver \"raw_exec\" is not enabled on this node".to_string(),
+                };
+                held.terminal_since = Some(Instant::now());
+            }
+            (false, _) => {
+                let (status, description, timer) = mock::start(&alloc, ended_tx);
+                held.status = status;
+                held.description = description;
+                held.runner = Runner::Mock(timer);
+            }
+        }
+        held
+    }
+
+    /// Records an allocation's new status; reported with the next report.
+    fn alloc_event(&self, local: &mut Local, event: AllocEvent) {
+        let Some(held) = local.allocs.get_mut(&event.alloc_id) else { return };
+        let real = matches!(held.runner, Runner::Tasks(_));
+        if held.status.is_terminal() && !real {
+            return;
+        }
+        if let Runner::Mock(_) = held.runner {
+            held.runner = Runner::None;
+        }
+        if !event.task_states.is_empty() {
+            self.note_logs(&held.alloc, &event.task_states);
+        }
+        if held.status != event.status && event.status.is_terminal() {
+            held.terminal_since = Some(Instant::now());
+        }
+        held.status = event.status;
+        held.description = event.description;
+        held.task_states = event.task_states;
+        held.reported = false;
+    }
+
+    /// Removes the directories of the oldest terminal allocations beyond
+    /// `gc_max_allocs` (each stops its tasks first, should any still run).
+    fn collect_garbage(&self, local: &mut Local) {
+        let Some(tasks) = &self.tasks else { return };
+        let mut finished: Vec<(Instant, AllocId)> = local
+            .allocs
+            .iter()
+            .filter(|(_, held)| matches!(held.runner, Runner::Tasks(_)) && held.status.is_terminal())
+            .filter_map(|(id, held)| Some((held.terminal_since?, *id)))
+            .collect();
+        if finished.len() <= tasks.gc_max_allocs {
+            return;
+        }
+        finished.sort_unstable();
+        let excess = finished.len() - tasks.gc_max_allocs;
+        for (_, id) in finished.into_iter().take(excess) {
+            if let Some(held) = local.allocs.get_mut(&id) {
+                std::mem::replace(&mut held.runner, Runner::None).destroy();
+                self.forget_logs(id);
+            }
+        }
+    }
+
+    /// Tells the logs endpoint about an allocation's tasks.
+    fn note_logs(&self, alloc: &Allocation, states: &BTreeMap<String, TaskState>) {
+        if let Some(fs) = self.tasks.as_ref().and_then(|tasks| tasks.client_fs.as_ref()) {
+            fs.note(alloc, states);
+        }
+    }
+
+    fn forget_logs(&self, alloc_id: AllocId) {
+        if let Some(fs) = self.tasks.as_ref().and_then(|tasks| tasks.client_fs.as_ref()) {
+            fs.forget(alloc_id);
         }
     }
 }

@@ -28,6 +28,9 @@
 //! memory_mb = 16384           # default: the machine's memory
 //! disk_mb = 100000
 //! mock_driver = false         # offer the `mock` driver
+//! raw_exec = false            # offer the `raw_exec` driver (tasks as plain processes)
+//! http_addr = "127.0.0.1:4646" # the agent's HTTP listener (task logs), with raw_exec
+//! gc_max_allocs = 50          # terminal allocations whose directories are kept
 //!
 //! [tls]                       # required unless --dev
 //! ca_file = "ca.pem"
@@ -149,6 +152,12 @@ pub struct ClientSection {
     pub disk_mb: Option<u64>,
     /// Offer the mock driver.
     pub mock_driver: Option<bool>,
+    /// Offer the raw_exec driver.
+    pub raw_exec: Option<bool>,
+    /// The agent's HTTP listener.
+    pub http_addr: Option<String>,
+    /// Terminal allocations whose directories are kept.
+    pub gc_max_allocs: Option<usize>,
     /// Node metadata.
     pub meta: Option<BTreeMap<String, String>>,
 }

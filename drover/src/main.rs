@@ -1,6 +1,10 @@
 //! The `drover` binary: `drover server`, `drover agent`, `drover dev`,
 //! `drover tls ...` and `drover job validate`. Exit codes: 0 success, 1 a
 //! failure while running, 2 a bad configuration or command line.
+//!
+//! `drover executor ...` is internal: the agent runs each `raw_exec` task
+//! under one (see `executor.rs`); it is not parsed by clap, so a task's
+//! arguments pass through untouched.
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -10,8 +14,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
-use drover::agent::{Agent, AgentSettings, NoObserver};
+use drover::agent::{Agent, AgentSettings, NoObserver, TaskSettings};
 use drover::cli::{self, ApiArgs};
+use drover::client_fs::ClientFs;
 use drover::config::{ConfigError, FileConfig};
 use drover::server::{HttpOptions, RunningServer, ServerOptions};
 use engine::server::ServerConfig;
@@ -40,7 +45,8 @@ enum Top {
     /// the servers place on it.
     Agent(AgentArgs),
     /// A server and a client agent in one process, in memory, with a
-    /// throwaway CA and the mock driver: the quickest way to try Drover.
+    /// throwaway CA and the raw_exec and mock drivers: the quickest way to
+    /// try Drover.
     Dev(DevArgs),
     /// Makes the cluster's CA and certificates.
     Tls {
@@ -281,6 +287,14 @@ struct AgentArgs {
     /// Offer the mock driver (on with --dev).
     #[arg(long)]
     mock_driver: bool,
+    /// Offer the raw_exec driver: tasks run as processes of this machine,
+    /// without isolation (on with --dev).
+    #[arg(long)]
+    raw_exec: bool,
+    /// Address of the agent's HTTP listener (task logs), with raw_exec
+    /// (default 127.0.0.1:4646; port 0: any free port).
+    #[arg(long)]
+    http_addr: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -298,6 +312,10 @@ struct DevArgs {
     /// Job specs (JSON) to register once the agent is up.
     #[arg(long)]
     job: Vec<PathBuf>,
+    /// Address of the dev agent's own HTTP listener (task logs,
+    /// `/v1/client/fs/logs`), apart from the API's.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    agent_http_addr: String,
     /// error, warn, info, debug or trace.
     #[arg(long, default_value = "info")]
     log_level: String,
@@ -459,6 +477,10 @@ impl<E: Into<anyhow::Error>> From<E> for Failure {
 }
 
 fn main() -> ExitCode {
+    let mut raw_args = std::env::args_os().skip(1);
+    if raw_args.next().is_some_and(|first| first == "executor") {
+        return executor(raw_args.collect());
+    }
     transport::install_crypto_provider();
     let outcome = match Cli::parse().command {
         Top::Server(ServerCli { command: None, args }) => server(args),
@@ -509,6 +531,23 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `drover executor <launch.json>` or `drover executor --gate <data limit|-> <command> <args...>`.
+fn executor(args: Vec<std::ffi::OsString>) -> ExitCode {
+    let code = match args.split_first() {
+        Some((flag, [limit, command, task_args @ ..])) if flag == "--gate" => {
+            let task_args: Vec<String> = task_args.iter().map(|arg| arg.to_string_lossy().into_owned()).collect();
+            let limit = limit.to_str().and_then(|text| text.parse::<u64>().ok());
+            drover::executor::gate(limit, Path::new(command), &task_args)
+        }
+        Some((spec, [])) => drover::executor::run(Path::new(spec)),
+        _ => {
+            eprintln!("drover executor is run by the agent, one per task");
+            2
+        }
+    };
+    ExitCode::from(u8::try_from(code).unwrap_or(1))
 }
 
 fn config_error(key: &str, message: impl Into<String>) -> Failure {
@@ -658,7 +697,12 @@ fn dev_server_tls(data_dir: Option<&Path>) -> Result<TlsMaterial, Failure> {
 }
 
 /// The node this machine is, from the file and the flags.
-fn local_node(args: &AgentArgs, file: &FileConfig, identity: drover::identity::Identity, mock: bool) -> Node {
+fn local_node(
+    args: &AgentArgs,
+    file: &FileConfig,
+    identity: drover::identity::Identity,
+    (mock, raw_exec): (bool, bool),
+) -> Node {
     let client = &file.client;
     let cores = std::thread::available_parallelism().map_or(1, usize::from) as u64;
     let resources = Resources::new(
@@ -675,6 +719,9 @@ fn local_node(args: &AgentArgs, file: &FileConfig, identity: drover::identity::I
     node.attributes.insert("unique.hostname".to_string(), hostname());
     if mock {
         node.attributes.insert(format!("driver.{}", drover::mock::DRIVER), "1".to_string());
+    }
+    if raw_exec {
+        node.attributes.insert(format!("driver.{}", engine::structs::RAW_EXEC), "1".to_string());
     }
     node.meta = client.meta.clone().unwrap_or_default();
     node.status = NodeStatus::Initializing;
@@ -719,15 +766,27 @@ fn agent(args: AgentArgs) -> Result<(), Failure> {
         (None, None, false) => return Err(config_error("data_dir", "required for an agent (or --dev)")),
     };
     let identity = drover::identity::load_or_create(&data_dir).context("the node identity")?;
+    let data_dir = std::fs::canonicalize(&data_dir).with_context(|| format!("the data dir {}", data_dir.display()))?;
     let mock = args.mock_driver || args.common.dev || file.client.mock_driver.unwrap_or(false);
-    let node = local_node(&args, &file, identity, mock);
+    let raw_exec = args.raw_exec || args.common.dev || file.client.raw_exec.unwrap_or(false);
+    let http_addr =
+        args.http_addr.clone().or(file.client.http_addr.clone()).unwrap_or_else(|| "127.0.0.1:4646".to_string());
+    let http_addr: SocketAddr =
+        http_addr.parse().map_err(|_| config_error("client.http_addr", format!("{http_addr:?} is not an ip:port")))?;
+    let gc_max_allocs = file.client.gc_max_allocs.unwrap_or(50);
+    let mut node = local_node(&args, &file, identity, (mock, raw_exec));
     let runtime = runtime()?;
     runtime.block_on(async move {
         let endpoints = Arc::new(ClientEndpoints::bind(1, &tls)?);
         let quic = endpoints.own_config()?;
-        tracing::info!(node = %node.id, name = %node.name, servers = ?servers, mock_driver = mock, "drover agent starting");
-        let agent = Agent::new(node, AgentSettings::new(servers), endpoints.clone(), quic, Arc::new(NoObserver));
         let (stop, stopped) = watch::channel(false);
+        let client_side = ClientSide { data_dir, http_addr, gc_max_allocs, stop_tasks_on_shutdown: args.common.dev };
+        let tasks = client_side.start(raw_exec, &mut node, stopped.clone()).await?;
+        tracing::info!(node = %node.id, name = %node.name, servers = ?servers, mock_driver = mock, raw_exec, "drover agent starting");
+        let mut agent = Agent::new(node, AgentSettings::new(servers), endpoints.clone(), quic, Arc::new(NoObserver));
+        if let Some(tasks) = tasks {
+            agent = agent.with_tasks(tasks);
+        }
         let running = tokio::spawn(async move { agent.run(stopped).await });
         let signal = drover::server::shutdown_signal().await?;
         tracing::info!(signal, "agent stopping");
@@ -738,9 +797,53 @@ fn agent(args: AgentArgs) -> Result<(), Failure> {
     })
 }
 
+/// The client side of an agent that runs real tasks.
+struct ClientSide {
+    data_dir: PathBuf,
+    http_addr: SocketAddr,
+    gc_max_allocs: usize,
+    stop_tasks_on_shutdown: bool,
+}
+
+impl ClientSide {
+    /// With raw_exec: finds the isolation, opens the HTTP listener (until
+    /// `stop`) and advertises it in `node`'s attributes.
+    async fn start(
+        self,
+        raw_exec: bool,
+        node: &mut Node,
+        stop: watch::Receiver<bool>,
+    ) -> Result<Option<TaskSettings>, Failure> {
+        if !raw_exec {
+            return Ok(None);
+        }
+        let isolation = drover::isolation::Isolation::detect();
+        tracing::info!(isolation = %isolation.describe(), "raw_exec driver enabled: tasks run without isolation");
+        let client_fs = ClientFs::new(self.data_dir.clone());
+        let (bound, _listener) = drover::client_fs::serve(client_fs.clone(), self.http_addr, stop)
+            .await
+            .with_context(|| format!("binding the agent's HTTP listener on {}", self.http_addr))?;
+        tracing::info!(addr = %bound, "agent HTTP listener (task logs: /v1/client/fs/logs/<alloc_id>)");
+        node.attributes.insert(drover::client_fs::ADVERTISE_ATTRIBUTE.to_string(), bound.to_string());
+        node.computed_class = node.compute_class();
+        let executable = std::env::current_exe().context("finding the drover binary for task executors")?;
+        Ok(Some(TaskSettings {
+            driver: Arc::new(drover::raw_exec::RawExec::new(isolation, executable)),
+            data_dir: self.data_dir,
+            gc_max_allocs: self.gc_max_allocs,
+            stop_tasks_on_shutdown: self.stop_tasks_on_shutdown,
+            client_fs: Some(client_fs),
+        }))
+    }
+}
+
 fn dev(args: DevArgs) -> Result<(), Failure> {
     drover::logging::init(&args.log_level, false)?;
     let jobs = args.job.iter().map(|path| read_job(path)).collect::<Result<Vec<_>>>()?;
+    let http_addr: SocketAddr = args
+        .agent_http_addr
+        .parse()
+        .map_err(|_| config_error("--agent-http-addr", format!("{:?} is not an ip:port", args.agent_http_addr)))?;
     let (_ca, server_tls, client_tls) = TlsMaterial::dev_pair()?;
     tracing::warn!("DEV MODE: server and agent in one process, state in memory, a throwaway CA; NOT for production");
     let runtime = runtime()?;
@@ -789,16 +892,26 @@ fn dev(args: DevArgs) -> Result<(), Failure> {
             datacenter: None,
             node_class: None,
             mock_driver: true,
+            raw_exec: true,
+            http_addr: None,
         };
-        let node = local_node(&agent_args, &FileConfig::default(), identity, true);
-        let agent = Agent::new(
+        let mut node = local_node(&agent_args, &FileConfig::default(), identity, (true, true));
+        let (stop, stopped) = watch::channel(false);
+        let data_dir = std::env::temp_dir().join(format!("drover-dev-agent-{}", std::process::id()));
+        std::fs::create_dir_all(&data_dir).with_context(|| format!("creating {}", data_dir.display()))?;
+        tracing::info!(data_dir = %data_dir.display(), "dev agent data dir (allocation directories and logs)");
+        let client_side = ClientSide { data_dir, http_addr, gc_max_allocs: 50, stop_tasks_on_shutdown: true };
+        let tasks = client_side.start(true, &mut node, stopped.clone()).await?;
+        let mut agent = Agent::new(
             node,
             AgentSettings::new(vec![addr]),
             endpoints.clone(),
             endpoints.own_config()?,
             Arc::new(NoObserver),
         );
-        let (stop, stopped) = watch::channel(false);
+        if let Some(tasks) = tasks {
+            agent = agent.with_tasks(tasks);
+        }
         let running_agent = tokio::spawn(async move { agent.run(stopped).await });
         for job in jobs {
             let id = job.id.clone();

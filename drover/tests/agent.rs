@@ -9,8 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use drover::agent::{Agent, AgentObserver, AgentSettings};
-use drover::server::{RunningServer, ServerOptions};
-use engine::server::ServerConfig;
+use drover::server::RunningServer;
 use engine::state::Snapshot;
 use engine::structs::{ClientStatus, Job, JobType, Node, NodeId, NodeStatus, Resources};
 use tokio::net::UdpSocket;
@@ -18,26 +17,9 @@ use tokio::sync::watch;
 use transport::client::ClientEndpoints;
 use transport::tls::TlsMaterial;
 
-const WATCHDOG: Duration = Duration::from_secs(90);
+mod common;
 
-async fn bounded<T>(what: &str, future: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(WATCHDOG, future).await.unwrap_or_else(|_| panic!("{what} did not happen within {WATCHDOG:?}"))
-}
-
-/// Waits until the server's state satisfies `holds`, woken by each write.
-async fn until(server: &RunningServer, what: &str, holds: impl Fn(&Snapshot) -> bool) -> Arc<Snapshot> {
-    let store = server.engine().store().clone();
-    bounded(what, async {
-        loop {
-            let snapshot = store.snapshot();
-            if holds(&snapshot) {
-                return snapshot;
-            }
-            store.wait_for_index(snapshot.index() + 1).await.expect("the store is running");
-        }
-    })
-    .await
-}
+use common::{bounded, drover, server_options, temp_dir, until};
 
 /// Counts heartbeats on a watch channel.
 struct Beats(watch::Sender<u64>);
@@ -61,19 +43,6 @@ fn mock_job(id: &str, max_client_disconnect: Option<Duration>) -> Job {
     job.task_groups[0].tasks[0].driver = "mock".into();
     job.task_groups[0].max_client_disconnect = max_client_disconnect;
     job
-}
-
-fn server_options(port: u16, tls: &TlsMaterial, ttl: Duration) -> ServerOptions {
-    let mut engine = ServerConfig { workers: 1, ..ServerConfig::default() };
-    engine.heartbeat.min_heartbeat_ttl = ttl;
-    engine.heartbeat.heartbeat_grace = ttl;
-    ServerOptions {
-        bind: SocketAddr::from(([127, 0, 0, 1], port)),
-        advertise: None,
-        engine,
-        tls: tls.clone(),
-        http: None,
-    }
 }
 
 struct RunningAgent {
@@ -262,18 +231,6 @@ async fn operator_calls_need_an_operator_certificate() {
     server.shutdown().await;
 }
 
-/// Runs the real binary.
-fn drover() -> std::process::Command {
-    std::process::Command::new(env!("CARGO_BIN_EXE_drover"))
-}
-
-fn temp_dir(name: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("drover-test-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drover_server_shuts_down_cleanly_on_sigterm_with_agents_connected() {
     transport::install_crypto_provider();
@@ -292,7 +249,11 @@ async fn drover_server_shuts_down_cleanly_on_sigterm_with_agents_connected() {
         "the listening line",
         tokio::task::spawn_blocking(move || {
             let mut line = String::new();
-            std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line).expect("reads");
+            let mut reader = std::io::BufReader::new(stdout);
+            std::io::BufRead::read_line(&mut reader, &mut line).expect("reads");
+            // Keep reading (the `http` line follows), so the server never
+            // writes to a closed pipe.
+            std::thread::spawn(move || std::io::copy(&mut reader, &mut std::io::sink()));
             line
         }),
     )

@@ -489,6 +489,7 @@ fn report_started(nodes: &engine::node::endpoint::NodeEndpoint, snapshot: &Snaps
             node_id: alloc.node_id,
             client_status: ClientStatus::Running,
             client_description: "started".into(),
+            task_states: Default::default(),
         });
     }
     let pending: Vec<_> = by_node

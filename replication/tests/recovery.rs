@@ -68,6 +68,7 @@ fn command(rng: &mut SmallRng, snapshot: &Snapshot, step: u64) -> Command {
                 node_id: alloc.node_id,
                 client_status,
                 client_description: String::new(),
+                task_states: Default::default(),
             };
             Command::UpdateAllocsFromClient { updates: vec![update], evals: vec![], time }
         }

@@ -150,6 +150,7 @@ fn update(alloc: &Allocation, status: ClientStatus) -> ClientAllocUpdate {
         node_id: alloc.node_id,
         client_status: status,
         client_description: String::new(),
+        task_states: Default::default(),
     }
 }
 

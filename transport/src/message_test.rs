@@ -30,6 +30,7 @@ fn every_message_round_trips() {
             node_id,
             client_status: ClientStatus::Running,
             client_description: "started".into(),
+            task_states: Default::default(),
         }],
     });
     round_trip(&WatchAllocsRequest { node_id, secret_id: Uuid::from_u128(5), last_index: 41 });

@@ -29,6 +29,7 @@ fn corpus() -> Vec<Vec<u8>> {
         node_id: node.id,
         client_status: ClientStatus::Running,
         client_description: "started".into(),
+        task_states: Default::default(),
     };
     let frames = [
         RegisterRequest { node: node.clone() }.to_frame(1),

@@ -84,6 +84,7 @@ async fn a_client_registers_heartbeats_receives_an_alloc_and_reports_it_running(
         node_id: node.id,
         client_status: ClientStatus::Running,
         client_description: "started".into(),
+        task_states: Default::default(),
     };
     let index =
         bounded("report", connection.update_allocs(node.id, node.secret_id, vec![update])).await.expect("accepted");
@@ -228,6 +229,7 @@ async fn a_watch_resumes_after_the_last_index_the_client_saw() {
         node_id: node.id,
         client_status: ClientStatus::Running,
         client_description: String::new(),
+        task_states: Default::default(),
     };
     let index = bounded("report", connection.update_allocs(node.id, node.secret_id, vec![update])).await.expect("ok");
     let next = bounded("push", watch.next()).await.expect("push");

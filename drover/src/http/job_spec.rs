@@ -9,8 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use engine::structs::{
-    Affinity, Constraint, ConstraintOperand, DelayFunction, Job, JobType, NetworkResource, Port, ReschedulePolicy,
-    Resources, RestartMode, RestartPolicy, Spread, SpreadTarget, Task, TaskGroup, UpdateStrategy,
+    Affinity, ConfigValue, Constraint, ConstraintOperand, DelayFunction, Job, JobType, LogConfig, NetworkResource,
+    Port, ReschedulePolicy, Resources, RestartMode, RestartPolicy, Spread, SpreadTarget, Task, TaskGroup,
+    UpdateStrategy,
 };
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -447,14 +448,9 @@ fn convert_task(api: ApiTask, disk_mb: u64, group_place: &str, warnings: &mut Ve
         ("DispatchPayload", &api.dispatch_payload),
         ("ScalingPolicies", &api.scaling_policies),
         ("Leader", &api.leader.map(Value::Bool)),
-        ("User", &api.user.clone().map(Value::String)),
-        ("KillSignal", &api.kill_signal.clone().map(Value::String)),
         ("RestartPolicy", &api.restart_policy.as_ref().map(|_| json!({"set": true}))),
     ] {
         ignored.check(&place, field, value);
-    }
-    if api.env.as_ref().is_some_and(|env| !env.is_empty()) {
-        ignored.warnings.push(format!("{place}Env is not implemented by Drover and was ignored"));
     }
     if api.meta.as_ref().is_some_and(|meta| !meta.is_empty()) {
         ignored.warnings.push(format!("{place}Meta is not implemented by Drover and was ignored"));
@@ -468,21 +464,38 @@ fn convert_task(api: ApiTask, disk_mb: u64, group_place: &str, warnings: &mut Ve
     let memory = non_negative(resources.memory_mb.unwrap_or(DEFAULT_MEMORY_MB as i64), &place, "Resources.MemoryMB")?;
     let mut config = BTreeMap::new();
     for (key, value) in api.config.unwrap_or_default() {
-        let text = match value {
-            Value::Null => continue,
-            Value::String(text) => text,
-            other => other.to_string(),
-        };
-        config.insert(key, text);
+        if value.is_null() {
+            continue;
+        }
+        let value = ConfigValue::deserialize(value)
+            .map_err(|error| ApiError::BadRequest(format!("{place}Config.{key}: {error}")))?;
+        config.insert(key, value);
     }
-    Ok(Task {
-        name,
-        driver: api.driver.unwrap_or_default(),
-        resources: Resources::new(cpu, memory, disk_mb),
-        constraints: convert_constraints(api.constraints.unwrap_or_default(), "task")?,
-        affinities: convert_affinities(api.affinities.unwrap_or_default(), "task")?,
-        config,
-    })
+    let mut task = Task::new(&name, &api.driver.unwrap_or_default(), Resources::new(cpu, memory, disk_mb));
+    task.constraints = convert_constraints(api.constraints.unwrap_or_default(), "task")?;
+    task.affinities = convert_affinities(api.affinities.unwrap_or_default(), "task")?;
+    task.config = config;
+    task.env = api.env.unwrap_or_default();
+    task.user = api.user.filter(|user| !user.is_empty());
+    task.kill_signal = api.kill_signal.filter(|signal| !signal.is_empty());
+    if let Some(timeout) = api.kill_timeout {
+        task.kill_timeout = nanos(timeout)?;
+    }
+    if let Some(logs) = api.log_config.filter(|logs| !logs.is_null()) {
+        let field = |name: &str, default: u32| -> Result<u32, ApiError> {
+            match logs.get(name) {
+                None | Some(Value::Null) => Ok(default),
+                Some(value) => value.as_u64().and_then(|n| u32::try_from(n).ok()).ok_or_else(|| {
+                    ApiError::BadRequest(format!("{place}LogConfig.{name} must be a whole number (got {value})"))
+                }),
+            }
+        };
+        task.logs = LogConfig {
+            max_files: field("MaxFiles", task.logs.max_files)?,
+            max_file_size_mb: field("MaxFileSizeMB", task.logs.max_file_size_mb)?,
+        };
+    }
+    Ok(task)
 }
 
 fn non_negative(value: i64, place: &str, field: &str) -> Result<u64, ApiError> {
@@ -692,7 +705,8 @@ mod tests {
         let group = &job.task_groups[0];
         assert_eq!(group.count, 1);
         assert_eq!(group.tasks[0].resources, Resources::new(500, 300, 300));
-        assert_eq!(group.tasks[0].config["ports"], "[\"db\"]");
+        assert_eq!(group.tasks[0].config["ports"], ConfigValue::List(vec!["db".into()]));
+        assert_eq!(group.tasks[0].kill_timeout, Duration::from_secs(5), "Nomad's default");
         assert_eq!(group.restart_policy, RestartPolicy::default());
         assert!(warnings.is_empty(), "{warnings:?}");
         assert_eq!(group.networks[0].dynamic_ports[0].label.as_ref(), "db");

@@ -171,15 +171,15 @@ pub fn job(job: &Job, snapshot: &Snapshot) -> Value {
                 .tasks
                 .iter()
                 .map(|task| {
-                    json!({"Name": task.name, "Driver": task.driver, "User": "", "Config": task.config,
-                           "Env": null, "Services": null, "Vault": null, "Templates": null,
+                    json!({"Name": task.name, "Driver": task.driver, "User": task.user.clone().unwrap_or_default(),
+                           "Config": task.config, "Env": task.env, "Services": null, "Vault": null, "Templates": null,
                            "Constraints": constraints(&task.constraints), "Affinities": affinities(&task.affinities),
                            "Resources": resources(task.resources), "RestartPolicy": restart(&group.restart_policy),
                            "DispatchPayload": null, "Lifecycle": null, "Meta": null,
-                           "KillTimeout": 5_000_000_000u64,
-                           "LogConfig": {"MaxFiles": 10, "MaxFileSizeMB": 10},
+                           "KillTimeout": u64::try_from(task.kill_timeout.as_nanos()).unwrap_or(u64::MAX),
+                           "LogConfig": {"MaxFiles": task.logs.max_files, "MaxFileSizeMB": task.logs.max_file_size_mb},
                            "Artifacts": null, "Leader": false, "ShutdownDelay": 0, "VolumeMounts": null,
-                           "ScalingPolicies": null, "KillSignal": "", "Kind": ""})
+                           "ScalingPolicies": null, "KillSignal": task.kill_signal.clone().unwrap_or_default(), "Kind": ""})
                 })
                 .collect();
             let disk: u64 = group.tasks.iter().map(|task| task.resources.disk_mb).sum();
@@ -332,11 +332,37 @@ pub fn alloc_stub(alloc: &Allocation, snapshot: &Snapshot) -> Value {
            "DesiredDescription": alloc.desired_description, "ClientStatus": text(alloc.client_status),
            "ClientDescription": alloc.client_description,
            "DesiredTransition": {"Migrate": null, "Reschedule": null, "ForceReschedule": null},
-           "TaskStates": {}, "DeploymentStatus": null, "FollowupEvalID": id_text(alloc.follow_up_eval_id),
+           "TaskStates": task_states(alloc), "DeploymentStatus": null, "FollowupEvalID": id_text(alloc.follow_up_eval_id),
            "RescheduleTracker": reschedule_tracker(alloc),
            "PreemptedAllocations": alloc.preempted_allocations.iter().map(|id| id.to_string()).collect::<Vec<_>>(),
            "PreemptedByAllocation": id_text(alloc.preempted_by_allocation), "CreateIndex": alloc.create_index, "ModifyIndex": alloc.modify_index,
            "CreateTime": ns(alloc.create_time), "ModifyTime": ns(alloc.modify_time)})
+}
+
+/// `TaskStates`: each task's state and events as its client reported them.
+fn task_states(alloc: &Allocation) -> Value {
+    let states: serde_json::Map<String, Value> = alloc
+        .task_states
+        .iter()
+        .map(|(name, state)| {
+            let events: Vec<Value> = state
+                .events
+                .iter()
+                .map(|event| {
+                    json!({"Type": event.event_type, "Time": ns(event.time), "DisplayMessage": event.display_message,
+                           "Message": event.display_message, "Details": event.details,
+                           "ExitCode": event.exit_code.unwrap_or(0), "Signal": event.signal.unwrap_or(0),
+                           "FailsTask": event.event_type == engine::structs::TaskEvent::NOT_RESTARTING && state.failed})
+                })
+                .collect();
+            let time = |at: Option<Timestamp>| at.map_or(Value::Null, rfc3339);
+            let state = json!({"State": text(state.state), "Failed": state.failed, "Restarts": state.restarts,
+                               "LastRestart": time(state.last_restart), "StartedAt": time(state.started_at),
+                               "FinishedAt": time(state.finished_at), "Events": events});
+            (name.clone(), state)
+        })
+        .collect();
+    Value::Object(states)
 }
 
 fn reschedule_tracker(alloc: &Allocation) -> Value {

@@ -249,6 +249,9 @@ impl Snapshot {
             let was_terminal = existing.terminal();
             let mut alloc = Allocation::clone(&existing);
             alloc.set_client_status(update.client_status, &update.client_description, time);
+            if !update.task_states.is_empty() {
+                alloc.task_states.clone_from(&update.task_states);
+            }
             alloc.modify_index = index;
             alloc.modify_time = time;
             if !was_terminal && alloc.terminal() {
@@ -309,6 +312,8 @@ impl Snapshot {
                         alloc.client_status = existing.client_status;
                         alloc.client_description.clone_from(&existing.client_description);
                     }
+                    // The client owns its task states; a plan's copy may be older.
+                    alloc.task_states.clone_from(&existing.task_states);
                     alloc.client_status_time = existing.client_status_time;
                     // Only the store links a replacement to what it replaces
                     // (below); a plan's copy may predate the link.

@@ -4,12 +4,14 @@
 //! so applying the same commands in the same order always yields the same
 //! state. That is what a write-ahead log, and later Raft, replicate.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::clock::Timestamp;
 use crate::structs::{
     AllocId, Allocation, ClientStatus, EvalId, Evaluation, Job, JobKey, Node, NodeEligibility, NodeId, NodeStatus,
-    PlanResult, SchedulerConfiguration, TriggerReason,
+    PlanResult, SchedulerConfiguration, TaskState, TriggerReason,
 };
 
 /// One write to the state store.
@@ -152,4 +154,9 @@ pub struct ClientAllocUpdate {
     pub client_status: ClientStatus,
     /// The client's explanation.
     pub client_description: String,
+    /// Every task's state, by name; replaces the allocation's when not
+    /// empty (a client that runs no tasks, such as the mock driver's
+    /// light path, sends none and leaves them as they are).
+    #[serde(default)]
+    pub task_states: BTreeMap<String, TaskState>,
 }

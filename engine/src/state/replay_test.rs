@@ -119,7 +119,13 @@ fn command(op: &Op, snapshot: &Snapshot, step: u64) -> Command {
                 None => (AllocId::from_u128(99), node_id(0)),
             };
             let node_id = if wrong_node { NodeId::from_u128(77) } else { node };
-            let update = ClientAllocUpdate { alloc_id, node_id, client_status: status, client_description: "r".into() };
+            let update = ClientAllocUpdate {
+                alloc_id,
+                node_id,
+                client_status: status,
+                client_description: "r".into(),
+                task_states: Default::default(),
+            };
             Command::UpdateAllocsFromClient { updates: vec![update], evals: vec![], time }
         }
         Op::Config { spread, cas } => {

@@ -65,6 +65,7 @@ fn a_reader_snapshot_never_changes_under_it() {
                 node_id: alloc.node_id,
                 client_status: ClientStatus::Running,
                 client_description: String::new(),
+                task_states: Default::default(),
             }],
             evals: vec![],
             time: Timestamp(6),
@@ -160,6 +161,7 @@ fn client_updates_are_taken_or_refused_one_by_one() {
         node_id,
         client_status: ClientStatus::Running,
         client_description: String::new(),
+        task_states: Default::default(),
     };
     let applied = store
         .apply(Command::UpdateAllocsFromClient {
@@ -200,6 +202,7 @@ fn a_plan_keeps_what_the_client_reported_and_never_places_on_a_node_that_left() 
         node_id: alloc.node_id,
         client_status: ClientStatus::Running,
         client_description: "started".into(),
+        task_states: Default::default(),
     };
     store
         .apply(Command::UpdateAllocsFromClient { updates: vec![report], evals: vec![], time: Timestamp(6) })
@@ -239,6 +242,7 @@ fn client_updates_record_the_node_index_and_freed_capacity() {
             node_id: alloc.node_id,
             client_status: status,
             client_description: String::new(),
+            task_states: Default::default(),
         }],
         evals: vec![],
         time: Timestamp(7),

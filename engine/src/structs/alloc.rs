@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::{AllocId, AllocatedPort, EvalId, Job, JobKey, NodeId, Resources};
+use super::{AllocId, AllocatedPort, EvalId, Job, JobKey, NodeId, Resources, TaskState};
 use crate::clock::Timestamp;
 
 /// What the servers want done with an allocation.
@@ -130,6 +130,9 @@ pub struct Allocation {
     pub client_status: ClientStatus,
     /// The client's explanation.
     pub client_description: String,
+    /// Each task's state as its client last reported it, by task name.
+    #[serde(default)]
+    pub task_states: BTreeMap<String, TaskState>,
     /// History of client-status transitions recorded by the servers.
     pub alloc_states: Vec<AllocState>,
     /// The allocation this one replaces.
@@ -250,6 +253,7 @@ impl Allocation {
             desired_description: String::new(),
             client_status: ClientStatus::Pending,
             client_description: String::new(),
+            task_states: BTreeMap::new(),
             alloc_states: Vec::new(),
             previous_allocation: None,
             next_allocation: None,

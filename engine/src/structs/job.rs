@@ -1,6 +1,6 @@
 //! Jobs, task groups and tasks: what users submit.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,6 +8,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::duration::{serde_duration, serde_opt_duration};
+use super::task_config::{task_settings_problems, ConfigValue, LogConfig, DEFAULT_KILL_SIGNAL};
+#[cfg(doc)]
+use super::task_config::{RawExecConfig, KILL_SIGNALS};
 use super::{spread, Affinity, Constraint, JobKey, NetworkResource, Resources, Spread};
 
 /// The namespace a job lands in when it names none.
@@ -161,6 +164,20 @@ pub struct RestartPolicy {
     pub mode: RestartMode,
 }
 
+impl RestartPolicy {
+    /// Nomad's rule: the attempts, each after `delay`, must fit in `interval`.
+    fn problems(&self, place: &str, problems: &mut Vec<String>) {
+        if self.attempts > 0 && self.interval.is_zero() {
+            problems.push(format!("{place}: restart interval must be set when attempts are allowed"));
+        } else if self.delay.saturating_mul(self.attempts) > self.interval {
+            problems.push(format!(
+                "{place}: restart interval ({:?}) is shorter than {} attempts of delay {:?}",
+                self.interval, self.attempts, self.delay
+            ));
+        }
+    }
+}
+
 impl Default for RestartPolicy {
     fn default() -> Self {
         RestartPolicy {
@@ -191,12 +208,63 @@ pub struct Task {
     /// Task-level constraints.
     #[serde(default)]
     pub constraints: Vec<Constraint>,
-    /// Driver configuration, opaque to the scheduler.
+    /// Driver configuration, opaque to the scheduler; checked at
+    /// submission for the drivers Drover knows (`raw_exec`: `command`,
+    /// `args`, `work_dir`; see [`RawExecConfig`]). Strings in it may use
+    /// `${...}` variables (`${DROVER_ALLOC_ID}`, `${NOMAD_TASK_DIR}`,
+    /// `${node.unique.id}`, `${attr.*}`, `${meta.*}`), filled in by the client.
     #[serde(default)]
-    pub config: std::collections::BTreeMap<String, String>,
+    pub config: BTreeMap<String, ConfigValue>,
+    /// Environment variables for the task, on top of the ones the client
+    /// sets (`DROVER_*` and Nomad's `NOMAD_*`); values may use `${...}`.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Run the task as this user (the agent must be root to switch);
+    /// absent: the agent's own user.
+    #[serde(default)]
+    pub user: Option<String>,
+    /// How long a stopping task has after its kill signal before its whole
+    /// process group is killed (Nomad's `kill_timeout`, default 5 s).
+    #[serde(default = "default_kill_timeout", with = "serde_duration")]
+    pub kill_timeout: Duration,
+    /// The signal that asks the task to stop (one of [`KILL_SIGNALS`]);
+    /// absent: SIGINT, as Nomad.
+    #[serde(default)]
+    pub kill_signal: Option<String>,
+    /// How much of its stdout and stderr the client keeps.
+    #[serde(default)]
+    pub logs: LogConfig,
     /// Task-level affinities; they count for the whole group's placement.
     #[serde(default)]
     pub affinities: Vec<Affinity>,
+}
+
+fn default_kill_timeout() -> Duration {
+    Duration::from_secs(5)
+}
+
+impl Task {
+    /// A task named `name` run by `driver`, with Nomad's defaults for the rest.
+    pub fn new(name: &str, driver: &str, resources: Resources) -> Task {
+        Task {
+            name: name.to_string(),
+            driver: driver.to_string(),
+            resources,
+            constraints: Vec::new(),
+            config: BTreeMap::new(),
+            env: BTreeMap::new(),
+            user: None,
+            kill_timeout: default_kill_timeout(),
+            kill_signal: None,
+            logs: LogConfig::default(),
+            affinities: Vec::new(),
+        }
+    }
+
+    /// The signal that asks it to stop.
+    pub fn kill_signal(&self) -> &str {
+        self.kill_signal.as_deref().unwrap_or(DEFAULT_KILL_SIGNAL)
+    }
 }
 
 /// A set of tasks placed together on one node, `count` times.
@@ -429,6 +497,7 @@ impl Job {
         if let Some(policy) = &group.reschedule_policy {
             policy.problems(&place, problems);
         }
+        group.restart_policy.problems(&place, problems);
         for constraint in &group.constraints {
             constraint.problems(&place, problems);
         }
@@ -481,6 +550,7 @@ impl Job {
             for affinity in &task.affinities {
                 affinity.problems(&task_place, problems);
             }
+            task_settings_problems(task, &task_place, problems);
         }
     }
 
@@ -504,14 +574,7 @@ impl Job {
                 affinities: Vec::new(),
                 spreads: Vec::new(),
                 networks: Vec::new(),
-                tasks: vec![Task {
-                    name: "task".to_string(),
-                    driver: "exec".to_string(),
-                    resources,
-                    constraints: Vec::new(),
-                    config: Default::default(),
-                    affinities: Vec::new(),
-                }],
+                tasks: vec![Task::new("task", "exec", resources)],
                 reschedule_policy: None,
                 restart_policy: RestartPolicy::default(),
                 update: None,

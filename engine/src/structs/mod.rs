@@ -21,6 +21,8 @@ mod plan;
 mod resources;
 mod scheduler_config;
 mod spread;
+mod task_config;
+mod task_state;
 
 pub use affinity::Affinity;
 pub use alloc::{AllocMetric, AllocState, Allocation, ClientStatus, DesiredStatus, RescheduleEvent};
@@ -41,3 +43,5 @@ pub use plan::{Plan, PlanResult};
 pub use resources::Resources;
 pub use scheduler_config::{PreemptionConfig, SchedulerAlgorithm, SchedulerConfiguration};
 pub use spread::{Spread, SpreadTarget};
+pub use task_config::{ConfigValue, LogConfig, RawExecConfig, DEFAULT_KILL_SIGNAL, KILL_SIGNALS, MOCK, RAW_EXEC};
+pub use task_state::{TaskEvent, TaskState, TaskStatus, MAX_TASK_EVENTS};

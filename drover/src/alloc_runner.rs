@@ -1,0 +1,286 @@
+//! One allocation's life on its client (Nomad's alloc runner): build its
+//! directories, run a task runner per task, keep the tasks' states, and
+//! tell the agent the allocation's client status whenever it changes.
+//!
+//! - Client status from the tasks, as Nomad: `failed` when a task died
+//!   failed, else `running` when one runs, else `pending` when one waits
+//!   (to start, or to restart), else `complete`.
+//! - A task that fails stops its siblings (`Sibling Task Failed`).
+//! - After every change the runner writes the allocation's state file
+//!   (temporary file, fsync, rename): the allocation, each task's state and
+//!   its running process (executor pid, task pid and group, both start
+//!   times). A restarted agent reads it back ([`restore`]) and re-attaches
+//!   instead of starting the tasks again; a task found dead is reported.
+//! - The directories are removed when the agent garbage collects the
+//!   allocation ([`AllocHandle::destroy`]), after its tasks are stopped.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use engine::structs::{AllocId, Allocation, ClientStatus, Node, TaskEvent, TaskState, TaskStatus};
+use serde::{Deserialize, Serialize};
+use tokio::sync::{mpsc, watch};
+
+use crate::alloc_dir::{write_atomic, AllocDir};
+use crate::raw_exec::{HandleState, RawExec, Reattached};
+use crate::task_env::TaskEnv;
+use crate::task_runner::{self, now, KillReason, TaskContext, TaskUpdate};
+
+/// An allocation's new status, for the agent to report.
+#[derive(Debug)]
+pub struct AllocEvent {
+    /// The allocation.
+    pub alloc_id: AllocId,
+    /// Its client status.
+    pub status: ClientStatus,
+    /// Why, in a few words.
+    pub description: String,
+    /// Every task's state (empty for the mock driver's light path).
+    pub task_states: BTreeMap<String, TaskState>,
+}
+
+/// What every allocation runner of an agent shares.
+#[derive(Debug)]
+pub struct RunnerContext {
+    /// The driver.
+    pub driver: Arc<RawExec>,
+    /// The node the agent is.
+    pub node: Node,
+    /// The agent's data directory.
+    pub data_dir: std::path::PathBuf,
+    /// Where allocation events go.
+    pub events: mpsc::UnboundedSender<AllocEvent>,
+}
+
+/// The state file.
+#[derive(Debug, Serialize, Deserialize)]
+struct SavedAlloc {
+    alloc: Allocation,
+    tasks: BTreeMap<String, SavedTask>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct SavedTask {
+    state: TaskState,
+    handle: Option<HandleState>,
+}
+
+/// The agent's hold on a running allocation runner.
+#[derive(Debug)]
+pub struct AllocHandle {
+    kill: watch::Sender<Option<KillReason>>,
+    destroy: watch::Sender<bool>,
+    dir: AllocDir,
+    runner: tokio::task::JoinHandle<()>,
+}
+
+impl AllocHandle {
+    /// Stops its tasks (the kill signal, the kill timeout, SIGKILL).
+    pub fn stop(&self) {
+        set_once(&self.kill, KillReason::Stop);
+    }
+
+    /// Stops its tasks, then removes its directories.
+    pub fn destroy(&self) {
+        self.stop();
+        self.destroy.send_replace(true);
+    }
+
+    /// The allocation's directories.
+    pub fn dir(&self) -> &AllocDir {
+        &self.dir
+    }
+
+    /// Leaves the tasks running and forgets them (the agent shuts down;
+    /// the next agent re-attaches).
+    pub fn detach(self) {
+        self.runner.abort();
+    }
+
+    /// Waits until the runner has finished, its directories kept unless
+    /// [`AllocHandle::destroy`] was called.
+    pub async fn finished(self) {
+        let AllocHandle { kill, destroy, dir: _, runner } = self;
+        // The runner waits on this once its tasks are dead; closed, it ends.
+        drop(destroy);
+        let _ = runner.await;
+        drop(kill);
+    }
+}
+
+/// Starts `alloc`'s tasks; returns the handle and the first task states.
+pub fn start(ctx: &Arc<RunnerContext>, alloc: Arc<Allocation>) -> AllocHandle {
+    let dir = AllocDir::new(&ctx.data_dir, alloc.id);
+    let tasks = group_tasks(&alloc);
+    let mut states = BTreeMap::new();
+    for task in &tasks {
+        let mut state = TaskState::default();
+        state.push_event(TaskEvent::new(TaskEvent::RECEIVED, now(), "Task received by client"));
+        states.insert(task.name.clone(), (state, None));
+    }
+    spawn(ctx, alloc, dir, states, true)
+}
+
+/// Re-attaches to an allocation found in `data_dir` when the agent
+/// started: its handle, or `None` when it has no readable state file
+/// (its directories are then removed).
+pub fn restore(ctx: &Arc<RunnerContext>, alloc_id: AllocId) -> Option<(Arc<Allocation>, AllocHandle)> {
+    let dir = AllocDir::new(&ctx.data_dir, alloc_id);
+    let saved: SavedAlloc = match std::fs::read(dir.state_file())
+        .map_err(|error| error.to_string())
+        .and_then(|bytes| serde_json::from_slice(&bytes).map_err(|error| error.to_string()))
+    {
+        Ok(saved) => saved,
+        Err(error) => {
+            tracing::warn!(alloc = %alloc_id, %error, "no usable state file; removing the allocation's directories");
+            let _ = dir.destroy();
+            return None;
+        }
+    };
+    let alloc = Arc::new(saved.alloc);
+    let mut states = BTreeMap::new();
+    for (name, task) in saved.tasks {
+        let found = task.handle.map(|handle| ctx.driver.reattach(handle, &dir, &name));
+        match &found {
+            Some(Reattached::Running(handle)) => {
+                tracing::info!(alloc = %alloc_id, task = %name, pid = handle.state().task_pid, "re-attached to a running task")
+            }
+            Some(_) => tracing::warn!(alloc = %alloc_id, task = %name, "task found dead after the agent restarted"),
+            None => {}
+        }
+        states.insert(name, (task.state, found));
+    }
+    let handle = spawn(ctx, alloc.clone(), dir, states, false);
+    Some((alloc, handle))
+}
+
+fn group_tasks(alloc: &Allocation) -> Vec<engine::structs::Task> {
+    alloc.job.group(&alloc.task_group).map(|group| group.tasks.clone()).unwrap_or_default()
+}
+
+type Start = BTreeMap<String, (TaskState, Option<Reattached>)>;
+
+/// Spawns the runner; `fresh` for an allocation new to this agent.
+fn spawn(ctx: &Arc<RunnerContext>, alloc: Arc<Allocation>, dir: AllocDir, tasks: Start, fresh: bool) -> AllocHandle {
+    let (kill, _) = watch::channel(None);
+    let (destroy, destroyed) = watch::channel(false);
+    let runner = tokio::spawn(run(ctx.clone(), alloc, dir.clone(), (tasks, fresh), kill.clone(), destroyed));
+    AllocHandle { kill, destroy, dir, runner }
+}
+
+async fn run(
+    ctx: Arc<RunnerContext>,
+    alloc: Arc<Allocation>,
+    dir: AllocDir,
+    (tasks, fresh): (Start, bool),
+    kill: watch::Sender<Option<KillReason>>,
+    mut destroyed: watch::Receiver<bool>,
+) {
+    let mut saved: BTreeMap<String, SavedTask> = BTreeMap::new();
+    let (updates_tx, mut updates) = mpsc::unbounded_channel();
+    let built = dir.build(group_tasks(&alloc).iter().map(|task| task.name.as_str()));
+    for (name, (mut state, found)) in tasks {
+        let Some(task) = group_tasks(&alloc).into_iter().find(|task| task.name == name) else { continue };
+        let runnable = state.state != TaskStatus::Dead;
+        if let Err(error) = &built {
+            let event =
+                TaskEvent::new(TaskEvent::SETUP_FAILURE, now(), format!("building the task directory: {error}"));
+            state.push_event(event);
+            state.state = TaskStatus::Dead;
+            state.failed = true;
+        } else if runnable {
+            if fresh {
+                state.push_event(TaskEvent::new(TaskEvent::TASK_SETUP, now(), "Building Task Directory"));
+            }
+            let env = TaskEnv::new(&alloc, &task, &ctx.node, &dir);
+            let task_ctx =
+                TaskContext { driver: ctx.driver.clone(), alloc: alloc.clone(), task, dir: dir.clone(), env };
+            let start_state = state.clone();
+            tokio::spawn(task_runner::run(task_ctx, start_state, found, updates_tx.clone(), kill.subscribe()));
+        }
+        saved.insert(name, SavedTask { state, handle: None });
+    }
+    drop(updates_tx);
+    report(&ctx, &alloc, &dir, &saved).await;
+    while let Some(TaskUpdate { task, state, handle }) = updates.recv().await {
+        if state.state == TaskStatus::Dead && state.failed {
+            set_once(&kill, KillReason::SiblingFailed(task.clone()));
+        }
+        saved.insert(task, SavedTask { state, handle });
+        report(&ctx, &alloc, &dir, &saved).await;
+    }
+    // Every task is dead. Removed directories wait for the agent's word.
+    if destroyed.wait_for(|destroy| *destroy).await.is_ok() {
+        if let Err(error) = dir.destroy() {
+            tracing::warn!(alloc = %alloc.id, %error, "removing the allocation's directories");
+        }
+    }
+}
+
+/// Sets the kill reason unless one is set: the first reason stands.
+fn set_once(kill: &watch::Sender<Option<KillReason>>, why: KillReason) {
+    kill.send_if_modified(|reason| {
+        if reason.is_some() {
+            return false;
+        }
+        *reason = Some(why);
+        true
+    });
+}
+
+/// Saves the state file and tells the agent.
+async fn report(ctx: &RunnerContext, alloc: &Arc<Allocation>, dir: &AllocDir, tasks: &BTreeMap<String, SavedTask>) {
+    let states: BTreeMap<String, TaskState> =
+        tasks.iter().map(|(name, task)| (name.clone(), task.state.clone())).collect();
+    let (status, description) = client_status(&states);
+    let saved = SavedAlloc {
+        alloc: Allocation::clone(alloc),
+        tasks: tasks
+            .iter()
+            .map(|(name, task)| (name.clone(), SavedTask { state: task.state.clone(), handle: task.handle }))
+            .collect(),
+    };
+    let path = dir.state_file();
+    let written = tokio::task::spawn_blocking(move || {
+        let bytes = serde_json::to_vec(&saved).map_err(std::io::Error::other)?;
+        write_atomic(&path, &bytes)
+    })
+    .await;
+    if let Ok(Err(error)) = written {
+        tracing::warn!(alloc = %alloc.id, %error, "writing the allocation's state file; a restarted agent cannot re-attach");
+    }
+    let _ = ctx.events.send(AllocEvent { alloc_id: alloc.id, status, description, task_states: states });
+}
+
+/// The allocation's client status from its tasks' states, as Nomad's.
+pub fn client_status(states: &BTreeMap<String, TaskState>) -> (ClientStatus, String) {
+    let any = |check: &dyn Fn(&TaskState) -> bool| states.values().any(check);
+    if any(&|state| state.state == TaskStatus::Dead && state.failed) {
+        (ClientStatus::Failed, "Failed tasks".to_string())
+    } else if any(&|state| state.state == TaskStatus::Running) {
+        (ClientStatus::Running, "Tasks are running".to_string())
+    } else if any(&|state| state.state == TaskStatus::Pending) {
+        (ClientStatus::Pending, "No tasks have started".to_string())
+    } else {
+        (ClientStatus::Complete, "All tasks have completed".to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_allocation_follows_its_tasks() {
+        let state = |status, failed| TaskState { state: status, failed, ..TaskState::default() };
+        let mut states = BTreeMap::from([("a".to_string(), state(TaskStatus::Pending, false))]);
+        assert_eq!(client_status(&states).0, ClientStatus::Pending);
+        states.insert("b".to_string(), state(TaskStatus::Running, false));
+        assert_eq!(client_status(&states).0, ClientStatus::Running);
+        states.insert("a".to_string(), state(TaskStatus::Dead, false));
+        states.insert("b".to_string(), state(TaskStatus::Dead, false));
+        assert_eq!(client_status(&states).0, ClientStatus::Complete);
+        states.insert("b".to_string(), state(TaskStatus::Dead, true));
+        assert_eq!(client_status(&states), (ClientStatus::Failed, "Failed tasks".to_string()));
+    }
+}

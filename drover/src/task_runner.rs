@@ -1,0 +1,286 @@
+//! One task's life on its client (Nomad's task runner): start it with the
+//! driver, wait for it, apply the group's restart policy when it exits,
+//! stop it when asked, and record every step as a task event.
+//!
+//! 1. Start: `Started`, state `running`; or `Driver Failure`. A task that
+//!    cannot run on this node (its command does not exist) is `Not
+//!    Restarting` and dead, failed; a failure of the node's side (the
+//!    executor could not start) counts as a failed run.
+//! 2. Exit: `Terminated` with the exit code, signal and OOM kill; then the
+//!    restart tracker decides: `Restarting` (state `pending` for the
+//!    delay), done (dead), or `Not Restarting` (dead, failed).
+//! 3. Stop (the servers stopped the allocation, or a sibling task failed):
+//!    `Killing` with the kill timeout, the kill signal to the process
+//!    group, SIGKILL after the timeout, `Killed`; dead, not failed.
+//!
+//! Every change is sent to the allocation runner with the task's handle,
+//! which it saves for re-attaching.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use engine::clock::Timestamp;
+use engine::structs::{Allocation, Task, TaskEvent, TaskState, TaskStatus};
+use rand::rngs::SmallRng;
+use rand::SeedableRng;
+use rustix::process::Signal;
+use tokio::sync::{mpsc, watch};
+
+use crate::alloc_dir::AllocDir;
+use crate::executor::ExitRecord;
+use crate::raw_exec::{self, HandleState, RawExec, Reattached, StartError, TaskHandle};
+use crate::restarts::{Decision, RestartTracker};
+use crate::task_env::TaskEnv;
+
+/// Why the tasks of an allocation are being stopped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KillReason {
+    /// The servers stopped the allocation (or the agent is shutting down
+    /// in dev mode).
+    Stop,
+    /// This task of the allocation failed.
+    SiblingFailed(String),
+}
+
+/// A task's state after a change, for its allocation runner.
+#[derive(Debug)]
+pub struct TaskUpdate {
+    /// The task.
+    pub task: String,
+    /// Its state now.
+    pub state: TaskState,
+    /// Its running process, if any.
+    pub handle: Option<HandleState>,
+}
+
+/// What a task runner works with.
+#[derive(Debug)]
+pub struct TaskContext {
+    /// The driver.
+    pub driver: Arc<RawExec>,
+    /// The allocation.
+    pub alloc: Arc<Allocation>,
+    /// The task.
+    pub task: Task,
+    /// The allocation's directories.
+    pub dir: AllocDir,
+    /// Its variables.
+    pub env: TaskEnv,
+}
+
+/// The wall clock as a timestamp, for events.
+pub fn now() -> Timestamp {
+    let since_epoch = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+    Timestamp(u64::try_from(since_epoch.as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// Runs the task until it is dead. `restored` is what re-attaching found
+/// when the agent restarted with the task started.
+pub async fn run(
+    ctx: TaskContext,
+    mut state: TaskState,
+    restored: Option<Reattached>,
+    updates: mpsc::UnboundedSender<TaskUpdate>,
+    mut kill: watch::Receiver<Option<KillReason>>,
+) {
+    let publish = |state: &TaskState, handle: Option<HandleState>| {
+        let _ = updates.send(TaskUpdate { task: ctx.task.name.clone(), state: state.clone(), handle });
+    };
+    let batch = ctx.alloc.job.job_type.is_batch_like();
+    let policy =
+        ctx.alloc.job.group(&ctx.alloc.task_group).map(|group| group.restart_policy.clone()).unwrap_or_default();
+    let mut tracker = RestartTracker::new(policy, batch);
+    let mut rng = SmallRng::from_os_rng();
+    let mut handle = match restored {
+        Some(Reattached::Running(handle)) => {
+            state.push_event(TaskEvent::new(TaskEvent::REATTACHED, now(), "Agent restarted; task still running"));
+            publish(&state, Some(handle.state()));
+            Some(handle)
+        }
+        Some(found) => {
+            let record = match found {
+                Reattached::Exited(record) => Some(record),
+                _ => None,
+            };
+            terminated(&mut state, record.as_ref());
+            let success = record.as_ref().is_some_and(|record| record.success()) && batch;
+            let reason = "The task ended while the agent was down; it is not restarted";
+            finish(&mut state, !success, if success { None } else { Some(reason) });
+            publish(&state, None);
+            return;
+        }
+        None => None,
+    };
+    loop {
+        if kill.borrow().is_some() && handle.is_none() {
+            finish(&mut state, false, None);
+            publish(&state, None);
+            return;
+        }
+        let mut running = match handle.take() {
+            Some(running) => running,
+            None => match start(&ctx, &mut state).await {
+                Ok(running) => {
+                    publish(&state, Some(running.state()));
+                    running
+                }
+                Err(StartError::Unrunnable(_)) => {
+                    finish(&mut state, true, Some("Error was unrecoverable"));
+                    publish(&state, None);
+                    return;
+                }
+                Err(StartError::Driver(_)) => {
+                    if restart_or_end(&ctx, &mut state, &mut tracker, false, &mut rng, &publish, &mut kill).await {
+                        continue;
+                    }
+                    return;
+                }
+            },
+        };
+        let record = tokio::select! {
+            record = running.wait() => record,
+            Ok(()) = kill.changed() => {
+                let reason = kill.borrow().clone();
+                stop(&ctx, &mut state, &mut running, reason).await;
+                publish(&state, None);
+                return;
+            }
+        };
+        terminated(&mut state, record.as_ref());
+        let success = record.as_ref().is_some_and(ExitRecord::success);
+        if !restart_or_end(&ctx, &mut state, &mut tracker, success, &mut rng, &publish, &mut kill).await {
+            return;
+        }
+    }
+}
+
+/// Starts the task; records `Started` or `Driver Failure`.
+async fn start(ctx: &TaskContext, state: &mut TaskState) -> Result<TaskHandle, StartError> {
+    match ctx.driver.start(&ctx.alloc, &ctx.task, &ctx.dir, &ctx.env).await {
+        Ok(handle) => {
+            state.state = TaskStatus::Running;
+            state.started_at = Some(now());
+            state.finished_at = None;
+            let event = TaskEvent::new(TaskEvent::STARTED, now(), "Task started by client")
+                .with_detail("pid", handle.state().task_pid.to_string());
+            state.push_event(event);
+            Ok(handle)
+        }
+        Err(error) => {
+            let message = error.to_string();
+            let event =
+                TaskEvent::new(TaskEvent::DRIVER_FAILURE, now(), message.clone()).with_detail("driver_error", message);
+            state.push_event(event);
+            Err(error)
+        }
+    }
+}
+
+/// Asks the tracker; records the decision. Returns whether to start the
+/// task again (after the delay, unless a stop came meanwhile).
+async fn restart_or_end(
+    ctx: &TaskContext,
+    state: &mut TaskState,
+    tracker: &mut RestartTracker,
+    success: bool,
+    rng: &mut SmallRng,
+    publish: &impl Fn(&TaskState, Option<HandleState>),
+    kill: &mut watch::Receiver<Option<KillReason>>,
+) -> bool {
+    match tracker.exited(success, Instant::now(), rng) {
+        Decision::Done => {
+            finish(state, false, None);
+            publish(state, None);
+            false
+        }
+        Decision::Fail { reason } => {
+            finish(state, true, Some(&reason));
+            publish(state, None);
+            false
+        }
+        Decision::Restart { delay, reason } => {
+            let event = TaskEvent::new(TaskEvent::RESTARTING, now(), format!("Restarting in {}", show(delay)))
+                .with_detail("restart_reason", reason)
+                .with_detail("start_delay", delay.as_nanos().to_string());
+            state.push_event(event);
+            state.state = TaskStatus::Pending;
+            state.restarts += 1;
+            state.last_restart = Some(now());
+            publish(state, None);
+            tracing::info!(alloc = %ctx.alloc.id, task = %ctx.task.name, delay = %show(delay), "restarting task");
+            tokio::select! {
+                _ = tokio::time::sleep(delay) => true,
+                Ok(()) = kill.changed() => {
+                    finish(state, false, None);
+                    publish(state, None);
+                    false
+                }
+            }
+        }
+    }
+}
+
+/// Records the `Terminated` event of an exit.
+fn terminated(state: &mut TaskState, record: Option<&ExitRecord>) {
+    let mut event = match record {
+        Some(record) => {
+            let mut message =
+                format!("Exit Code: {}", record.exit_code.map_or("unknown".to_string(), |c| c.to_string()));
+            if let Some(signal) = record.signal {
+                message.push_str(&format!(", Signal: {signal}"));
+            }
+            if record.oom_killed {
+                message.push_str(", OOM Killed");
+            }
+            let mut event = TaskEvent::new(TaskEvent::TERMINATED, now(), message);
+            event.exit_code = record.exit_code.map(i64::from);
+            event.signal = record.signal;
+            event.with_detail("oom_killed", record.oom_killed.to_string())
+        }
+        None => TaskEvent::new(
+            TaskEvent::TERMINATED,
+            now(),
+            "Exit Code: unknown (the task's executor is gone without recording its exit)",
+        ),
+    };
+    if record.is_none() {
+        event = event.with_detail("exit_code", "unknown");
+    }
+    state.push_event(event);
+}
+
+/// Marks the task dead; `Not Restarting` with `reason` when given.
+fn finish(state: &mut TaskState, failed: bool, reason: Option<&str>) {
+    if let Some(reason) = reason {
+        state.push_event(TaskEvent::new(TaskEvent::NOT_RESTARTING, now(), reason.to_string()));
+    }
+    state.state = TaskStatus::Dead;
+    state.failed = failed;
+    state.finished_at = Some(now());
+}
+
+/// The stop sequence: `Killing`, the kill signal, the timeout, SIGKILL, `Killed`.
+async fn stop(ctx: &TaskContext, state: &mut TaskState, running: &mut TaskHandle, reason: Option<KillReason>) {
+    if let Some(KillReason::SiblingFailed(sibling)) = &reason {
+        let event = TaskEvent::new(TaskEvent::SIBLING_FAILED, now(), format!("Task's sibling {sibling:?} failed"));
+        state.push_event(event);
+    }
+    let signal = raw_exec::signal(ctx.task.kill_signal()).unwrap_or(Signal::INT);
+    let timeout = ctx.task.kill_timeout;
+    let event = TaskEvent::new(
+        TaskEvent::KILLING,
+        now(),
+        format!("Sent {}; waiting {} before force killing", ctx.task.kill_signal(), show(timeout)),
+    )
+    .with_detail("kill_timeout", timeout.as_nanos().to_string());
+    state.push_event(event);
+    let (_, forced) = running.stop(signal, timeout).await;
+    let message = if forced { "Task killed after its kill timeout" } else { "Task successfully killed" };
+    state.push_event(TaskEvent::new(TaskEvent::KILLED, now(), message));
+    finish(state, false, None);
+}
+
+/// A duration as people read it (`1.25s`).
+fn show(duration: Duration) -> String {
+    format!("{:.3?}", duration)
+}

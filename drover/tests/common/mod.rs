@@ -1,0 +1,64 @@
+//! What the agent tests share: bounded waits on the server's state, and
+//! a server on loopback.
+
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use drover::server::{RunningServer, ServerOptions};
+use engine::server::ServerConfig;
+use engine::state::Snapshot;
+use transport::tls::TlsMaterial;
+
+/// How long any one wait may take before the test fails: a hang becomes
+/// a failure naming what did not happen, never a timing assertion.
+pub const WATCHDOG: Duration = Duration::from_secs(90);
+
+/// `future`'s output, or a panic naming `what` after [`WATCHDOG`].
+pub async fn bounded<T>(what: &str, future: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(WATCHDOG, future).await.unwrap_or_else(|_| panic!("{what} did not happen within {WATCHDOG:?}"))
+}
+
+/// Waits until the server's state satisfies `holds`, woken by each write.
+pub async fn until(server: &RunningServer, what: &str, holds: impl Fn(&Snapshot) -> bool) -> Arc<Snapshot> {
+    let store = server.engine().store().clone();
+    bounded(what, async {
+        loop {
+            let snapshot = store.snapshot();
+            if holds(&snapshot) {
+                return snapshot;
+            }
+            store.wait_for_index(snapshot.index() + 1).await.expect("the store is running");
+        }
+    })
+    .await
+}
+
+/// Options for a server on loopback `port` (0: any) with heartbeat TTL `ttl`.
+pub fn server_options(port: u16, tls: &TlsMaterial, ttl: Duration) -> ServerOptions {
+    let mut engine = ServerConfig { workers: 1, ..ServerConfig::default() };
+    engine.heartbeat.min_heartbeat_ttl = ttl;
+    engine.heartbeat.heartbeat_grace = ttl;
+    ServerOptions {
+        bind: SocketAddr::from(([127, 0, 0, 1], port)),
+        advertise: None,
+        engine,
+        tls: tls.clone(),
+        http: None,
+    }
+}
+
+/// A fresh temporary directory for one test.
+pub fn temp_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("drover-test-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+/// Runs the real binary.
+pub fn drover() -> std::process::Command {
+    std::process::Command::new(env!("CARGO_BIN_EXE_drover"))
+}
