@@ -62,6 +62,7 @@ async fn measure() -> Result<()> {
         engine,
         tls: server_tls,
         http: None,
+        durable: None,
     })?;
     let mut agent = spawn_agent(&drover_bin, &dir, server.local_addr())?;
     wait(&server, |s| s.nodes().any(|node| node.status == engine::structs::NodeStatus::Ready)).await;

@@ -33,6 +33,8 @@ pub struct ApiResponse {
     pub index: Option<u64>,
     /// The body as text.
     pub body: String,
+    /// The body as it came (a snapshot file is not text).
+    pub raw: Bytes,
 }
 
 impl ApiResponse {
@@ -127,7 +129,7 @@ where
         .and_then(|value| value.parse().ok());
     let body = response.into_body().collect().await?.to_bytes();
     driving.abort();
-    Ok(ApiResponse { status, index, body: String::from_utf8_lossy(&body).into_owned() })
+    Ok(ApiResponse { status, index, body: String::from_utf8_lossy(&body).into_owned(), raw: body })
 }
 
 /// TLS for HTTPS: the cluster CA when given, else the CA file must be given.

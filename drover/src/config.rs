@@ -19,6 +19,7 @@
 //! min_heartbeat_ttl = "10s"
 //! max_heartbeats_per_second = 1000.0
 //! heartbeat_grace = "10s"
+//! snapshot_every = 20000      # raft entries between snapshots of the state
 //!
 //! [client]
 //! servers = ["10.0.0.5:4647"]
@@ -130,6 +131,8 @@ pub struct ServerSection {
     /// Extra time past the TTL.
     #[serde(default, with = "duration_text")]
     pub heartbeat_grace: Option<Duration>,
+    /// Raft entries between snapshots.
+    pub snapshot_every: Option<u64>,
 }
 
 /// `[client]`.

@@ -18,7 +18,7 @@ use drover::agent::{Agent, AgentSettings, NoObserver, TaskSettings};
 use drover::cli::{self, ApiArgs};
 use drover::client_fs::ClientFs;
 use drover::config::{ConfigError, FileConfig};
-use drover::server::{HttpOptions, RunningServer, ServerOptions};
+use drover::server::{DurableOptions, HttpOptions, RunningServer, ServerOptions};
 use engine::server::ServerConfig;
 use engine::structs::{Job, JobType, Node, NodeEligibility, NodeStatus, Resources};
 use tokio::sync::watch;
@@ -179,6 +179,50 @@ enum OperatorCommand {
         #[command(subcommand)]
         command: SchedulerCommand,
     },
+    /// Snapshots of the whole state: save one from a running server,
+    /// restore one into a stopped server's data dir.
+    Snapshot {
+        #[command(subcommand)]
+        command: SnapshotCommand,
+    },
+    /// The raft log.
+    Raft {
+        #[command(subcommand)]
+        command: RaftCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum SnapshotCommand {
+    /// Saves a snapshot of a running server's state to FILE (a backup).
+    Save {
+        /// Where to write it.
+        file: PathBuf,
+    },
+    /// Makes FILE the state of a stopped server: its data dir then holds
+    /// that snapshot and an empty log behind it.
+    Restore {
+        /// The stopped server's data dir (its `data_dir`, as given to
+        /// `drover server`).
+        #[arg(long)]
+        data_dir: PathBuf,
+        /// A snapshot saved with `drover operator snapshot save`.
+        file: PathBuf,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum RaftCommand {
+    /// The log's range, the last snapshot and its size: of a running
+    /// server, or of a stopped one's data dir with --data-dir.
+    Info {
+        /// Read a stopped server's data dir instead of asking the server.
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -266,6 +310,9 @@ struct ServerArgs {
     /// Serve no HTTP API.
     #[arg(long)]
     no_http: bool,
+    /// Raft entries between snapshots of the state (default 20000).
+    #[arg(long)]
+    snapshot_every: Option<u64>,
 }
 
 #[derive(Debug, Args)]
@@ -309,6 +356,10 @@ struct DevArgs {
     /// on stdout once ready.
     #[arg(long)]
     print_address: bool,
+    /// Keep the server's state here (durable across restarts) instead of
+    /// in memory; the agent's allocation directories go here too.
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
     /// Job specs (JSON) to register once the agent is up.
     #[arg(long)]
     job: Vec<PathBuf>,
@@ -445,6 +496,27 @@ where
     }
 }
 
+fn snapshot_command(command: SnapshotCommand, api: &ApiArgs) -> Result<(), Failure> {
+    match command {
+        SnapshotCommand::Save { file } => {
+            client_command(api, |client| async move { cli::operator::snapshot_save(&client, &file).await })
+        }
+        SnapshotCommand::Restore { data_dir, file } => {
+            let dir = storage::DataDir::new(data_dir.join("server"));
+            let header = replication::restore(&dir, &file).map_err(|error| {
+                anyhow::anyhow!("restoring {} into {}: {error}", file.display(), dir.root().display())
+            })?;
+            println!(
+                "Restored {} into {}: store index {}; start the server to serve it",
+                file.display(),
+                dir.root().display(),
+                header.store_index
+            );
+            Ok(())
+        }
+    }
+}
+
 fn job_command(command: JobCommand, api: &ApiArgs) -> Result<(), Failure> {
     client_command(api, |client| async move {
         match command {
@@ -503,6 +575,19 @@ fn main() -> ExitCode {
         }
         Top::Eval { command: EvalCommand::Status { id, monitor, json }, api } => {
             client_command(&api, |client| async move { cli::eval::status(&client, &id, monitor, json).await })
+        }
+        Top::Operator { command: OperatorCommand::Snapshot { command }, api } => snapshot_command(command, &api),
+        Top::Operator { command: OperatorCommand::Raft { command: RaftCommand::Info { data_dir, json } }, api } => {
+            match data_dir {
+                Some(dir) => {
+                    let dir = storage::DataDir::new(dir.join("server"));
+                    match replication::offline_info(&dir) {
+                        Ok(info) => cli::operator::print_raft_info(&info, json).map_err(Failure::Run),
+                        Err(error) => Err(Failure::Run(anyhow::anyhow!("reading {}: {error}", dir.root().display()))),
+                    }
+                }
+                None => client_command(&api, |client| async move { cli::operator::raft_info(&client, json).await }),
+            }
         }
         Top::Operator { command: OperatorCommand::Scheduler { command }, api } => {
             let SchedulerCommand::Workers { action, count, json } = command;
@@ -663,8 +748,33 @@ fn server(args: ServerArgs) -> Result<(), Failure> {
             datacenter: file.server.datacenter.clone().unwrap_or_else(|| "dc1".to_string()),
         })
     };
-    let options =
-        ServerOptions { bind, advertise: args.advertise.clone().or(file.server.advertise.clone()), engine, tls, http };
+    let durable = match args.common.data_dir.clone().or(file.data_dir.clone()) {
+        Some(dir) => {
+            let snapshot_every = args.snapshot_every.or(file.server.snapshot_every).unwrap_or(20_000);
+            if snapshot_every == 0 {
+                return Err(config_error("server.snapshot_every", "must be at least 1"));
+            }
+            Some(DurableOptions::under(&dir, replication::DurableConfig { snapshot_every }))
+        }
+        None if args.common.dev => {
+            tracing::warn!("DEV MODE without a data dir: the state is kept in memory and lost when the server stops");
+            None
+        }
+        None => {
+            return Err(config_error(
+                "data_dir",
+                "required for a server: it holds the raft log and snapshots (or --dev to keep the state in memory)",
+            ))
+        }
+    };
+    let options = ServerOptions {
+        bind,
+        advertise: args.advertise.clone().or(file.server.advertise.clone()),
+        engine,
+        tls,
+        http,
+        durable,
+    };
     drover::server::run_until_signal(options, args.print_address).map_err(Failure::Run)
 }
 
@@ -845,7 +955,15 @@ fn dev(args: DevArgs) -> Result<(), Failure> {
         .parse()
         .map_err(|_| config_error("--agent-http-addr", format!("{:?} is not an ip:port", args.agent_http_addr)))?;
     let (_ca, server_tls, client_tls) = TlsMaterial::dev_pair()?;
-    tracing::warn!("DEV MODE: server and agent in one process, state in memory, a throwaway CA; NOT for production");
+    match &args.data_dir {
+        Some(dir) => tracing::warn!(
+            data_dir = %dir.display(),
+            "DEV MODE: server and agent in one process, durable state in the data dir, a throwaway CA; NOT for production"
+        ),
+        None => tracing::warn!(
+            "DEV MODE: server and agent in one process, state in memory, a throwaway CA; NOT for production"
+        ),
+    }
     let runtime = runtime()?;
     runtime.block_on(async move {
         let options = ServerOptions {
@@ -860,6 +978,10 @@ fn dev(args: DevArgs) -> Result<(), Failure> {
                 name: hostname(),
                 datacenter: "dc1".to_string(),
             }),
+            durable: args
+                .data_dir
+                .as_deref()
+                .map(|dir| DurableOptions::under(dir, replication::DurableConfig::default())),
         };
         let running = RunningServer::start(options)?;
         let addr = running.local_addr();
@@ -872,9 +994,14 @@ fn dev(args: DevArgs) -> Result<(), Failure> {
             }
         }
         let endpoints = Arc::new(ClientEndpoints::bind(1, &client_tls)?);
-        let identity = drover::identity::Identity {
-            node_id: engine::structs::NodeId::from_rng(&mut rand::rng()),
-            secret_id: uuid::Builder::from_random_bytes(rand::random()).into_uuid(),
+        // With a data dir the node keeps its identity across restarts, as
+        // the server keeps its state.
+        let identity = match &args.data_dir {
+            Some(dir) => drover::identity::load_or_create(dir).context("the node identity")?,
+            None => drover::identity::Identity {
+                node_id: engine::structs::NodeId::from_rng(&mut rand::rng()),
+                secret_id: uuid::Builder::from_random_bytes(rand::random()).into_uuid(),
+            },
         };
         let agent_args = AgentArgs {
             common: Common {
@@ -897,7 +1024,10 @@ fn dev(args: DevArgs) -> Result<(), Failure> {
         };
         let mut node = local_node(&agent_args, &FileConfig::default(), identity, (true, true));
         let (stop, stopped) = watch::channel(false);
-        let data_dir = std::env::temp_dir().join(format!("drover-dev-agent-{}", std::process::id()));
+        let data_dir = match &args.data_dir {
+            Some(dir) => dir.clone(),
+            None => std::env::temp_dir().join(format!("drover-dev-agent-{}", std::process::id())),
+        };
         std::fs::create_dir_all(&data_dir).with_context(|| format!("creating {}", data_dir.display()))?;
         tracing::info!(data_dir = %data_dir.display(), "dev agent data dir (allocation directories and logs)");
         let client_side = ClientSide { data_dir, http_addr, gc_max_allocs: 50, stop_tasks_on_shutdown: true };

@@ -1,7 +1,15 @@
-//! `drover server`: the engine behind its client-facing QUIC endpoint.
+//! `drover server`: the engine behind its client-facing QUIC endpoint and
+//! its HTTP API, over durable state when it has a data dir.
+//!
+//! Start-up with a data dir: recover (the newest valid snapshot, then the
+//! log after it, see the `replication` crate), then start the leader
+//! services over the log's write path, then bind. Shutdown in reverse:
+//! stop serving, stop the leader services (their in-flight evals finish
+//! and are written), stop raft, shut the store.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use engine::clock::{SystemClock, Timestamp};
@@ -10,6 +18,7 @@ use engine::server::{Server, ServerConfig};
 use engine::state::{Command, Snapshot};
 use engine::structs::{Allocation, ClientStatus, DesiredStatus, EvalId, EvalStatus, Job, NodeStatus};
 use hdrhistogram::Histogram;
+use replication::{Durable, DurableConfig};
 use transport::message::{ClusterReport, JobCounts};
 use transport::server::{ClientListener, ListenError, ListenerStats, Operations};
 use transport::tls::TlsMaterial;
@@ -29,6 +38,40 @@ pub struct ServerOptions {
     pub tls: TlsMaterial,
     /// The HTTP API, if served.
     pub http: Option<HttpOptions>,
+    /// Durable state, or none: everything in memory.
+    pub durable: Option<DurableOptions>,
+}
+
+/// Where and how a server keeps its state on disk.
+#[derive(Clone, Debug)]
+pub struct DurableOptions {
+    /// The server's data dir (`<data_dir>/server`, as Nomad lays it out).
+    pub dir: PathBuf,
+    /// The log's settings (snapshot interval).
+    pub config: DurableConfig,
+}
+
+impl DurableOptions {
+    /// The server's part of an agent's `data_dir`.
+    pub fn under(data_dir: &std::path::Path, config: DurableConfig) -> DurableOptions {
+        DurableOptions { dir: data_dir.join("server"), config }
+    }
+}
+
+/// Why a server did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// Its durable state could not be opened or recovered.
+    #[error("opening the data dir {dir}: {source}")]
+    Durable {
+        /// The server's data dir.
+        dir: PathBuf,
+        /// Why.
+        source: replication::DurableError,
+    },
+    /// A listener could not be bound.
+    #[error(transparent)]
+    Listen(#[from] ListenError),
 }
 
 /// Where and how the HTTP API is served.
@@ -50,40 +93,64 @@ pub struct HttpOptions {
 #[derive(Debug)]
 pub struct RunningServer {
     engine: Arc<Server>,
+    durable: Option<Arc<Durable>>,
     listener: Arc<ClientListener>,
     http: Option<HttpServer>,
     accepting: tokio::task::JoinHandle<()>,
 }
 
 impl RunningServer {
-    /// Starts the engine and the listener. Call within a tokio runtime.
-    pub fn start(options: ServerOptions) -> Result<RunningServer, ListenError> {
-        let engine = Arc::new(Server::start(options.engine, SystemClock::shared()));
-        let advertise = options.advertise.unwrap_or_else(|| options.bind.to_string());
-        let operations: Arc<dyn Operations> = Arc::new(EngineOperations { engine: engine.clone() });
-        let bound = ClientListener::bind(options.bind, &options.tls, engine.nodes(), vec![advertise], Some(operations));
-        let listener = match bound {
-            Ok(listener) => Arc::new(listener),
-            Err(error) => {
-                engine.shutdown();
-                return Err(error);
-            }
-        };
-        let http = match &options.http {
-            Some(http) => match start_http(http, &options.tls, &engine, &listener) {
-                Ok(server) => Some(server),
-                Err(error) => {
-                    engine.shutdown();
-                    return Err(error);
-                }
-            },
+    /// Recovers the durable state (if any), starts the engine and the
+    /// listeners (module docs). Call within a multi-threaded tokio runtime.
+    pub fn start(options: ServerOptions) -> Result<RunningServer, StartError> {
+        let durable = match &options.durable {
+            Some(durable) => Some(Arc::new(open_durable(durable)?)),
             None => None,
+        };
+        let engine = Arc::new(match &durable {
+            Some(durable) => Server::start_with(options.engine.clone(), SystemClock::shared(), durable.writer()),
+            None => Server::start(options.engine.clone(), SystemClock::shared()),
+        });
+        let started = RunningServer::listen(&options, &engine, durable.as_ref());
+        let (listener, http) = match started {
+            Ok(listeners) => listeners,
+            Err(error) => {
+                stop_engine(&engine, durable.as_deref());
+                return Err(error.into());
+            }
         };
         let accepting = tokio::spawn({
             let listener = listener.clone();
             async move { listener.run().await }
         });
-        Ok(RunningServer { engine, listener, http, accepting })
+        Ok(RunningServer { engine, durable, listener, http, accepting })
+    }
+
+    /// Binds the client endpoint and the HTTP API.
+    fn listen(
+        options: &ServerOptions,
+        engine: &Arc<Server>,
+        durable: Option<&Arc<Durable>>,
+    ) -> Result<(Arc<ClientListener>, Option<HttpServer>), ListenError> {
+        let advertise = options.advertise.clone().unwrap_or_else(|| options.bind.to_string());
+        let operations: Arc<dyn Operations> = Arc::new(EngineOperations { engine: engine.clone() });
+        let listener = Arc::new(ClientListener::bind(
+            options.bind,
+            &options.tls,
+            engine.nodes(),
+            vec![advertise],
+            Some(operations),
+        )?);
+        let http = match &options.http {
+            Some(http) => Some(start_http(http, &options.tls, engine, &listener, durable.cloned())?),
+            None => None,
+        };
+        Ok((listener, http))
+    }
+
+    /// The durable state, if this server has a data dir.
+    pub fn durable(&self) -> Option<&Arc<Durable>> {
+        self.durable.as_ref()
     }
 
     /// The HTTP API's bound address, if it is served.
@@ -116,10 +183,51 @@ impl RunningServer {
         }
         self.listener.stop_accepting();
         let engine = self.engine.clone();
-        let _ = tokio::task::spawn_blocking(move || engine.shutdown()).await;
+        let durable = self.durable.clone();
+        let _ = tokio::task::spawn_blocking(move || stop_engine(&engine, durable.as_deref())).await;
         self.listener.close().await;
         let _ = self.accepting.await;
     }
+}
+
+/// Opens and recovers a data dir on a thread of its own (recovery blocks,
+/// and starts raft's runtime, which must not happen on an async worker).
+fn open_durable(options: &DurableOptions) -> Result<Durable, StartError> {
+    let dir = options.dir.clone();
+    let config = options.config.clone();
+    let opened = std::thread::spawn(move || {
+        std::fs::create_dir_all(&dir)
+            .map_err(|source| replication::DurableError::Io { what: format!("creating {}", dir.display()), source })?;
+        Durable::open(&storage::DataDir::new(&dir), &config, storage::exit_on_fatal())
+    })
+    .join()
+    .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+    let durable = opened.map_err(|source| StartError::Durable { dir: options.dir.clone(), source })?;
+    let recovery = durable.recovery();
+    for refused in &recovery.refused {
+        tracing::warn!(dir = %options.dir.display(), "a snapshot was refused, recovering from the one before it: {refused}");
+    }
+    let (replayed, took) = durable.replayed();
+    tracing::info!(
+        dir = %options.dir.display(),
+        snapshot = ?recovery.snapshot.as_ref().map(|loaded| loaded.path.display().to_string()),
+        snapshot_load_ms = recovery.load_time.as_millis() as u64,
+        replayed_entries = replayed,
+        store_index = durable.store().latest_index(),
+        took_ms = took.as_millis() as u64,
+        "durable state recovered"
+    );
+    Ok(durable)
+}
+
+/// Stops the leader services, then raft, then the store (module docs).
+/// Blocks: run it off the async workers.
+fn stop_engine(engine: &Server, durable: Option<&Durable>) {
+    engine.stop();
+    if let Some(durable) = durable {
+        durable.shutdown();
+    }
+    engine.store().shutdown();
 }
 
 /// Runs a server until SIGINT or SIGTERM, then shuts it down gracefully:
@@ -160,6 +268,7 @@ fn start_http(
     tls: &TlsMaterial,
     engine: &Arc<Server>,
     listener: &Arc<ClientListener>,
+    durable: Option<Arc<Durable>>,
 ) -> Result<HttpServer, ListenError> {
     let bind_error = |source| ListenError::Bind { addr: options.bind, source };
     let rpc_addr = listener.local_addr().map_err(bind_error)?;
@@ -172,7 +281,7 @@ fn start_http(
         http_addr: options.bind,
         tls: options.tls,
     };
-    let state = ApiState { engine: engine.clone(), listener: Some(listener.clone()), agent };
+    let state = ApiState { engine: engine.clone(), listener: Some(listener.clone()), agent, durable };
     let server = HttpServer::start(options.bind, https, crate::http::router(state)).map_err(bind_error)?;
     if !options.tls {
         tracing::warn!(addr = %server.local_addr(), "the HTTP API is served WITHOUT TLS (dev mode)");

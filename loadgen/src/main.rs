@@ -122,6 +122,14 @@ struct Args {
     /// their window runs out.
     #[arg(long)]
     disconnect_replace: bool,
+    /// Keep the server's state on disk here (the raft log and snapshots, as
+    /// `drover server --data-dir`) instead of in memory: to measure what
+    /// durability costs. In process or with --spawn-server.
+    #[arg(long, conflicts_with = "server")]
+    data_dir: Option<std::path::PathBuf>,
+    /// Raft entries between snapshots, with --data-dir.
+    #[arg(long, default_value_t = 20_000)]
+    snapshot_every: u64,
     /// Internal: run as the spawned server (used by --spawn-server).
     #[arg(long, hide = true)]
     serve_child: bool,
@@ -142,6 +150,7 @@ fn main() -> Result<()> {
     let mut rng = SmallRng::seed_from_u64(args.seed);
     let mut report = Report {
         mode: if quic { "quic" } else { "in-process" }.to_string(),
+        durable: args.data_dir.is_some(),
         nodes: args.nodes,
         jobs: args.jobs + 1,
         workers,
@@ -171,6 +180,7 @@ fn main() -> Result<()> {
             workers: args.workers,
             timeout: Duration::from_secs(args.timeout_secs),
             flamegraph: args.flamegraph.clone(),
+            data_dir: args.data_dir.clone().map(|dir| (dir, args.snapshot_every)),
         };
         network::run(network, nodes, jobs, &mut report)?;
     } else {
@@ -193,7 +203,20 @@ fn main() -> Result<()> {
 
 /// The in-process run: an embedded server, clients simulated by a thread.
 fn in_process(args: &Args, workers: usize, nodes: Vec<Node>, jobs: &[Job], report: &mut Report) -> Result<()> {
-    let server = Server::start(ServerConfig { workers, ..ServerConfig::default() }, SystemClock::shared());
+    let config = ServerConfig { workers, ..ServerConfig::default() };
+    let durable = match &args.data_dir {
+        Some(dir) => {
+            let dir = storage::DataDir::new(dir.join("server"));
+            std::fs::create_dir_all(dir.root()).with_context(|| format!("creating {}", dir.root().display()))?;
+            let config = replication::DurableConfig { snapshot_every: args.snapshot_every.max(1) };
+            Some(replication::Durable::open(&dir, &config, storage::exit_on_fatal())?)
+        }
+        None => None,
+    };
+    let server = match &durable {
+        Some(durable) => Server::start_with(config, SystemClock::shared(), durable.writer()),
+        None => Server::start(config, SystemClock::shared()),
+    };
     let started = Instant::now();
     let node_ids: Vec<NodeId> = nodes.iter().map(|node| node.id).collect();
     for node in nodes {
@@ -216,7 +239,11 @@ fn in_process(args: &Args, workers: usize, nodes: Vec<Node>, jobs: &[Job], repor
     cluster.engine = server.stats();
     report.record(&cluster, placed_in);
     report.check_invariants(&cluster);
-    server.shutdown();
+    server.stop();
+    if let Some(durable) = durable {
+        durable.shutdown();
+    }
+    server.store().shutdown();
     Ok(())
 }
 
@@ -239,6 +266,12 @@ fn serve_child(args: &Args) -> Result<()> {
         engine,
         tls: transport::tls::TlsMaterial::from_files(ca, cert, key)?,
         http: None,
+        durable: args.data_dir.as_deref().map(|dir| {
+            drover::server::DurableOptions::under(
+                dir,
+                replication::DurableConfig { snapshot_every: args.snapshot_every.max(1) },
+            )
+        }),
     };
     let profiler = start_profiler(&args.flamegraph)?;
     drover::server::run_until_signal(options, true)?;

@@ -117,6 +117,8 @@ pub struct NetworkArgs {
     pub timeout: Duration,
     /// The spawned server writes its flame graph here when it stops.
     pub flamegraph: Option<PathBuf>,
+    /// The spawned server's data dir and snapshot interval (none: in memory).
+    pub data_dir: Option<(PathBuf, u64)>,
 }
 
 /// Heartbeat and handshake latencies, and the heartbeats counted.
@@ -199,6 +201,9 @@ fn spawn_server(args: &NetworkArgs) -> Result<Cluster> {
     }
     if let Some(path) = &args.flamegraph {
         command.arg("--flamegraph").arg(path);
+    }
+    if let Some((dir, snapshot_every)) = &args.data_dir {
+        command.arg("--data-dir").arg(dir).arg("--snapshot-every").arg(snapshot_every.to_string());
     }
     command.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::inherit());
     let mut child = command.spawn().context("spawning the server")?;

@@ -89,6 +89,8 @@ pub struct NetworkReport {
 pub struct Report {
     /// `in-process` or `quic`.
     pub mode: String,
+    /// Whether the server kept its state on disk (`--data-dir`).
+    pub durable: bool,
     pub nodes: usize,
     pub jobs: usize,
     pub workers: usize,
@@ -223,7 +225,8 @@ impl Report {
 
     /// Prints the report for people.
     pub fn print(&self) {
-        println!("loadgen report ({} server)", self.mode);
+        let state = if self.durable { "durable state" } else { "state in memory" };
+        println!("loadgen report ({} server, {state})", self.mode);
         println!("  nodes / jobs / workers     {} / {} / {}", self.nodes, self.jobs, self.workers);
         println!("  node registrations/s       {:.0}", self.node_register_per_sec);
         println!("  allocations placed         {} of {}", self.allocs_placed, self.allocs_desired);

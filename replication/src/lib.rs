@@ -134,10 +134,13 @@ impl From<&SnapshotInfo> for SnapshotFile {
 /// A server's durable state: raft over the log and the snapshots in its
 /// data dir, applying to one store (module docs).
 pub struct Durable {
-    runtime: Option<tokio::runtime::Runtime>,
+    runtime: parking_lot::Mutex<Option<tokio::runtime::Runtime>>,
+    handle: tokio::runtime::Handle,
     raft: Raft<TypeConfig>,
     machine: StateMachine,
-    log: LogStore,
+    /// Taken at shutdown, so the log file closes (raft's own copies end
+    /// with its runtime).
+    log: parking_lot::Mutex<Option<LogStore>>,
     command_log: Arc<RaftLog>,
     recovery: Recovery,
     replay: (u64, Duration),
@@ -166,10 +169,11 @@ impl Durable {
         let command_log = Arc::new(RaftLog::start(raft.clone(), runtime.handle()));
         runtime.spawn(purge_behind_older_snapshot(raft.clone(), machine.clone()));
         Ok(Durable {
-            runtime: Some(runtime),
+            handle: runtime.handle().clone(),
+            runtime: parking_lot::Mutex::new(Some(runtime)),
             raft,
             machine,
-            log,
+            log: parking_lot::Mutex::new(Some(log)),
             command_log,
             recovery,
             replay: (replayed, started.elapsed()),
@@ -212,20 +216,35 @@ impl Durable {
                 .metrics(|metrics| metrics.snapshot.is_some_and(|log_id| log_id.index >= wanted), "snapshot taken")
                 .await
                 .map_err(|error| DurableError::Raft(error.to_string()))
-        })?;
+        })??;
         self.machine.current_snapshot().ok_or_else(|| DurableError::Raft("no snapshot after taking one".into()))
     }
 
     /// Runs `task` on the raft runtime and blocks this thread for its
-    /// result (any thread, in a runtime or not).
-    fn run<T: Send + 'static>(&self, task: impl std::future::Future<Output = T> + Send + 'static) -> T {
-        block_on(self.runtime.as_ref().expect("running until shutdown").spawn(task))
+    /// result (any thread, in a runtime or not); after [`Durable::shutdown`]
+    /// it is refused.
+    fn run<T: Send + 'static>(
+        &self,
+        task: impl std::future::Future<Output = T> + Send + 'static,
+    ) -> Result<T, DurableError> {
+        if self.runtime.lock().is_none() {
+            return Err(DurableError::Raft("raft has shut down".into()));
+        }
+        match futures_lite::future::block_on(self.handle.spawn(task)) {
+            Ok(value) => Ok(value),
+            Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
+            Err(_) => Err(DurableError::Raft("raft has shut down".into())),
+        }
     }
 
     /// The raft position and the files.
     pub fn info(&self) -> Result<RaftInfo, DurableError> {
         let metrics = self.raft.metrics().borrow().clone();
-        let mut info = files_info(self.log.file(), self.machine.snapshots())?;
+        let mut info = {
+            let log = self.log.lock();
+            let log = log.as_ref().ok_or_else(|| DurableError::Raft("raft has shut down".into()))?;
+            files_info(log.file(), self.machine.snapshots())?
+        };
         info.last_applied = metrics.last_applied;
         info.store_index = Some(self.store().latest_index());
         info.term = metrics.current_term;
@@ -237,14 +256,15 @@ impl Durable {
     }
 
     /// Stops raft (nothing more is applied) and closes the log. Stop the
-    /// leader services before, shut the store after.
+    /// leader services before, shut the store after. Idempotent.
     /// Must not run on an async runtime's worker thread (it blocks).
-    pub fn shutdown(mut self) {
+    pub fn shutdown(&self) {
         let raft = self.raft.clone();
         let _ = self.run(async move { raft.shutdown().await });
-        if let Some(runtime) = self.runtime.take() {
+        if let Some(runtime) = self.runtime.lock().take() {
             runtime.shutdown_timeout(Duration::from_secs(5));
         }
+        self.log.lock().take();
     }
 }
 
@@ -254,6 +274,17 @@ fn block_on<T>(task: tokio::task::JoinHandle<T>) -> T {
     match futures_lite::future::block_on(task) {
         Ok(value) => value,
         Err(error) => std::panic::resume_unwind(error.into_panic()),
+    }
+}
+
+impl Drop for Durable {
+    /// A durable state dropped without [`Durable::shutdown`] (a failed
+    /// start, a panic) still ends its runtime, without blocking: dropping a
+    /// runtime on an async worker thread is not allowed.
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.get_mut().take() {
+            runtime.shutdown_background();
+        }
     }
 }
 

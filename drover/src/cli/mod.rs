@@ -13,6 +13,7 @@ pub mod eval;
 pub mod hcl;
 pub mod job;
 pub mod node;
+pub mod operator;
 pub mod server;
 
 use std::path::PathBuf;

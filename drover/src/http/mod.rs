@@ -17,7 +17,8 @@
 //!    JSON whatever their `Content-Type`.
 //!
 //! One file per resource: `jobs.rs`, `evals.rs`, `allocs.rs`, `nodes.rs`,
-//! `agent.rs` (agent, status, workers, search); `job_spec.rs` reads the
+//! `agent.rs` (agent, status, workers, search), `operator.rs` (snapshots,
+//! raft); `job_spec.rs` reads the
 //! submitted job, `nomad.rs` shapes the answers, `query.rs` holds the query
 //! parameters, blocking queries and the read headers.
 
@@ -30,6 +31,7 @@ pub mod jobs;
 pub mod metrics;
 pub mod nodes;
 pub mod nomad;
+pub mod operator;
 pub mod query;
 
 use std::net::SocketAddr;
@@ -56,6 +58,9 @@ pub struct ApiState {
     pub listener: Option<Arc<transport::server::ClientListener>>,
     /// This agent as Nomad's `agent/self` and `agent/members` describe it.
     pub agent: AgentInfo,
+    /// The durable state, for `operator/snapshot` and `operator/raft/info`
+    /// (none: the server keeps its state in memory).
+    pub durable: Option<Arc<replication::Durable>>,
 }
 
 /// Who this server is, for `agent/self`, `agent/members` and `status/leader`.
@@ -85,6 +90,7 @@ pub fn router(state: ApiState) -> Router {
         .merge(nodes::routes())
         .merge(agent::routes())
         .merge(metrics::routes())
+        .merge(operator::routes())
         .fallback(error::unknown_path)
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(state)

@@ -47,6 +47,7 @@ pub fn server_options(port: u16, tls: &TlsMaterial, ttl: Duration) -> ServerOpti
         engine,
         tls: tls.clone(),
         http: None,
+        durable: None,
     }
 }
 

@@ -1,0 +1,85 @@
+//! `drover operator snapshot save` and `drover operator raft info`.
+
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+use replication::RaftInfo;
+
+use super::{fields, print_json};
+use crate::api_client::ApiClient;
+
+/// `drover operator snapshot save FILE`: the server takes a snapshot and
+/// sends it; it is written to a temporary name, synced and renamed, so
+/// FILE is either the whole snapshot or untouched.
+pub async fn snapshot_save(api: &ApiClient, file: &Path) -> Result<i32> {
+    let answer = api.get("/v1/operator/snapshot").await?;
+    if answer.status != 200 {
+        bail!("Unexpected response code: {} ({})", answer.status, answer.body.trim());
+    }
+    let file = file.to_path_buf();
+    let bytes = answer.raw;
+    let size = bytes.len();
+    tokio::task::spawn_blocking({
+        let file = file.clone();
+        move || write_whole(&file, &bytes)
+    })
+    .await??;
+    println!("State file written to {} ({size} bytes, index {})", file.display(), answer.index.unwrap_or(0));
+    Ok(0)
+}
+
+/// Writes `bytes` to `file` through a temporary name and a sync.
+fn write_whole(file: &Path, bytes: &[u8]) -> Result<()> {
+    use std::io::Write;
+    let mut temporary = file.as_os_str().to_owned();
+    temporary.push(".partial");
+    let temporary = std::path::PathBuf::from(temporary);
+    let mut out = std::fs::File::create(&temporary).with_context(|| format!("creating {}", temporary.display()))?;
+    out.write_all(bytes).and_then(|()| out.sync_all()).with_context(|| format!("writing {}", temporary.display()))?;
+    std::fs::rename(&temporary, file).with_context(|| format!("renaming {} to {}", temporary.display(), file.display()))
+}
+
+/// `drover operator raft info` of a running server.
+pub async fn raft_info(api: &ApiClient, json_out: bool) -> Result<i32> {
+    let value = api.get("/v1/operator/raft/info").await?.json()?;
+    if json_out {
+        print_json(&value)?;
+        return Ok(0);
+    }
+    let info: RaftInfo = serde_json::from_value(value).context("the server's raft info")?;
+    print_raft_info(&info, false)?;
+    Ok(0)
+}
+
+/// Prints `info` as fields (or JSON).
+pub fn print_raft_info(info: &RaftInfo, json_out: bool) -> Result<()> {
+    if json_out {
+        return print_json(&serde_json::to_value(info)?);
+    }
+    let or_none = |value: Option<u64>| value.map_or_else(|| "none".to_string(), |value| value.to_string());
+    let newest = info.snapshots.first();
+    let mut pairs = vec![
+        ("Log first index", or_none(info.log_first)),
+        ("Log last index", or_none(info.log_last)),
+        ("Last purged", or_none(info.last_purged.map(|log_id| log_id.index))),
+        ("Term", info.term.to_string()),
+    ];
+    if let Some(applied) = info.last_applied {
+        pairs.push(("Last applied", applied.index.to_string()));
+    }
+    if let Some(index) = info.store_index {
+        pairs.push(("Store index", index.to_string()));
+    }
+    pairs.push(("Last snapshot", newest.map_or_else(|| "none".to_string(), |file| file.path.clone())));
+    if let Some(file) = newest {
+        pairs.push(("Snapshot raft index", file.index.to_string()));
+        pairs.push(("Snapshot size", format!("{} bytes", file.size)));
+    }
+    pairs.push(("Snapshot store index", or_none(info.snapshot_store_index)));
+    if let Some(millis) = info.snapshot_write_millis {
+        pairs.push(("Snapshot write time", format!("{millis} ms")));
+    }
+    pairs.push(("Snapshots kept", info.snapshots.len().to_string()));
+    print!("{}", fields(&pairs));
+    Ok(())
+}

@@ -1,0 +1,95 @@
+//! The operator endpoints over the durable state: `GET /v1/operator/snapshot`
+//! (a consistent snapshot of the whole state, as Nomad's `nomad operator
+//! snapshot save` fetches it), `GET /v1/operator/raft/configuration`
+//! (Nomad's shape, one voter) and `GET /v1/operator/raft/info` (Drover's:
+//! the log range and the snapshots on disk, for `drover operator raft info`).
+//!
+//! A server without a data dir keeps its state in memory: these answer 400
+//! saying so. Restoring (`PUT /v1/operator/snapshot` in Nomad) is done on
+//! a stopped server's data dir with `drover operator snapshot restore`, so
+//! a running server never swaps its state under its leader services; the
+//! PUT answers 400 naming that command.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use replication::Durable;
+use serde_json::json;
+
+use super::error::ApiError;
+use super::query::{Params, Reply};
+use super::ApiState;
+
+const INDEX_HEADER: header::HeaderName = header::HeaderName::from_static("x-nomad-index");
+
+/// The routes of this file.
+pub fn routes() -> Router<ApiState> {
+    Router::new()
+        .route("/v1/operator/snapshot", get(save).put(restore).post(restore))
+        .route("/v1/operator/raft/configuration", get(configuration))
+        .route("/v1/operator/raft/info", get(info))
+}
+
+fn durable(state: &ApiState) -> Result<Arc<Durable>, ApiError> {
+    state.durable.clone().ok_or_else(|| {
+        ApiError::BadRequest("this server keeps its state in memory (it was started without a data dir)".into())
+    })
+}
+
+/// `GET /v1/operator/snapshot`: takes a snapshot now (it waits until the
+/// file is on disk) and answers with that file, checksummed and versioned
+/// as the server writes it; `X-Nomad-Index` is the store index it holds.
+async fn save(State(state): State<ApiState>) -> Result<Response, ApiError> {
+    let durable = durable(&state)?;
+    let taken = tokio::task::spawn_blocking(move || durable.snapshot_now())
+        .await
+        .map_err(|error| ApiError::Internal(format!("taking the snapshot: {error}")))?
+        .map_err(|error| ApiError::Internal(format!("taking the snapshot: {error}")))?;
+    // Read from one open file: a newer snapshot may replace it meanwhile.
+    let bytes = tokio::fs::read(&taken.info.path)
+        .await
+        .map_err(|error| ApiError::Internal(format!("reading {}: {error}", taken.info.path.display())))?;
+    let index = taken.header.store_index.max(1).to_string();
+    let headers = [(header::CONTENT_TYPE, "application/octet-stream".to_string()), (INDEX_HEADER, index)];
+    Ok((headers, bytes).into_response())
+}
+
+/// `PUT /v1/operator/snapshot` (module docs).
+async fn restore() -> ApiError {
+    ApiError::BadRequest(
+        "restore a snapshot on the stopped server's data dir: drover operator snapshot restore --data-dir DIR FILE"
+            .into(),
+    )
+}
+
+/// `GET /v1/operator/raft/configuration`: this server, the one voter.
+async fn configuration(State(state): State<ApiState>, params: Params) -> Result<Reply, ApiError> {
+    let durable = durable(&state)?;
+    let info = tokio::task::spawn_blocking(move || durable.info())
+        .await
+        .map_err(|error| ApiError::Internal(error.to_string()))?
+        .map_err(|error| ApiError::Internal(error.to_string()))?;
+    let agent = &state.agent;
+    let id = replication::NODE_ID.to_string();
+    let body = json!({
+        "Index": info.last_applied.map_or(0, |log_id| log_id.index),
+        "Servers": [{"ID": id, "Node": format!("{}.{}", agent.name, agent.region),
+                     "Address": agent.rpc_addr.to_string(), "Leader": true, "Voter": true, "RaftProtocol": "3"}],
+    });
+    Ok(Reply::json(&body, params.pretty(), Some(state.engine.store().latest_index())))
+}
+
+/// `GET /v1/operator/raft/info`: the log range, the snapshots and the
+/// positions ([`replication::RaftInfo`]).
+async fn info(State(state): State<ApiState>, params: Params) -> Result<Reply, ApiError> {
+    let durable = durable(&state)?;
+    let info = tokio::task::spawn_blocking(move || durable.info())
+        .await
+        .map_err(|error| ApiError::Internal(error.to_string()))?
+        .map_err(|error| ApiError::Internal(error.to_string()))?;
+    Ok(Reply::json(&info, params.pretty(), Some(state.engine.store().latest_index())))
+}
