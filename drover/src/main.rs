@@ -67,7 +67,7 @@ enum Top {
         #[command(flatten)]
         api: ApiArgs,
     },
-    /// Allocations: status.
+    /// Allocations: status, logs.
     Alloc {
         #[command(subcommand)]
         command: AllocCommand,
@@ -154,6 +154,19 @@ enum AllocCommand {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+    },
+    /// A task's stdout (or stderr), read from the agent that runs it.
+    Logs {
+        /// An allocation id or prefix.
+        id: String,
+        /// The task (optional when the allocation runs one).
+        task: Option<String>,
+        /// Keep streaming what the task writes until it is dead.
+        #[arg(short = 'f', long)]
+        follow: bool,
+        /// stderr instead of stdout.
+        #[arg(long)]
+        stderr: bool,
     },
 }
 
@@ -572,6 +585,11 @@ fn main() -> ExitCode {
         }),
         Top::Alloc { command: AllocCommand::Status { id, json }, api } => {
             client_command(&api, |client| async move { cli::alloc::status(&client, &id, json).await })
+        }
+        Top::Alloc { command: AllocCommand::Logs { id, task, follow, stderr }, api } => {
+            client_command(&api, |client| async move {
+                cli::alloc::logs(&client, &id, task.as_deref(), stderr, follow).await
+            })
         }
         Top::Eval { command: EvalCommand::Status { id, monitor, json }, api } => {
             client_command(&api, |client| async move { cli::eval::status(&client, &id, monitor, json).await })

@@ -87,6 +87,24 @@ fn the_cli_runs_a_job_and_shows_it_as_nomad_does() {
     assert_eq!(refused.status.code(), Some(1), "{error}");
     assert!(error.contains("web.hcl:6: task: block \"vault\" is not supported by Drover"), "{error}");
 
+    // A raw_exec task's output, read from the agent with `alloc logs`.
+    let batch = dir.join("hello.json");
+    let job = r#"{"Job": {"ID": "hello", "Type": "batch", "Datacenters": ["dc1"],
+        "TaskGroups": [{"Name": "hello", "Tasks": [{"Name": "say", "Driver": "raw_exec",
+        "Config": {"command": "/bin/sh", "args": ["-c", "echo hello from drover; echo oops >&2"]},
+        "Resources": {"CPU": 100, "MemoryMB": 64}}]}]}}"#;
+    std::fs::write(&batch, job).expect("job file");
+    let run = drover(&http, &["job", "run", batch.to_str().expect("path")]);
+    assert_eq!(run.status.code(), Some(0), "{}", stdout(&run));
+    let alloc = complete_alloc(&http, "hello");
+    let logs = drover(&http, &["alloc", "logs", &alloc[..8]]);
+    assert_eq!(stdout(&logs), "hello from drover\n", "{}", String::from_utf8_lossy(&logs.stderr));
+    let logs = drover(&http, &["alloc", "logs", "--stderr", "-f", &alloc, "say"]);
+    assert_eq!(stdout(&logs), "oops\n", "{}", String::from_utf8_lossy(&logs.stderr));
+    let wrong = drover(&http, &["alloc", "logs", &alloc, "nosuch"]);
+    assert_eq!(wrong.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&wrong.stderr).contains("Task \"nosuch\" is not in allocation"));
+
     let unknown = drover(&http, &["job", "status", "nope"]);
     assert_eq!(unknown.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&unknown.stderr).contains("No job(s) with prefix or id \"nope\" found"));
@@ -96,4 +114,28 @@ fn the_cli_runs_a_job_and_shows_it_as_nomad_does() {
     let after = stdout(&drover(&http, &["job", "status"]));
     assert!(after.contains("example  service  50        dead (stopped)"), "{after}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The id of `job`'s allocation once it is complete, woken by each write
+/// (a blocking query on the job's allocations).
+fn complete_alloc(http: &str, job: &str) -> String {
+    let api = drover::api_client::ApiClient::new(http, None, None).expect("client");
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    runtime.block_on(async {
+        let mut index = 0;
+        // Each wait ends at the next write or after 30 s; 20 with no
+        // complete allocation is a hang, reported with what was seen.
+        for _ in 0..20 {
+            let answer =
+                api.get(&format!("/v1/job/{job}/allocations?index={index}&wait=30s")).await.expect("allocations");
+            let allocs = answer.json().expect("a list");
+            let done = allocs.as_array().into_iter().flatten().find(|alloc| alloc["ClientStatus"] == "complete");
+            if let Some(alloc) = done {
+                return alloc["ID"].as_str().expect("id").to_string();
+            }
+            assert!(allocs.as_array().into_iter().flatten().all(|alloc| alloc["ClientStatus"] != "failed"), "{allocs}");
+            index = answer.index.expect("X-Nomad-Index");
+        }
+        panic!("job {job}'s allocation did not complete");
+    })
 }
