@@ -112,6 +112,11 @@ impl ApiClient {
     pub fn is_https(&self) -> bool {
         self.https
     }
+
+    /// `host:port` of the server.
+    pub fn authority(&self) -> String {
+        format!("{}:{}", self.host, self.port)
+    }
 }
 
 async fn exchange<IO>(io: IO, request: Request<Full<Bytes>>) -> Result<ApiResponse>

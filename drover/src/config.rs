@@ -33,6 +33,9 @@
 //! http_addr = "127.0.0.1:4646" # the agent's HTTP listener (task logs), with raw_exec
 //! gc_max_allocs = 50          # terminal allocations whose directories are kept
 //!
+//! [acl]
+//! enabled = true              # every HTTP API request needs a token (drover acl bootstrap)
+//!
 //! [tls]                       # required unless --dev
 //! ca_file = "ca.pem"
 //! cert_file = "server.pem"
@@ -99,6 +102,17 @@ pub struct FileConfig {
     /// TLS files.
     #[serde(default)]
     pub tls: TlsSection,
+    /// ACLs.
+    #[serde(default)]
+    pub acl: AclSection,
+}
+
+/// `[acl]`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AclSection {
+    /// Every HTTP request needs a token.
+    pub enabled: Option<bool>,
 }
 
 /// `[server]`.

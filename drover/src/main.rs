@@ -88,6 +88,13 @@ enum Top {
         #[command(flatten)]
         api: ApiArgs,
     },
+    /// ACL tokens and policies (with `acl.enabled` on the servers).
+    Acl {
+        #[command(subcommand)]
+        command: AclCommand,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
     /// The job list, or the status of whatever a prefix names.
     Status {
         /// A job id, or an allocation, evaluation or node id prefix.
@@ -202,6 +209,88 @@ enum OperatorCommand {
     Raft {
         #[command(subcommand)]
         command: RaftCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum AclCommand {
+    /// Makes the first management token (once per cluster) and prints it.
+    Bootstrap {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Policies: apply, list, delete.
+    Policy {
+        #[command(subcommand)]
+        command: AclPolicyCommand,
+    },
+    /// Tokens: create, list, self, delete.
+    Token {
+        #[command(subcommand)]
+        command: AclTokenCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum AclPolicyCommand {
+    /// Creates or replaces a policy from a file of Nomad's HCL rules.
+    Apply {
+        /// What it is for.
+        #[arg(long)]
+        description: Option<String>,
+        /// The policy's name.
+        name: String,
+        /// The rules file.
+        file: PathBuf,
+    },
+    /// Lists the policies.
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Deletes a policy.
+    Delete {
+        /// The policy's name.
+        name: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum AclTokenCommand {
+    /// Makes a token and prints it, secret included.
+    Create {
+        /// What it is for.
+        #[arg(long, default_value = "")]
+        name: String,
+        /// `client` (what its policies grant) or `management` (anything).
+        #[arg(long = "type", default_value = "client")]
+        kind: String,
+        /// A policy it has (repeat for more).
+        #[arg(long = "policy")]
+        policies: Vec<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Lists the tokens (without their secrets).
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The token this command runs with.
+    #[command(name = "self")]
+    Own {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Revokes a token.
+    Delete {
+        /// Its accessor id.
+        accessor: String,
     },
 }
 
@@ -326,6 +415,9 @@ struct ServerArgs {
     /// Raft entries between snapshots of the state (default 20000).
     #[arg(long)]
     snapshot_every: Option<u64>,
+    /// Every HTTP API request needs an ACL token (`acl.enabled`).
+    #[arg(long)]
+    acl_enabled: bool,
 }
 
 #[derive(Debug, Args)]
@@ -618,6 +710,32 @@ fn main() -> ExitCode {
                 client_command(&api, |client| async move { cli::server::workers(&client, action, json).await })
             })
         }
+        Top::Acl { command, api } => client_command(&api, |client| async move {
+            match command {
+                AclCommand::Bootstrap { json } => cli::acl::bootstrap(&client, json).await,
+                AclCommand::Policy { command: AclPolicyCommand::Apply { description, name, file } } => {
+                    cli::acl::policy_apply(&client, &name, description.as_deref(), &file).await
+                }
+                AclCommand::Policy { command: AclPolicyCommand::List { json } } => {
+                    cli::acl::policy_list(&client, json).await
+                }
+                AclCommand::Policy { command: AclPolicyCommand::Delete { name } } => {
+                    cli::acl::policy_delete(&client, &name).await
+                }
+                AclCommand::Token { command: AclTokenCommand::Create { name, kind, policies, json } } => {
+                    cli::acl::token_create(&client, &name, &kind, &policies, json).await
+                }
+                AclCommand::Token { command: AclTokenCommand::List { json } } => {
+                    cli::acl::token_list(&client, json).await
+                }
+                AclCommand::Token { command: AclTokenCommand::Own { json } } => {
+                    cli::acl::token_self(&client, json).await
+                }
+                AclCommand::Token { command: AclTokenCommand::Delete { accessor } } => {
+                    cli::acl::token_delete(&client, &accessor).await
+                }
+            }
+        }),
         Top::Status { prefix, json, api } => {
             client_command(&api, |client| async move { cli::server::status(&client, prefix.as_deref(), json).await })
         }
@@ -764,6 +882,7 @@ fn server(args: ServerArgs) -> Result<(), Failure> {
             verify_clients: file.server.verify_https_client.unwrap_or(false),
             name: hostname(),
             datacenter: file.server.datacenter.clone().unwrap_or_else(|| "dc1".to_string()),
+            acl_enabled: args.acl_enabled || file.acl.enabled.unwrap_or(false),
         })
     };
     let durable = match args.common.data_dir.clone().or(file.data_dir.clone()) {
@@ -995,6 +1114,7 @@ fn dev(args: DevArgs) -> Result<(), Failure> {
                 verify_clients: false,
                 name: hostname(),
                 datacenter: "dc1".to_string(),
+                acl_enabled: false,
             }),
             durable: args
                 .data_dir

@@ -87,6 +87,8 @@ pub struct HttpOptions {
     pub name: String,
     /// Its datacenter.
     pub datacenter: String,
+    /// Every request needs an ACL token (`acl.enabled`).
+    pub acl_enabled: bool,
 }
 
 /// A running server: the engine and its listener.
@@ -281,7 +283,16 @@ fn start_http(
         http_addr: options.bind,
         tls: options.tls,
     };
-    let state = ApiState { engine: engine.clone(), listener: Some(listener.clone()), agent, durable };
+    let state = ApiState {
+        engine: engine.clone(),
+        listener: Some(listener.clone()),
+        agent,
+        durable,
+        acl_enabled: options.acl_enabled,
+    };
+    if options.acl_enabled {
+        tracing::info!("ACLs enabled: every request needs a token (drover acl bootstrap makes the first)");
+    }
     let server = HttpServer::start(options.bind, https, crate::http::router(state)).map_err(bind_error)?;
     if !options.tls {
         tracing::warn!(addr = %server.local_addr(), "the HTTP API is served WITHOUT TLS (dev mode)");

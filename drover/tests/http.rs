@@ -39,6 +39,10 @@ impl Drop for DevServer {
 }
 
 async fn start_server(name: &str) -> DevServer {
+    start_server_with(name, &[]).await
+}
+
+async fn start_server_with(name: &str, extra: &[&str]) -> DevServer {
     let dir = std::env::temp_dir().join(format!("drover-http-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("temp dir");
@@ -46,6 +50,7 @@ async fn start_server(name: &str) -> DevServer {
         .args(["server", "--dev", "--bind", "127.0.0.1", "--port", "0", "--http-port", "0", "--print-address"])
         .args(["--workers", "1", "--data-dir"])
         .arg(&dir)
+        .args(extra)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -335,4 +340,108 @@ async fn bad_requests_get_nomads_codes_and_write_nothing() {
     let after = api.get("/v1/jobs").await.expect("jobs");
     assert_eq!(after.index, Some(before), "nothing was written");
     assert_eq!(after.json().expect("json"), json!([]));
+}
+
+/// `acl.enabled`: open paths stay open, everything else needs a token whose
+/// policies grant it; bootstrap once; tokens created, used and revoked; a
+/// refused write writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acl_tokens_and_policies_guard_every_endpoint() {
+    transport::install_crypto_provider();
+    let server = start_server_with("acl", &["--acl-enabled"]).await;
+    let anonymous = &server.api;
+    let address = format!("http://{}", anonymous_address(&server));
+    let as_token = |secret: &str| ApiClient::new(&address, Some(secret.to_string()), None).expect("client");
+
+    let refused = anonymous.get("/v1/jobs").await.expect("answer");
+    assert_eq!((refused.status, refused.body.as_str()), (403, "Permission denied"));
+    assert_eq!(status(&anonymous.get("/v1/agent/health").await.expect("answer")), 200);
+    assert_eq!(status(&anonymous.get("/v1/status/leader").await.expect("answer")), 200);
+    assert_eq!(status(&anonymous.get("/v1/metrics").await.expect("answer")), 200);
+    let unknown = as_token("00000000-0000-4000-8000-000000000000").get("/v1/jobs").await.expect("answer");
+    assert_eq!((unknown.status, unknown.body.as_str()), (403, "ACL token not found"));
+    assert_eq!(as_token("not-a-uuid").get("/v1/nodes").await.expect("answer").status, 403);
+
+    let bootstrap = anonymous.request("POST", "/v1/acl/bootstrap", None).await.expect("answer").json().expect("token");
+    assert_eq!(bootstrap["Type"], "management");
+    let management = as_token(bootstrap["SecretID"].as_str().expect("secret"));
+    let again = anonymous.request("POST", "/v1/acl/bootstrap", None).await.expect("answer");
+    assert_eq!(again.status, 400);
+    assert!(again.body.contains("ACL bootstrap already done"), "{}", again.body);
+
+    let rules = "namespace \"default\" {\n  policy = \"read\"\n}\nnode {\n  policy = \"read\"\n}\n";
+    let policy = json!({"Name": "readonly", "Description": "reads", "Rules": rules});
+    assert_eq!(management.request("PUT", "/v1/acl/policy/readonly", Some(&policy)).await.expect("answer").status, 200);
+    let writer_rules = json!({"Name": "deployer", "Rules": "namespace \"*\" { policy = \"write\" }"});
+    assert_eq!(
+        management.request("PUT", "/v1/acl/policy/deployer", Some(&writer_rules)).await.expect("answer").status,
+        200
+    );
+    let bad = json!({"Rules": "namespace \"default\" { capabilities = [\"submit-job\"] }"});
+    let bad = management.request("PUT", "/v1/acl/policy/bad", Some(&bad)).await.expect("answer");
+    assert_eq!(bad.status, 400);
+    assert!(bad.body.contains("capabilities"), "{}", bad.body);
+
+    let create = |policies: Value| {
+        let management = &management;
+        async move {
+            let body = json!({"Name": "ci", "Type": "client", "Policies": policies});
+            management.request("POST", "/v1/acl/token", Some(&body)).await.expect("answer")
+        }
+    };
+    let no_such = create(json!(["nope"])).await;
+    assert_eq!(no_such.status, 400);
+    assert!(no_such.body.contains("nope"), "{}", no_such.body);
+    let reader = create(json!(["readonly"])).await.json().expect("token");
+    let reader_client = as_token(reader["SecretID"].as_str().expect("secret"));
+    let deployer = create(json!(["deployer"])).await.json().expect("token");
+    let deployer_client = as_token(deployer["SecretID"].as_str().expect("secret"));
+
+    let before = reader_client.get("/v1/jobs").await.expect("answer");
+    assert_eq!(before.status, 200);
+    assert_eq!(status(&reader_client.get("/v1/nodes").await.expect("answer")), 200);
+    let write = reader_client.request("PUT", "/v1/jobs", Some(&cli_job("web", 1))).await.expect("answer");
+    assert_eq!((write.status, write.body.as_str()), (403, "Permission denied"));
+    assert_eq!(status(&reader_client.get("/v1/agent/self").await.expect("answer")), 403, "no agent policy");
+    assert_eq!(status(&reader_client.get("/v1/acl/tokens").await.expect("answer")), 403);
+    assert_eq!(status(&reader_client.get("/v1/operator/snapshot").await.expect("answer")), 403);
+    let own = reader_client.get("/v1/acl/token/self").await.expect("answer").json().expect("self");
+    assert_eq!(own["AccessorID"], reader["AccessorID"]);
+
+    let written = deployer_client.request("PUT", "/v1/jobs", Some(&cli_job("web", 1))).await.expect("answer");
+    assert_eq!(written.status, 200, "{}", written.body);
+    let jobs = reader_client.get("/v1/jobs").await.expect("answer").json().expect("jobs");
+    assert_eq!(jobs.as_array().map(Vec::len), Some(1), "only the deployer's job: {jobs}");
+
+    let listed = management.get("/v1/acl/tokens").await.expect("answer").json().expect("tokens");
+    assert_eq!(listed.as_array().map(Vec::len), Some(3));
+    assert!(listed.as_array().into_iter().flatten().all(|token| token.get("SecretID").is_none()), "{listed}");
+
+    // Revoked: refused at once.
+    let accessor = reader["AccessorID"].as_str().expect("accessor");
+    let revoke = management.request("DELETE", &format!("/v1/acl/token/{accessor}"), None).await.expect("answer");
+    assert_eq!(revoke.status, 200);
+    let after = reader_client.get("/v1/jobs").await.expect("answer");
+    assert_eq!((after.status, after.body.as_str()), (403, "ACL token not found"));
+
+    // The CLI with a token.
+    let cli = std::process::Command::new(env!("CARGO_BIN_EXE_drover"))
+        .args(["acl", "token", "list", "--address", &address])
+        .env("DROVER_TOKEN", bootstrap["SecretID"].as_str().expect("secret"))
+        .output()
+        .expect("drover runs");
+    let text = String::from_utf8_lossy(&cli.stdout);
+    assert!(cli.status.success() && text.starts_with("Name") && text.contains("management"), "{text}");
+    let denied = std::process::Command::new(env!("CARGO_BIN_EXE_drover"))
+        .args(["job", "status", "--address", &address])
+        .env_remove("DROVER_TOKEN")
+        .env_remove("NOMAD_TOKEN")
+        .output()
+        .expect("drover runs");
+    assert_eq!(denied.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&denied.stderr).contains("403"), "{}", String::from_utf8_lossy(&denied.stderr));
+}
+
+fn anonymous_address(server: &DevServer) -> String {
+    server.api.authority()
 }

@@ -70,6 +70,30 @@ mod tests {
     };
     use crate::testing::node;
 
+    fn acl_token(name: &str, policies: &[&str]) -> crate::structs::AclToken {
+        crate::structs::AclToken {
+            accessor_id: uuid::Uuid::from_u128(name.len() as u128 + 1),
+            secret_id: uuid::Uuid::from_u128(name.len() as u128 + 1_000),
+            name: name.to_string(),
+            token_type: crate::structs::AclTokenType::Client,
+            policies: policies.iter().map(|name| name.to_string()).collect(),
+            create_time: Timestamp(1),
+            create_index: 0,
+            modify_index: 0,
+        }
+    }
+
+    fn acl_policy(name: &str) -> crate::structs::AclPolicy {
+        crate::structs::AclPolicy {
+            name: name.to_string(),
+            description: String::new(),
+            rules_text: String::new(),
+            rules: crate::structs::AclRules::default(),
+            create_index: 0,
+            modify_index: 0,
+        }
+    }
+
     /// A store whose apply hook is the router, with a writer in front.
     struct Seam {
         writer: Writer,
@@ -146,6 +170,11 @@ mod tests {
             "update_allocs_from_client",
             "apply_plan_results",
             "set_scheduler_config",
+            "acl_bootstrap",
+            "upsert_acl_policies",
+            "delete_acl_policies",
+            "upsert_acl_tokens",
+            "delete_acl_tokens",
         ];
         for kind in kinds {
             let seam = Seam::new();
@@ -195,6 +224,21 @@ mod tests {
                     config: crate::structs::SchedulerConfiguration::default(),
                     cas_index: None,
                 },
+                "acl_bootstrap" => Command::AclBootstrap { token: acl_token("operator", &[]) },
+                "upsert_acl_policies" => Command::UpsertAclPolicies { policies: vec![acl_policy("readers")] },
+                "delete_acl_policies" => {
+                    seam.writer
+                        .write(Command::UpsertAclPolicies { policies: vec![acl_policy("old")] })
+                        .expect("policy");
+                    Command::DeleteAclPolicies { names: vec!["old".into()] }
+                }
+                "upsert_acl_tokens" => Command::UpsertAclTokens { tokens: vec![acl_token("ci", &[])] },
+                "delete_acl_tokens" => {
+                    let token = acl_token("gone", &[]);
+                    let accessor = token.accessor_id;
+                    seam.writer.write(Command::UpsertAclTokens { tokens: vec![token] }).expect("token");
+                    Command::DeleteAclTokens { accessor_ids: vec![accessor] }
+                }
                 other => unreachable!("{other}"),
             };
             let frees_capacity = match &command {
@@ -207,10 +251,23 @@ mod tests {
                 | Command::RegisterJob { .. }
                 | Command::DeregisterJob { .. }
                 | Command::UpsertEvals { .. }
-                | Command::SetSchedulerConfig { .. } => false,
+                | Command::SetSchedulerConfig { .. }
+                | Command::AclBootstrap { .. }
+                | Command::UpsertAclPolicies { .. }
+                | Command::DeleteAclPolicies { .. }
+                | Command::UpsertAclTokens { .. }
+                | Command::DeleteAclTokens { .. } => false,
             };
-            // The scheduler configuration carries no eval; every other kind carries one.
-            let carries_eval = !matches!(command, Command::SetSchedulerConfig { .. });
+            // The scheduler configuration and the ACL carry no eval; every other kind carries one.
+            let carries_eval = !matches!(
+                command,
+                Command::SetSchedulerConfig { .. }
+                    | Command::AclBootstrap { .. }
+                    | Command::UpsertAclPolicies { .. }
+                    | Command::DeleteAclPolicies { .. }
+                    | Command::UpsertAclTokens { .. }
+                    | Command::DeleteAclTokens { .. }
+            );
             let parked = seam.park_blocked(if kind == "upsert_node" { node(1).id } else { node(0).id });
             let ready_before = seam.ready();
             seam.writer.write(command).unwrap_or_else(|error| panic!("{kind}: {error}"));

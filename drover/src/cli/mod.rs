@@ -8,6 +8,7 @@
 //! else Nomad's `NOMAD_ADDR`, `NOMAD_TOKEN`, `NOMAD_CACERT`; the address
 //! defaults to `http://127.0.0.1:4646`.
 
+pub mod acl;
 pub mod alloc;
 pub mod eval;
 pub mod hcl;

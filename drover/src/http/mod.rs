@@ -18,10 +18,12 @@
 //!
 //! One file per resource: `jobs.rs`, `evals.rs`, `allocs.rs`, `nodes.rs`,
 //! `agent.rs` (agent, status, workers, search), `operator.rs` (snapshots,
-//! raft); `job_spec.rs` reads the
+//! raft), `acl.rs` (the ACL check in front of them all, tokens and
+//! policies); `job_spec.rs` reads the
 //! submitted job, `nomad.rs` shapes the answers, `query.rs` holds the query
 //! parameters, blocking queries and the read headers.
 
+pub mod acl;
 pub mod agent;
 pub mod allocs;
 pub mod error;
@@ -61,6 +63,8 @@ pub struct ApiState {
     /// The durable state, for `operator/snapshot` and `operator/raft/info`
     /// (none: the server keeps its state in memory).
     pub durable: Option<Arc<replication::Durable>>,
+    /// Whether requests need ACL tokens (`acl.enabled`).
+    pub acl_enabled: bool,
 }
 
 /// Who this server is, for `agent/self`, `agent/members` and `status/leader`.
@@ -91,7 +95,9 @@ pub fn router(state: ApiState) -> Router {
         .merge(agent::routes())
         .merge(metrics::routes())
         .merge(operator::routes())
+        .merge(acl::routes())
         .fallback(error::unknown_path)
+        .layer(axum::middleware::from_fn_with_state(state.clone(), acl::authorize))
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(state)
 }

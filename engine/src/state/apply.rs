@@ -9,8 +9,8 @@ use super::snapshot::{index_add, index_remove, Snapshot};
 use super::{Applied, CapacityChange, StateError};
 use crate::clock::Timestamp;
 use crate::structs::{
-    Allocation, ClientStatus, EvalId, Evaluation, Job, JobKey, Node, NodeEligibility, NodeId, NodeStatus, Resources,
-    SchedulerConfiguration,
+    AclPolicy, AclToken, Allocation, ClientStatus, EvalId, Evaluation, Job, JobKey, Node, NodeEligibility, NodeId,
+    NodeStatus, Resources, SchedulerConfiguration,
 };
 
 impl Snapshot {
@@ -65,7 +65,80 @@ impl Snapshot {
                 Ok(())
             }
             Command::SetSchedulerConfig { config, cas_index } => self.set_scheduler_config(index, config, cas_index),
+            Command::AclBootstrap { token } => {
+                if let Some(done) = self.acl.bootstrap_index {
+                    return Err(StateError::AclBootstrapped(done));
+                }
+                self.upsert_acl_tokens(index, vec![token])?;
+                Arc::make_mut(&mut self.acl).bootstrap_index = Some(index);
+                Ok(())
+            }
+            Command::UpsertAclPolicies { policies } => {
+                self.upsert_acl_policies(index, policies);
+                Ok(())
+            }
+            Command::DeleteAclPolicies { names } => self.delete_acl_policies(&names),
+            Command::UpsertAclTokens { tokens } => self.upsert_acl_tokens(index, tokens),
+            Command::DeleteAclTokens { accessor_ids } => self.delete_acl_tokens(&accessor_ids),
         }
+    }
+
+    fn upsert_acl_policies(&mut self, index: u64, policies: Vec<AclPolicy>) {
+        let acl = Arc::make_mut(&mut self.acl);
+        for mut policy in policies {
+            policy.create_index = acl.policies.get(&policy.name).map_or(index, |stored| stored.create_index);
+            policy.modify_index = index;
+            acl.policies.insert(policy.name.clone(), policy);
+        }
+    }
+
+    fn delete_acl_policies(&mut self, names: &[String]) -> Result<(), StateError> {
+        if let Some(missing) = names.iter().find(|name| !self.acl.policies.contains_key(*name)) {
+            return Err(StateError::UnknownAclPolicy(missing.clone()));
+        }
+        let acl = Arc::make_mut(&mut self.acl);
+        for name in names {
+            acl.policies.remove(name);
+        }
+        Ok(())
+    }
+
+    fn upsert_acl_tokens(&mut self, index: u64, tokens: Vec<AclToken>) -> Result<(), StateError> {
+        for token in &tokens {
+            if let Some(missing) = token.policies.iter().find(|name| !self.acl.policies.contains_key(*name)) {
+                return Err(StateError::UnknownAclPolicy(missing.clone()));
+            }
+            let holder = self.acl.by_secret.get(&token.secret_id);
+            if holder.is_some_and(|holder| *holder != token.accessor_id) {
+                return Err(StateError::DuplicateAclSecret(token.accessor_id));
+            }
+        }
+        let acl = Arc::make_mut(&mut self.acl);
+        for mut token in tokens {
+            if let Some(stored) = acl.tokens.get(&token.accessor_id) {
+                token.create_index = stored.create_index;
+                acl.by_secret.remove(&stored.secret_id);
+            } else {
+                token.create_index = index;
+            }
+            token.modify_index = index;
+            acl.by_secret.insert(token.secret_id, token.accessor_id);
+            acl.tokens.insert(token.accessor_id, token);
+        }
+        Ok(())
+    }
+
+    fn delete_acl_tokens(&mut self, accessor_ids: &[uuid::Uuid]) -> Result<(), StateError> {
+        if let Some(missing) = accessor_ids.iter().find(|id| !self.acl.tokens.contains_key(*id)) {
+            return Err(StateError::UnknownAclToken(*missing));
+        }
+        let acl = Arc::make_mut(&mut self.acl);
+        for accessor in accessor_ids {
+            if let Some(token) = acl.tokens.remove(accessor) {
+                acl.by_secret.remove(&token.secret_id);
+            }
+        }
+        Ok(())
     }
 
     fn set_scheduler_config(

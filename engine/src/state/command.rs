@@ -10,8 +10,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::clock::Timestamp;
 use crate::structs::{
-    AllocId, Allocation, ClientStatus, EvalId, Evaluation, Job, JobKey, Node, NodeEligibility, NodeId, NodeStatus,
-    PlanResult, SchedulerConfiguration, TaskState, TriggerReason,
+    AclPolicy, AclToken, AllocId, Allocation, ClientStatus, EvalId, Evaluation, Job, JobKey, Node, NodeEligibility,
+    NodeId, NodeStatus, PlanResult, SchedulerConfiguration, TaskState, TriggerReason,
 };
 
 /// One write to the state store.
@@ -114,6 +114,33 @@ pub enum Command {
         config: SchedulerConfiguration,
         /// Check-and-set: the modify index the write replaces.
         cas_index: Option<u64>,
+    },
+    /// The first management token; refused with
+    /// [`super::StateError::AclBootstrapped`] once one was written.
+    AclBootstrap {
+        /// The token (its indexes are set by the store).
+        token: AclToken,
+    },
+    /// Create or replace ACL policies, by name.
+    UpsertAclPolicies {
+        /// The policies (their indexes are set by the store).
+        policies: Vec<AclPolicy>,
+    },
+    /// Delete ACL policies; an unknown name refuses the whole command.
+    DeleteAclPolicies {
+        /// Their names.
+        names: Vec<String>,
+    },
+    /// Create or replace ACL tokens, by accessor id; a token naming a
+    /// policy that does not exist refuses the whole command.
+    UpsertAclTokens {
+        /// The tokens (their indexes are set by the store).
+        tokens: Vec<AclToken>,
+    },
+    /// Revoke ACL tokens; an unknown accessor id refuses the whole command.
+    DeleteAclTokens {
+        /// Their accessor ids.
+        accessor_ids: Vec<uuid::Uuid>,
     },
 }
 

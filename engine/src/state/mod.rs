@@ -113,6 +113,18 @@ pub enum StateError {
         /// The stored configuration's modify index (0: none stored).
         stored: u64,
     },
+    /// The ACL system was bootstrapped already (at `index`).
+    #[error("ACL bootstrap already done (at index {0})")]
+    AclBootstrapped(u64),
+    /// A token names a policy that does not exist.
+    #[error("ACL policy {0:?} not found")]
+    UnknownAclPolicy(String),
+    /// No token has this accessor id.
+    #[error("ACL token {0} not found")]
+    UnknownAclToken(uuid::Uuid),
+    /// Two tokens would share a secret.
+    #[error("ACL token {0}: its secret is another token's")]
+    DuplicateAclSecret(uuid::Uuid),
     /// The command log did not take the write (it stopped, or this server
     /// no longer leads); it was not acknowledged.
     #[error("the command log did not take the write: {0}")]

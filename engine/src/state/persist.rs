@@ -7,7 +7,8 @@
 //!    section is `[tag: 1 byte][record count: u64 LE][record]*`, a record
 //!    `[length: u32 LE][postcard]`, the end a tag of 0. The header holds
 //!    the index and the per-table indexes. The scheduler configuration is
-//!    a section of zero or one record.
+//!    a section of zero or one record; the ACL tokens and policies one
+//!    record.
 //! 2. One section per table, in tag order. Each job version that a job row
 //!    or an allocation refers to is written once (section `JOB_VERSIONS`);
 //!    job rows and allocations carry an index into it, and decoding shares
@@ -54,8 +55,9 @@ mod tag {
     pub const ALLOCS_BY_JOB: u8 = 5;
     pub const EVALS: u8 = 6;
     pub const SCHEDULER_CONFIG: u8 = 7;
+    pub const ACL: u8 = 8;
     /// The last tag this build knows.
-    pub const LAST: u8 = SCHEDULER_CONFIG;
+    pub const LAST: u8 = ACL;
 }
 
 /// Why bytes did not decode to a snapshot.
@@ -128,7 +130,8 @@ impl Snapshot {
         let evals = self.evals_by_job.iter().map(|(job, ids)| (job, rows(ids, |id| self.evals.get(id))));
         writer.section(tag::EVALS, self.evals_by_job.len(), evals)?;
         let config = self.scheduler_config.iter();
-        writer.section(tag::SCHEDULER_CONFIG, usize::from(self.scheduler_config.is_some()), config)
+        writer.section(tag::SCHEDULER_CONFIG, usize::from(self.scheduler_config.is_some()), config)?;
+        writer.section(tag::ACL, 1, std::iter::once(&*self.acl))
     }
 
     /// Reads a snapshot written by [`Snapshot::encode`], rebuilding its
@@ -195,6 +198,7 @@ impl Snapshot {
                     }
                 }
                 tag::SCHEDULER_CONFIG => self.scheduler_config = Some(reader.record()?),
+                tag::ACL => self.acl = Arc::new(reader.record()?),
                 _ => unreachable!("next_section accepts only known tags"),
             }
         }

@@ -20,16 +20,57 @@ use crate::structs::{
 /// first store's state (to name allocations that exist).
 #[derive(Clone, Debug)]
 enum Op {
-    Node { n: u8, class: u8 },
-    Status { n: u8, status: NodeStatus },
-    Miss { n: u8 },
-    Eligibility { n: u8, eligible: bool },
-    Register { job: u8, count: u32, job_type: JobType, tolerant: bool },
-    Deregister { job: u8, purge: bool },
-    Evals { job: u8, status: EvalStatus },
-    Report { pick: usize, status: ClientStatus, wrong_node: bool },
-    Plan { job: u8, n: u8, places: u32, stop: usize, port: u16 },
-    Config { spread: bool, cas: Option<u64> },
+    Node {
+        n: u8,
+        class: u8,
+    },
+    Status {
+        n: u8,
+        status: NodeStatus,
+    },
+    Miss {
+        n: u8,
+    },
+    Eligibility {
+        n: u8,
+        eligible: bool,
+    },
+    Register {
+        job: u8,
+        count: u32,
+        job_type: JobType,
+        tolerant: bool,
+    },
+    Deregister {
+        job: u8,
+        purge: bool,
+    },
+    Evals {
+        job: u8,
+        status: EvalStatus,
+    },
+    Report {
+        pick: usize,
+        status: ClientStatus,
+        wrong_node: bool,
+    },
+    Plan {
+        job: u8,
+        n: u8,
+        places: u32,
+        stop: usize,
+        port: u16,
+    },
+    Config {
+        spread: bool,
+        cas: Option<u64>,
+    },
+    /// An ACL write: 0 bootstrap, 1 a policy, 2 delete it, 3 a token with
+    /// it, 4 revoke that token (refused when what they name is missing).
+    Acl {
+        kind: u8,
+        n: u8,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -63,6 +104,7 @@ fn op() -> impl Strategy<Value = Op> {
             port
         }),
         (any::<bool>(), proptest::option::of(0..40u64)).prop_map(|(spread, cas)| Op::Config { spread, cas }),
+        (0..5u8, 0..3u8).prop_map(|(kind, n)| Op::Acl { kind, n }),
     ]
 }
 
@@ -135,6 +177,40 @@ fn command(op: &Op, snapshot: &Snapshot, step: u64) -> Command {
                 config.scheduler_algorithm = SchedulerAlgorithm::Spread;
             }
             Command::SetSchedulerConfig { config, cas_index: cas }
+        }
+        Op::Acl { kind, n } => {
+            let token = crate::structs::AclToken {
+                accessor_id: uuid::Uuid::from_u128(u128::from(n) + 1),
+                secret_id: uuid::Uuid::from_u128(u128::from(n) + 100),
+                name: format!("token-{n}"),
+                token_type: crate::structs::AclTokenType::Client,
+                policies: vec![format!("policy-{n}")],
+                create_time: time,
+                create_index: 0,
+                modify_index: 0,
+            };
+            match kind {
+                0 => Command::AclBootstrap {
+                    token: crate::structs::AclToken {
+                        token_type: crate::structs::AclTokenType::Management,
+                        policies: vec![],
+                        ..token
+                    },
+                },
+                1 => Command::UpsertAclPolicies {
+                    policies: vec![crate::structs::AclPolicy {
+                        name: format!("policy-{n}"),
+                        description: String::new(),
+                        rules_text: "node { policy = \"read\" }".into(),
+                        rules: crate::structs::AclRules { node: crate::structs::AclLevel::Read, ..Default::default() },
+                        create_index: 0,
+                        modify_index: 0,
+                    }],
+                },
+                2 => Command::DeleteAclPolicies { names: vec![format!("policy-{n}")] },
+                3 => Command::UpsertAclTokens { tokens: vec![token] },
+                _ => Command::DeleteAclTokens { accessor_ids: vec![token.accessor_id] },
+            }
         }
         Op::Plan { job, n, places, stop, port } => {
             let mut allocs: Vec<Allocation> = Vec::new();

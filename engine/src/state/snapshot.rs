@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::table::Table;
 use crate::structs::{
-    AllocId, Allocation, ComputedClass, EvalId, Evaluation, Job, JobKey, Node, NodeId, PortSet, Resources,
+    AclState, AllocId, Allocation, ComputedClass, EvalId, Evaluation, Job, JobKey, Node, NodeId, PortSet, Resources,
     SchedulerConfiguration,
 };
 
@@ -36,6 +36,8 @@ pub struct Snapshot {
     pub(super) node_ports: Table<NodeId, PortSet>,
     /// The operator's scheduler configuration; `None` until one is written.
     pub(super) scheduler_config: Option<SchedulerConfiguration>,
+    /// ACL tokens and policies (small: a write copies them).
+    pub(super) acl: Arc<AclState>,
     pub(super) table_indexes: TableIndexes,
 }
 
@@ -118,6 +120,7 @@ impl Default for Snapshot {
             node_usage: Table::with_depth(3),
             node_ports: Table::with_depth(3),
             scheduler_config: None,
+            acl: Arc::default(),
             table_indexes: TableIndexes::default(),
         }
     }
@@ -177,6 +180,11 @@ impl Snapshot {
     /// The operator's scheduler configuration, if one was written.
     pub fn scheduler_config(&self) -> Option<SchedulerConfiguration> {
         self.scheduler_config
+    }
+
+    /// The ACL tokens and policies.
+    pub fn acl(&self) -> &AclState {
+        &self.acl
     }
 
     /// Ports held twice on one node, or held although the node reserves
@@ -315,6 +323,8 @@ pub struct StateDump {
     pub node_ports: Vec<(NodeId, Vec<u16>)>,
     /// The scheduler configuration.
     pub scheduler_config: Option<SchedulerConfiguration>,
+    /// ACL tokens and policies.
+    pub acl: AclState,
 }
 
 impl Snapshot {
@@ -346,6 +356,7 @@ impl Snapshot {
             node_usage: sorted(&self.node_usage, |usage| *usage),
             node_ports: sorted(&self.node_ports, |ports| ports.iter().collect()),
             scheduler_config: self.scheduler_config,
+            acl: AclState::clone(&self.acl),
         }
     }
 }

@@ -7,6 +7,7 @@
 //! wire. Names follow Nomad's `structs` package so that its documentation maps
 //! onto ours.
 
+mod acl;
 mod affinity;
 mod alloc;
 mod constraint;
@@ -24,6 +25,7 @@ mod spread;
 mod task_config;
 mod task_state;
 
+pub use acl::{AclLevel, AclPolicy, AclRules, AclState, AclToken, AclTokenType};
 pub use affinity::Affinity;
 pub use alloc::{AllocMetric, AllocState, Allocation, ClientStatus, DesiredStatus, RescheduleEvent};
 pub use constraint::{constraint_syntax_problem, version_matches, Constraint, ConstraintOperand, Version};

@@ -1,0 +1,495 @@
+//! ACL: the check in front of every endpoint, and Nomad's `/v1/acl/`
+//! endpoints (bootstrap, policies, tokens).
+//!
+//! With `acl.enabled`, a request carries its token's secret in
+//! `X-Nomad-Token` (or `Authorization: Bearer`). What each path needs:
+//! 1. nothing: `/v1/acl/bootstrap` (done once), `/v1/agent/health`,
+//!    `/v1/status/*`, `/v1/regions`, `/v1/metrics` (load balancers and
+//!    scrapers carry no token, as with Nomad);
+//! 2. a management token: the rest of `/v1/acl/`, `/v1/operator/snapshot`;
+//! 3. otherwise a level on one area ([`AclRules`]): `read` for GET (and
+//!    `/v1/search`), `write` for the rest; nodes need `node`, the agent and
+//!    workers `agent`, `/v1/operator/*` `operator`, everything else
+//!    (jobs, evaluations, allocations) `namespace "default"`.
+//!
+//! A request without a token gets the policy named `anonymous` if there
+//! is one (as in Nomad), nothing otherwise. A refusal is 403 with Nomad's
+//! body ("Permission denied", or "ACL token not found"), and is logged
+//! with the method, path and the token's accessor id, never its secret.
+//!
+//! Policies are Nomad's HCL rules, for the areas Drover has:
+//! `namespace "default" { policy = "read" }` (or `"*"`), `node { ... }`,
+//! `agent { ... }`, `operator { ... }`, each `deny`, `read` or `write`.
+//! Anything else (capabilities lists, other blocks) is refused with what
+//! it was, never silently ignored. The rules are read when the policy is
+//! written; the state keeps both the text and what it grants.
+
+use axum::body::Bytes;
+use axum::extract::{Path, Request, State};
+use axum::http::{HeaderMap, Method};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use engine::clock::SystemClock;
+use engine::state::{Command, StateError};
+use engine::structs::{AclLevel, AclPolicy, AclRules, AclToken, AclTokenType};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::error::ApiError;
+use super::query::{Params, Reply};
+use super::ApiState;
+
+/// The routes of this file.
+pub fn routes() -> Router<ApiState> {
+    Router::new()
+        .route("/v1/acl/bootstrap", post(bootstrap).put(bootstrap))
+        .route("/v1/acl/policies", get(policies))
+        .route("/v1/acl/policy/{name}", get(policy).put(put_policy).post(put_policy).delete(delete_policy))
+        .route("/v1/acl/tokens", get(tokens))
+        .route("/v1/acl/token", post(create_token).put(create_token))
+        .route("/v1/acl/token/self", get(token_self))
+        .route("/v1/acl/token/{accessor}", get(token).put(update_token).post(update_token).delete(delete_token))
+}
+
+/// An area a request needs a level on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Area {
+    Namespace,
+    Node,
+    Agent,
+    Operator,
+}
+
+/// What a request needs (module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Need {
+    Nothing,
+    AnyToken,
+    Management,
+    Level(Area, AclLevel),
+}
+
+fn need(method: &Method, path: &str) -> Need {
+    let level = if method == Method::GET || method == Method::HEAD { AclLevel::Read } else { AclLevel::Write };
+    let open = ["/v1/agent/health", "/v1/regions", "/v1/metrics", "/v1/acl/bootstrap"];
+    if open.contains(&path) || path.starts_with("/v1/status/") {
+        Need::Nothing
+    } else if path == "/v1/acl/token/self" {
+        Need::AnyToken
+    } else if path.starts_with("/v1/acl/") || path == "/v1/operator/snapshot" {
+        Need::Management
+    } else if path.starts_with("/v1/operator/") {
+        Need::Level(Area::Operator, level)
+    } else if path.starts_with("/v1/agent/") {
+        Need::Level(Area::Agent, level)
+    } else if path == "/v1/nodes" || path.starts_with("/v1/node/") {
+        Need::Level(Area::Node, level)
+    } else if path == "/v1/search" {
+        Need::Level(Area::Namespace, AclLevel::Read)
+    } else {
+        Need::Level(Area::Namespace, level)
+    }
+}
+
+/// The secret a request carries, if any.
+fn secret_of(headers: &HeaderMap) -> Option<String> {
+    if let Some(token) = headers.get("x-nomad-token").and_then(|value| value.to_str().ok()) {
+        return Some(token.trim().to_string()).filter(|token| !token.is_empty());
+    }
+    let bearer = headers.get("authorization").and_then(|value| value.to_str().ok())?;
+    bearer.strip_prefix("Bearer ").map(|token| token.trim().to_string()).filter(|token| !token.is_empty())
+}
+
+/// Who a request is: its token (none: anonymous).
+#[derive(Clone, Debug)]
+pub struct Caller(pub Option<AclToken>);
+
+/// The ACL check (module docs); a no-op when ACLs are off.
+pub async fn authorize(State(state): State<ApiState>, mut request: Request, next: Next) -> Response {
+    if !state.acl_enabled {
+        return next.run(request).await;
+    }
+    let method = request.method().clone();
+    let path = request.uri().path().to_string();
+    let needed = need(&method, &path);
+    let snapshot = state.engine.store().snapshot();
+    let acl = snapshot.acl();
+    let token = match secret_of(request.headers()) {
+        None => None,
+        Some(secret) => match uuid::Uuid::parse_str(&secret).ok().and_then(|secret| acl.token_by_secret(&secret)) {
+            Some(token) => Some(token.clone()),
+            None if needed == Need::Nothing => None,
+            None => {
+                tracing::warn!(%method, %path, "request refused: ACL token not found");
+                return (axum::http::StatusCode::FORBIDDEN, "ACL token not found").into_response();
+            }
+        },
+    };
+    let allowed = match (&token, needed) {
+        (_, Need::Nothing) => true,
+        (Some(token), _) if token.token_type == AclTokenType::Management => true,
+        (None, Need::AnyToken | Need::Management) | (Some(_), Need::Management) => false,
+        (Some(_), Need::AnyToken) => true,
+        (token, Need::Level(area, level)) => {
+            let rules = match token {
+                Some(token) => acl.rules_of(token),
+                None => acl.policies.get("anonymous").map(|policy| policy.rules).unwrap_or_default(),
+            };
+            let granted = match area {
+                Area::Namespace => rules.namespace,
+                Area::Node => rules.node,
+                Area::Agent => rules.agent,
+                Area::Operator => rules.operator,
+            };
+            granted.allows(level)
+        }
+    };
+    if !allowed {
+        let accessor = token.as_ref().map_or_else(|| "anonymous".to_string(), |token| token.accessor_id.to_string());
+        tracing::warn!(%method, %path, %accessor, need = ?needed, "request refused: permission denied");
+        return ApiError::Forbidden.into_response();
+    }
+    request.extensions_mut().insert(Caller(token));
+    next.run(request).await
+}
+
+/// Writes `command` on the blocking pool.
+async fn write(state: &ApiState, command: Command) -> Result<u64, ApiError> {
+    let writer = state.engine.writer().clone();
+    let written = tokio::task::spawn_blocking(move || writer.write(command))
+        .await
+        .map_err(|error| ApiError::Internal(error.to_string()))?;
+    match written {
+        Ok(applied) => Ok(applied.index),
+        Err(error @ StateError::AclBootstrapped(_)) => Err(ApiError::BadRequest(error.to_string())),
+        Err(error @ StateError::UnknownAclPolicy(_)) => Err(ApiError::BadRequest(error.to_string())),
+        Err(error @ StateError::UnknownAclToken(_)) => Err(ApiError::NotFound(error.to_string())),
+        Err(error) => Err(ApiError::Internal(error.to_string())),
+    }
+}
+
+fn new_token(name: String, token_type: AclTokenType, policies: Vec<String>) -> AclToken {
+    AclToken {
+        accessor_id: random_uuid(),
+        secret_id: random_uuid(),
+        name,
+        token_type,
+        policies,
+        create_time: SystemClock::shared().now(),
+        create_index: 0,
+        modify_index: 0,
+    }
+}
+
+/// A version 4 (random) UUID, from the operating system's randomness.
+fn random_uuid() -> uuid::Uuid {
+    uuid::Builder::from_random_bytes(rand::random()).into_uuid()
+}
+
+/// A token as Nomad answers it; the secret only when `with_secret`.
+fn token_json(token: &AclToken, with_secret: bool) -> Value {
+    let mut value = json!({
+        "AccessorID": token.accessor_id.to_string(), "Name": token.name, "Type": token.token_type.as_str(),
+        "Policies": token.policies, "Roles": null, "Global": true, "CreateTime": rfc3339(token.create_time.0),
+        "ExpirationTime": null, "CreateIndex": token.create_index, "ModifyIndex": token.modify_index,
+    });
+    if with_secret {
+        value["SecretID"] = json!(token.secret_id.to_string());
+    }
+    value
+}
+
+fn rfc3339(nanos: u64) -> String {
+    humantime::format_rfc3339_nanos(std::time::UNIX_EPOCH + std::time::Duration::from_nanos(nanos)).to_string()
+}
+
+fn policy_json(policy: &AclPolicy, with_rules: bool) -> Value {
+    let mut value = json!({"Name": policy.name, "Description": policy.description,
+                           "CreateIndex": policy.create_index, "ModifyIndex": policy.modify_index});
+    if with_rules {
+        value["Rules"] = json!(policy.rules_text);
+    }
+    value
+}
+
+fn disabled() -> ApiError {
+    ApiError::BadRequest("ACL support disabled".into())
+}
+
+/// `POST /v1/acl/bootstrap`: the management token, once.
+async fn bootstrap(State(state): State<ApiState>) -> Result<Reply, ApiError> {
+    if !state.acl_enabled {
+        return Err(disabled());
+    }
+    let token = new_token("Bootstrap Token".into(), AclTokenType::Management, Vec::new());
+    let index = write(&state, Command::AclBootstrap { token: token.clone() }).await?;
+    tracing::info!(accessor = %token.accessor_id, "ACL bootstrapped: a management token was made");
+    let stored = state.engine.store().snapshot().acl().tokens.get(&token.accessor_id).cloned().unwrap_or(token);
+    Ok(Reply::json(&token_json(&stored, true), false, Some(index)))
+}
+
+/// `GET /v1/acl/policies`.
+async fn policies(State(state): State<ApiState>, params: Params) -> Reply {
+    let snapshot = state.engine.store().snapshot();
+    let list: Vec<Value> = snapshot.acl().policies.values().map(|policy| policy_json(policy, false)).collect();
+    Reply::json(&list, params.pretty(), Some(snapshot.index()))
+}
+
+/// `GET /v1/acl/policy/:name`.
+async fn policy(State(state): State<ApiState>, Path(name): Path<String>, params: Params) -> Result<Reply, ApiError> {
+    let snapshot = state.engine.store().snapshot();
+    let policy = snapshot.acl().policies.get(&name).ok_or_else(|| ApiError::NotFound("ACL policy not found".into()))?;
+    Ok(Reply::json(&policy_json(policy, true), params.pretty(), Some(snapshot.index())))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct PolicyBody {
+    name: Option<String>,
+    description: Option<String>,
+    rules: Option<String>,
+}
+
+/// `PUT /v1/acl/policy/:name`: creates or replaces it.
+async fn put_policy(State(state): State<ApiState>, Path(name): Path<String>, body: Bytes) -> Result<Reply, ApiError> {
+    if !state.acl_enabled {
+        return Err(disabled());
+    }
+    let body: PolicyBody = serde_json::from_slice(&body).map_err(|error| ApiError::BadRequest(error.to_string()))?;
+    if body.name.as_deref().is_some_and(|named| named != name) {
+        return Err(ApiError::BadRequest(format!("policy name {:?} does not match the path's {name:?}", body.name)));
+    }
+    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+        return Err(ApiError::BadRequest(format!("invalid policy name {name:?}: letters, digits, - and _ only")));
+    }
+    let rules_text = body.rules.unwrap_or_default();
+    let rules = parse_rules(&rules_text).map_err(ApiError::BadRequest)?;
+    let policy = AclPolicy {
+        name,
+        description: body.description.unwrap_or_default(),
+        rules_text,
+        rules,
+        create_index: 0,
+        modify_index: 0,
+    };
+    let index = write(&state, Command::UpsertAclPolicies { policies: vec![policy] }).await?;
+    Ok(Reply::json(&Value::Null, false, Some(index)))
+}
+
+/// `DELETE /v1/acl/policy/:name`.
+async fn delete_policy(State(state): State<ApiState>, Path(name): Path<String>) -> Result<Reply, ApiError> {
+    let index = write(&state, Command::DeleteAclPolicies { names: vec![name] }).await?;
+    Ok(Reply::json(&Value::Null, false, Some(index)))
+}
+
+/// `GET /v1/acl/tokens`: without their secrets.
+async fn tokens(State(state): State<ApiState>, params: Params) -> Reply {
+    let snapshot = state.engine.store().snapshot();
+    let list: Vec<Value> = snapshot.acl().tokens.values().map(|token| token_json(token, false)).collect();
+    Reply::json(&list, params.pretty(), Some(snapshot.index()))
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "PascalCase")]
+struct TokenBody {
+    name: Option<String>,
+    #[serde(rename = "Type")]
+    token_type: Option<String>,
+    policies: Option<Vec<String>>,
+}
+
+fn token_type(text: Option<&str>) -> Result<AclTokenType, ApiError> {
+    match text.unwrap_or("client") {
+        "client" => Ok(AclTokenType::Client),
+        "management" => Ok(AclTokenType::Management),
+        other => Err(ApiError::BadRequest(format!("token type {other:?} is not client or management"))),
+    }
+}
+
+fn check_token(token: &AclToken) -> Result<(), ApiError> {
+    match token.token_type {
+        AclTokenType::Client if token.policies.is_empty() => {
+            Err(ApiError::BadRequest("client token missing policies".into()))
+        }
+        AclTokenType::Management if !token.policies.is_empty() => {
+            Err(ApiError::BadRequest("management token cannot be associated with policies".into()))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// `POST /v1/acl/token`: a new token, answered with its secret.
+async fn create_token(State(state): State<ApiState>, body: Bytes) -> Result<Reply, ApiError> {
+    if !state.acl_enabled {
+        return Err(disabled());
+    }
+    let body: TokenBody = serde_json::from_slice(&body).map_err(|error| ApiError::BadRequest(error.to_string()))?;
+    let kind = token_type(body.token_type.as_deref())?;
+    let token = new_token(body.name.unwrap_or_default(), kind, body.policies.unwrap_or_default());
+    check_token(&token)?;
+    let index = write(&state, Command::UpsertAclTokens { tokens: vec![token.clone()] }).await?;
+    let stored = state.engine.store().snapshot().acl().tokens.get(&token.accessor_id).cloned().unwrap_or(token);
+    Ok(Reply::json(&token_json(&stored, true), false, Some(index)))
+}
+
+fn accessor(text: &str) -> Result<uuid::Uuid, ApiError> {
+    uuid::Uuid::parse_str(text).map_err(|_| ApiError::BadRequest(format!("{text:?} is not a token accessor id")))
+}
+
+/// `GET /v1/acl/token/:accessor` (management tokens only: with its secret).
+async fn token(State(state): State<ApiState>, Path(id): Path<String>, params: Params) -> Result<Reply, ApiError> {
+    let id = accessor(&id)?;
+    let snapshot = state.engine.store().snapshot();
+    let token = snapshot.acl().tokens.get(&id).ok_or_else(|| ApiError::NotFound("ACL token not found".into()))?;
+    Ok(Reply::json(&token_json(token, true), params.pretty(), Some(snapshot.index())))
+}
+
+/// `GET /v1/acl/token/self`: the caller's own token.
+async fn token_self(
+    State(state): State<ApiState>,
+    caller: Option<axum::Extension<Caller>>,
+    params: Params,
+) -> Result<Reply, ApiError> {
+    if !state.acl_enabled {
+        return Err(disabled());
+    }
+    let token = caller.and_then(|axum::Extension(Caller(token))| token).ok_or(ApiError::Forbidden)?;
+    Ok(Reply::json(&token_json(&token, true), params.pretty(), Some(state.engine.store().latest_index())))
+}
+
+/// `POST /v1/acl/token/:accessor`: changes its name, type or policies.
+async fn update_token(State(state): State<ApiState>, Path(id): Path<String>, body: Bytes) -> Result<Reply, ApiError> {
+    let id = accessor(&id)?;
+    let body: TokenBody = serde_json::from_slice(&body).map_err(|error| ApiError::BadRequest(error.to_string()))?;
+    let snapshot = state.engine.store().snapshot();
+    let mut token =
+        snapshot.acl().tokens.get(&id).cloned().ok_or_else(|| ApiError::NotFound("ACL token not found".into()))?;
+    if let Some(name) = body.name {
+        token.name = name;
+    }
+    if body.token_type.is_some() {
+        token.token_type = token_type(body.token_type.as_deref())?;
+    }
+    if let Some(policies) = body.policies {
+        token.policies = policies;
+    }
+    check_token(&token)?;
+    let index = write(&state, Command::UpsertAclTokens { tokens: vec![token.clone()] }).await?;
+    let stored = state.engine.store().snapshot().acl().tokens.get(&id).cloned().unwrap_or(token);
+    Ok(Reply::json(&token_json(&stored, true), false, Some(index)))
+}
+
+/// `DELETE /v1/acl/token/:accessor`: revokes it.
+async fn delete_token(State(state): State<ApiState>, Path(id): Path<String>) -> Result<Reply, ApiError> {
+    let id = accessor(&id)?;
+    let index = write(&state, Command::DeleteAclTokens { accessor_ids: vec![id] }).await?;
+    tracing::info!(accessor = %id, "ACL token revoked");
+    Ok(Reply::json(&Value::Null, false, Some(index)))
+}
+
+/// Reads a policy's HCL rules (module docs).
+pub fn parse_rules(text: &str) -> Result<AclRules, String> {
+    let body: hcl::Body = hcl::from_str(text).map_err(|error| format!("the policy's rules are not HCL: {error}"))?;
+    let mut rules = AclRules::default();
+    if let Some(attribute) = body.attributes().next() {
+        return Err(format!("unexpected attribute {:?} at the top of the rules", attribute.key.as_str()));
+    }
+    for block in body.blocks() {
+        let area = match block.identifier.as_str() {
+            "namespace" => {
+                let label = block.labels.first().map(|label| label.as_str().to_string());
+                match label.as_deref() {
+                    Some("default" | "*") => &mut rules.namespace,
+                    Some(other) => {
+                        return Err(format!("namespace {other:?}: Drover has one namespace, \"default\" (or \"*\")"))
+                    }
+                    None => return Err("a namespace block needs its name: namespace \"default\" { ... }".into()),
+                }
+            }
+            "node" => &mut rules.node,
+            "agent" => &mut rules.agent,
+            "operator" => &mut rules.operator,
+            other => {
+                return Err(format!("block {other:?} is not supported by Drover (namespace, node, agent, operator)"))
+            }
+        };
+        let mut level = None;
+        for attribute in block.body.attributes() {
+            match (attribute.key.as_str(), &attribute.expr) {
+                ("policy", hcl::Expression::String(text)) => {
+                    level = Some(match text.as_str() {
+                        "deny" => AclLevel::Deny,
+                        "read" => AclLevel::Read,
+                        "write" => AclLevel::Write,
+                        other => {
+                            return Err(format!("{}: policy {other:?} is not deny, read or write", block.identifier))
+                        }
+                    });
+                }
+                ("capabilities", _) => {
+                    return Err(format!(
+                        "{}: capabilities lists are not supported by Drover; use policy = \"read\" or \"write\"",
+                        block.identifier
+                    ))
+                }
+                (key, _) => return Err(format!("{}: unexpected attribute {key:?}", block.identifier)),
+            }
+        }
+        let level =
+            level.ok_or_else(|| format!("{}: needs policy = \"deny\", \"read\" or \"write\"", block.identifier))?;
+        *area = area.combine(level);
+    }
+    Ok(rules)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rules_read_nomads_policy_blocks_and_refuse_what_drover_lacks() {
+        let rules = parse_rules(
+            "namespace \"default\" {\n  policy = \"write\"\n}\nnode {\n  policy = \"read\"\n}\nagent { policy = \"deny\" }",
+        )
+        .expect("valid");
+        assert_eq!(rules.namespace, AclLevel::Write);
+        assert_eq!(rules.node, AclLevel::Read);
+        assert_eq!(rules.agent, AclLevel::Deny);
+        assert_eq!(rules.operator, AclLevel::None);
+        let refused = parse_rules("namespace \"default\" { capabilities = [\"submit-job\"] }").expect_err("refused");
+        assert!(refused.contains("capabilities"), "{refused}");
+        assert!(parse_rules("quota { policy = \"read\" }").expect_err("refused").contains("quota"));
+        assert!(parse_rules("namespace \"prod\" { policy = \"read\" }").expect_err("refused").contains("prod"));
+        assert!(parse_rules("node { policy = \"scale\" }").expect_err("refused").contains("scale"));
+        assert!(parse_rules("node {").is_err());
+    }
+
+    #[test]
+    fn the_token_comes_from_x_nomad_token_or_a_bearer_header() {
+        let mut headers = HeaderMap::new();
+        headers.insert("authorization", "Bearer abc".parse().expect("header"));
+        assert_eq!(secret_of(&headers).as_deref(), Some("abc"));
+        headers.insert("x-nomad-token", "def".parse().expect("header"));
+        assert_eq!(secret_of(&headers).as_deref(), Some("def"));
+        assert_eq!(secret_of(&HeaderMap::new()), None);
+    }
+
+    #[test]
+    fn each_path_needs_what_the_module_docs_say() {
+        assert_eq!(need(&Method::GET, "/v1/jobs"), Need::Level(Area::Namespace, AclLevel::Read));
+        assert_eq!(need(&Method::PUT, "/v1/jobs"), Need::Level(Area::Namespace, AclLevel::Write));
+        assert_eq!(need(&Method::DELETE, "/v1/job/web"), Need::Level(Area::Namespace, AclLevel::Write));
+        assert_eq!(need(&Method::POST, "/v1/search"), Need::Level(Area::Namespace, AclLevel::Read));
+        assert_eq!(need(&Method::GET, "/v1/node/abc"), Need::Level(Area::Node, AclLevel::Read));
+        assert_eq!(need(&Method::PUT, "/v1/agent/schedulers/config"), Need::Level(Area::Agent, AclLevel::Write));
+        assert_eq!(need(&Method::GET, "/v1/operator/raft/info"), Need::Level(Area::Operator, AclLevel::Read));
+        assert_eq!(need(&Method::GET, "/v1/operator/snapshot"), Need::Management);
+        assert_eq!(need(&Method::GET, "/v1/acl/tokens"), Need::Management);
+        assert_eq!(need(&Method::GET, "/v1/acl/token/self"), Need::AnyToken);
+        assert_eq!(need(&Method::POST, "/v1/acl/bootstrap"), Need::Nothing);
+        assert_eq!(need(&Method::GET, "/v1/status/leader"), Need::Nothing);
+        assert_eq!(need(&Method::GET, "/v1/metrics"), Need::Nothing);
+    }
+}
