@@ -25,4 +25,5 @@ pub mod restarts;
 pub mod server;
 pub mod task_env;
 pub mod task_runner;
+pub mod timers;
 pub mod tls_files;

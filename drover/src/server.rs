@@ -105,6 +105,7 @@ impl RunningServer {
     /// Recovers the durable state (if any), starts the engine and the
     /// listeners (module docs). Call within a multi-threaded tokio runtime.
     pub fn start(options: ServerOptions) -> Result<RunningServer, StartError> {
+        crate::timers::installed();
         let durable = match &options.durable {
             Some(durable) => Some(Arc::new(open_durable(durable)?)),
             None => None,

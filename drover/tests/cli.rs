@@ -48,6 +48,8 @@ fn the_cli_runs_a_job_and_shows_it_as_nomad_does() {
     std::fs::write(&file, job).expect("job file");
     let path = file.to_str().expect("path");
 
+    // The dev agent registers its node after the server is listening.
+    until_list(&http, "/v1/nodes", |nodes| nodes.iter().any(|node| node["Status"] == "ready"));
     let run = drover(&http, &["job", "run", path]);
     let text = stdout(&run);
     assert_eq!(run.status.code(), Some(0), "{text}");
@@ -116,26 +118,33 @@ fn the_cli_runs_a_job_and_shows_it_as_nomad_does() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The id of `job`'s allocation once it is complete, woken by each write
-/// (a blocking query on the job's allocations).
-fn complete_alloc(http: &str, job: &str) -> String {
+/// The list at `path` once `holds` is true of it, woken by each write (a
+/// blocking query). Each wait ends at the next write or after 30 s; 20
+/// with `holds` still false is a hang, reported with what was seen.
+fn until_list(http: &str, path: &str, holds: impl Fn(&[serde_json::Value]) -> bool) -> Vec<serde_json::Value> {
     let api = drover::api_client::ApiClient::new(http, None, None).expect("client");
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     runtime.block_on(async {
         let mut index = 0;
-        // Each wait ends at the next write or after 30 s; 20 with no
-        // complete allocation is a hang, reported with what was seen.
+        let mut seen = Vec::new();
         for _ in 0..20 {
-            let answer =
-                api.get(&format!("/v1/job/{job}/allocations?index={index}&wait=30s")).await.expect("allocations");
-            let allocs = answer.json().expect("a list");
-            let done = allocs.as_array().into_iter().flatten().find(|alloc| alloc["ClientStatus"] == "complete");
-            if let Some(alloc) = done {
-                return alloc["ID"].as_str().expect("id").to_string();
+            let answer = api.get(&format!("{path}?index={index}&wait=30s")).await.expect("a list");
+            seen = answer.json().expect("JSON").as_array().cloned().expect("a list");
+            if holds(&seen) {
+                return seen;
             }
-            assert!(allocs.as_array().into_iter().flatten().all(|alloc| alloc["ClientStatus"] != "failed"), "{allocs}");
             index = answer.index.expect("X-Nomad-Index");
         }
-        panic!("job {job}'s allocation did not complete");
+        panic!("{path} never became what the test waits for: {seen:?}");
     })
+}
+
+/// The id of `job`'s allocation once it is complete.
+fn complete_alloc(http: &str, job: &str) -> String {
+    let allocs = until_list(http, &format!("/v1/job/{job}/allocations"), |allocs| {
+        assert!(allocs.iter().all(|alloc| alloc["ClientStatus"] != "failed"), "{allocs:?}");
+        allocs.iter().any(|alloc| alloc["ClientStatus"] == "complete")
+    });
+    let done = allocs.iter().find(|alloc| alloc["ClientStatus"] == "complete").expect("complete");
+    done["ID"].as_str().expect("id").to_string()
 }

@@ -4,7 +4,7 @@
 //! starts no runtime; time comes from an injected [`clock::Clock`].
 //!
 //! Layers, lowest first (nothing imports a layer above it): `clock`,
-//! `structs`, `state`, `scheduler`, `eval`, `plan`, `node`, `worker`,
+//! `timing`, `structs`, `state`, `scheduler`, `eval`, `plan`, `node`, `worker`,
 //! `router`, `job_endpoint`, `operator_endpoint`, `server`, `testing`.
 #![forbid(unsafe_code)]
 
@@ -22,4 +22,5 @@ pub mod structs;
 pub mod sync;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
+pub mod timing;
 pub mod worker;

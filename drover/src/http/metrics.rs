@@ -1,8 +1,10 @@
 //! `GET /v1/metrics`: Nomad's JSON summary (`Timestamp`, `Gauges`,
 //! `Points`, `Counters`, `Samples`), or the Prometheus text format with
-//! `?format=prometheus`. The values are read from the engine's and the
-//! QUIC listener's counters when asked, so a scrape costs a few atomic
-//! loads and nothing runs between scrapes. Names follow Nomad's where the
+//! `?format=prometheus`. Gauges and counters are read from the engine's
+//! and the QUIC listener's counters when asked, so a scrape costs a few
+//! atomic loads and nothing runs between scrapes; the timers (`Samples`,
+//! Prometheus summaries) are the engine's `metrics` histograms, kept by
+//! the recorder in `timers.rs`. Names follow Nomad's where the
 //! meaning is the same, `nomad.nomad.broker.total_ready` becoming
 //! `drover.broker.total_ready` in JSON and `drover_broker_total_ready` in
 //! Prometheus; the README lists them.
@@ -124,8 +126,18 @@ async fn metrics(State(state): State<ApiState>, params: Params) -> Response {
                    "Max": metric.value, "Mean": metric.value, "Stddev": 0, "Labels": labels(metric)})
         })
         .collect();
+    let samples: Vec<Value> = crate::timers::installed()
+        .read()
+        .into_iter()
+        .map(|timer| {
+            let labels: serde_json::Map<String, Value> =
+                timer.labels.into_iter().map(|(key, value)| (key, Value::from(value))).collect();
+            json!({"Name": timer.name, "Count": timer.count, "Rate": 0, "Sum": timer.sum, "Min": timer.min,
+                   "Max": timer.max, "Mean": timer.mean, "Stddev": timer.stddev, "Labels": labels})
+        })
+        .collect();
     let body = json!({"Timestamp": super::nomad::rfc3339(SystemClock::shared().now()),
-                      "Gauges": gauges, "Points": [], "Counters": counters, "Samples": []});
+                      "Gauges": gauges, "Points": [], "Counters": counters, "Samples": samples});
     Reply::json(&body, params.pretty(), None).into_response()
 }
 
@@ -142,6 +154,20 @@ fn prometheus(all: &[Metric]) -> String {
         let labels: Vec<String> = metric.labels.iter().map(|(key, value)| format!("{key}=\"{value}\"")).collect();
         let labels = if labels.is_empty() { String::new() } else { format!("{{{}}}", labels.join(",")) };
         text.push_str(&format!("{name}{labels} {}\n", metric.value));
+    }
+    for timer in crate::timers::installed().read() {
+        let name = timer.name.replace('.', "_");
+        if described.insert(name.clone()) {
+            text.push_str(&format!("# TYPE {name} summary\n"));
+        }
+        let labels: Vec<String> = timer.labels.iter().map(|(key, value)| format!("{key}=\"{value}\"")).collect();
+        for (quantile, value) in [("0.5", timer.p50), ("0.9", timer.p90), ("0.99", timer.p99)] {
+            let with_quantile: Vec<String> =
+                labels.iter().cloned().chain([format!("quantile=\"{quantile}\"")]).collect();
+            text.push_str(&format!("{name}{{{}}} {value}\n", with_quantile.join(",")));
+        }
+        let labels = if labels.is_empty() { String::new() } else { format!("{{{}}}", labels.join(",")) };
+        text.push_str(&format!("{name}_sum{labels} {}\n{name}_count{labels} {}\n", timer.sum, timer.count));
     }
     text
 }

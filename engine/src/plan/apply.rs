@@ -4,8 +4,9 @@
 //!    checks that the eval's broker token is still outstanding (a worker
 //!    whose hold expired must not write).
 //! 2. It checks every node of the plan against the newest snapshot plus the
-//!    plan being committed just before it (an optimistic overlay), so plan
-//!    N+1 is verified while plan N is still being written: the node exists;
+//!    plans still being committed before it (an optimistic overlay, up to
+//!    [`MAX_IN_FLIGHT`] plans), so plan N+1 is verified while plan N is
+//!    still being written: the node exists;
 //!    for new placements it is ready and eligible; everything live on it
 //!    after the plan (its stops and evictions gone) fits its allocatable
 //!    resources; and no port is held twice or held although the node
@@ -15,8 +16,11 @@
 //! 3. What fits is committed as one [`Command::ApplyPlanResults`] by a
 //!    committer thread, with an eval for every job whose allocations it
 //!    evicts; the worker gets a [`PlanResult`] with the index it was
-//!    applied at and, when anything was refused, a `refresh_index` to
-//!    re-plan against. A partly refused plan is a result, not an error.
+//!    applied at and, when anything was refused, a `refresh_index` (after
+//!    every plan before it) to re-plan against. A partly refused plan is a
+//!    result, not an error. The committer submits every plan waiting for it
+//!    at once and then waits for them in order, so a durable log writes
+//!    them in one entry with one fsync.
 //! 4. The rejection tracker counts refusals per node; a node refused more
 //!    than `rejection_threshold` times within `rejection_window` is marked
 //!    ineligible, at most `max_marked_per_window` nodes per window.
@@ -27,7 +31,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crossbeam::channel::{self, Receiver, Sender};
+use crossbeam::channel::{self, Receiver, Sender, TryRecvError};
 use hashbrown::HashMap;
 use parking_lot::Mutex;
 use rayon::prelude::*;
@@ -41,6 +45,11 @@ use crate::structs::{Allocation, Node, NodeEligibility, NodeId, Plan, PlanResult
 
 /// Plans touching more nodes than this are checked in parallel.
 const PARALLEL_CHECK_NODES: usize = 64;
+
+/// Plans committed but not yet acknowledged at most (step 2): enough that
+/// a durable log's fsync carries many plans, few enough that the overlay a
+/// plan is checked against stays small.
+pub const MAX_IN_FLIGHT: usize = 16;
 
 /// Plan applier settings.
 #[derive(Clone, Debug)]
@@ -97,6 +106,16 @@ pub fn evaluate_plan(
     snapshot: &Snapshot,
     overlay: &HashMap<NodeId, Vec<Allocation>>,
 ) -> (PlanResult, Vec<NodeId>) {
+    evaluate_plan_over(plan, snapshot, &[overlay])
+}
+
+/// Which nodes of a plan fit against a snapshot and the overlays of the
+/// plans in flight, oldest first.
+pub fn evaluate_plan_over(
+    plan: &Plan,
+    snapshot: &Snapshot,
+    overlays: &[&HashMap<NodeId, Vec<Allocation>>],
+) -> (PlanResult, Vec<NodeId>) {
     let mut node_ids: Vec<NodeId> = plan
         .node_allocation
         .keys()
@@ -106,7 +125,7 @@ pub fn evaluate_plan(
         .collect();
     node_ids.sort_unstable();
     node_ids.dedup();
-    let check = |node_id: &NodeId| (*node_id, node_fits(plan, snapshot, overlay, *node_id));
+    let check = |node_id: &NodeId| (*node_id, node_fits(plan, snapshot, overlays, *node_id));
     let verdicts: Vec<(NodeId, bool)> = if node_ids.len() > PARALLEL_CHECK_NODES {
         node_ids.par_iter().map(check).collect()
     } else {
@@ -133,7 +152,12 @@ pub fn evaluate_plan(
 }
 
 /// Step 2 for one node.
-fn node_fits(plan: &Plan, snapshot: &Snapshot, overlay: &HashMap<NodeId, Vec<Allocation>>, node_id: NodeId) -> bool {
+fn node_fits(
+    plan: &Plan,
+    snapshot: &Snapshot,
+    overlays: &[&HashMap<NodeId, Vec<Allocation>>],
+    node_id: NodeId,
+) -> bool {
     let allocs = plan.node_allocation.get(&node_id).map(Vec::as_slice).unwrap_or_default();
     if allocs.is_empty() {
         return true; // Only stops: always allowed.
@@ -147,12 +171,12 @@ fn node_fits(plan: &Plan, snapshot: &Snapshot, overlay: &HashMap<NodeId, Vec<All
     // and the plan change: O(allocations in the plan), not O(allocations on
     // the node).
     let empty: &[Allocation] = &[];
-    let layers = [
-        overlay.get(&node_id).map_or(empty, Vec::as_slice),
+    let in_flight = overlays.iter().map(|overlay| overlay.get(&node_id).map_or(empty, Vec::as_slice));
+    let layers = in_flight.chain([
         plan.node_update.get(&node_id).map_or(empty, Vec::as_slice),
         plan.node_preemptions.get(&node_id).map_or(empty, Vec::as_slice),
         allocs,
-    ];
+    ]);
     let live = |alloc: &Allocation| !alloc.terminal();
     let mut latest: HashMap<_, &Allocation> = HashMap::new();
     let (mut added, mut removed) = (Resources::default(), Resources::default());
@@ -325,8 +349,9 @@ impl PlanApplier {
     }
 
     fn evaluate_loop(&self, stop: &AtomicBool, commits: Sender<Commit>) {
-        // The plan being committed, for the overlay, and its completion signal.
-        let mut in_flight: Option<InFlight> = None;
+        // The plans being committed, oldest first, for the overlay, with
+        // their completion signals.
+        let mut in_flight: VecDeque<InFlight> = VecDeque::new();
         while !stop.load(Ordering::Acquire) {
             let Some(pending) = self.queue.dequeue(Duration::from_millis(50)) else { continue };
             self.counters.plans_evaluated.fetch_add(1, Ordering::Relaxed);
@@ -336,14 +361,20 @@ impl PlanApplier {
                 pending.respond(Err(PlanError::StaleToken(eval_id)));
                 continue;
             }
-            let snapshot = self.writer.store().snapshot();
-            let empty = HashMap::new();
-            let overlay = in_flight.as_ref().map_or(&empty, |(overlay, _)| overlay);
-            let (mut result, refused) = evaluate_plan(&pending.plan, &snapshot, overlay);
-            if let Some((_, done)) = in_flight.take() {
-                let _ = done.recv();
+            // A finished plan is in the newest snapshot: it leaves the overlay.
+            while in_flight.front().is_some_and(|(_, done)| !matches!(done.try_recv(), Err(TryRecvError::Empty))) {
+                in_flight.pop_front();
             }
+            let snapshot = self.writer.store().snapshot();
+            let overlays: Vec<_> = in_flight.iter().map(|(overlay, _)| overlay).collect();
+            let started = std::time::Instant::now();
+            let (mut result, refused) = evaluate_plan_over(&pending.plan, &snapshot, &overlays);
+            crate::timing::record_since("drover.plan.evaluate", started);
             if !refused.is_empty() {
+                // The worker re-plans from a state that holds every plan before this one.
+                for (_, done) in in_flight.drain(..) {
+                    let _ = done.recv();
+                }
                 result.refresh_index = self.writer.store().latest_index();
                 self.note_refusals(&refused);
             }
@@ -352,32 +383,49 @@ impl PlanApplier {
                 pending.respond(Ok(result));
                 continue;
             }
+            if in_flight.len() >= MAX_IN_FLIGHT {
+                if let Some((_, done)) = in_flight.pop_front() {
+                    let _ = done.recv();
+                }
+            }
             let (done, finished) = channel::bounded(1);
             let overlay = overlay_of(&result);
             let command = Command::apply_plan_result(pending.plan.eval_id, &result, self.clock.now());
             if commits.send(Commit { pending, result, command, done }).is_err() {
                 return;
             }
-            in_flight = Some((overlay, finished));
+            in_flight.push_back((overlay, finished));
         }
-        if let Some((_, done)) = in_flight {
+        for (_, done) in in_flight {
             let _ = done.recv();
         }
     }
 
+    /// Step 3: submits every plan waiting, then answers each in order once
+    /// it is written.
     fn commit_loop(&self, to_commit: Receiver<Commit>) {
-        for Commit { pending, mut result, command, done } in to_commit {
-            match self.writer.write(command) {
-                Ok(applied) => {
-                    result.alloc_index = applied.index;
-                    result.refuse_placements(&applied.refused_placements, applied.index);
-                    let evicted = result.node_preemptions.values().map(Vec::len).sum::<usize>();
-                    self.counters.allocs_preempted.fetch_add(evicted as u64, Ordering::Relaxed);
-                    pending.respond(Ok(result));
+        while let Ok(first) = to_commit.recv() {
+            let waiting: Vec<Commit> = std::iter::once(first).chain(to_commit.try_iter()).collect();
+            let started = std::time::Instant::now();
+            let submitted: Vec<_> = waiting
+                .into_iter()
+                .map(|Commit { pending, result, command, done }| (self.writer.submit(command), pending, result, done))
+                .collect();
+            for (write, pending, mut result, done) in submitted {
+                let written = write.wait();
+                crate::timing::record_since("drover.plan.apply", started);
+                match written {
+                    Ok(applied) => {
+                        result.alloc_index = applied.index;
+                        result.refuse_placements(&applied.refused_placements, applied.index);
+                        let evicted = result.node_preemptions.values().map(Vec::len).sum::<usize>();
+                        self.counters.allocs_preempted.fetch_add(evicted as u64, Ordering::Relaxed);
+                        pending.respond(Ok(result));
+                    }
+                    Err(error) => pending.respond(Err(PlanError::Write(error))),
                 }
-                Err(error) => pending.respond(Err(PlanError::Write(error))),
+                let _ = done.send(());
             }
-            let _ = done.send(());
         }
     }
 

@@ -103,7 +103,18 @@ impl Writer {
 
     /// Submits `command`; await or wait for the answer.
     pub fn submit(&self, command: Command) -> PendingWrite {
-        self.log.submit(command)
+        let started = std::time::Instant::now();
+        match self.log.submit(command) {
+            PendingWrite(Pending::Done(result)) => {
+                crate::timing::record_since("drover.state.write", started);
+                PendingWrite(Pending::Done(result))
+            }
+            PendingWrite(Pending::Waiting(future)) => PendingWrite::waiting(async move {
+                let written = future.await;
+                crate::timing::record_since("drover.state.write", started);
+                written
+            }),
+        }
     }
 
     /// The store the log applies to: read it through snapshots.

@@ -447,10 +447,14 @@ impl Worker {
             let generation = self.control.types_generation.load(Ordering::Acquire);
             let types = self.control.types.read().clone();
             self.control.saw_types(generation);
+            let started = std::time::Instant::now();
             match self.ctx.broker.dequeue(&types, self.ctx.config.dequeue_timeout) {
                 Err(BrokerError::ShuttingDown) => break,
                 Err(_) | Ok(None) => continue,
-                Ok(Some(held)) => self.handle(held),
+                Ok(Some(held)) => {
+                    crate::timing::record_since("drover.worker.dequeue_eval", started);
+                    self.handle(held)
+                }
             }
         }
         self.control.set_activity(WorkerActivity::Idle);
@@ -497,11 +501,13 @@ impl Worker {
     fn process(&mut self, held: &Dequeued) -> Result<(), Failure> {
         self.control.set_activity(WorkerActivity::WaitingForIndex);
         let store = self.ctx.writer.store();
+        let started = std::time::Instant::now();
         let snapshot = match store.snapshot_min_index(held.eval.modify_index, self.ctx.config.sync_limit) {
             Ok(snapshot) => snapshot,
             Err(WaitError::Shutdown { .. }) => return Err(Failure::Shutdown),
             Err(WaitError::Timeout { wanted, .. }) => return Err(Failure::IndexTimeout(wanted)),
         };
+        crate::timing::record_since("drover.worker.wait_for_index", started);
         self.control.set_activity(WorkerActivity::Scheduling);
         let mut planner =
             WorkerPlanner { ctx: &self.ctx, control: &self.control, eval_id: held.eval.id, token: held.token };
@@ -513,7 +519,14 @@ impl Worker {
             claims: self.ctx.config.node_claims.then_some((claims, self.control.id as u64)),
         };
         let state: Arc<dyn State> = snapshot;
+        let started = std::time::Instant::now();
         let result = new_scheduler(held.eval.eval_type, state, &mut planner, config).process(&held.eval);
+        crate::timing::record_since_labelled(
+            "drover.worker.invoke_scheduler",
+            "type",
+            held.eval.eval_type.as_str(),
+            started,
+        );
         self.ctx.claims.release(self.control.id as u64);
         result.map_err(|error| match error {
             SchedulerError::ShuttingDown => Failure::Shutdown,
@@ -574,7 +587,9 @@ impl Planner for WorkerPlanner<'_> {
         let _ = self.ctx.broker.outstanding_reset(self.eval_id, self.token);
         plan.eval_token = self.token.0;
         self.ctx.counters.plans_submitted.fetch_add(1, Ordering::Relaxed);
+        let started = std::time::Instant::now();
         let answer = self.ctx.plan_queue.enqueue(plan).wait();
+        crate::timing::record_since("drover.worker.submit_plan", started);
         // What was committed stays claimed for workers reading older snapshots.
         match &answer {
             Ok(result) if result.alloc_index > 0 => self.ctx.claims.settle(self.control.id as u64, result.alloc_index),
