@@ -232,44 +232,46 @@ async fn search(State(state): State<ApiState>, params: Params, body: Bytes) -> R
     let namespace =
         request.namespace.clone().filter(|ns| !ns.is_empty()).unwrap_or_else(|| params.namespace().to_string());
     let prefix = request.prefix.clone();
-    blocking(&state, &params, move |snapshot| {
-        let mut matches: BTreeMap<&str, Vec<String>> = BTreeMap::new();
-        let mut truncations: BTreeMap<&str, bool> = BTreeMap::new();
-        for context in &wanted {
-            let mut ids: Vec<String> = match *context {
-                "jobs" => snapshot
-                    .jobs()
-                    .filter(|job| *job.namespace == *namespace && job.id.starts_with(&prefix))
-                    .map(|job| job.id.to_string())
-                    .collect(),
-                "evals" => snapshot
-                    .evals()
-                    .filter(|eval| matches_uuid_prefix(&eval.id.0, &prefix))
-                    .map(|eval| eval.id.to_string())
-                    .collect(),
-                "allocs" => snapshot
-                    .allocs()
-                    .filter(|alloc| matches_uuid_prefix(&alloc.id.0, &prefix))
-                    .map(|alloc| alloc.id.to_string())
-                    .collect(),
-                "nodes" => snapshot
-                    .nodes()
-                    .filter(|node| matches_uuid_prefix(&node.id.0, &prefix))
-                    .map(|node| node.id.to_string())
-                    .collect(),
-                _ => Vec::new(),
-            };
-            ids.sort();
-            truncations.insert(context, ids.len() > SEARCH_LIMIT);
-            ids.truncate(SEARCH_LIMIT);
-            matches.insert(context, ids);
-        }
-        let index = snapshot.index();
-        Ok((
-            index,
-            json!({"Matches": matches, "Truncations": truncations, "Index": index, "LastContact": 0,
-                          "KnownLeader": true}),
-        ))
-    })
+    blocking(
+        &state,
+        &params,
+        |snapshot| Ok(snapshot.index()),
+        move |snapshot| {
+            let mut matches: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+            let mut truncations: BTreeMap<&str, bool> = BTreeMap::new();
+            for context in &wanted {
+                let mut ids: Vec<String> = match *context {
+                    "jobs" => snapshot
+                        .jobs()
+                        .filter(|job| *job.namespace == *namespace && job.id.starts_with(&prefix))
+                        .map(|job| job.id.to_string())
+                        .collect(),
+                    "evals" => snapshot
+                        .evals()
+                        .filter(|eval| matches_uuid_prefix(&eval.id.0, &prefix))
+                        .map(|eval| eval.id.to_string())
+                        .collect(),
+                    "allocs" => snapshot
+                        .allocs()
+                        .filter(|alloc| matches_uuid_prefix(&alloc.id.0, &prefix))
+                        .map(|alloc| alloc.id.to_string())
+                        .collect(),
+                    "nodes" => snapshot
+                        .nodes()
+                        .filter(|node| matches_uuid_prefix(&node.id.0, &prefix))
+                        .map(|node| node.id.to_string())
+                        .collect(),
+                    _ => Vec::new(),
+                };
+                ids.sort();
+                truncations.insert(context, ids.len() > SEARCH_LIMIT);
+                ids.truncate(SEARCH_LIMIT);
+                matches.insert(context, ids);
+            }
+            let index = snapshot.index();
+            Ok(json!({"Matches": matches, "Truncations": truncations, "Index": index, "LastContact": 0,
+                  "KnownLeader": true}))
+        },
+    )
     .await
 }

@@ -3,7 +3,10 @@
 use axum::extract::{Path, State};
 use axum::routing::get;
 use axum::Router;
-use engine::structs::AllocId;
+use std::sync::Arc;
+
+use engine::state::Snapshot;
+use engine::structs::{AllocId, Allocation};
 
 use super::error::ApiError;
 use super::nomad;
@@ -20,25 +23,34 @@ pub fn routes() -> Router<ApiState> {
 async fn list(State(state): State<ApiState>, params: Params) -> Result<Reply, ApiError> {
     let prefix = params.prefix().to_string();
     let namespace = params.namespace().to_string();
-    blocking(&state, &params, |snapshot| {
-        let mut allocs: Vec<_> = snapshot
-            .allocs()
-            .filter(|alloc| namespace == "*" || *alloc.namespace == *namespace)
-            .filter(|alloc| matches_uuid_prefix(&alloc.id.0, &prefix))
-            .collect();
-        allocs.sort_by_key(|alloc| (std::cmp::Reverse(alloc.create_index), alloc.id));
-        let stubs: Vec<_> = allocs.iter().map(|alloc| nomad::alloc_stub(alloc, snapshot)).collect();
-        Ok((snapshot.table_indexes().allocs, stubs))
-    })
+    blocking(
+        &state,
+        &params,
+        |snapshot| Ok(snapshot.table_indexes().allocs),
+        |snapshot| {
+            let mut allocs: Vec<_> = snapshot
+                .allocs()
+                .filter(|alloc| namespace == "*" || *alloc.namespace == *namespace)
+                .filter(|alloc| matches_uuid_prefix(&alloc.id.0, &prefix))
+                .collect();
+            allocs.sort_by_key(|alloc| (std::cmp::Reverse(alloc.create_index), alloc.id));
+            Ok(allocs.iter().map(|alloc| nomad::alloc_stub(alloc, snapshot)).collect::<Vec<_>>())
+        },
+    )
     .await
 }
 
 /// `GET /v1/allocation/<id>`: 404 `alloc not found` for an unknown id.
 async fn read(State(state): State<ApiState>, Path(id): Path<String>, params: Params) -> Result<Reply, ApiError> {
     let id = AllocId(exact_uuid(&id, "alloc")?);
-    blocking(&state, &params, |snapshot| {
-        let alloc = snapshot.alloc(id).ok_or_else(|| ApiError::NotFound("alloc not found".to_string()))?;
-        Ok((alloc.modify_index, nomad::alloc(alloc, snapshot)))
-    })
+    let find = |snapshot: &Snapshot| -> Result<Arc<Allocation>, ApiError> {
+        snapshot.alloc(id).cloned().ok_or_else(|| ApiError::NotFound("alloc not found".to_string()))
+    };
+    blocking(
+        &state,
+        &params,
+        |snapshot| Ok(find(snapshot)?.modify_index),
+        |snapshot| Ok(nomad::alloc(&*find(snapshot)?, snapshot)),
+    )
     .await
 }

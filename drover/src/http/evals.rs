@@ -3,7 +3,10 @@
 use axum::extract::{Path, State};
 use axum::routing::get;
 use axum::Router;
-use engine::structs::EvalId;
+use std::sync::Arc;
+
+use engine::state::Snapshot;
+use engine::structs::{EvalId, Evaluation};
 use serde_json::Value;
 
 use super::error::ApiError;
@@ -22,37 +25,52 @@ pub fn routes() -> Router<ApiState> {
 /// `GET /v1/evaluations[?prefix=]`: every namespace, newest first.
 async fn list(State(state): State<ApiState>, params: Params) -> Result<Reply, ApiError> {
     let prefix = params.prefix().to_string();
-    blocking(&state, &params, |snapshot| {
-        let mut evals: Vec<_> = snapshot.evals().filter(|eval| matches_uuid_prefix(&eval.id.0, &prefix)).collect();
-        evals.sort_by_key(|eval| (std::cmp::Reverse(eval.create_index), eval.id));
-        Ok((snapshot.table_indexes().evals, evals.iter().map(|eval| nomad::eval(eval)).collect::<Vec<_>>()))
-    })
+    blocking(
+        &state,
+        &params,
+        |snapshot| Ok(snapshot.table_indexes().evals),
+        |snapshot| {
+            let mut evals: Vec<_> = snapshot.evals().filter(|eval| matches_uuid_prefix(&eval.id.0, &prefix)).collect();
+            evals.sort_by_key(|eval| (std::cmp::Reverse(eval.create_index), eval.id));
+            Ok(evals.iter().map(|eval| nomad::eval(eval)).collect::<Vec<_>>())
+        },
+    )
     .await
 }
 
 /// `GET /v1/evaluation/<id>`: 404 `eval not found` for an unknown id.
 async fn read(State(state): State<ApiState>, Path(id): Path<String>, params: Params) -> Result<Reply, ApiError> {
     let id = EvalId(exact_uuid(&id, "eval")?);
-    blocking(&state, &params, |snapshot| {
-        let eval = snapshot.eval(id).ok_or_else(|| ApiError::NotFound("eval not found".to_string()))?;
-        Ok((eval.modify_index, nomad::eval(eval)))
-    })
+    let find = |snapshot: &Snapshot| -> Result<Arc<Evaluation>, ApiError> {
+        snapshot.eval(id).cloned().ok_or_else(|| ApiError::NotFound("eval not found".to_string()))
+    };
+    blocking(
+        &state,
+        &params,
+        |snapshot| Ok(find(snapshot)?.modify_index),
+        |snapshot| Ok(nomad::eval(&*find(snapshot)?)),
+    )
     .await
 }
 
 /// `GET /v1/evaluation/<id>/allocations`: the allocations the eval placed or changed.
 async fn allocations(State(state): State<ApiState>, Path(id): Path<String>, params: Params) -> Result<Reply, ApiError> {
     let id = EvalId(exact_uuid(&id, "eval")?);
-    blocking(&state, &params, |snapshot| {
-        let stubs: Vec<Value> = match snapshot.eval(id) {
-            Some(eval) => snapshot
-                .allocs_by_job(&eval.job_key())
-                .filter(|alloc| alloc.eval_id == id)
-                .map(|alloc| nomad::alloc_stub(alloc, snapshot))
-                .collect(),
-            None => Vec::new(),
-        };
-        Ok((snapshot.table_indexes().allocs, stubs))
-    })
+    blocking(
+        &state,
+        &params,
+        |snapshot| Ok(snapshot.table_indexes().allocs),
+        |snapshot| {
+            let stubs: Vec<Value> = match snapshot.eval(id) {
+                Some(eval) => snapshot
+                    .allocs_by_job(&eval.job_key())
+                    .filter(|alloc| alloc.eval_id == id)
+                    .map(|alloc| nomad::alloc_stub(alloc, snapshot))
+                    .collect(),
+                None => Vec::new(),
+            };
+            Ok(stubs)
+        },
+    )
     .await
 }

@@ -31,15 +31,15 @@ pub fn routes() -> Router<ApiState> {
 async fn list(State(state): State<ApiState>, params: Params) -> Result<Reply, ApiError> {
     let namespace = params.namespace().to_string();
     let prefix = params.prefix().to_string();
-    blocking(&state, &params, |snapshot| {
+    let index = |snapshot: &Snapshot| Ok(snapshot.table_indexes().jobs.max(snapshot.table_indexes().allocs));
+    blocking(&state, &params, index, |snapshot| {
         let mut jobs: Vec<&Arc<Job>> = snapshot
             .jobs()
             .filter(|job| namespace == "*" || *job.namespace == *namespace)
             .filter(|job| job.id.starts_with(&prefix))
             .collect();
         jobs.sort_by(|a, b| (&a.id, &a.namespace).cmp(&(&b.id, &b.namespace)));
-        let stubs: Vec<Value> = jobs.iter().map(|job| nomad::job_stub(job, snapshot)).collect();
-        Ok((snapshot.table_indexes().jobs.max(snapshot.table_indexes().allocs), stubs))
+        Ok(jobs.iter().map(|job| nomad::job_stub(job, snapshot)).collect::<Vec<Value>>())
     })
     .await
 }
@@ -72,7 +72,7 @@ async fn job(
         ("/summary", Method::GET) => summary(&state, &params, key).await,
         ("/deployment", Method::GET) => {
             // Drover has no deployments: `null` tells the CLI there is none.
-            blocking(&state, &params, |snapshot| Ok((snapshot.table_indexes().jobs, Value::Null))).await
+            blocking(&state, &params, |snapshot| Ok(snapshot.table_indexes().jobs), |_| Ok(Value::Null)).await
         }
         ("/scale", Method::PUT | Method::POST) => scale(state, params, key, body).await,
         ("/scale", Method::GET) => scale_status(&state, &params, key).await,
@@ -86,45 +86,48 @@ fn find<'a>(snapshot: &'a Snapshot, key: &JobKey) -> Result<&'a Arc<Job>, ApiErr
 }
 
 async fn read(state: &ApiState, params: &Params, key: JobKey) -> Result<Reply, ApiError> {
-    blocking(state, params, |snapshot| {
-        let job = find(snapshot, &key)?;
-        Ok((job.modify_index, nomad::job(job, snapshot)))
-    })
-    .await
+    let index = |snapshot: &Snapshot| Ok(find(snapshot, &key)?.modify_index);
+    blocking(state, params, index, |snapshot| Ok(nomad::job(find(snapshot, &key)?, snapshot))).await
 }
 
 async fn allocations(state: &ApiState, params: &Params, key: JobKey) -> Result<Reply, ApiError> {
     // `all` (older versions of the job too) is how Drover always answers:
     // it keeps allocations of every version. A bad value means false, as in Nomad.
-    blocking(state, params, |snapshot| {
-        let mut allocs: Vec<_> = snapshot.allocs_by_job(&key).collect();
-        allocs.sort_by_key(|alloc| std::cmp::Reverse(alloc.create_index));
-        let stubs: Vec<Value> = allocs.iter().map(|alloc| nomad::alloc_stub(alloc, snapshot)).collect();
-        Ok((snapshot.table_indexes().allocs, stubs))
-    })
+    blocking(
+        state,
+        params,
+        |snapshot| Ok(snapshot.table_indexes().allocs),
+        |snapshot| {
+            let mut allocs: Vec<_> = snapshot.allocs_by_job(&key).collect();
+            allocs.sort_by_key(|alloc| std::cmp::Reverse(alloc.create_index));
+            Ok(allocs.iter().map(|alloc| nomad::alloc_stub(alloc, snapshot)).collect::<Vec<Value>>())
+        },
+    )
     .await
 }
 
 async fn evaluations(state: &ApiState, params: &Params, key: JobKey) -> Result<Reply, ApiError> {
-    blocking(state, params, |snapshot| {
-        let mut evals: Vec<_> = snapshot.evals_by_job(&key).collect();
-        evals.sort_by_key(|eval| std::cmp::Reverse(eval.create_index));
-        Ok((snapshot.table_indexes().evals, evals.iter().map(|eval| nomad::eval(eval)).collect::<Vec<_>>()))
-    })
+    blocking(
+        state,
+        params,
+        |snapshot| Ok(snapshot.table_indexes().evals),
+        |snapshot| {
+            let mut evals: Vec<_> = snapshot.evals_by_job(&key).collect();
+            evals.sort_by_key(|eval| std::cmp::Reverse(eval.create_index));
+            Ok(evals.iter().map(|eval| nomad::eval(eval)).collect::<Vec<_>>())
+        },
+    )
     .await
 }
 
 async fn summary(state: &ApiState, params: &Params, key: JobKey) -> Result<Reply, ApiError> {
-    blocking(state, params, |snapshot| {
-        let job = find(snapshot, &key)?;
-        let index = snapshot.table_indexes().allocs.max(job.modify_index);
-        Ok((index, nomad::job_summary(job, snapshot)))
-    })
-    .await
+    let index = |snapshot: &Snapshot| Ok(snapshot.table_indexes().allocs.max(find(snapshot, &key)?.modify_index));
+    blocking(state, params, index, |snapshot| Ok(nomad::job_summary(find(snapshot, &key)?, snapshot))).await
 }
 
 async fn scale_status(state: &ApiState, params: &Params, key: JobKey) -> Result<Reply, ApiError> {
-    blocking(state, params, |snapshot| {
+    let index = |snapshot: &Snapshot| Ok(find(snapshot, &key)?.modify_index);
+    blocking(state, params, index, |snapshot| {
         let job = find(snapshot, &key)?;
         let counts = nomad::summary_counts(job, snapshot);
         let groups: serde_json::Map<String, Value> = job
@@ -141,7 +144,7 @@ async fn scale_status(state: &ApiState, params: &Params, key: JobKey) -> Result<
             .collect();
         let status = json!({"JobID": &*job.id, "Namespace": &*job.namespace, "JobCreateIndex": job.create_index,
                             "JobModifyIndex": job.job_modify_index, "JobStopped": job.stop, "TaskGroups": groups});
-        Ok((job.modify_index, status))
+        Ok(status)
     })
     .await
 }

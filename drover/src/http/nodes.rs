@@ -4,7 +4,10 @@ use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::routing::{get, post};
 use axum::Router;
-use engine::structs::{NodeEligibility, NodeId};
+use std::sync::Arc;
+
+use engine::state::Snapshot;
+use engine::structs::{Node, NodeEligibility, NodeId};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -28,31 +31,43 @@ pub fn routes() -> Router<ApiState> {
 /// `GET /v1/nodes[?prefix=]`, by id.
 async fn list(State(state): State<ApiState>, params: Params) -> Result<Reply, ApiError> {
     let prefix = params.prefix().to_string();
-    blocking(&state, &params, |snapshot| {
-        let mut nodes: Vec<_> = snapshot.nodes().filter(|node| matches_uuid_prefix(&node.id.0, &prefix)).collect();
-        nodes.sort_by_key(|node| node.id);
-        Ok((snapshot.table_indexes().nodes, nodes.iter().map(|node| nomad::node_stub(node)).collect::<Vec<_>>()))
-    })
+    blocking(
+        &state,
+        &params,
+        |snapshot| Ok(snapshot.table_indexes().nodes),
+        |snapshot| {
+            let mut nodes: Vec<_> = snapshot.nodes().filter(|node| matches_uuid_prefix(&node.id.0, &prefix)).collect();
+            nodes.sort_by_key(|node| node.id);
+            Ok(nodes.iter().map(|node| nomad::node_stub(node)).collect::<Vec<_>>())
+        },
+    )
     .await
 }
 
 /// `GET /v1/node/<id>`.
 async fn read(State(state): State<ApiState>, Path(id): Path<String>, params: Params) -> Result<Reply, ApiError> {
     let id = NodeId(exact_uuid(&id, "node")?);
-    blocking(&state, &params, |snapshot| {
-        let node = snapshot.node(id).ok_or_else(|| ApiError::NotFound("node not found".to_string()))?;
-        Ok((node.modify_index, nomad::node(node)))
-    })
+    let find = |snapshot: &Snapshot| -> Result<Arc<Node>, ApiError> {
+        snapshot.node(id).cloned().ok_or_else(|| ApiError::NotFound("node not found".to_string()))
+    };
+    blocking(
+        &state,
+        &params,
+        |snapshot| Ok(find(snapshot)?.modify_index),
+        |snapshot| Ok(nomad::node(&*find(snapshot)?)),
+    )
     .await
 }
 
 /// `GET /v1/node/<id>/allocations`: full allocations, as the CLI reads them.
 async fn allocations(State(state): State<ApiState>, Path(id): Path<String>, params: Params) -> Result<Reply, ApiError> {
     let id = NodeId(exact_uuid(&id, "node")?);
-    blocking(&state, &params, |snapshot| {
-        let allocs: Vec<_> = snapshot.allocs_by_node(id).map(|alloc| nomad::alloc(alloc, snapshot)).collect();
-        Ok((snapshot.table_indexes().allocs, allocs))
-    })
+    blocking(
+        &state,
+        &params,
+        |snapshot| Ok(snapshot.table_indexes().allocs),
+        |snapshot| Ok(snapshot.allocs_by_node(id).map(|alloc| nomad::alloc(alloc, snapshot)).collect::<Vec<_>>()),
+    )
     .await
 }
 
