@@ -333,6 +333,9 @@ async fn bad_requests_get_nomads_codes_and_write_nothing() {
     assert_eq!(send("DELETE", "/v1/job/nope?purge=maybe", "").await.status, 400);
     assert_eq!(send("PATCH", "/v1/job/x", "").await.status, 405);
     assert_eq!(api.get("/v1/client/stats").await.expect("answer").status, 404, "never an empty 200");
+    let acl_off = api.get("/v1/acl/tokens").await.expect("answer");
+    assert_eq!((acl_off.status, acl_off.body.as_str()), (400, "ACL support disabled"));
+    assert_eq!(send("POST", "/v1/acl/bootstrap", "").await.body, "ACL support disabled");
     let bad_config =
         send("PUT", "/v1/agent/schedulers/config", "{\"num_schedulers\": 1, \"enabled_schedulers\": [\"service\"]}");
     assert_eq!(bad_config.await.body, "Invalid request");

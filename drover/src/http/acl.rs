@@ -214,15 +214,18 @@ fn policy_json(policy: &AclPolicy, with_rules: bool) -> Value {
     value
 }
 
-fn disabled() -> ApiError {
-    ApiError::BadRequest("ACL support disabled".into())
+/// Every ACL endpoint answers 400 while ACLs are off, as Nomad's do.
+fn enabled(state: &ApiState) -> Result<(), ApiError> {
+    if state.acl_enabled {
+        Ok(())
+    } else {
+        Err(ApiError::BadRequest("ACL support disabled".into()))
+    }
 }
 
 /// `POST /v1/acl/bootstrap`: the management token, once.
 async fn bootstrap(State(state): State<ApiState>) -> Result<Reply, ApiError> {
-    if !state.acl_enabled {
-        return Err(disabled());
-    }
+    enabled(&state)?;
     let token = new_token("Bootstrap Token".into(), AclTokenType::Management, Vec::new());
     let index = write(&state, Command::AclBootstrap { token: token.clone() }).await?;
     tracing::info!(accessor = %token.accessor_id, "ACL bootstrapped: a management token was made");
@@ -231,14 +234,16 @@ async fn bootstrap(State(state): State<ApiState>) -> Result<Reply, ApiError> {
 }
 
 /// `GET /v1/acl/policies`.
-async fn policies(State(state): State<ApiState>, params: Params) -> Reply {
+async fn policies(State(state): State<ApiState>, params: Params) -> Result<Reply, ApiError> {
+    enabled(&state)?;
     let snapshot = state.engine.store().snapshot();
     let list: Vec<Value> = snapshot.acl().policies.values().map(|policy| policy_json(policy, false)).collect();
-    Reply::json(&list, params.pretty(), Some(snapshot.index()))
+    Ok(Reply::json(&list, params.pretty(), Some(snapshot.index())))
 }
 
 /// `GET /v1/acl/policy/:name`.
 async fn policy(State(state): State<ApiState>, Path(name): Path<String>, params: Params) -> Result<Reply, ApiError> {
+    enabled(&state)?;
     let snapshot = state.engine.store().snapshot();
     let policy = snapshot.acl().policies.get(&name).ok_or_else(|| ApiError::NotFound("ACL policy not found".into()))?;
     Ok(Reply::json(&policy_json(policy, true), params.pretty(), Some(snapshot.index())))
@@ -254,9 +259,7 @@ struct PolicyBody {
 
 /// `PUT /v1/acl/policy/:name`: creates or replaces it.
 async fn put_policy(State(state): State<ApiState>, Path(name): Path<String>, body: Bytes) -> Result<Reply, ApiError> {
-    if !state.acl_enabled {
-        return Err(disabled());
-    }
+    enabled(&state)?;
     let body: PolicyBody = serde_json::from_slice(&body).map_err(|error| ApiError::BadRequest(error.to_string()))?;
     if body.name.as_deref().is_some_and(|named| named != name) {
         return Err(ApiError::BadRequest(format!("policy name {:?} does not match the path's {name:?}", body.name)));
@@ -280,15 +283,17 @@ async fn put_policy(State(state): State<ApiState>, Path(name): Path<String>, bod
 
 /// `DELETE /v1/acl/policy/:name`.
 async fn delete_policy(State(state): State<ApiState>, Path(name): Path<String>) -> Result<Reply, ApiError> {
+    enabled(&state)?;
     let index = write(&state, Command::DeleteAclPolicies { names: vec![name] }).await?;
     Ok(Reply::json(&Value::Null, false, Some(index)))
 }
 
 /// `GET /v1/acl/tokens`: without their secrets.
-async fn tokens(State(state): State<ApiState>, params: Params) -> Reply {
+async fn tokens(State(state): State<ApiState>, params: Params) -> Result<Reply, ApiError> {
+    enabled(&state)?;
     let snapshot = state.engine.store().snapshot();
     let list: Vec<Value> = snapshot.acl().tokens.values().map(|token| token_json(token, false)).collect();
-    Reply::json(&list, params.pretty(), Some(snapshot.index()))
+    Ok(Reply::json(&list, params.pretty(), Some(snapshot.index())))
 }
 
 #[derive(Deserialize, Default)]
@@ -322,9 +327,7 @@ fn check_token(token: &AclToken) -> Result<(), ApiError> {
 
 /// `POST /v1/acl/token`: a new token, answered with its secret.
 async fn create_token(State(state): State<ApiState>, body: Bytes) -> Result<Reply, ApiError> {
-    if !state.acl_enabled {
-        return Err(disabled());
-    }
+    enabled(&state)?;
     let body: TokenBody = serde_json::from_slice(&body).map_err(|error| ApiError::BadRequest(error.to_string()))?;
     let kind = token_type(body.token_type.as_deref())?;
     let token = new_token(body.name.unwrap_or_default(), kind, body.policies.unwrap_or_default());
@@ -340,6 +343,7 @@ fn accessor(text: &str) -> Result<uuid::Uuid, ApiError> {
 
 /// `GET /v1/acl/token/:accessor` (management tokens only: with its secret).
 async fn token(State(state): State<ApiState>, Path(id): Path<String>, params: Params) -> Result<Reply, ApiError> {
+    enabled(&state)?;
     let id = accessor(&id)?;
     let snapshot = state.engine.store().snapshot();
     let token = snapshot.acl().tokens.get(&id).ok_or_else(|| ApiError::NotFound("ACL token not found".into()))?;
@@ -352,15 +356,14 @@ async fn token_self(
     caller: Option<axum::Extension<Caller>>,
     params: Params,
 ) -> Result<Reply, ApiError> {
-    if !state.acl_enabled {
-        return Err(disabled());
-    }
+    enabled(&state)?;
     let token = caller.and_then(|axum::Extension(Caller(token))| token).ok_or(ApiError::Forbidden)?;
     Ok(Reply::json(&token_json(&token, true), params.pretty(), Some(state.engine.store().latest_index())))
 }
 
 /// `POST /v1/acl/token/:accessor`: changes its name, type or policies.
 async fn update_token(State(state): State<ApiState>, Path(id): Path<String>, body: Bytes) -> Result<Reply, ApiError> {
+    enabled(&state)?;
     let id = accessor(&id)?;
     let body: TokenBody = serde_json::from_slice(&body).map_err(|error| ApiError::BadRequest(error.to_string()))?;
     let snapshot = state.engine.store().snapshot();
@@ -383,6 +386,7 @@ async fn update_token(State(state): State<ApiState>, Path(id): Path<String>, bod
 
 /// `DELETE /v1/acl/token/:accessor`: revokes it.
 async fn delete_token(State(state): State<ApiState>, Path(id): Path<String>) -> Result<Reply, ApiError> {
+    enabled(&state)?;
     let id = accessor(&id)?;
     let index = write(&state, Command::DeleteAclTokens { accessor_ids: vec![id] }).await?;
     tracing::info!(accessor = %id, "ACL token revoked");
