@@ -118,7 +118,9 @@ impl RunningServer {
         let (listener, http) = match started {
             Ok(listeners) => listeners,
             Err(error) => {
-                stop_engine(&engine, durable.as_deref());
+                // Stopping blocks (raft's runtime ends): not on this async worker.
+                std::thread::scope(|scope| scope.spawn(|| stop_engine(&engine, durable.as_deref())).join())
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
                 return Err(error.into());
             }
         };
