@@ -329,11 +329,12 @@ enum RaftCommand {
 
 #[derive(Debug, Subcommand)]
 enum SchedulerCommand {
-    /// Lists the scheduling workers, or sets how many run (`set N`).
+    /// Lists the scheduling workers, sets how many run (`set N`), or
+    /// pauses or resumes them (`pause [ID]`, `resume [ID]`: one, or all).
     Workers {
-        /// `set`.
+        /// `set`, `pause` or `resume`.
         action: Option<String>,
-        /// How many workers, with `set`.
+        /// How many workers with `set`; a worker's id with `pause` or `resume`.
         count: Option<usize>,
         /// Print JSON.
         #[arg(long)]
@@ -704,7 +705,11 @@ fn main() -> ExitCode {
             let action = match (action.as_deref(), count) {
                 (None, _) => Ok(cli::server::WorkersAction::List),
                 (Some("set"), Some(count)) => Ok(cli::server::WorkersAction::Set(count)),
-                _ => Err(Failure::Config(anyhow::anyhow!("usage: drover operator scheduler workers [set N]"))),
+                (Some("pause"), id) => Ok(cli::server::WorkersAction::Pause(id)),
+                (Some("resume"), id) => Ok(cli::server::WorkersAction::Resume(id)),
+                _ => Err(Failure::Config(anyhow::anyhow!(
+                    "usage: drover operator scheduler workers [set N | pause [ID] | resume [ID]]"
+                ))),
             };
             action.and_then(|action| {
                 client_command(&api, |client| async move { cli::server::workers(&client, action, json).await })

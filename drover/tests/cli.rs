@@ -74,6 +74,13 @@ fn the_cli_runs_a_job_and_shows_it_as_nomad_does() {
     assert!(members.starts_with("Name") && members.contains("alive   true"), "{members}");
     let workers = stdout(&drover(&http, &["operator", "scheduler", "workers", "set", "1"]));
     assert_eq!(workers.lines().count(), 2, "one worker: {workers}");
+    let paused = stdout(&drover(&http, &["operator", "scheduler", "workers", "pause"]));
+    assert!(paused.contains("Paus"), "pausing or paused: {paused}");
+    let resumed = drover(&http, &["operator", "scheduler", "workers", "resume"]);
+    assert_eq!(resumed.status.code(), Some(0), "{}", String::from_utf8_lossy(&resumed.stderr));
+    let unknown = drover(&http, &["operator", "scheduler", "workers", "pause", "99"]);
+    assert_eq!(unknown.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("no worker 99"));
 
     // A Nomad HCL2 job file runs the same way; an unsupported block is named with its line.
     let hcl = dir.join("web.hcl");

@@ -48,14 +48,28 @@ pub enum WorkersAction {
     List,
     /// Run `n` workers.
     Set(usize),
+    /// Pause one worker, or all.
+    Pause(Option<usize>),
+    /// Resume one worker, or all.
+    Resume(Option<usize>),
 }
 
-/// `drover operator scheduler workers [set N]`.
+/// `drover operator scheduler workers [set N | pause [ID] | resume [ID]]`.
 pub async fn workers(api: &ApiClient, action: WorkersAction, json_out: bool) -> Result<i32> {
     if let WorkersAction::Set(count) = action {
         let config = api.get("/v1/agent/schedulers/config").await?.json()?;
         let body = json!({"num_schedulers": count, "enabled_schedulers": config["enabled_schedulers"]});
         api.request("PUT", "/v1/agent/schedulers/config", Some(&body)).await?.json()?;
+    }
+    let one = |id: Option<usize>| id.map_or_else(String::new, |id| format!("?id={id}"));
+    match action {
+        WorkersAction::Pause(id) => {
+            api.request("PUT", &format!("/v1/agent/schedulers/pause{}", one(id)), None).await?.json()?;
+        }
+        WorkersAction::Resume(id) => {
+            api.request("PUT", &format!("/v1/agent/schedulers/resume{}", one(id)), None).await?.json()?;
+        }
+        WorkersAction::List | WorkersAction::Set(_) => {}
     }
     let workers = api.get("/v1/agent/schedulers").await?.json()?;
     if json_out {

@@ -33,6 +33,8 @@ pub fn routes() -> Router<ApiState> {
             "/v1/agent/schedulers/config",
             get(scheduler_config).put(set_scheduler_config).post(set_scheduler_config),
         )
+        .route("/v1/agent/schedulers/pause", post(pause_workers).put(pause_workers))
+        .route("/v1/agent/schedulers/resume", post(resume_workers).put(resume_workers))
         .route("/v1/search", post(search).put(search))
 }
 
@@ -203,6 +205,33 @@ async fn set_scheduler_config(State(state): State<ApiState>, params: Params, bod
     .await
     .map_err(|error| ApiError::Internal(format!("engine call failed: {error}")))?;
     Ok(Reply::json(&current_config(&state), params.pretty(), None))
+}
+
+/// Which worker a pause or resume names: `?id=N`, or all without it.
+fn worker_id(state: &ApiState, params: &Params) -> Result<Option<usize>, ApiError> {
+    let Some(text) = params.get("id") else { return Ok(None) };
+    let id: usize = text.parse().map_err(|_| ApiError::BadRequest(format!("worker id {text:?} is not a number")))?;
+    if !state.engine.workers().workers().iter().any(|worker| worker.id == id) {
+        return Err(ApiError::NotFound(format!("no worker {id}")));
+    }
+    Ok(Some(id))
+}
+
+/// `PUT /v1/agent/schedulers/pause[?id=N]` (Drover's): the workers finish
+/// the eval they hold and take no other until resumed. Answers the workers.
+async fn pause_workers(State(state): State<ApiState>, params: Params) -> Result<Reply, ApiError> {
+    let id = worker_id(&state, &params)?;
+    state.engine.workers().pause(id);
+    tracing::info!(worker = ?id, "scheduling workers paused");
+    Ok(schedulers(State(state), params).await)
+}
+
+/// `PUT /v1/agent/schedulers/resume[?id=N]` (Drover's).
+async fn resume_workers(State(state): State<ApiState>, params: Params) -> Result<Reply, ApiError> {
+    let id = worker_id(&state, &params)?;
+    state.engine.workers().resume(id);
+    tracing::info!(worker = ?id, "scheduling workers resumed");
+    Ok(schedulers(State(state), params).await)
 }
 
 /// `PUT /v1/search` body.
