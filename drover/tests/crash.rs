@@ -377,6 +377,13 @@ async fn a_saved_snapshot_restores_into_a_stopped_servers_data_dir() {
     assert!(saved.contains("State file written"), "{saved}");
     let info = cli(&["operator", "raft", "info"]);
     assert!(info.contains("Last snapshot") && info.contains("Snapshot size"), "{info}");
+    let configuration = bounded("raft configuration", server.http.get("/v1/operator/raft/configuration")).await;
+    let configuration = configuration.expect("answer").json().expect("JSON");
+    assert_eq!(configuration["Servers"][0]["Leader"], true, "{configuration}");
+    let restore = bounded("online restore", server.http.send("PUT", "/v1/operator/snapshot", Default::default())).await;
+    let restore = restore.expect("answer");
+    assert_eq!(restore.status, 400, "a running server never swaps its state");
+    assert!(restore.body.contains("drover operator snapshot restore"), "{}", restore.body);
     // Written after the backup: not in the restored state.
     bounded("a write", connection.submit_job(job("after-backup", 1))).await.expect("registered");
     server.terminate().await;
