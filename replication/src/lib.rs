@@ -250,7 +250,8 @@ impl Durable {
         info.term = metrics.current_term;
         if let Some(current) = self.machine.current_snapshot() {
             info.snapshot_store_index = Some(current.header.store_index);
-            info.snapshot_write_millis = (!current.write_time.is_zero()).then(|| current.write_time.as_millis() as u64);
+            info.snapshot_write_millis =
+                (!current.write_time.is_zero()).then_some(current.write_time.as_millis() as u64);
         }
         Ok(info)
     }

@@ -184,7 +184,7 @@ impl SnapshotDir {
             };
             found.push(SnapshotInfo { path, index, size: entry.metadata()?.len() });
         }
-        found.sort_by(|a, b| b.index.cmp(&a.index));
+        found.sort_by_key(|info| std::cmp::Reverse(info.index));
         Ok(found)
     }
 

@@ -140,7 +140,7 @@ impl SpreadCounts {
             for id in 0..self.counts.len() {
                 let boost = match self.desired[id].or(self.implicit) {
                     None => -1.0,
-                    Some(desired) if desired == 0.0 => 0.0, // Set below, once the lowest is known.
+                    Some(0.0) => 0.0, // Set below, once the lowest is known.
                     Some(desired) => (desired - (f64::from(self.counts[id]) + 1.0)) / desired * self.weight,
                 };
                 lowest = lowest.min(boost);

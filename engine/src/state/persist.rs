@@ -146,8 +146,7 @@ impl Snapshot {
         let header: Header = reader.record()?;
         let mut snapshot = Snapshot { index: header.index, table_indexes: header.table_indexes, ..Snapshot::default() };
         let mut versions = Vec::new();
-        loop {
-            let Some(count) = reader.next_section()? else { break };
+        while let Some(count) = reader.next_section()? {
             match reader.section {
                 tag::JOB_VERSIONS => {
                     versions = (0..count).map(|_| reader.record::<Job>().map(Arc::new)).collect::<Result<_, _>>()?;

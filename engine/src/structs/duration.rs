@@ -56,7 +56,7 @@ pub fn format_duration(duration: Duration) -> String {
         }
         return out;
     }
-    if duration.subsec_nanos() % 1_000_000 == 0 {
+    if duration.subsec_nanos().is_multiple_of(1_000_000) {
         return format!("{}ms", duration.as_millis());
     }
     format!("{}ns", duration.as_nanos())
