@@ -7,6 +7,9 @@
 //!    queued meanwhile; see the `storage` crate).
 //! 2. The vote is durable before `save_vote` returns; truncations are too;
 //!    the committed position and purges ride on the next synced write.
+//!    `save_committed` does not wait for the writer thread at all (a stale
+//!    committed position only means recovery replays a little more of the
+//!    log); the store remembers the value, so `read_committed` sees it.
 //! 3. Entries are postcard-encoded openraft entries whose payload is a
 //!    [`crate::types::CommandBatch`] in the engine's log format.
 //! 4. Reads through the store itself are openraft's applies (and its
@@ -43,13 +46,20 @@ struct Shared {
     tail: Mutex<BTreeMap<u64, Entry>>,
     /// The highest index known durable, plus one (0: none).
     durable_end: AtomicU64,
+    /// The committed position last saved, before the file has it (step 2).
+    committed: Mutex<Option<Option<LogId>>>,
 }
 
 impl LogStore {
     /// The store over an opened log file.
     pub fn new(file: LogFile) -> LogStore {
         LogStore {
-            shared: Arc::new(Shared { file, tail: Mutex::new(BTreeMap::new()), durable_end: AtomicU64::new(0) }),
+            shared: Arc::new(Shared {
+                file,
+                tail: Mutex::new(BTreeMap::new()),
+                durable_end: AtomicU64::new(0),
+                committed: Mutex::new(None),
+            }),
         }
     }
 
@@ -186,12 +196,19 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         decode_meta(self.shared.file.vote().map_err(|error| StorageIOError::read_vote(&error))?)
     }
 
+    /// Queues the committed position without waiting for it (contract,
+    /// step 2). A failed write stops the log and the server (the fatal
+    /// handler), as every write does.
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
-        let bytes = encode(&committed);
-        self.wait(|file, done| file.save_committed(bytes, done)).await.map_err(write_error)
+        *self.shared.committed.lock() = Some(committed);
+        self.shared.file.save_committed(encode(&committed), Box::new(|_| {}));
+        Ok(())
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId>, StorageError> {
+        if let Some(saved) = *self.shared.committed.lock() {
+            return Ok(saved);
+        }
         Ok(decode_meta::<Option<LogId>>(self.shared.file.committed().map_err(read_error)?)?.flatten())
     }
 
