@@ -19,7 +19,7 @@ use transport::tls::TlsMaterial;
 
 mod common;
 
-use common::{bounded, drover, server_options, temp_dir, until};
+use common::{bounded, drover, first_line, server_options, temp_dir, until};
 
 /// Counts heartbeats on a watch channel.
 struct Beats(watch::Sender<u64>);
@@ -244,21 +244,7 @@ async fn drover_server_shuts_down_cleanly_on_sigterm_with_agents_connected() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("drover server starts");
-    let stdout = child.stdout.take().expect("stdout");
-    let line = bounded(
-        "the listening line",
-        tokio::task::spawn_blocking(move || {
-            let mut line = String::new();
-            let mut reader = std::io::BufReader::new(stdout);
-            std::io::BufRead::read_line(&mut reader, &mut line).expect("reads");
-            // Keep reading (the `http` line follows), so the server never
-            // writes to a closed pipe.
-            std::thread::spawn(move || std::io::copy(&mut reader, &mut std::io::sink()));
-            line
-        }),
-    )
-    .await
-    .expect("reader");
+    let line = first_line(&mut child).await;
     let addr: SocketAddr = line.trim().strip_prefix("listening ").expect("listening line").parse().expect("address");
     let tls_dir = dir.join("dev-tls");
     let client_tls =

@@ -33,7 +33,7 @@ use transport::tls::TlsMaterial;
 
 mod common;
 
-use common::{bounded, drover, temp_dir};
+use common::{bounded, drover, first_line, temp_dir};
 
 /// SIGKILLs across the run.
 const KILLS: usize = 24;
@@ -105,19 +105,7 @@ async fn start_server(certs: &Certs, data_dir: &Path, (port, http_port): (u16, u
         .stderr(Stdio::inherit())
         .spawn()
         .expect("drover server starts");
-    let stdout = child.stdout.take().expect("stdout");
-    let line = bounded(
-        "the server's listening line",
-        tokio::task::spawn_blocking(move || {
-            let mut reader = std::io::BufReader::new(stdout);
-            let mut line = String::new();
-            std::io::BufRead::read_line(&mut reader, &mut line).expect("reads");
-            std::thread::spawn(move || std::io::copy(&mut reader, &mut std::io::sink()));
-            line
-        }),
-    )
-    .await
-    .expect("reader");
+    let line = first_line(&mut child).await;
     assert!(line.starts_with("listening "), "the server did not start: {line:?}");
     let ca = std::fs::read_to_string(certs.file("drover-agent-ca.pem")).expect("ca");
     let http = ApiClient::new(&format!("https://127.0.0.1:{http_port}"), None, Some(&ca)).expect("api client");
@@ -239,6 +227,40 @@ fn check(report: &ClusterReport, ledger: &Ledger, restart: usize) {
     assert_eq!(report.evals_pending, 0, "restart {restart}: pending evals");
 }
 
+/// What both server tests start from: a temp dir with the cluster's
+/// certificates, a data dir, two free ports and an operator endpoint.
+struct Setup {
+    dir: PathBuf,
+    certs: Certs,
+    data_dir: PathBuf,
+    ports: (u16, u16),
+    addr: SocketAddr,
+    operators: ClientEndpoints,
+}
+
+impl Setup {
+    fn new(name: &str) -> Setup {
+        transport::install_crypto_provider();
+        let dir = temp_dir(name);
+        let certs = Certs::create(&dir);
+        let ports = free_ports();
+        let operators = ClientEndpoints::bind(1, &certs.material("global-cli-drover")).expect("operator endpoint");
+        Setup {
+            data_dir: dir.join("data"),
+            dir,
+            certs,
+            ports,
+            addr: SocketAddr::from(([127, 0, 0, 1], ports.0)),
+            operators,
+        }
+    }
+
+    async fn finish(self) {
+        self.operators.close().await;
+        std::fs::remove_dir_all(&self.dir).expect("clean up");
+    }
+}
+
 fn snapshot_temporaries(data_dir: &Path) -> usize {
     let dir = data_dir.join("server").join("raft").join("snapshots");
     std::fs::read_dir(dir)
@@ -248,24 +270,20 @@ fn snapshot_temporaries(data_dir: &Path) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_acknowledged_write_survives_kill_9_at_random_moments() {
-    transport::install_crypto_provider();
-    let dir = temp_dir("crash");
-    let certs = Certs::create(&dir);
-    let data_dir = dir.join("data");
-    let ports = free_ports();
-    let addr = SocketAddr::from(([127, 0, 0, 1], ports.0));
+    let setup = Setup::new("crash");
+    let (certs, data_dir, ports, addr, operators) =
+        (&setup.certs, &setup.data_dir, setup.ports, setup.addr, &setup.operators);
     let seed: u64 = rand::random();
     println!("seed {seed}");
     let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
-    let operators = ClientEndpoints::bind(1, &certs.material("global-cli-drover")).expect("operator endpoint");
     let (stop_agents, agents) = start_agents(addr, &certs.material("global-client-drover"));
     let mut ledger = Ledger::default();
     let mut next_job = 0usize;
     let mut killed_while_writing_a_snapshot = 0;
 
     for round in 0..=KILLS {
-        let server = start_server(&certs, &data_dir, ports).await;
-        let connection = operator(&operators, addr).await;
+        let server = start_server(certs, &data_dir, ports).await;
+        let connection = operator(operators, addr).await;
         if round == 0 {
             let all = |nodes: &[serde_json::Value]| nodes.len() == NODES as usize;
             server.until_list("every agent's node registered", "/v1/nodes", all).await;
@@ -323,7 +341,7 @@ async fn every_acknowledged_write_survives_kill_9_at_random_moments() {
         for writer in writers {
             writer.await.expect("writer");
         }
-        if snapshot_temporaries(&data_dir) > 0 {
+        if snapshot_temporaries(data_dir) > 0 {
             killed_while_writing_a_snapshot += 1;
         }
     }
@@ -338,8 +356,7 @@ async fn every_acknowledged_write_survives_kill_9_at_random_moments() {
     for agent in agents {
         let _ = bounded("an agent's stop", agent).await;
     }
-    operators.close().await;
-    std::fs::remove_dir_all(&dir).expect("clean up");
+    setup.finish().await;
 }
 
 /// `drover operator snapshot save` from a running server, `raft info` of
@@ -347,16 +364,12 @@ async fn every_acknowledged_write_survives_kill_9_at_random_moments() {
 /// server on that data dir serving the saved state.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_saved_snapshot_restores_into_a_stopped_servers_data_dir() {
-    transport::install_crypto_provider();
-    let dir = temp_dir("snapshot-restore");
-    let certs = Certs::create(&dir);
-    let data_dir = dir.join("data");
-    let ports = free_ports();
-    let addr = SocketAddr::from(([127, 0, 0, 1], ports.0));
-    let operators = ClientEndpoints::bind(1, &certs.material("global-cli-drover")).expect("operator endpoint");
+    let setup = Setup::new("snapshot-restore");
+    let (dir, certs, data_dir, ports, addr, operators) =
+        (&setup.dir, &setup.certs, &setup.data_dir, setup.ports, setup.addr, &setup.operators);
 
-    let server = start_server(&certs, &data_dir, ports).await;
-    let connection = operator(&operators, addr).await;
+    let server = start_server(certs, &data_dir, ports).await;
+    let connection = operator(operators, addr).await;
     for n in 0..20 {
         bounded("a write", connection.submit_job(job(&format!("saved-{n}"), 1))).await.expect("registered");
     }
@@ -388,7 +401,7 @@ async fn a_saved_snapshot_restores_into_a_stopped_servers_data_dir() {
     bounded("a write", connection.submit_job(job("after-backup", 1))).await.expect("registered");
     server.terminate().await;
 
-    let offline = drover().args(["operator", "raft", "info", "--data-dir"]).arg(&data_dir).output().expect("runs");
+    let offline = drover().args(["operator", "raft", "info", "--data-dir"]).arg(data_dir).output().expect("runs");
     let offline_text = String::from_utf8_lossy(&offline.stdout);
     assert!(offline.status.success() && offline_text.contains("Log last index"), "{offline_text}");
 
@@ -401,8 +414,8 @@ async fn a_saved_snapshot_restores_into_a_stopped_servers_data_dir() {
         .expect("runs");
     assert!(restore.status.success(), "{}", String::from_utf8_lossy(&restore.stderr));
 
-    let server = start_server(&certs, &restored_dir, ports).await;
-    let connection = operator(&operators, addr).await;
+    let server = start_server(certs, &restored_dir, ports).await;
+    let connection = operator(operators, addr).await;
     let report = bounded("the report", connection.report()).await.expect("report");
     let ids: BTreeSet<String> = report.jobs.iter().map(|job| job.id.clone()).collect();
     let expected: BTreeSet<String> = (0..20).map(|n| format!("saved-{n}")).collect();
@@ -426,8 +439,7 @@ async fn a_saved_snapshot_restores_into_a_stopped_servers_data_dir() {
     assert_eq!(refused.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&refused.stderr).contains("corrupt.snap"));
 
-    operators.close().await;
-    std::fs::remove_dir_all(&dir).expect("clean up");
+    setup.finish().await;
 }
 
 #[test]

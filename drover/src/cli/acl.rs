@@ -32,15 +32,36 @@ fn print_token(token: &Value) {
     );
 }
 
-/// `drover acl bootstrap`: the management token, once.
-pub async fn bootstrap(api: &ApiClient, json_out: bool) -> Result<i32> {
-    let token = api.request("POST", "/v1/acl/bootstrap", None).await?.json()?;
+/// A token as fields, or JSON.
+fn show_token(token: &Value, json_out: bool) -> Result<i32> {
     if json_out {
-        print_json(&token)?;
+        print_json(token)?;
     } else {
-        print_token(&token);
+        print_token(token);
     }
     Ok(0)
+}
+
+/// A list as a table of `columns` (header, JSON key), or JSON.
+fn show_list(list: &Value, json_out: bool, columns: &[(&str, &str)]) -> Result<i32> {
+    if json_out {
+        print_json(list)?;
+        return Ok(0);
+    }
+    let rows: Vec<Vec<String>> = list
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|item| columns.iter().map(|(_, key)| text(item, key)).collect())
+        .collect();
+    let header: Vec<&str> = columns.iter().map(|(header, _)| *header).collect();
+    print!("{}", table(&header, &rows));
+    Ok(0)
+}
+
+/// `drover acl bootstrap`: the management token, once.
+pub async fn bootstrap(api: &ApiClient, json_out: bool) -> Result<i32> {
+    show_token(&api.request("POST", "/v1/acl/bootstrap", None).await?.json()?, json_out)
 }
 
 /// `drover acl policy apply [--description D] NAME FILE`.
@@ -55,18 +76,7 @@ pub async fn policy_apply(api: &ApiClient, name: &str, description: Option<&str>
 /// `drover acl policy list`.
 pub async fn policy_list(api: &ApiClient, json_out: bool) -> Result<i32> {
     let list = api.get("/v1/acl/policies").await?.json()?;
-    if json_out {
-        print_json(&list)?;
-        return Ok(0);
-    }
-    let rows: Vec<Vec<String>> = list
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|policy| vec![text(policy, "Name"), text(policy, "Description")])
-        .collect();
-    print!("{}", table(&["Name", "Description"], &rows));
-    Ok(0)
+    show_list(&list, json_out, &[("Name", "Name"), ("Description", "Description")])
 }
 
 /// `drover acl policy delete NAME`.
@@ -79,41 +89,19 @@ pub async fn policy_delete(api: &ApiClient, name: &str) -> Result<i32> {
 /// `drover acl token create [--name N] [--type T] [--policy P]...`.
 pub async fn token_create(api: &ApiClient, name: &str, kind: &str, policies: &[String], json_out: bool) -> Result<i32> {
     let body = json!({"Name": name, "Type": kind, "Policies": policies});
-    let token = api.request("POST", "/v1/acl/token", Some(&body)).await?.json()?;
-    if json_out {
-        print_json(&token)?;
-    } else {
-        print_token(&token);
-    }
-    Ok(0)
+    show_token(&api.request("POST", "/v1/acl/token", Some(&body)).await?.json()?, json_out)
 }
 
 /// `drover acl token list`.
 pub async fn token_list(api: &ApiClient, json_out: bool) -> Result<i32> {
     let list = api.get("/v1/acl/tokens").await?.json()?;
-    if json_out {
-        print_json(&list)?;
-        return Ok(0);
-    }
-    let rows: Vec<Vec<String>> = list
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|token| vec![text(token, "Name"), text(token, "Type"), text(token, "Global"), text(token, "AccessorID")])
-        .collect();
-    print!("{}", table(&["Name", "Type", "Global", "Accessor ID"], &rows));
-    Ok(0)
+    let columns = [("Name", "Name"), ("Type", "Type"), ("Global", "Global"), ("Accessor ID", "AccessorID")];
+    show_list(&list, json_out, &columns)
 }
 
 /// `drover acl token self`: the token this command runs with.
 pub async fn token_self(api: &ApiClient, json_out: bool) -> Result<i32> {
-    let token = api.get("/v1/acl/token/self").await?.json()?;
-    if json_out {
-        print_json(&token)?;
-    } else {
-        print_token(&token);
-    }
-    Ok(0)
+    show_token(&api.get("/v1/acl/token/self").await?.json()?, json_out)
 }
 
 /// `drover acl token delete ACCESSOR`: revokes it.

@@ -66,13 +66,18 @@ async fn restore() -> ApiError {
     )
 }
 
-/// `GET /v1/operator/raft/configuration`: this server, the one voter.
-async fn configuration(State(state): State<ApiState>, params: Params) -> Result<Reply, ApiError> {
-    let durable = durable(&state)?;
-    let info = tokio::task::spawn_blocking(move || durable.info())
+/// The raft position and files, read on the blocking pool.
+async fn raft_info(state: &ApiState) -> Result<replication::RaftInfo, ApiError> {
+    let durable = durable(state)?;
+    tokio::task::spawn_blocking(move || durable.info())
         .await
         .map_err(|error| ApiError::Internal(error.to_string()))?
-        .map_err(|error| ApiError::Internal(error.to_string()))?;
+        .map_err(|error| ApiError::Internal(error.to_string()))
+}
+
+/// `GET /v1/operator/raft/configuration`: this server, the one voter.
+async fn configuration(State(state): State<ApiState>, params: Params) -> Result<Reply, ApiError> {
+    let info = raft_info(&state).await?;
     let agent = &state.agent;
     let id = replication::NODE_ID.to_string();
     let body = json!({
@@ -86,10 +91,6 @@ async fn configuration(State(state): State<ApiState>, params: Params) -> Result<
 /// `GET /v1/operator/raft/info`: the log range, the snapshots and the
 /// positions ([`replication::RaftInfo`]).
 async fn info(State(state): State<ApiState>, params: Params) -> Result<Reply, ApiError> {
-    let durable = durable(&state)?;
-    let info = tokio::task::spawn_blocking(move || durable.info())
-        .await
-        .map_err(|error| ApiError::Internal(error.to_string()))?
-        .map_err(|error| ApiError::Internal(error.to_string()))?;
+    let info = raft_info(&state).await?;
     Ok(Reply::json(&info, params.pretty(), Some(state.engine.store().latest_index())))
 }

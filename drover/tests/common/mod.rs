@@ -63,3 +63,18 @@ pub fn temp_dir(name: &str) -> std::path::PathBuf {
 pub fn drover() -> std::process::Command {
     std::process::Command::new(env!("CARGO_BIN_EXE_drover"))
 }
+
+/// The first line `child` prints on its (piped) stdout, such as
+/// `--print-address`'s `listening <addr>`. The rest is read on, so the
+/// child never writes to a closed pipe.
+pub async fn first_line(child: &mut std::process::Child) -> String {
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let reading = tokio::task::spawn_blocking(move || {
+        let mut reader = std::io::BufReader::new(stdout);
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut reader, &mut line).expect("reads");
+        std::thread::spawn(move || std::io::copy(&mut reader, &mut std::io::sink()));
+        line
+    });
+    bounded("the child's first line", reading).await.expect("reader")
+}
