@@ -64,6 +64,16 @@ impl Certs {
         self.dir.join(name)
     }
 
+    /// `drover server`'s TLS flags for the server certificate.
+    fn server_flags(&self) -> Vec<std::ffi::OsString> {
+        let flags = [
+            ("--ca-file", "drover-agent-ca.pem"),
+            ("--cert-file", "global-server-drover.pem"),
+            ("--key-file", "global-server-drover-key.pem"),
+        ];
+        flags.into_iter().flat_map(|(flag, name)| [flag.into(), self.file(name).into_os_string()]).collect()
+    }
+
     fn material(&self, stem: &str) -> TlsMaterial {
         TlsMaterial::from_files(
             &self.file("drover-agent-ca.pem"),
@@ -92,12 +102,7 @@ async fn start_server(certs: &Certs, data_dir: &Path, (port, http_port): (u16, u
     let mut child = drover()
         .args(["server", "--bind", "127.0.0.1", "--workers", "2", "--print-address", "--snapshot-every", "8"])
         .args(["--port", &port.to_string(), "--http-port", &http_port.to_string()])
-        .arg("--ca-file")
-        .arg(certs.file("drover-agent-ca.pem"))
-        .arg("--cert-file")
-        .arg(certs.file("global-server-drover.pem"))
-        .arg("--key-file")
-        .arg(certs.file("global-server-drover-key.pem"))
+        .args(certs.server_flags())
         .arg("--data-dir")
         .arg(data_dir)
         .args(["--log-level", "warn"])
@@ -446,16 +451,8 @@ async fn a_saved_snapshot_restores_into_a_stopped_servers_data_dir() {
 fn a_server_without_a_data_dir_is_refused_unless_in_dev_mode() {
     let dir = temp_dir("no-data-dir");
     let certs = Certs::create(&dir);
-    let output = drover()
-        .args(["server", "--port", "0", "--http-port", "0"])
-        .arg("--ca-file")
-        .arg(certs.file("drover-agent-ca.pem"))
-        .arg("--cert-file")
-        .arg(certs.file("global-server-drover.pem"))
-        .arg("--key-file")
-        .arg(certs.file("global-server-drover-key.pem"))
-        .output()
-        .expect("runs");
+    let output =
+        drover().args(["server", "--port", "0", "--http-port", "0"]).args(certs.server_flags()).output().expect("runs");
     let error = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(2), "{error}");
     assert!(error.contains("data_dir"), "{error}");
