@@ -169,7 +169,8 @@ fn check_feature(name: &str, state: &Arc<dyn State>, plan: &Plan) {
 }
 
 fn placement_features(c: &mut Criterion) {
-    let features: [(&str, fn(&mut Job)); 3] = [
+    type Feature = (&'static str, fn(&mut Job));
+    let features: [Feature; 3] = [
         ("service_spread", spread_over_datacenters_and_racks),
         ("service_ports", two_dynamic_ports),
         ("service_affinity", two_affinities),

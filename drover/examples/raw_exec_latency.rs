@@ -63,6 +63,7 @@ async fn measure() -> Result<()> {
         tls: server_tls,
         http: None,
         durable: None,
+        cluster: None,
     })?;
     let mut agent = spawn_agent(&drover_bin, &dir, server.local_addr())?;
     wait(&server, |s| s.nodes().any(|node| node.status == engine::structs::NodeStatus::Ready)).await;

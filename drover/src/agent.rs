@@ -137,6 +137,10 @@ pub struct AgentCounters {
     /// Heartbeats sent again on the same connection after a timeout or a
     /// failed stream.
     pub heartbeat_retries: AtomicU64,
+    /// Calls refused because the cluster had no leader (an election) or
+    /// the server lost the leadership while writing; each was made again
+    /// (on the same connection, or on the next server).
+    pub writes_retried: AtomicU64,
     /// Full resyncs sent after the server answered `initializing`.
     pub resyncs: AtomicU64,
     /// Alloc updates the server accepted.
@@ -200,6 +204,9 @@ struct Local {
     registered: bool,
     /// The heartbeat TTL last handed: reconnect attempts stay below half of it.
     heartbeat_ttl: Option<Duration>,
+    /// The servers' client addresses as the last heartbeat reply listed
+    /// them (the leader's first); reconnects go through these once known.
+    servers: Vec<SocketAddr>,
 }
 
 /// Between attempts: the reconnect backoff, and the jitter of heartbeat retries.
@@ -360,7 +367,8 @@ impl Agent {
                     _ = stopped(&mut stop) => break,
                 }
             }
-            let addr = self.settings.servers[server % self.settings.servers.len()];
+            let servers = if local.servers.is_empty() { &self.settings.servers } else { &local.servers };
+            let addr = servers[server % servers.len()];
             let started = Instant::now();
             let connected = tokio::select! {
                 connected = self.call(self.endpoints.connect_with(self.quic.clone(), addr)) => connected,
@@ -467,7 +475,12 @@ impl Agent {
         stop: &mut watch::Receiver<bool>,
         pacing: &mut Pacing,
     ) -> SessionEnd {
-        let lost = |error: CallError| SessionEnd::Lost(error.to_string());
+        let lost = |error: CallError| {
+            if error.refusal() == Some(RefusalCode::NoLeader) {
+                self.counters.writes_retried.fetch_add(1, Ordering::Relaxed);
+            }
+            SessionEnd::Lost(error.to_string())
+        };
         if !local.registered {
             if let Err(error) = self.register(connection, local).await {
                 return lost(error);
@@ -529,6 +542,9 @@ impl Agent {
                         // than queue for a new handshake.
                         Err(error) if error.is_transient() => {
                             tracing::debug!(node = %self.node.id, %error, "heartbeat not answered; retrying");
+                            if error.refusal() == Some(RefusalCode::NoLeader) {
+                                self.counters.writes_retried.fetch_add(1, Ordering::Relaxed);
+                            }
                             self.counters.heartbeat_retries.fetch_add(1, Ordering::Relaxed);
                             next_heartbeat = tokio::time::Instant::now() + retry_pause(&mut pacing.rng);
                         }
@@ -578,6 +594,15 @@ impl Agent {
         self.counters.heartbeats.fetch_add(1, Ordering::Relaxed);
         if !reply.heartbeat_ttl.is_zero() {
             local.heartbeat_ttl = Some(reply.heartbeat_ttl);
+        }
+        let servers: Vec<SocketAddr> = reply
+            .servers
+            .iter()
+            .filter_map(|addr| addr.parse::<SocketAddr>().ok())
+            .filter(|addr| !addr.ip().is_unspecified() && addr.port() != 0)
+            .collect();
+        if !servers.is_empty() {
+            local.servers = servers;
         }
         Ok(reply)
     }

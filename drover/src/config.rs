@@ -93,6 +93,8 @@ pub struct FileConfig {
     pub log_json: Option<bool>,
     /// Where the agent keeps its state.
     pub data_dir: Option<PathBuf>,
+    /// This agent's name (default: the host name).
+    pub name: Option<String>,
     /// Server settings.
     #[serde(default)]
     pub server: ServerSection,
@@ -147,6 +149,12 @@ pub struct ServerSection {
     pub heartbeat_grace: Option<Duration>,
     /// Raft entries between snapshots.
     pub snapshot_every: Option<u64>,
+    /// Form a cluster once this many servers know each other.
+    pub bootstrap_expect: Option<usize>,
+    /// Server-to-server addresses of other servers (`host:port`).
+    pub join: Option<Vec<String>>,
+    /// UDP port of the server-to-server endpoint (4648).
+    pub peer_port: Option<u16>,
 }
 
 /// `[client]`.

@@ -12,6 +12,7 @@ pub mod alloc_runner;
 pub mod api_client;
 pub mod cli;
 pub mod client_fs;
+pub mod cluster;
 pub mod config;
 pub mod executor;
 pub mod http;

@@ -8,6 +8,11 @@ use tracing_subscriber::EnvFilter;
 pub fn init(level: &str, json: bool) -> Result<(), crate::config::ConfigError> {
     let filter = match std::env::var("DROVER_LOG") {
         Ok(directive) => EnvFilter::try_new(&directive),
+        // openraft narrates every vote and replication step at info, and
+        // logs every failed call to a peer that is down as an error, four
+        // times a second. Drover logs the leadership changes and raft's
+        // fatal errors itself; `DROVER_LOG=openraft=info` shows them all.
+        Err(_) if matches!(level, "info" | "warn") => EnvFilter::try_new(format!("{level},openraft=off")),
         Err(_) => EnvFilter::try_new(level),
     }
     .map_err(|error| crate::config::ConfigError::Value {

@@ -18,7 +18,7 @@ use drover::agent::{Agent, AgentSettings, NoObserver, TaskSettings};
 use drover::cli::{self, ApiArgs};
 use drover::client_fs::ClientFs;
 use drover::config::{ConfigError, FileConfig};
-use drover::server::{DurableOptions, HttpOptions, RunningServer, ServerOptions};
+use drover::server::{ClusterOptions, DurableOptions, HttpOptions, RunningServer, ServerOptions};
 use engine::server::ServerConfig;
 use engine::structs::{Job, JobType, Node, NodeEligibility, NodeStatus, Resources};
 use tokio::sync::watch;
@@ -419,6 +419,19 @@ struct ServerArgs {
     /// Every HTTP API request needs an ACL token (`acl.enabled`).
     #[arg(long)]
     acl_enabled: bool,
+    /// Form a cluster of this many servers (with --join); a server given
+    /// --bootstrap-expect or --join is one of a cluster.
+    #[arg(long)]
+    bootstrap_expect: Option<usize>,
+    /// Server-to-server addresses (host:port) of other servers, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    join: Option<Vec<String>>,
+    /// UDP port of the server-to-server endpoint (raft, forwarding; 4648; 0: any free port).
+    #[arg(long)]
+    peer_port: Option<u16>,
+    /// This server's name (default: the host name).
+    #[arg(long)]
+    name: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -885,7 +898,7 @@ fn server(args: ServerArgs) -> Result<(), Failure> {
             bind: SocketAddr::new(http_ip, args.http_port.or(file.server.http_port).unwrap_or(4646)),
             tls: !args.common.dev,
             verify_clients: file.server.verify_https_client.unwrap_or(false),
-            name: hostname(),
+            name: server_name(&args, &file),
             datacenter: file.server.datacenter.clone().unwrap_or_else(|| "dc1".to_string()),
             acl_enabled: args.acl_enabled || file.acl.enabled.unwrap_or(false),
         })
@@ -909,15 +922,50 @@ fn server(args: ServerArgs) -> Result<(), Failure> {
             ))
         }
     };
-    let options = ServerOptions {
-        bind,
-        advertise: args.advertise.clone().or(file.server.advertise.clone()),
-        engine,
-        tls,
-        http,
-        durable,
-    };
+    let advertise = args.advertise.clone().or(file.server.advertise.clone());
+    let cluster = cluster_options(&args, &file, bind_ip, advertise.as_deref())?;
+    if cluster.is_some() && durable.is_none() {
+        return Err(config_error("data_dir", "required for a server of a cluster: raft keeps its log there"));
+    }
+    let options = ServerOptions { bind, advertise, engine, tls, http, durable, cluster };
     drover::server::run_until_signal(options, args.print_address).map_err(Failure::Run)
+}
+
+fn server_name(args: &ServerArgs, file: &FileConfig) -> String {
+    args.name.clone().or(file.name.clone()).unwrap_or_else(hostname)
+}
+
+/// The cluster a server is one of, if it was given `bootstrap_expect` or
+/// `join`.
+fn cluster_options(
+    args: &ServerArgs,
+    file: &FileConfig,
+    bind_ip: IpAddr,
+    advertise: Option<&str>,
+) -> Result<Option<ClusterOptions>, Failure> {
+    let bootstrap_expect = args.bootstrap_expect.or(file.server.bootstrap_expect);
+    let join = args.join.clone().or(file.server.join.clone()).unwrap_or_default();
+    if bootstrap_expect.is_none() && join.is_empty() {
+        return Ok(None);
+    }
+    if bootstrap_expect == Some(0) {
+        return Err(config_error("server.bootstrap_expect", "must be at least 1"));
+    }
+    let peer_port = args.peer_port.or(file.server.peer_port).unwrap_or(4648);
+    let advertise_peer = match advertise {
+        Some(addr) => match addr.rsplit_once(':') {
+            Some((host, _)) => Some(format!("{host}:{peer_port}")),
+            None => return Err(config_error("server.advertise", format!("{addr:?} is not host:port"))),
+        },
+        None => None,
+    };
+    Ok(Some(ClusterOptions {
+        name: server_name(args, file),
+        peer_bind: SocketAddr::new(bind_ip, peer_port),
+        advertise_peer,
+        bootstrap_expect: bootstrap_expect.unwrap_or(1),
+        join,
+    }))
 }
 
 /// `--dev` on a server: a throwaway CA in memory. Agents need a client
@@ -1125,6 +1173,7 @@ fn dev(args: DevArgs) -> Result<(), Failure> {
                 .data_dir
                 .as_deref()
                 .map(|dir| DurableOptions::under(dir, replication::DurableConfig::default())),
+            cluster: None,
         };
         let running = RunningServer::start(options)?;
         let addr = running.local_addr();

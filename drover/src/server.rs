@@ -6,6 +6,11 @@
 //! services over the log's write path, then bind. Shutdown in reverse:
 //! stop serving, stop the leader services (their in-flight evals finish
 //! and are written), stop raft, shut the store.
+//!
+//! A server of a cluster (`--bootstrap-expect`, `--join`) binds its
+//! server-to-server endpoint first (raft needs it), opens its data dir
+//! without waiting to lead, and starts and stops its leader services as
+//! the leadership comes and goes; see [`crate::cluster`].
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -13,14 +18,19 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use engine::clock::{SystemClock, Timestamp};
+use engine::node::endpoint::NodeEndpoint;
+use engine::node::heartbeat::Heartbeats;
 use engine::scheduler::reconcile::stop_reason;
 use engine::server::{Server, ServerConfig};
-use engine::state::{Command, Snapshot};
+use engine::state::{Command, CommandLog, PendingWrite, Snapshot, StateError, Writer};
 use engine::structs::{Allocation, ClientStatus, DesiredStatus, EvalId, EvalStatus, Job, NodeStatus};
 use hdrhistogram::Histogram;
-use replication::{Durable, DurableConfig};
+use replication::{ClusterSetup, Durable, DurableConfig, ServerNode};
 use transport::message::{ClusterReport, JobCounts};
+use transport::peer::Peers;
 use transport::server::{ClientListener, ListenError, ListenerStats, Operations};
+
+use crate::cluster::{ClusterRoute, Leadership, PeerService};
 use transport::tls::TlsMaterial;
 
 use crate::http::{AgentInfo, ApiState, HttpServer};
@@ -40,6 +50,26 @@ pub struct ServerOptions {
     pub http: Option<HttpOptions>,
     /// Durable state, or none: everything in memory.
     pub durable: Option<DurableOptions>,
+    /// One of several servers (needs `durable`), or none: alone.
+    pub cluster: Option<ClusterOptions>,
+}
+
+/// How a server is one of a cluster.
+#[derive(Clone, Debug)]
+pub struct ClusterOptions {
+    /// This server's name (`server members`).
+    pub name: String,
+    /// The UDP address the server-to-server endpoint binds (4648 by default).
+    pub peer_bind: SocketAddr,
+    /// The `host:port` the other servers reach this one's server-to-server
+    /// endpoint at (default: the bound address). Its host is also where
+    /// they reach its HTTP API, and its client endpoint unless the server
+    /// advertises one.
+    pub advertise_peer: Option<String>,
+    /// Form a new cluster once this many servers know each other.
+    pub bootstrap_expect: usize,
+    /// Server-to-server addresses of other servers, to find the cluster.
+    pub join: Vec<String>,
 }
 
 /// Where and how a server keeps its state on disk.
@@ -72,6 +102,12 @@ pub enum StartError {
     /// A listener could not be bound.
     #[error(transparent)]
     Listen(#[from] ListenError),
+    /// The server-to-server endpoint could not be bound.
+    #[error(transparent)]
+    Peers(#[from] transport::peer::PeerSetupError),
+    /// A cluster needs a data dir, a usable advertised address and a node id.
+    #[error("{0}")]
+    Cluster(String),
 }
 
 /// Where and how the HTTP API is served.
@@ -94,8 +130,9 @@ pub struct HttpOptions {
 /// A running server: the engine and its listener.
 #[derive(Debug)]
 pub struct RunningServer {
-    engine: Arc<Server>,
+    leadership: Arc<Leadership>,
     durable: Option<Arc<Durable>>,
+    peers: Option<Arc<Peers>>,
     listener: Arc<ClientListener>,
     http: Option<HttpServer>,
     accepting: tokio::task::JoinHandle<()>,
@@ -106,21 +143,84 @@ impl RunningServer {
     /// listeners (module docs). Call within a multi-threaded tokio runtime.
     pub fn start(options: ServerOptions) -> Result<RunningServer, StartError> {
         crate::timers::installed();
+        if let Some(cluster) = &options.cluster {
+            return RunningServer::start_clustered(&options, cluster);
+        }
         let durable = match &options.durable {
-            Some(durable) => Some(Arc::new(open_durable(durable)?)),
+            Some(durable) => Some(Arc::new(open_durable(durable, None)?)),
             None => None,
         };
-        let engine = Arc::new(match &durable {
+        let engine = match &durable {
             Some(durable) => Server::start_with(options.engine.clone(), SystemClock::shared(), durable.writer()),
             None => Server::start(options.engine.clone(), SystemClock::shared()),
-        });
-        let started = RunningServer::listen(&options, &engine, durable.as_ref());
+        };
+        let nodes = engine.nodes();
+        let leadership = Leadership::single(engine, durable.clone());
+        RunningServer::serve(&options, leadership, durable, None, nodes)
+    }
+
+    /// Starts a server of a cluster (module docs).
+    fn start_clustered(options: &ServerOptions, cluster: &ClusterOptions) -> Result<RunningServer, StartError> {
+        let durable_options = options.durable.as_ref().ok_or_else(|| {
+            StartError::Cluster("a server of a cluster needs a data dir (data_dir): raft keeps its log there".into())
+        })?;
+        let handler = Arc::new(PeerService::default());
+        let peers = Peers::bind(cluster.peer_bind, &options.tls, handler.clone())?;
+        let peer_addr = peers.local_addr().map_err(|error| StartError::Cluster(error.to_string()))?;
+        let me = server_node(options, cluster, peer_addr)?;
+        std::fs::create_dir_all(&durable_options.dir)
+            .map_err(|error| StartError::Cluster(format!("creating {}: {error}", durable_options.dir.display())))?;
+        let id = raft_id(&durable_options.dir)?;
+        tracing::info!(id, name = %me.name, peer = %me.peer, rpc = %me.rpc, "server-to-server endpoint listening");
+        let setup = ClusterSetup {
+            membership: Arc::new(replication::Membership::new(id, me)),
+            peers: peers.clone(),
+            bootstrap_expect: cluster.bootstrap_expect,
+            join: cluster.join.clone(),
+        };
+        let durable = match open_durable(durable_options, Some(setup)) {
+            Ok(durable) => Arc::new(durable),
+            Err(error) => {
+                peers.close();
+                return Err(error);
+            }
+        };
+        let _ = handler.durable.set(durable.clone());
+        let leadership = Leadership::clustered(options.engine.clone(), durable.clone());
+        let clock = SystemClock::shared();
+        // The follower's endpoint serves allocation watches from the
+        // replicated store; it never writes (the route forwards writes).
+        let reads = Writer::through(Arc::new(NotLeader), durable.store().clone());
+        let heartbeats = Heartbeats::new(options.engine.heartbeat.clone(), clock.clone());
+        let nodes = NodeEndpoint::new(reads, clock, heartbeats, None);
+        let running =
+            RunningServer::serve(options, leadership.clone(), Some(durable.clone()), Some(peers.clone()), nodes)?;
+        running.listener.route_through(Arc::new(ClusterRoute::new(leadership, durable, peers)));
+        let _ = handler.listener.set(running.listener.clone());
+        if let Some(router) = running.http.as_ref().map(HttpServer::router) {
+            let _ = handler.http.set(router);
+        }
+        Ok(running)
+    }
+
+    /// Binds the listeners over started leader services and state.
+    fn serve(
+        options: &ServerOptions,
+        leadership: Arc<Leadership>,
+        durable: Option<Arc<Durable>>,
+        peers: Option<Arc<Peers>>,
+        nodes: NodeEndpoint,
+    ) -> Result<RunningServer, StartError> {
+        let started = RunningServer::listen(options, &leadership, nodes, durable.as_ref(), peers.as_ref());
         let (listener, http) = match started {
             Ok(listeners) => listeners,
             Err(error) => {
                 // Stopping blocks (raft's runtime ends): not on this async worker.
-                std::thread::scope(|scope| scope.spawn(|| stop_engine(&engine, durable.as_deref())).join())
+                std::thread::scope(|scope| scope.spawn(|| stop_engine(&leadership, durable.as_deref())).join())
                     .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+                if let Some(peers) = &peers {
+                    peers.close();
+                }
                 return Err(error.into());
             }
         };
@@ -128,26 +228,25 @@ impl RunningServer {
             let listener = listener.clone();
             async move { listener.run().await }
         });
-        Ok(RunningServer { engine, durable, listener, http, accepting })
+        Ok(RunningServer { leadership, durable, peers, listener, http, accepting })
     }
 
     /// Binds the client endpoint and the HTTP API.
     fn listen(
         options: &ServerOptions,
-        engine: &Arc<Server>,
+        leadership: &Arc<Leadership>,
+        nodes: NodeEndpoint,
         durable: Option<&Arc<Durable>>,
+        peers: Option<&Arc<Peers>>,
     ) -> Result<(Arc<ClientListener>, Option<HttpServer>), ListenError> {
-        let advertise = options.advertise.clone().unwrap_or_else(|| options.bind.to_string());
-        let operations: Arc<dyn Operations> = Arc::new(EngineOperations { engine: engine.clone() });
-        let listener = Arc::new(ClientListener::bind(
-            options.bind,
-            &options.tls,
-            engine.nodes(),
-            vec![advertise],
-            Some(operations),
-        )?);
+        let advertise: Vec<String> = options.advertise.iter().cloned().collect();
+        let operations: Arc<dyn Operations> = Arc::new(EngineOperations { leadership: leadership.clone() });
+        let listener = Arc::new(ClientListener::bind(options.bind, &options.tls, nodes, advertise, Some(operations))?);
         let http = match &options.http {
-            Some(http) => Some(start_http(http, &options.tls, engine, &listener, durable.cloned())?),
+            Some(http) => {
+                let parts = (leadership, &listener, durable.cloned(), peers.cloned());
+                Some(start_http(http, &options.tls, parts)?)
+            }
             None => None,
         };
         Ok((listener, http))
@@ -168,9 +267,18 @@ impl RunningServer {
         self.listener.local_addr().expect("a bound endpoint has an address")
     }
 
-    /// The engine.
-    pub fn engine(&self) -> &Arc<Server> {
-        &self.engine
+    /// The leader services: a server alone always has them.
+    ///
+    /// # Panics
+    /// On a server of a cluster that does not lead now; use
+    /// [`RunningServer::leadership`] there.
+    pub fn engine(&self) -> Arc<Server> {
+        self.leadership.leader().expect("this server does not lead (RunningServer::leadership says when it does)")
+    }
+
+    /// The leader services while this server leads, and its store.
+    pub fn leadership(&self) -> &Arc<Leadership> {
+        &self.leadership
     }
 
     /// The listener's counters.
@@ -187,9 +295,12 @@ impl RunningServer {
             http.shutdown().await;
         }
         self.listener.stop_accepting();
-        let engine = self.engine.clone();
+        let leadership = self.leadership.clone();
         let durable = self.durable.clone();
-        let _ = tokio::task::spawn_blocking(move || stop_engine(&engine, durable.as_deref())).await;
+        let _ = tokio::task::spawn_blocking(move || stop_engine(&leadership, durable.as_deref())).await;
+        if let Some(peers) = &self.peers {
+            peers.close();
+        }
         self.listener.close().await;
         let _ = self.accepting.await;
     }
@@ -197,13 +308,17 @@ impl RunningServer {
 
 /// Opens and recovers a data dir on a thread of its own (recovery blocks,
 /// and starts raft's runtime, which must not happen on an async worker).
-fn open_durable(options: &DurableOptions) -> Result<Durable, StartError> {
+fn open_durable(options: &DurableOptions, cluster: Option<ClusterSetup>) -> Result<Durable, StartError> {
     let dir = options.dir.clone();
     let config = options.config.clone();
     let opened = std::thread::spawn(move || {
         std::fs::create_dir_all(&dir)
             .map_err(|source| replication::DurableError::Io { what: format!("creating {}", dir.display()), source })?;
-        Durable::open(&storage::DataDir::new(&dir), &config, storage::exit_on_fatal())
+        let data_dir = storage::DataDir::new(&dir);
+        match cluster {
+            Some(cluster) => Durable::open_cluster(&data_dir, &config, storage::exit_on_fatal(), cluster),
+            None => Durable::open(&data_dir, &config, storage::exit_on_fatal()),
+        }
     })
     .join()
     .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
@@ -227,12 +342,65 @@ fn open_durable(options: &DurableOptions) -> Result<Durable, StartError> {
 
 /// Stops the leader services, then raft, then the store (module docs).
 /// Blocks: run it off the async workers.
-fn stop_engine(engine: &Server, durable: Option<&Durable>) {
-    engine.stop();
+fn stop_engine(leadership: &Leadership, durable: Option<&Durable>) {
+    leadership.follow();
     if let Some(durable) = durable {
         durable.shutdown();
     }
-    engine.store().shutdown();
+    leadership.store().shutdown();
+}
+
+/// A command log that takes no write: a follower's endpoint reads only.
+#[derive(Debug)]
+struct NotLeader;
+
+impl CommandLog for NotLeader {
+    fn submit(&self, _command: Command) -> PendingWrite {
+        PendingWrite::done(Err(StateError::Log("this server does not lead; its calls go to the leader".into())))
+    }
+}
+
+/// This server as the cluster's membership records it.
+fn server_node(options: &ServerOptions, cluster: &ClusterOptions, peer: SocketAddr) -> Result<ServerNode, StartError> {
+    let refuse = |why: &str| Err(StartError::Cluster(why.to_string()));
+    let peer = match &cluster.advertise_peer {
+        Some(advertised) => advertised.clone(),
+        None if peer.ip().is_unspecified() => {
+            return refuse("bound to every address: set the address the other servers reach this one at (--advertise)")
+        }
+        None => peer.to_string(),
+    };
+    let host = match peer.rsplit_once(':') {
+        Some((host, _)) => host.to_string(),
+        None => return refuse("the advertised server-to-server address is not host:port"),
+    };
+    if options.bind.port() == 0 && options.advertise.is_none() {
+        return refuse("a server of a cluster needs a fixed client port (--port) or an advertised address");
+    }
+    let rpc = options.advertise.clone().unwrap_or_else(|| format!("{host}:{}", options.bind.port()));
+    let http = options.http.as_ref().map(|http| format!("{host}:{}", http.bind.port())).unwrap_or_default();
+    Ok(ServerNode { name: cluster.name.clone(), peer, rpc, http })
+}
+
+/// This server's raft id, kept in `<dir>/node-id` (made on first start).
+fn raft_id(dir: &std::path::Path) -> Result<u64, StartError> {
+    let path = dir.join("node-id");
+    let failed = |error: std::io::Error| StartError::Cluster(format!("{}: {error}", path.display()));
+    match std::fs::read_to_string(&path) {
+        Ok(text) => text
+            .trim()
+            .parse()
+            .map_err(|_| StartError::Cluster(format!("{}: {:?} is not a raft id", path.display(), text.trim()))),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            let id = rand::random::<u64>().max(2);
+            let temporary = dir.join("node-id.tmp");
+            std::fs::write(&temporary, format!("{id}\n")).map_err(failed)?;
+            std::fs::File::open(&temporary).and_then(|file| file.sync_all()).map_err(failed)?;
+            std::fs::rename(&temporary, &path).map_err(failed)?;
+            Ok(id)
+        }
+        Err(error) => Err(failed(error)),
+    }
 }
 
 /// Runs a server until SIGINT or SIGTERM, then shuts it down gracefully:
@@ -267,14 +435,13 @@ pub fn run_until_signal(options: ServerOptions, print_address: bool) -> anyhow::
     })
 }
 
+/// What the HTTP API serves with: the leader services, the client
+/// listener, the durable state and the server-to-server endpoint.
+type HttpParts<'a> = (&'a Arc<Leadership>, &'a Arc<ClientListener>, Option<Arc<Durable>>, Option<Arc<Peers>>);
+
 /// Binds the HTTP API next to the client listener.
-fn start_http(
-    options: &HttpOptions,
-    tls: &TlsMaterial,
-    engine: &Arc<Server>,
-    listener: &Arc<ClientListener>,
-    durable: Option<Arc<Durable>>,
-) -> Result<HttpServer, ListenError> {
+fn start_http(options: &HttpOptions, tls: &TlsMaterial, parts: HttpParts<'_>) -> Result<HttpServer, ListenError> {
+    let (leadership, listener, durable, peers) = parts;
     let bind_error = |source| ListenError::Bind { addr: options.bind, source };
     let rpc_addr = listener.local_addr().map_err(bind_error)?;
     let https = if options.tls { Some(tls.https_server_config(options.verify_clients)?) } else { None };
@@ -287,7 +454,8 @@ fn start_http(
         tls: options.tls,
     };
     let state = ApiState {
-        engine: engine.clone(),
+        leadership: leadership.clone(),
+        peers,
         listener: Some(listener.clone()),
         agent,
         durable,
@@ -315,21 +483,25 @@ pub async fn shutdown_signal() -> anyhow::Result<&'static str> {
     })
 }
 
-/// The operator calls over the engine.
+/// The operator calls over the engine (on the leader: a follower's are
+/// forwarded to it).
 struct EngineOperations {
-    engine: Arc<Server>,
+    leadership: Arc<Leadership>,
 }
 
 impl Operations for EngineOperations {
     fn submit_job(&self, job: Job) -> Result<u64, String> {
-        self.engine.jobs().register(job).map(|written| written.index).map_err(|error| error.to_string())
+        let engine = self.leadership.leader().ok_or("this server lost the leadership; try again")?;
+        engine.jobs().register(job).map(|written| written.index).map_err(|error| error.to_string())
     }
 
     fn report(&self) -> ClusterReport {
-        let snapshot = self.engine.store().snapshot();
+        let snapshot = self.leadership.store().snapshot();
         let mut report = cluster_report(&snapshot, SystemClock::shared().now());
-        report.idle = self.engine.is_idle();
-        report.engine = self.engine.stats();
+        if let Some(engine) = self.leadership.leader() {
+            report.idle = engine.is_idle();
+            report.engine = engine.stats();
+        }
         (report.rss_bytes, report.peak_rss_bytes) = process_memory();
         report.cpu_millis = process_cpu_millis();
         report

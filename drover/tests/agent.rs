@@ -123,8 +123,16 @@ struct Relay {
     cut: watch::Sender<bool>,
 }
 
-async fn relay(server: SocketAddr) -> Relay {
-    let front = Arc::new(UdpSocket::bind("127.0.0.1:0").await.expect("relay socket"));
+/// Binds the relay's front socket: the address the server advertises, so
+/// an agent that learns the server list from heartbeats keeps using the
+/// relay (as a real client keeps using the network between it and the
+/// server).
+async fn relay_socket() -> Arc<UdpSocket> {
+    Arc::new(UdpSocket::bind("127.0.0.1:0").await.expect("relay socket"))
+}
+
+/// Relays between `front` and `server`.
+async fn relay(front: Arc<UdpSocket>, server: SocketAddr) -> Relay {
     let addr = front.local_addr().expect("bound");
     let (cut, is_cut) = watch::channel(false);
     tokio::spawn(async move {
@@ -161,8 +169,11 @@ async fn relay(server: SocketAddr) -> Relay {
 async fn a_client_that_drops_and_returns_resyncs_and_keeps_its_disconnect_tolerant_alloc() {
     transport::install_crypto_provider();
     let (_ca, server_tls, client_tls) = TlsMaterial::dev_pair().expect("dev material");
-    let server = RunningServer::start(server_options(0, &server_tls, Duration::from_secs(1))).expect("starts");
-    let relay = relay(server.local_addr()).await;
+    let front = relay_socket().await;
+    let mut options = server_options(0, &server_tls, Duration::from_secs(1));
+    options.advertise = Some(front.local_addr().expect("bound").to_string());
+    let server = RunningServer::start(options).expect("starts");
+    let relay = relay(front, server.local_addr()).await;
     let node = mock_node(2);
     let agent = start_agent(node.clone(), relay.addr, &client_tls);
     server.engine().jobs().register(mock_job("db", Some(Duration::from_secs(600)))).expect("job registers");

@@ -287,7 +287,7 @@ async fn every_acknowledged_write_survives_kill_9_at_random_moments() {
     let mut killed_while_writing_a_snapshot = 0;
 
     for round in 0..=KILLS {
-        let server = start_server(certs, &data_dir, ports).await;
+        let server = start_server(certs, data_dir, ports).await;
         let connection = operator(operators, addr).await;
         if round == 0 {
             let all = |nodes: &[serde_json::Value]| nodes.len() == NODES as usize;
@@ -373,7 +373,7 @@ async fn a_saved_snapshot_restores_into_a_stopped_servers_data_dir() {
     let (dir, certs, data_dir, ports, addr, operators) =
         (&setup.dir, &setup.certs, &setup.data_dir, setup.ports, setup.addr, &setup.operators);
 
-    let server = start_server(certs, &data_dir, ports).await;
+    let server = start_server(certs, data_dir, ports).await;
     let connection = operator(operators, addr).await;
     for n in 0..20 {
         bounded("a write", connection.submit_job(job(&format!("saved-{n}"), 1))).await.expect("registered");

@@ -210,6 +210,10 @@ pub struct Server {
     batcher_thread: Mutex<Option<FlusherHandle>>,
     timers: Mutex<Option<JoinHandle<()>>>,
     stopping: Arc<AtomicBool>,
+    /// Whether dropping the server shuts the store: it does when the store
+    /// is its own log, not when a replicated log applies to it (a deposed
+    /// leader's store goes on following).
+    owns_store: bool,
 }
 
 impl Server {
@@ -220,13 +224,15 @@ impl Server {
 
     /// Starts every part on existing state (module docs).
     pub fn start_on(config: ServerConfig, clock: SharedClock, store: Arc<StateStore>) -> Server {
-        Server::start_with(config, clock, Writer::direct(store))
+        let mut server = Server::start_with(config, clock, Writer::direct(store));
+        server.owns_store = true;
+        server
     }
 
     /// Starts the leader services over `writer`'s log and the state its
     /// store holds (a recovered or replicated store): what a server does
-    /// once it leads. [`Server::stop`] stops them and leaves the store to
-    /// its log.
+    /// once it leads. [`Server::stop`] (or dropping it) stops them and
+    /// leaves the store to its log.
     pub fn start_with(config: ServerConfig, clock: SharedClock, writer: Writer) -> Server {
         let core = Arc::new(Core::over(&config, clock.clone(), writer, None));
         let plan_queue = Arc::new(PlanQueue::new());
@@ -261,6 +267,7 @@ impl Server {
             batcher_thread: Mutex::new(Some(batcher_thread)),
             timers: Mutex::new(Some(timers)),
             stopping,
+            owns_store: false,
         }
     }
 
@@ -368,7 +375,10 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
-        self.shutdown();
+        self.stop();
+        if self.owns_store {
+            self.core.store.shutdown();
+        }
     }
 }
 

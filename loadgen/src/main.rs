@@ -272,6 +272,7 @@ fn serve_child(args: &Args) -> Result<()> {
                 replication::DurableConfig { snapshot_every: args.snapshot_every.max(1) },
             )
         }),
+        cluster: None,
     };
     let profiler = start_profiler(&args.flamegraph)?;
     drover::server::run_until_signal(options, true)?;

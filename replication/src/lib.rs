@@ -26,7 +26,10 @@
 //! and the store is shut last.
 
 #![forbid(unsafe_code)]
+// openraft's storage API returns its own `StorageError`, which is large.
+#![allow(clippy::result_large_err)]
 
+pub mod cluster;
 pub mod command_log;
 pub mod log_store;
 pub mod network;
@@ -38,14 +41,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use engine::state::{StateStore, Writer};
-use openraft::{BasicNode, Raft, ServerState, SnapshotPolicy};
+use openraft::{Raft, ServerState, SnapshotPolicy};
 use storage::{DataDir, FatalHandler, LogFile, SnapshotDir, SnapshotInfo};
 
+pub use cluster::Membership;
 pub use command_log::RaftLog;
 pub use log_store::LogStore;
-pub use network::NoNetworkFactory;
+pub use network::{NoNetworkFactory, PeerNetworkFactory};
 pub use state_machine::{CurrentSnapshot, Recovery, SnapshotHeader, StateMachine};
-pub use types::{LogId, TypeConfig};
+pub use types::{LogId, ServerNode, TypeConfig};
 
 /// This server's raft id in a one-voter cluster.
 pub const NODE_ID: u64 = 1;
@@ -61,6 +65,20 @@ impl Default for DurableConfig {
     fn default() -> Self {
         DurableConfig { snapshot_every: 20_000 }
     }
+}
+
+/// A server of a cluster: who it is, its endpoint to the others, and how
+/// the cluster forms if its log has no membership yet ([`cluster`]).
+#[derive(Clone, Debug)]
+pub struct ClusterSetup {
+    /// This server's raft id and addresses.
+    pub membership: Arc<Membership>,
+    /// Its server-to-server endpoint.
+    pub peers: Arc<transport::peer::Peers>,
+    /// Form a new cluster once this many servers know each other.
+    pub bootstrap_expect: usize,
+    /// Server-to-server addresses to say hello to while forming.
+    pub join: Vec<String>,
 }
 
 /// Why durable state could not be opened or used.
@@ -144,12 +162,35 @@ pub struct Durable {
     command_log: Arc<RaftLog>,
     recovery: Recovery,
     replay: (u64, Duration),
+    cluster: Option<ClusterSetup>,
 }
 
 impl Durable {
     /// Opens the data dir and recovers (module docs, steps 1-3). `fatal`
     /// runs if a write to disk fails.
     pub fn open(dir: &DataDir, config: &DurableConfig, fatal: FatalHandler) -> Result<Durable, DurableError> {
+        Durable::open_with(dir, config, fatal, None)
+    }
+
+    /// Opens the data dir of a server of a cluster: recovers what its own
+    /// log has committed and starts raft, without waiting to lead (the
+    /// cluster elects; [`cluster::watch_leadership`] says when this server
+    /// leads). A log without a membership forms the cluster first.
+    pub fn open_cluster(
+        dir: &DataDir,
+        config: &DurableConfig,
+        fatal: FatalHandler,
+        cluster: ClusterSetup,
+    ) -> Result<Durable, DurableError> {
+        Durable::open_with(dir, config, fatal, Some(cluster))
+    }
+
+    fn open_with(
+        dir: &DataDir,
+        config: &DurableConfig,
+        fatal: FatalHandler,
+        cluster: Option<ClusterSetup>,
+    ) -> Result<Durable, DurableError> {
         let snapshots = SnapshotDir::open(&dir.snapshot_dir(), fatal.clone())
             .map_err(io_error(format!("opening {}", dir.snapshot_dir().display())))?;
         let (machine, recovery) =
@@ -164,7 +205,12 @@ impl Durable {
         let raft_config = raft_config(config)?;
         let started = Instant::now();
         let from_index = machine.last_applied().map_or(0, |log_id| log_id.index);
-        let raft = block_on(runtime.spawn(start_raft(raft_config, log.clone(), machine.clone())))?;
+        let raft = match &cluster {
+            None => block_on(runtime.spawn(start_raft(raft_config, log.clone(), machine.clone())))?,
+            Some(cluster) => {
+                block_on(runtime.spawn(start_clustered(raft_config, log.clone(), machine.clone(), cluster.clone())))?
+            }
+        };
         let replayed = machine.last_applied().map_or(0, |log_id| log_id.index).saturating_sub(from_index);
         let command_log = Arc::new(RaftLog::start(raft.clone(), runtime.handle()));
         runtime.spawn(purge_behind_older_snapshot(raft.clone(), machine.clone()));
@@ -177,7 +223,80 @@ impl Durable {
             command_log,
             recovery,
             replay: (replayed, started.elapsed()),
+            cluster,
         })
+    }
+
+    /// The raft of this server (for the server-to-server calls and the
+    /// leadership watch).
+    pub fn raft(&self) -> &Raft<TypeConfig> {
+        &self.raft
+    }
+
+    /// This server's place in its cluster, if it is in one.
+    pub fn cluster(&self) -> Option<&ClusterSetup> {
+        self.cluster.as_ref()
+    }
+
+    /// This server's raft id.
+    pub fn id(&self) -> u64 {
+        self.cluster.as_ref().map_or(NODE_ID, |cluster| cluster.membership.id)
+    }
+
+    /// The leader this server knows of: its id and addresses.
+    pub fn leader(&self) -> Option<(u64, ServerNode)> {
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow();
+        let leader = metrics.current_leader?;
+        let node = metrics.membership_config.nodes().find(|(id, _)| **id == leader).map(|(_, node)| node.clone());
+        Some((leader, node.unwrap_or_default()))
+    }
+
+    /// Whether this server is the raft leader now.
+    pub fn is_leader(&self) -> bool {
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow();
+        metrics.state == ServerState::Leader && metrics.current_leader == Some(self.id())
+    }
+
+    /// Runs `on_change` as leadership comes and goes
+    /// ([`cluster::watch_leadership`]); a one-voter server leads from
+    /// the start.
+    pub fn watch_leadership(&self, on_change: Arc<dyn Fn(bool) + Send + Sync>) {
+        self.handle.spawn(cluster::watch_leadership(self.raft.clone(), self.id(), on_change));
+    }
+
+    /// Answers a call another server made on the server-to-server endpoint
+    /// (raft's RPCs, hellos and joins); `None` when `kind` is not one of
+    /// these.
+    pub async fn serve_peer(&self, kind: u8, request: &[u8]) -> Option<Result<Vec<u8>, String>> {
+        match kind {
+            network::kinds::HELLO => {
+                let membership = &self.cluster.as_ref()?.membership;
+                Some(cluster::answer_hello(membership, &self.raft, request))
+            }
+            network::kinds::JOIN => Some(cluster::answer_join(&self.raft, request).await),
+            _ => network::serve(&self.raft, kind, request).await,
+        }
+    }
+
+    /// Adds server `id` at `node` as a voter (leader only).
+    pub fn add_voter(&self, id: u64, node: ServerNode) -> Result<(), cluster::AddError> {
+        let raft = self.raft.clone();
+        self.run(async move { cluster::add_voter(&raft, id, node).await })
+            .map_err(|error| cluster::AddError::Failed(error.to_string()))?
+    }
+
+    /// Removes server `id` from the cluster (leader only).
+    pub fn remove_peer(&self, id: u64) -> Result<(), cluster::AddError> {
+        let raft = self.raft.clone();
+        self.run(async move { cluster::remove_peer(&raft, id).await })
+            .map_err(|error| cluster::AddError::Failed(error.to_string()))?
+    }
+
+    /// raft's view now: role, term, log, leader, members, replication.
+    pub fn metrics(&self) -> openraft::RaftMetrics<u64, ServerNode> {
+        self.raft.metrics().borrow().clone()
     }
 
     /// The write path through the log: give it to the leader services.
@@ -295,13 +414,24 @@ impl std::fmt::Debug for Durable {
     }
 }
 
-/// The raft settings of a one-voter cluster.
+/// The raft settings, written for a loaded 2-core machine:
+/// - heartbeats every 250 ms, and an election after 1-2 s without one.
+///   openraft's defaults (50 ms, 150-300 ms) call elections whenever a busy
+///   machine delays a heartbeat by a few hundred milliseconds. openraft 0.9
+///   makes a follower refuse votes for `election_timeout_max` after its
+///   last heartbeat (the leader lease), so a dead leader is replaced after
+///   one to two timeouts: 1-4 s, inside the 5 s failover target. Longer
+///   timeouts (1.5-3 s) measured 5.5 s here.
+/// - installing a snapshot may take 30 s (its last chunk installs the
+///   whole state);
+/// - at most 64 entries per AppendEntries (an entry carries up to 1,024
+///   commands, some of them big plans).
 fn raft_config(config: &DurableConfig) -> Result<Arc<openraft::Config>, DurableError> {
     let raft_config = openraft::Config {
         cluster_name: "drover".to_string(),
-        heartbeat_interval: 300,
-        election_timeout_min: 1_500,
-        election_timeout_max: 3_000,
+        heartbeat_interval: 250,
+        election_timeout_min: 1_000,
+        election_timeout_max: 2_000,
         install_snapshot_timeout: 30_000,
         max_payload_entries: 64,
         snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_every.max(1)),
@@ -325,7 +455,7 @@ async fn start_raft(
     if raft.is_initialized().await.map_err(|error| raft_error(&error))? {
         raft.trigger().elect().await.map_err(|error| raft_error(&error))?;
     } else {
-        let members = BTreeMap::from([(NODE_ID, BasicNode::default())]);
+        let members = BTreeMap::from([(NODE_ID, ServerNode::default())]);
         raft.initialize(members).await.map_err(|error| raft_error(&error))?;
     }
     raft.wait(None)
@@ -338,6 +468,35 @@ async fn start_raft(
         )
         .await
         .map_err(|error| raft_error(&error))?;
+    Ok(raft)
+}
+
+/// Starts raft as a server of a cluster: forms it if the log has no
+/// membership ([`cluster::form`], in the background), else lets raft elect.
+async fn start_clustered(
+    config: Arc<openraft::Config>,
+    log: LogStore,
+    machine: StateMachine,
+    cluster: ClusterSetup,
+) -> Result<Raft<TypeConfig>, DurableError> {
+    let raft_error = |error: &dyn std::fmt::Display| DurableError::Raft(error.to_string());
+    let network = PeerNetworkFactory::new(cluster.peers.clone());
+    let id = cluster.membership.id;
+    let raft = Raft::new(id, config, network, log, machine).await.map_err(|error| raft_error(&error))?;
+    if !raft.is_initialized().await.map_err(|error| raft_error(&error))? {
+        if cluster.bootstrap_expect <= 1 {
+            let members = BTreeMap::from([(id, cluster.membership.node.clone())]);
+            raft.initialize(members).await.map_err(|error| raft_error(&error))?;
+        } else {
+            tokio::spawn(cluster::form(
+                raft.clone(),
+                cluster.membership.clone(),
+                cluster.peers.clone(),
+                cluster.bootstrap_expect,
+                cluster.join.clone(),
+            ));
+        }
+    }
     Ok(raft)
 }
 

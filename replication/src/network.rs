@@ -1,20 +1,47 @@
-//! The raft network of a one-voter cluster: there is no one to talk to.
+//! The raft networks: none for a one-voter cluster, and raft's RPCs over
+//! the server-to-server QUIC endpoint ([`transport::peer`]) for a cluster.
 //!
 //! openraft needs a [`RaftNetworkFactory`] even when it never calls it (a
-//! single voter elects itself and commits alone). This one refuses every
-//! call with [`NoPeers`], which openraft treats as an unreachable peer. It
-//! is the seam the server-to-server QUIC network fills in when a cluster
-//! has three servers (issue 14).
+//! single voter elects itself and commits alone): [`NoNetworkFactory`]
+//! refuses every call with [`NoPeers`], which openraft treats as an
+//! unreachable peer.
+//!
+//! [`PeerNetworkFactory`] sends each RPC as one call of kind
+//! [`kinds::APPEND`], [`kinds::VOTE`] or [`kinds::SNAPSHOT`], postcard on
+//! both ways; the receiving server answers it with [`serve`]. Snapshots
+//! travel in openraft's chunks ([`openraft::Config::snapshot_max_chunk_size`]),
+//! one call each. A peer that cannot be connected to is `Unreachable`
+//! (openraft backs off); a call that failed or timed out is a network error
+//! (retried at the next heartbeat).
 
-use openraft::error::{InstallSnapshotError, RPCError, RaftError, Unreachable};
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, Unreachable};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest,
     VoteResponse,
 };
-use openraft::BasicNode;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use transport::peer::{PeerError, Peers};
 
-use crate::types::TypeConfig;
+use crate::types::{ServerNode, TypeConfig};
+
+/// The kinds of server-to-server calls raft makes (`transport::peer`).
+pub mod kinds {
+    /// AppendEntries (and heartbeats).
+    pub const APPEND: u8 = 1;
+    /// RequestVote.
+    pub const VOTE: u8 = 2;
+    /// One chunk of InstallSnapshot.
+    pub const SNAPSHOT: u8 = 3;
+    /// A forming server's hello ([`crate::cluster`]).
+    pub const HELLO: u8 = 4;
+    /// A server asking the leader to be added as a voter.
+    pub const JOIN: u8 = 5;
+}
 
 /// Why a call to another server was refused.
 #[derive(Debug, thiserror::Error)]
@@ -35,7 +62,7 @@ pub struct NoNetwork {
 }
 
 impl NoNetwork {
-    fn refuse<E: std::error::Error>(&self) -> RPCError<u64, BasicNode, E> {
+    fn refuse<E: std::error::Error>(&self) -> RPCError<u64, ServerNode, E> {
         RPCError::Unreachable(Unreachable::new(&NoPeers { target: self.target }))
     }
 }
@@ -43,7 +70,7 @@ impl NoNetwork {
 impl RaftNetworkFactory<TypeConfig> for NoNetworkFactory {
     type Network = NoNetwork;
 
-    async fn new_client(&mut self, target: u64, _node: &BasicNode) -> NoNetwork {
+    async fn new_client(&mut self, target: u64, _node: &ServerNode) -> NoNetwork {
         NoNetwork { target }
     }
 }
@@ -53,7 +80,7 @@ impl RaftNetwork<TypeConfig> for NoNetwork {
         &mut self,
         _rpc: AppendEntriesRequest<TypeConfig>,
         _option: RPCOption,
-    ) -> Result<AppendEntriesResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
+    ) -> Result<AppendEntriesResponse<u64>, RPCError<u64, ServerNode, RaftError<u64>>> {
         Err(self.refuse())
     }
 
@@ -61,7 +88,7 @@ impl RaftNetwork<TypeConfig> for NoNetwork {
         &mut self,
         _rpc: InstallSnapshotRequest<TypeConfig>,
         _option: RPCOption,
-    ) -> Result<InstallSnapshotResponse<u64>, RPCError<u64, BasicNode, RaftError<u64, InstallSnapshotError>>> {
+    ) -> Result<InstallSnapshotResponse<u64>, RPCError<u64, ServerNode, RaftError<u64, InstallSnapshotError>>> {
         Err(self.refuse())
     }
 
@@ -69,7 +96,136 @@ impl RaftNetwork<TypeConfig> for NoNetwork {
         &mut self,
         _rpc: VoteRequest<u64>,
         _option: RPCOption,
-    ) -> Result<VoteResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
+    ) -> Result<VoteResponse<u64>, RPCError<u64, ServerNode, RaftError<u64>>> {
         Err(self.refuse())
     }
+}
+
+/// The factory of [`PeerNetwork`] clients (module docs).
+#[derive(Clone, Debug)]
+pub struct PeerNetworkFactory {
+    peers: Arc<Peers>,
+}
+
+impl PeerNetworkFactory {
+    /// Raft's calls go out through `peers`.
+    pub fn new(peers: Arc<Peers>) -> PeerNetworkFactory {
+        PeerNetworkFactory { peers }
+    }
+}
+
+/// Raft's RPCs to one server over the server-to-server endpoint.
+#[derive(Clone, Debug)]
+pub struct PeerNetwork {
+    peers: Arc<Peers>,
+    target: u64,
+    addr: Result<std::net::SocketAddr, String>,
+}
+
+impl RaftNetworkFactory<TypeConfig> for PeerNetworkFactory {
+    type Network = PeerNetwork;
+
+    /// Does not connect: the first call does (openraft's contract).
+    async fn new_client(&mut self, target: u64, node: &ServerNode) -> PeerNetwork {
+        let addr = crate::cluster::resolve(&node.peer).map_err(|error| error.to_string());
+        PeerNetwork { peers: self.peers.clone(), target, addr }
+    }
+}
+
+impl PeerNetwork {
+    async fn call<Request: Serialize, Answer: DeserializeOwned, E: std::error::Error>(
+        &self,
+        kind: u8,
+        request: &Request,
+        timeout: Duration,
+    ) -> Result<Answer, RPCError<u64, ServerNode, E>> {
+        let addr = match &self.addr {
+            Ok(addr) => *addr,
+            Err(why) => {
+                return Err(RPCError::Unreachable(Unreachable::new(&NoAddress {
+                    target: self.target,
+                    why: why.clone(),
+                })))
+            }
+        };
+        let bytes = postcard::to_allocvec(request).map_err(|error| RPCError::Network(NetworkError::new(&error)))?;
+        let answer = self.peers.call(addr, kind, &bytes, timeout).await.map_err(|error| match error {
+            PeerError::Connect { .. } => RPCError::Unreachable(Unreachable::new(&error)),
+            _ => RPCError::Network(NetworkError::new(&error)),
+        })?;
+        postcard::from_bytes(&answer).map_err(|error| RPCError::Network(NetworkError::new(&error)))
+    }
+}
+
+/// A member whose peer address does not resolve.
+#[derive(Debug, thiserror::Error)]
+#[error("server {target} has no usable peer address: {why}")]
+struct NoAddress {
+    target: u64,
+    why: String,
+}
+
+/// What a raft call answered, as sent back: openraft's own result.
+type Answered<T, E = RaftError<u64>> = Result<T, E>;
+
+/// Unwraps an answered call: a raft error of the remote server is openraft's
+/// `RemoteError`.
+fn remote<T, E: std::error::Error>(target: u64, answered: Answered<T, E>) -> Result<T, RPCError<u64, ServerNode, E>> {
+    answered.map_err(|error| RPCError::RemoteError(openraft::error::RemoteError::new(target, error)))
+}
+
+impl RaftNetwork<TypeConfig> for PeerNetwork {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<u64>, RPCError<u64, ServerNode, RaftError<u64>>> {
+        let answered: Answered<AppendEntriesResponse<u64>> = self.call(kinds::APPEND, &rpc, option.hard_ttl()).await?;
+        remote(self.target, answered)
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<InstallSnapshotResponse<u64>, RPCError<u64, ServerNode, RaftError<u64, InstallSnapshotError>>> {
+        let answered: Answered<InstallSnapshotResponse<u64>, RaftError<u64, InstallSnapshotError>> =
+            self.call(kinds::SNAPSHOT, &rpc, option.hard_ttl()).await?;
+        remote(self.target, answered)
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<u64>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<u64>, RPCError<u64, ServerNode, RaftError<u64>>> {
+        let answered: Answered<VoteResponse<u64>> = self.call(kinds::VOTE, &rpc, option.hard_ttl()).await?;
+        remote(self.target, answered)
+    }
+}
+
+/// Answers a raft call another server made (module docs): `None` when
+/// `kind` is not raft's.
+pub async fn serve(raft: &openraft::Raft<TypeConfig>, kind: u8, request: &[u8]) -> Option<Result<Vec<u8>, String>> {
+    fn decode<T: DeserializeOwned>(request: &[u8]) -> Result<T, String> {
+        postcard::from_bytes(request).map_err(|error| format!("a malformed raft call: {error}"))
+    }
+    fn encode<T: Serialize>(answer: &T) -> Result<Vec<u8>, String> {
+        postcard::to_allocvec(answer).map_err(|error| format!("encoding a raft answer: {error}"))
+    }
+    Some(match kind {
+        kinds::APPEND => match decode(request) {
+            Ok(rpc) => encode(&raft.append_entries(rpc).await),
+            Err(error) => Err(error),
+        },
+        kinds::VOTE => match decode(request) {
+            Ok(rpc) => encode(&raft.vote(rpc).await),
+            Err(error) => Err(error),
+        },
+        kinds::SNAPSHOT => match decode(request) {
+            Ok(rpc) => encode(&raft.install_snapshot(rpc).await),
+            Err(error) => Err(error),
+        },
+        _ => return None,
+    })
 }

@@ -53,7 +53,7 @@ pub struct SnapshotHeader {
 }
 
 impl SnapshotHeader {
-    fn meta(&self) -> SnapshotMeta<u64, openraft::BasicNode> {
+    fn meta(&self) -> SnapshotMeta<u64, crate::types::ServerNode> {
         SnapshotMeta {
             last_log_id: self.last_log_id,
             last_membership: self.membership.clone(),
@@ -245,14 +245,21 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 
     async fn begin_receiving_snapshot(&mut self) -> Result<Box<tokio::fs::File>, StorageError> {
         let path = self.shared.snapshots.path().join("receiving.snap.tmp");
-        let file =
-            tokio::fs::File::create(&path).await.map_err(|error| StorageIOError::write_snapshot(None, &error))?;
+        // openraft writes the chunks into it; installing reads it back.
+        let file = tokio::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .await
+            .map_err(|error| StorageIOError::write_snapshot(None, &error))?;
         Ok(Box::new(file))
     }
 
     async fn install_snapshot(
         &mut self,
-        meta: &SnapshotMeta<u64, openraft::BasicNode>,
+        meta: &SnapshotMeta<u64, crate::types::ServerNode>,
         mut snapshot: Box<tokio::fs::File>,
     ) -> Result<(), StorageError> {
         let header = SnapshotHeader {

@@ -14,7 +14,7 @@ openraft::declare_raft_types!(
         D = CommandBatch,
         R = BatchResponse,
         NodeId = u64,
-        Node = openraft::BasicNode,
+        Node = ServerNode,
         Entry = openraft::Entry<TypeConfig>,
         SnapshotData = tokio::fs::File,
         AsyncRuntime = openraft::TokioRuntime,
@@ -25,7 +25,27 @@ pub type LogId = openraft::LogId<u64>;
 /// A raft entry of this config.
 pub type Entry = openraft::Entry<TypeConfig>;
 /// The membership as stored with a log id.
-pub type StoredMembership = openraft::StoredMembership<u64, openraft::BasicNode>;
+pub type StoredMembership = openraft::StoredMembership<u64, ServerNode>;
+
+/// A server of the cluster as the raft membership records it: its name
+/// and where the other servers, the clients and operators reach it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServerNode {
+    /// Its name (`drover server members`).
+    pub name: String,
+    /// Its server-to-server endpoint (raft, forwarding), `host:port`.
+    pub peer: String,
+    /// Its client endpoint (agents), `host:port`.
+    pub rpc: String,
+    /// Its HTTP API, `host:port`.
+    pub http: String,
+}
+
+impl std::fmt::Display for ServerNode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} (peer {})", self.name, self.peer)
+    }
+}
 /// openraft's storage error of this config.
 pub type StorageError = openraft::StorageError<u64>;
 
@@ -117,8 +137,7 @@ mod tests {
             Arc::new(Command::UpsertNode { node, evals: vec![] }),
             Arc::new(Command::UpsertEvals { evals: vec![] }),
         ]);
-        let mut entry = Entry::default();
-        entry.payload = openraft::EntryPayload::Normal(batch.clone());
+        let entry = Entry { payload: openraft::EntryPayload::Normal(batch.clone()), ..Entry::default() };
         let bytes = postcard::to_allocvec(&entry).expect("encodes");
         let decoded: Entry = postcard::from_bytes(&bytes).expect("decodes");
         assert_eq!(decoded.payload, openraft::EntryPayload::Normal(batch));

@@ -65,6 +65,8 @@ impl CallError {
     pub fn is_transient(&self) -> bool {
         match self {
             CallError::TimedOut(_) | CallError::NoAnswer => true,
+            // An election: the server lives and will have a leader again.
+            CallError::Refused(refusal) => refusal.code == RefusalCode::NoLeader,
             CallError::Stream(_) => !self.is_connection_lost(),
             _ => false,
         }

@@ -10,6 +10,7 @@
 pub mod client;
 pub mod frame;
 pub mod message;
+pub mod peer;
 pub mod server;
 pub mod settings;
 pub mod stream;

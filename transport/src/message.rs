@@ -269,6 +269,10 @@ pub enum RefusalCode {
     Invalid,
     /// The server could not serve the call.
     Internal,
+    /// The cluster has no leader right now (an election), or the server
+    /// lost the leadership while writing: try again shortly; the call may
+    /// have taken effect and is safe to repeat.
+    NoLeader,
 }
 
 /// An operator registers (or updates) a job. Only connections presenting

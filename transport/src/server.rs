@@ -2,6 +2,13 @@
 //! one call per stream against the engine's node endpoint, and pushes each
 //! node's allocations on its watch stream.
 //!
+//! A server of a cluster routes ([`Route`]): while it leads it serves the
+//! node calls itself; while it follows it forwards registrations,
+//! heartbeats, alloc updates and operator calls to the leader and relays
+//! the leader's answer, and serves allocation watches from its own
+//! replicated state. Heartbeat replies carry the cluster's client
+//! addresses, the leader's first.
+//!
 //! Every engine call here is an awaitable form (`register_async`,
 //! `update_status_async`, `update_allocs_async`, `allocs_async`): no tokio
 //! worker thread ever blocks on the engine, and a watch wakes only when a
@@ -16,7 +23,7 @@ use engine::state::{StateError, WaitError};
 use quinn::{Connection, Endpoint, Incoming, RecvStream, SendStream};
 use tokio::sync::{watch, Semaphore};
 
-use crate::frame::Frame;
+use crate::frame::{Frame, MAX_PAYLOAD};
 use crate::message::{
     AllocsPush, ClusterReport, HeartbeatRequest, IndexReply, Kind, Message, MessageError, NodeReply, Refusal,
     RefusalCode, RegisterRequest, ReportRequest, SubmitJobRequest, UpdateAllocsRequest, WatchAllocsRequest,
@@ -75,9 +82,30 @@ pub trait Operations: Send + Sync + 'static {
     fn report(&self) -> ClusterReport;
 }
 
+/// How a server of a cluster serves node calls (module docs).
+pub trait Route: Send + Sync + 'static {
+    /// The leader's node endpoint when this server leads now; `None` when
+    /// it follows (its calls are forwarded).
+    fn leading(&self) -> Option<NodeEndpoint>;
+    /// Sends an encoded request frame this server cannot serve to the
+    /// leader and answers with the leader's encoded reply frame, once this
+    /// server's state has caught up with the reply's index (so the
+    /// client's next call here sees its write). `operator`: the client
+    /// presented an operator certificate.
+    fn forward(&self, request: Vec<u8>, operator: bool) -> RouteAnswer;
+    /// The client addresses of the servers, the leader's first.
+    fn servers(&self) -> Vec<String>;
+}
+
+/// What [`Route::forward`] answers: the reply frame's bytes, or why not.
+pub type RouteAnswer = std::pin::Pin<Box<dyn std::future::Future<Output = Result<Vec<u8>, Refusal>> + Send>>;
+
 /// What the listener serves with.
 struct Service {
+    /// Serves allocation watches (reads) always, and the node calls when
+    /// there is no [`Route`] (one server).
     nodes: NodeEndpoint,
+    route: std::sync::OnceLock<Arc<dyn Route>>,
     operations: Option<Arc<dyn Operations>>,
     /// The client addresses of the servers, handed to clients on every heartbeat.
     servers: Vec<String>,
@@ -120,7 +148,7 @@ pub enum ListenError {
 impl ClientListener {
     /// Binds the endpoint on `addr`. Call from within a tokio runtime.
     /// `servers` is the server list clients are handed (this server's
-    /// advertised address first); `operations` serves operator calls
+    /// advertised address first; empty: the bound address); `operations` serves operator calls
     /// (without it they are refused).
     pub fn bind(
         addr: SocketAddr,
@@ -131,10 +159,52 @@ impl ClientListener {
     ) -> Result<ClientListener, ListenError> {
         let config = settings::server_config(tls.server_crypto()?);
         let endpoint = Endpoint::server(config, addr).map_err(|source| ListenError::Bind { addr, source })?;
+        let servers = match servers.is_empty() {
+            true => vec![endpoint.local_addr().map_err(|source| ListenError::Bind { addr, source })?.to_string()],
+            false => servers,
+        };
         let (shutdown, shutdown_seen) = watch::channel(false);
         let counters = Counters::default();
-        let service = Arc::new(Service { nodes, operations, servers, counters, shutdown: shutdown_seen });
+        let route = std::sync::OnceLock::new();
+        let service = Arc::new(Service { nodes, route, operations, servers, counters, shutdown: shutdown_seen });
         Ok(ClientListener { endpoint, service, handshakes: Arc::new(Semaphore::new(MAX_HANDSHAKES)), shutdown })
+    }
+
+    /// Makes this listener route node calls through `route` (a server of a
+    /// cluster; module docs). Set once, before serving.
+    pub fn route_through(&self, route: Arc<dyn Route>) {
+        let _ = self.service.route.set(route);
+    }
+
+    /// Serves a request another server forwarded (its encoded frame) as the
+    /// leader; the encoded reply frame. A server that no longer leads
+    /// refuses with [`RefusalCode::NoLeader`] rather than forwarding again.
+    pub async fn serve_forwarded(&self, request: &[u8], operator: bool) -> Vec<u8> {
+        let service = &self.service;
+        let reply = match Frame::decode_within(request, MAX_REQUEST) {
+            Ok(Some((frame, _))) => {
+                let request_id = frame.request_id;
+                match service.leading() {
+                    Some(nodes) => match service.reply(&nodes, FORWARDED, operator, &frame).await {
+                        Ok(reply) => reply,
+                        Err(Failure::Malformed(error)) => {
+                            Refusal { code: RefusalCode::Malformed, message: error.to_string() }.to_frame(request_id)
+                        }
+                        Err(Failure::Refused(error)) => service.refusal(FORWARDED, &error).to_frame(request_id),
+                    },
+                    None => no_leader().to_frame(request_id),
+                }
+            }
+            Ok(None) => Refusal { code: RefusalCode::Malformed, message: "a truncated frame".into() }.to_frame(0),
+            Err(error) => Refusal { code: RefusalCode::Malformed, message: error.to_string() }.to_frame(0),
+        };
+        let mut bytes = Vec::new();
+        if let Err(error) = reply.encode(&mut bytes) {
+            bytes.clear();
+            let refusal = Refusal { code: RefusalCode::Internal, message: format!("encoding the reply: {error}") };
+            refusal.to_frame(reply.request_id).encode(&mut bytes).expect("a refusal encodes");
+        }
+        bytes
     }
 
     /// The address the endpoint is bound to.
@@ -272,53 +342,16 @@ async fn serve_stream(
     };
     service.counters.calls.fetch_add(1, Ordering::Relaxed);
     let request_id = frame.request_id;
-    let outcome = match Kind::try_from(frame.kind) {
-        Ok(Kind::Register) => answer(&frame, |request: RegisterRequest| async move {
-            let reply = service.nodes.register_async(request.node).await?;
-            Ok(service.node_reply(reply))
-        })
-        .await
-        .map(|reply| reply.to_frame(request_id)),
-        Ok(Kind::Heartbeat) => answer(&frame, |request: HeartbeatRequest| async move {
-            service.nodes.authenticate(request.node_id, request.secret_id)?;
-            let reply = service.nodes.update_status_async(request.node_id, request.status).await?;
-            Ok(service.node_reply(reply))
-        })
-        .await
-        .map(|reply| reply.to_frame(request_id)),
-        Ok(Kind::UpdateAllocs) => answer(&frame, |request: UpdateAllocsRequest| async move {
-            service.nodes.authenticate(request.node_id, request.secret_id)?;
-            let index = service.nodes.update_allocs_async(request.node_id, request.updates).await?;
-            Ok(IndexReply { index })
-        })
-        .await
-        .map(|reply| reply.to_frame(request_id)),
-        Ok(Kind::SubmitJob) => match SubmitJobRequest::from_frame(&frame) {
-            Ok(request) => match service.operation(remote, operator, move |ops| ops.submit_job(request.job)).await {
-                Ok(Ok(index)) => Ok(IndexReply { index }.to_frame(request_id)),
-                Ok(Err(why)) => Ok(Refusal { code: RefusalCode::Invalid, message: why }.to_frame(request_id)),
-                Err(refusal) => Ok(refusal.to_frame(request_id)),
-            },
-            Err(error) => Err(Failure::Malformed(error)),
-        },
-        Ok(Kind::Report) => match ReportRequest::from_frame(&frame) {
-            Ok(ReportRequest) => match service.operation(remote, operator, |ops| ops.report()).await {
-                Ok(mut report) => {
-                    report.listener = service.stats_without_endpoint();
-                    Ok(report.to_frame(request_id))
-                }
-                Err(refusal) => Ok(refusal.to_frame(request_id)),
-            },
-            Err(error) => Err(Failure::Malformed(error)),
-        },
-        Ok(Kind::WatchAllocs) => match WatchAllocsRequest::from_frame(&frame) {
-            Ok(request) => return watch_allocs(service, remote, request, request_id, send).await,
-            Err(error) => Err(Failure::Malformed(error)),
-        },
-        Ok(other) => {
-            Err(Failure::Malformed(MessageError::Malformed { kind: other, reason: "not a request".to_string() }))
-        }
-        Err(error) => Err(Failure::Malformed(error)),
+    if frame.kind == Kind::WatchAllocs as u8 {
+        return match WatchAllocsRequest::from_frame(&frame) {
+            Ok(request) => watch_allocs(service, remote, request, request_id, send).await,
+            Err(error) => refuse_malformed(service, remote, &mut send, &mut recv, request_id, &error.to_string()).await,
+        };
+    }
+    let outcome = match (service.leading(), service.route.get()) {
+        (Some(nodes), _) => service.reply(&nodes, remote, operator, &frame).await,
+        (None, Some(route)) => Ok(forward(route.as_ref(), &frame, operator).await),
+        (None, None) => service.reply(&service.nodes, remote, operator, &frame).await,
     };
     let reply = match outcome {
         Ok(reply) => reply,
@@ -329,6 +362,97 @@ async fn serve_stream(
     };
     if let Err(error) = write_last_frame(&mut send, &reply).await {
         tracing::debug!(%remote, %error, "could not answer a client call");
+    }
+}
+
+/// The remote address logged for a call another server forwarded.
+const FORWARDED: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 0);
+
+/// The refusal while the cluster has no leader (an election).
+fn no_leader() -> Refusal {
+    Refusal { code: RefusalCode::NoLeader, message: "no cluster leader; try again".to_string() }
+}
+
+/// Forwards `frame` to the leader through `route`; the leader's reply frame.
+async fn forward(route: &dyn Route, frame: &Frame, operator: bool) -> Frame {
+    let mut request = Vec::new();
+    if let Err(error) = frame.encode(&mut request) {
+        return Refusal { code: RefusalCode::Malformed, message: error.to_string() }.to_frame(frame.request_id);
+    }
+    let answer = match route.forward(request, operator).await {
+        Ok(answer) => answer,
+        Err(refusal) => return refusal.to_frame(frame.request_id),
+    };
+    match Frame::decode_within(&answer, MAX_PAYLOAD) {
+        Ok(Some((reply, _))) => reply,
+        _ => Refusal { code: RefusalCode::Internal, message: "the leader's answer was not a frame".to_string() }
+            .to_frame(frame.request_id),
+    }
+}
+
+impl Service {
+    /// The node endpoint to serve node calls with: the leader's when
+    /// routed (none while following), else the listener's own.
+    fn leading(&self) -> Option<NodeEndpoint> {
+        match self.route.get() {
+            Some(route) => route.leading(),
+            None => Some(self.nodes.clone()),
+        }
+    }
+
+    /// Serves one request frame other than a watch with `nodes`; its reply frame.
+    async fn reply(
+        &self,
+        nodes: &NodeEndpoint,
+        remote: SocketAddr,
+        operator: bool,
+        frame: &Frame,
+    ) -> Result<Frame, Failure> {
+        let request_id = frame.request_id;
+        match Kind::try_from(frame.kind) {
+            Ok(Kind::Register) => answer(frame, |request: RegisterRequest| async move {
+                let reply = nodes.register_async(request.node).await?;
+                Ok(self.node_reply(reply))
+            })
+            .await
+            .map(|reply| reply.to_frame(request_id)),
+            Ok(Kind::Heartbeat) => answer(frame, |request: HeartbeatRequest| async move {
+                nodes.authenticate(request.node_id, request.secret_id)?;
+                let reply = nodes.update_status_async(request.node_id, request.status).await?;
+                Ok(self.node_reply(reply))
+            })
+            .await
+            .map(|reply| reply.to_frame(request_id)),
+            Ok(Kind::UpdateAllocs) => answer(frame, |request: UpdateAllocsRequest| async move {
+                nodes.authenticate(request.node_id, request.secret_id)?;
+                let index = nodes.update_allocs_async(request.node_id, request.updates).await?;
+                Ok(IndexReply { index })
+            })
+            .await
+            .map(|reply| reply.to_frame(request_id)),
+            Ok(Kind::SubmitJob) => match SubmitJobRequest::from_frame(frame) {
+                Ok(request) => match self.operation(remote, operator, move |ops| ops.submit_job(request.job)).await {
+                    Ok(Ok(index)) => Ok(IndexReply { index }.to_frame(request_id)),
+                    Ok(Err(why)) => Ok(Refusal { code: RefusalCode::Invalid, message: why }.to_frame(request_id)),
+                    Err(refusal) => Ok(refusal.to_frame(request_id)),
+                },
+                Err(error) => Err(Failure::Malformed(error)),
+            },
+            Ok(Kind::Report) => match ReportRequest::from_frame(frame) {
+                Ok(ReportRequest) => match self.operation(remote, operator, |ops| ops.report()).await {
+                    Ok(mut report) => {
+                        report.listener = self.stats_without_endpoint();
+                        Ok(report.to_frame(request_id))
+                    }
+                    Err(refusal) => Ok(refusal.to_frame(request_id)),
+                },
+                Err(error) => Err(Failure::Malformed(error)),
+            },
+            Ok(other) => {
+                Err(Failure::Malformed(MessageError::Malformed { kind: other, reason: "not a request".to_string() }))
+            }
+            Err(error) => Err(Failure::Malformed(error)),
+        }
     }
 }
 
@@ -440,7 +564,10 @@ impl Service {
             index: reply.index,
             status: reply.status,
             heartbeat_ttl: reply.heartbeat_ttl,
-            servers: self.servers.clone(),
+            servers: match self.route.get() {
+                Some(route) => route.servers(),
+                None => self.servers.clone(),
+            },
         }
     }
 
@@ -461,6 +588,10 @@ impl Service {
             NodeError::Wait(WaitError::Shutdown { .. }) | NodeError::State(StateError::ShuttingDown) => {
                 RefusalCode::ShuttingDown
             }
+            // The log did not take the write: in a cluster, this server
+            // lost the leadership or its quorum while writing. The write
+            // may still commit; every node call is safe to repeat.
+            NodeError::State(StateError::Log(_)) => RefusalCode::NoLeader,
             NodeError::State(_) | NodeError::Wait(_) => RefusalCode::Internal,
         };
         Refusal { code, message: error.to_string() }

@@ -39,6 +39,9 @@ pub const CLIENT_NAME: &str = "client.global.drover";
 pub const OPERATOR_NAME: &str = "operator.global.drover";
 /// The application protocol both sides insist on.
 pub const ALPN: &[u8] = b"drover/1";
+/// The ALPN of the server-to-server endpoint (raft, forwarding): a client
+/// connection can never be taken for a peer's, or the other way round.
+pub const PEER_ALPN: &[u8] = b"drover-peer/1";
 
 /// How long a new CA is valid (as Nomad's `tls ca create`: five years).
 const CA_VALIDITY: Duration = Duration::from_secs(5 * 365 * 24 * 3600);
@@ -159,10 +162,12 @@ impl CertificateAuthority {
         params.distinguished_name.push(DnType::CommonName, name);
         params.use_authority_key_identifier_extension = true;
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-        params.extended_key_usages = vec![match role {
-            Role::Server => ExtendedKeyUsagePurpose::ServerAuth,
-            Role::Client | Role::Operator => ExtendedKeyUsagePurpose::ClientAuth,
-        }];
+        // A server is also a client of the other servers (raft, forwarding),
+        // as Nomad's server certificates are.
+        params.extended_key_usages = match role {
+            Role::Server => vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth],
+            Role::Client | Role::Operator => vec![ExtendedKeyUsagePurpose::ClientAuth],
+        };
         set_validity(&mut params, CERT_VALIDITY);
         let key = KeyPair::generate()?;
         let cert = params.signed_by(&key, &issuer)?;
@@ -204,6 +209,17 @@ impl TlsMaterial {
     /// The server side: requires a client certificate signed by the CA,
     /// issues stateless session tickets, TLS 1.3 only.
     pub fn server_crypto(&self) -> Result<Arc<quinn::crypto::rustls::QuicServerConfig>, TlsError> {
+        self.quic_server_crypto(ALPN)
+    }
+
+    /// The server-to-server endpoint's side: as [`TlsMaterial::server_crypto`]
+    /// with [`PEER_ALPN`]; the caller checks the peer is a server
+    /// ([`is_server`]).
+    pub fn peer_server_crypto(&self) -> Result<Arc<quinn::crypto::rustls::QuicServerConfig>, TlsError> {
+        self.quic_server_crypto(PEER_ALPN)
+    }
+
+    fn quic_server_crypto(&self, alpn: &[u8]) -> Result<Arc<quinn::crypto::rustls::QuicServerConfig>, TlsError> {
         let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
         let roots = Arc::new(roots(&self.ca_pem, Path::new("<cluster CA>"))?);
         let verifier = WebPkiClientVerifier::builder_with_provider(roots, provider.clone())
@@ -216,7 +232,7 @@ impl TlsMaterial {
                 chain(&self.identity.cert_pem, Path::new("<server certificate>"))?,
                 private_key(&self.identity.key_pem, Path::new("<server key>"))?,
             )?;
-        config.alpn_protocols = vec![ALPN.to_vec()];
+        config.alpn_protocols = vec![alpn.to_vec()];
         // Stateless tickets: a reconnecting client resumes with a PSK and a
         // fresh key exchange, skipping the signature and both chain
         // verifications, and the server keeps no per-client session state.
@@ -258,6 +274,20 @@ impl TlsMaterial {
     /// side's certificate. `sessions` is how many resumption tickets the
     /// config keeps; connections made with one config share them.
     pub fn client_crypto(&self, sessions: usize) -> Result<Arc<quinn::crypto::rustls::QuicClientConfig>, TlsError> {
+        self.quic_client_crypto(ALPN, sessions)
+    }
+
+    /// A server's side when it calls another server: its own server
+    /// certificate, [`PEER_ALPN`].
+    pub fn peer_client_crypto(&self) -> Result<Arc<quinn::crypto::rustls::QuicClientConfig>, TlsError> {
+        self.quic_client_crypto(PEER_ALPN, 8)
+    }
+
+    fn quic_client_crypto(
+        &self,
+        alpn: &[u8],
+        sessions: usize,
+    ) -> Result<Arc<quinn::crypto::rustls::QuicClientConfig>, TlsError> {
         let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
         let mut config = rustls::ClientConfig::builder_with_provider(provider)
             .with_protocol_versions(&[&rustls::version::TLS13])?
@@ -266,7 +296,7 @@ impl TlsMaterial {
                 chain(&self.identity.cert_pem, Path::new("<client certificate>"))?,
                 private_key(&self.identity.key_pem, Path::new("<client key>"))?,
             )?;
-        config.alpn_protocols = vec![ALPN.to_vec()];
+        config.alpn_protocols = vec![alpn.to_vec()];
         config.resumption = rustls::client::Resumption::in_memory_sessions(sessions);
         let quic = quinn::crypto::rustls::QuicClientConfig::try_from(config)
             .map_err(|error| TlsError::Quic(error.to_string()))?;
@@ -277,6 +307,16 @@ impl TlsMaterial {
 /// Whether the peer of `connection` presented a certificate naming
 /// [`OPERATOR_NAME`] (the handshake already checked it is the cluster CA's).
 pub fn is_operator(connection: &quinn::Connection) -> bool {
+    presents_name(connection, OPERATOR_NAME)
+}
+
+/// Whether the peer of `connection` presented a certificate naming
+/// [`SERVER_NAME`]: another server of the cluster.
+pub fn is_server(connection: &quinn::Connection) -> bool {
+    presents_name(connection, SERVER_NAME)
+}
+
+fn presents_name(connection: &quinn::Connection, wanted: &str) -> bool {
     let Some(identity) = connection.peer_identity() else { return false };
     let Ok(chain) = identity.downcast::<Vec<CertificateDer<'static>>>() else { return false };
     let Some(leaf) = chain.first() else { return false };
@@ -286,7 +326,7 @@ pub fn is_operator(connection: &quinn::Connection) -> bool {
         .value
         .general_names
         .iter()
-        .any(|name| matches!(name, x509_parser::extensions::GeneralName::DNSName(dns) if *dns == OPERATOR_NAME))
+        .any(|name| matches!(name, x509_parser::extensions::GeneralName::DNSName(dns) if *dns == wanted))
 }
 
 /// Valid from an hour ago (clock skew) for `validity`.

@@ -114,7 +114,7 @@ pub async fn authorize(State(state): State<ApiState>, mut request: Request, next
     let method = request.method().clone();
     let path = request.uri().path().to_string();
     let needed = need(&method, &path);
-    let snapshot = state.engine.store().snapshot();
+    let snapshot = state.leadership.store().snapshot();
     let acl = snapshot.acl();
     let token = match secret_of(request.headers()) {
         None => None,
@@ -157,7 +157,7 @@ pub async fn authorize(State(state): State<ApiState>, mut request: Request, next
 
 /// Writes `command` on the blocking pool.
 async fn write(state: &ApiState, command: Command) -> Result<u64, ApiError> {
-    let writer = state.engine.writer().clone();
+    let writer = state.leader()?.writer().clone();
     let written = tokio::task::spawn_blocking(move || writer.write(command))
         .await
         .map_err(|error| ApiError::Internal(error.to_string()))?;
@@ -229,14 +229,14 @@ async fn bootstrap(State(state): State<ApiState>) -> Result<Reply, ApiError> {
     let token = new_token("Bootstrap Token".into(), AclTokenType::Management, Vec::new());
     let index = write(&state, Command::AclBootstrap { token: token.clone() }).await?;
     tracing::info!(accessor = %token.accessor_id, "ACL bootstrapped: a management token was made");
-    let stored = state.engine.store().snapshot().acl().tokens.get(&token.accessor_id).cloned().unwrap_or(token);
+    let stored = state.leadership.store().snapshot().acl().tokens.get(&token.accessor_id).cloned().unwrap_or(token);
     Ok(Reply::json(&token_json(&stored, true), false, Some(index)))
 }
 
 /// `GET /v1/acl/policies`.
 async fn policies(State(state): State<ApiState>, params: Params) -> Result<Reply, ApiError> {
     enabled(&state)?;
-    let snapshot = state.engine.store().snapshot();
+    let snapshot = state.leadership.store().snapshot();
     let list: Vec<Value> = snapshot.acl().policies.values().map(|policy| policy_json(policy, false)).collect();
     Ok(Reply::json(&list, params.pretty(), Some(snapshot.index())))
 }
@@ -244,7 +244,7 @@ async fn policies(State(state): State<ApiState>, params: Params) -> Result<Reply
 /// `GET /v1/acl/policy/:name`.
 async fn policy(State(state): State<ApiState>, Path(name): Path<String>, params: Params) -> Result<Reply, ApiError> {
     enabled(&state)?;
-    let snapshot = state.engine.store().snapshot();
+    let snapshot = state.leadership.store().snapshot();
     let policy = snapshot.acl().policies.get(&name).ok_or_else(|| ApiError::NotFound("ACL policy not found".into()))?;
     Ok(Reply::json(&policy_json(policy, true), params.pretty(), Some(snapshot.index())))
 }
@@ -291,7 +291,7 @@ async fn delete_policy(State(state): State<ApiState>, Path(name): Path<String>) 
 /// `GET /v1/acl/tokens`: without their secrets.
 async fn tokens(State(state): State<ApiState>, params: Params) -> Result<Reply, ApiError> {
     enabled(&state)?;
-    let snapshot = state.engine.store().snapshot();
+    let snapshot = state.leadership.store().snapshot();
     let list: Vec<Value> = snapshot.acl().tokens.values().map(|token| token_json(token, false)).collect();
     Ok(Reply::json(&list, params.pretty(), Some(snapshot.index())))
 }
@@ -333,7 +333,7 @@ async fn create_token(State(state): State<ApiState>, body: Bytes) -> Result<Repl
     let token = new_token(body.name.unwrap_or_default(), kind, body.policies.unwrap_or_default());
     check_token(&token)?;
     let index = write(&state, Command::UpsertAclTokens { tokens: vec![token.clone()] }).await?;
-    let stored = state.engine.store().snapshot().acl().tokens.get(&token.accessor_id).cloned().unwrap_or(token);
+    let stored = state.leadership.store().snapshot().acl().tokens.get(&token.accessor_id).cloned().unwrap_or(token);
     Ok(Reply::json(&token_json(&stored, true), false, Some(index)))
 }
 
@@ -345,7 +345,7 @@ fn accessor(text: &str) -> Result<uuid::Uuid, ApiError> {
 async fn token(State(state): State<ApiState>, Path(id): Path<String>, params: Params) -> Result<Reply, ApiError> {
     enabled(&state)?;
     let id = accessor(&id)?;
-    let snapshot = state.engine.store().snapshot();
+    let snapshot = state.leadership.store().snapshot();
     let token = snapshot.acl().tokens.get(&id).ok_or_else(|| ApiError::NotFound("ACL token not found".into()))?;
     Ok(Reply::json(&token_json(token, true), params.pretty(), Some(snapshot.index())))
 }
@@ -358,7 +358,7 @@ async fn token_self(
 ) -> Result<Reply, ApiError> {
     enabled(&state)?;
     let token = caller.and_then(|axum::Extension(Caller(token))| token).ok_or(ApiError::Forbidden)?;
-    Ok(Reply::json(&token_json(&token, true), params.pretty(), Some(state.engine.store().latest_index())))
+    Ok(Reply::json(&token_json(&token, true), params.pretty(), Some(state.leadership.store().latest_index())))
 }
 
 /// `POST /v1/acl/token/:accessor`: changes its name, type or policies.
@@ -366,7 +366,7 @@ async fn update_token(State(state): State<ApiState>, Path(id): Path<String>, bod
     enabled(&state)?;
     let id = accessor(&id)?;
     let body: TokenBody = serde_json::from_slice(&body).map_err(|error| ApiError::BadRequest(error.to_string()))?;
-    let snapshot = state.engine.store().snapshot();
+    let snapshot = state.leadership.store().snapshot();
     let mut token =
         snapshot.acl().tokens.get(&id).cloned().ok_or_else(|| ApiError::NotFound("ACL token not found".into()))?;
     if let Some(name) = body.name {
@@ -380,7 +380,7 @@ async fn update_token(State(state): State<ApiState>, Path(id): Path<String>, bod
     }
     check_token(&token)?;
     let index = write(&state, Command::UpsertAclTokens { tokens: vec![token.clone()] }).await?;
-    let stored = state.engine.store().snapshot().acl().tokens.get(&id).cloned().unwrap_or(token);
+    let stored = state.leadership.store().snapshot().acl().tokens.get(&id).cloned().unwrap_or(token);
     Ok(Reply::json(&token_json(&stored, true), false, Some(index)))
 }
 

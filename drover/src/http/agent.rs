@@ -55,21 +55,24 @@ fn member(state: &ApiState) -> Value {
 /// `GET /v1/agent/self`: `config`, `member` and `stats` (every stats leaf a string).
 async fn agent_self(State(state): State<ApiState>, params: Params) -> Reply {
     let agent = &state.agent;
-    let stats = state.engine.stats();
+    let leader = state.leadership.leader();
+    let stats = leader.as_ref().map(|server| server.stats()).unwrap_or_default();
+    let workers = leader.as_ref().map_or(0, |server| server.workers().workers().len());
+    let leader_addr = leader_rpc(&state);
     let body = json!({
         "config": {"Region": agent.region, "Datacenter": agent.datacenter, "NodeName": agent.name,
                    "Version": {"Version": VERSION}, "Server": {"Enabled": true},
                    "Ports": {"HTTP": agent.http_addr.port(), "RPC": agent.rpc_addr.port()}},
         "member": member(&state),
         "stats": {
-            "nomad": {"server": "true", "leader": "true", "leader_addr": agent.rpc_addr.to_string(),
+            "nomad": {"server": "true", "leader": leader.is_some().to_string(), "leader_addr": leader_addr,
                       "bootstrap": "true", "known_regions": "1"},
             "drover": {"version": VERSION, "index": stats.index.to_string(),
                        "broker_ready": stats.broker.total_ready.to_string(),
                        "broker_unacked": stats.broker.total_unacked.to_string(),
                        "blocked_evals": stats.blocked.total_blocked.to_string(),
-                       "workers": state.engine.workers().workers().len().to_string(),
-                       "index_waiters": state.engine.store().waiters().to_string()},
+                       "workers": workers.to_string(),
+                       "index_waiters": state.leadership.store().waiters().to_string()},
             "runtime": {"os": std::env::consts::OS, "arch": std::env::consts::ARCH, "version": VERSION,
                         "cpu_count": std::thread::available_parallelism().map_or(1, usize::from).to_string()},
         },
@@ -77,16 +80,75 @@ async fn agent_self(State(state): State<ApiState>, params: Params) -> Reply {
     Reply::json(&body, params.pretty(), None)
 }
 
-/// `GET /v1/agent/members`: this server (one server until replication).
+/// `GET /v1/agent/members`: this server alone, or every member of the
+/// cluster as its raft membership has it (answered by the leader, which
+/// knows how far each server's log is). Besides Nomad's fields, the tags
+/// carry Drover's raft view: `raft_id`, `role` (leader, follower or
+/// learner), `term`, `last_index` (the leader's own, or how far its log is
+/// replicated to the member) and `health`.
 async fn members(State(state): State<ApiState>, params: Params) -> Reply {
+    let members = match state.leadership.durable().filter(|_| state.leadership.is_clustered()) {
+        Some(durable) => cluster_members(&state, durable),
+        None => vec![member(&state)],
+    };
     let body = json!({"ServerName": state.agent.name, "ServerRegion": state.agent.region,
-                      "ServerDC": state.agent.datacenter, "Members": [member(&state)]});
+                      "ServerDC": state.agent.datacenter, "Members": members});
     Reply::json(&body, params.pretty(), None)
+}
+
+/// How far behind the leader's log a member may be and still be healthy.
+const HEALTHY_LAG: u64 = 1_000;
+
+fn cluster_members(state: &ApiState, durable: &replication::Durable) -> Vec<Value> {
+    let metrics = durable.metrics();
+    let membership = metrics.membership_config.membership();
+    let voters: Vec<u64> = membership.voter_ids().collect();
+    let last_index = metrics.last_log_index.unwrap_or(0);
+    let replication = metrics.replication.clone().unwrap_or_default();
+    let mut members = Vec::new();
+    for (id, node) in membership.nodes() {
+        let role = match () {
+            () if metrics.current_leader == Some(*id) => "leader",
+            () if voters.contains(id) => "follower",
+            () => "learner",
+        };
+        let (index, health) = if *id == metrics.id {
+            (last_index, "healthy")
+        } else {
+            match replication.get(id) {
+                Some(matched) => {
+                    let index = matched.map_or(0, |log_id| log_id.index);
+                    (index, if last_index.saturating_sub(index) <= HEALTHY_LAG { "healthy" } else { "lagging" })
+                }
+                None => (0, "unknown"),
+            }
+        };
+        let rpc: Option<std::net::SocketAddr> = node.rpc.parse().ok();
+        let (ip, port) = rpc.map_or((String::new(), 0), |addr| (addr.ip().to_string(), addr.port()));
+        members.push(json!({
+            "Name": format!("{}.{}", node.name, state.agent.region), "Addr": ip, "Port": port,
+            "Status": if health == "lagging" { "failed" } else { "alive" },
+            "Tags": {"role": "nomad", "region": state.agent.region, "dc": state.agent.datacenter, "vsn": "1",
+                     "mvn": "1", "build": VERSION, "port": port.to_string(), "rpc_addr": ip,
+                     "raft_id": id.to_string(), "raft_role": role, "term": metrics.current_term.to_string(),
+                     "last_index": index.to_string(), "health": health, "peer_addr": node.peer,
+                     "http_addr": node.http}
+        }));
+    }
+    members
+}
+
+/// The leader's client (RPC) address: this server's when it is alone.
+fn leader_rpc(state: &ApiState) -> String {
+    match state.leadership.durable().filter(|_| state.leadership.is_clustered()) {
+        Some(durable) => durable.leader().map(|(_, node)| node.rpc).unwrap_or_default(),
+        None => state.agent.rpc_addr.to_string(),
+    }
 }
 
 /// `GET /v1/agent/health`.
 async fn health(State(state): State<ApiState>, params: Params) -> Result<Reply, ApiError> {
-    if state.engine.store().is_shutting_down() {
+    if state.leadership.store().is_shutting_down() {
         return Err(ApiError::Internal("the server is shutting down".to_string()));
     }
     let body = json!({"server": {"ok": true, "message": "ok"}});
@@ -96,12 +158,21 @@ async fn health(State(state): State<ApiState>, params: Params) -> Result<Reply, 
 /// `GET /v1/status/leader`: a JSON string `"ip:port"`, equal to the
 /// member's `Addr:Tags.port` so `server members` marks it.
 async fn leader(State(state): State<ApiState>, params: Params) -> Reply {
-    Reply::json(&state.agent.rpc_addr.to_string(), params.pretty(), None)
+    Reply::json(&leader_rpc(&state), params.pretty(), None)
 }
 
-/// `GET /v1/status/peers`.
+/// `GET /v1/status/peers`: the voters' client addresses.
 async fn peers(State(state): State<ApiState>, params: Params) -> Reply {
-    Reply::json(&[state.agent.rpc_addr.to_string()], params.pretty(), None)
+    let peers = match state.leadership.durable().filter(|_| state.leadership.is_clustered()) {
+        Some(durable) => {
+            let metrics = durable.metrics();
+            let membership = metrics.membership_config.membership();
+            let voters: Vec<u64> = membership.voter_ids().collect();
+            membership.nodes().filter(|(id, _)| voters.contains(id)).map(|(_, node)| node.rpc.clone()).collect()
+        }
+        None => vec![state.agent.rpc_addr.to_string()],
+    };
+    Reply::json(&peers, params.pretty(), None)
 }
 
 /// `GET /v1/regions`.
@@ -141,10 +212,8 @@ fn scheduler_names(types: &[JobType]) -> Vec<String> {
 
 /// `GET /v1/agent/schedulers`.
 async fn schedulers(State(state): State<ApiState>, params: Params) -> Reply {
-    let workers: Vec<Value> = state
-        .engine
-        .workers()
-        .workers()
+    let workers = state.leadership.leader().map(|server| server.workers().workers()).unwrap_or_default();
+    let workers: Vec<Value> = workers
         .iter()
         .map(|worker| {
             json!({"id": worker.id.to_string(), "enabled_schedulers": scheduler_names(&worker.types),
@@ -160,7 +229,7 @@ fn server_id(state: &ApiState) -> String {
 }
 
 fn current_config(state: &ApiState) -> Value {
-    let workers = state.engine.workers().workers();
+    let workers = state.leadership.leader().map(|server| server.workers().workers()).unwrap_or_default();
     let types = workers.first().map(|worker| worker.types.clone()).unwrap_or_default();
     json!({"server_id": server_id(state), "num_schedulers": workers.len(), "enabled_schedulers": scheduler_names(&types)})
 }
@@ -191,7 +260,7 @@ async fn set_scheduler_config(State(state): State<ApiState>, params: Params, bod
     for name in request.enabled_schedulers.iter().filter(|name| *name != "_core") {
         types.push(JobType::ALL.into_iter().find(|kind| kind.as_str() == name).ok_or_else(invalid)?);
     }
-    let engine = state.engine.clone();
+    let engine = state.leader()?;
     tokio::task::spawn_blocking(move || {
         let workers = engine.workers();
         if workers.workers().len() != count {
@@ -211,7 +280,7 @@ async fn set_scheduler_config(State(state): State<ApiState>, params: Params, bod
 fn worker_id(state: &ApiState, params: &Params) -> Result<Option<usize>, ApiError> {
     let Some(text) = params.get("id") else { return Ok(None) };
     let id: usize = text.parse().map_err(|_| ApiError::BadRequest(format!("worker id {text:?} is not a number")))?;
-    if !state.engine.workers().workers().iter().any(|worker| worker.id == id) {
+    if !state.leader()?.workers().workers().iter().any(|worker| worker.id == id) {
         return Err(ApiError::NotFound(format!("no worker {id}")));
     }
     Ok(Some(id))
@@ -221,7 +290,7 @@ fn worker_id(state: &ApiState, params: &Params) -> Result<Option<usize>, ApiErro
 /// the eval they hold and take no other until resumed. Answers the workers.
 async fn pause_workers(State(state): State<ApiState>, params: Params) -> Result<Reply, ApiError> {
     let id = worker_id(&state, &params)?;
-    state.engine.workers().pause(id);
+    state.leader()?.workers().pause(id);
     tracing::info!(worker = ?id, "scheduling workers paused");
     Ok(schedulers(State(state), params).await)
 }
@@ -229,7 +298,7 @@ async fn pause_workers(State(state): State<ApiState>, params: Params) -> Result<
 /// `PUT /v1/agent/schedulers/resume[?id=N]` (Drover's).
 async fn resume_workers(State(state): State<ApiState>, params: Params) -> Result<Reply, ApiError> {
     let id = worker_id(&state, &params)?;
-    state.engine.workers().resume(id);
+    state.leader()?.workers().resume(id);
     tracing::info!(worker = ?id, "scheduling workers resumed");
     Ok(schedulers(State(state), params).await)
 }

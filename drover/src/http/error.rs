@@ -27,6 +27,10 @@ pub enum ApiError {
     /// server shutting down.
     #[error("{0}")]
     Internal(String),
+    /// No server leads now (an election), or the leader could not be
+    /// reached (500, as Nomad's "No cluster leader"); safe to retry.
+    #[error("No cluster leader: {0}")]
+    NoLeader(String),
 }
 
 impl ApiError {
@@ -36,7 +40,7 @@ impl ApiError {
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::Forbidden => StatusCode::FORBIDDEN,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::Internal(_) | ApiError::NoLeader(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 }
@@ -54,6 +58,7 @@ impl From<JobError> for ApiError {
             JobError::UnknownJob(_) => ApiError::NotFound("job not found".to_string()),
             JobError::UnknownGroup { .. } => ApiError::BadRequest(error.to_string()),
             JobError::State(StateError::ShuttingDown) => ApiError::Internal("the server is shutting down".to_string()),
+            JobError::State(StateError::Log(why)) => ApiError::NoLeader(why),
             other => ApiError::Internal(other.to_string()),
         }
     }

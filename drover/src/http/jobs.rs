@@ -183,9 +183,9 @@ async fn register_job(
     }
     let key = converted.job.key();
     if request.enforce_index.unwrap_or(false) {
-        enforce_index(&state.engine.store().snapshot(), &key, request.job_modify_index.unwrap_or(0))?;
+        enforce_index(&state.leadership.store().snapshot(), &key, request.job_modify_index.unwrap_or(0))?;
     }
-    let engine = state.engine.clone();
+    let engine = state.leader()?;
     let job = converted.job;
     let written = on_engine(move || engine.jobs().register(job)).await?.map_err(|error| match error {
         JobError::Invalid(invalid) => {
@@ -193,7 +193,8 @@ async fn register_job(
         }
         other => ApiError::from(other),
     })?;
-    let job_modify_index = state.engine.store().snapshot().job(&key).map_or(written.index, |job| job.job_modify_index);
+    let job_modify_index =
+        state.leadership.store().snapshot().job(&key).map_or(written.index, |job| job.job_modify_index);
     for warning in &converted.warnings {
         tracing::info!(job = %key, %warning, "job registered with a field Drover ignores");
     }
@@ -217,7 +218,7 @@ fn enforce_index(snapshot: &Snapshot, key: &JobKey, wanted: u64) -> Result<(), A
 async fn deregister(state: ApiState, params: Params, key: JobKey) -> Result<Reply, ApiError> {
     let purge = params.flag("purge")?;
     params.flag("global")?;
-    let engine = state.engine.clone();
+    let engine = state.leader()?;
     let lookup = key.clone();
     match on_engine(move || engine.jobs().deregister(&lookup, purge)).await? {
         Ok(written) => {
@@ -228,7 +229,7 @@ async fn deregister(state: ApiState, params: Params, key: JobKey) -> Result<Repl
         }
         // As Nomad 1.6: stopping a job that does not exist changes nothing.
         Err(JobError::UnknownJob(_)) => {
-            let index = state.engine.store().latest_index();
+            let index = state.leadership.store().latest_index();
             let body = json!({"EvalID": "", "EvalCreateIndex": 0, "JobModifyIndex": 0, "VolumeEvalID": "",
                               "VolumeEvalIndex": 0, "Index": index, "LastContact": 0, "KnownLeader": true});
             Ok(Reply::json(&body, params.pretty(), Some(index)))
@@ -262,14 +263,14 @@ async fn scale(state: ApiState, params: Params, key: JobKey, body: Bytes) -> Res
     if let Some(message) = request.message.filter(|message| !message.is_empty()) {
         tracing::info!(job = %key, %group, count, %message, "scaling");
     }
-    let engine = state.engine.clone();
+    let engine = state.leader()?;
     let target = key.clone();
     let written = on_engine(move || engine.jobs().scale(&target, &group, count)).await??;
     Ok(write_reply(&written, written.index, &[], params.pretty()))
 }
 
 async fn evaluate(state: ApiState, params: Params, key: JobKey) -> Result<Reply, ApiError> {
-    let engine = state.engine.clone();
+    let engine = state.leader()?;
     let written = on_engine(move || engine.jobs().evaluate(&key)).await??;
     Ok(write_reply(&written, written.index, &[], params.pretty()))
 }

@@ -46,7 +46,8 @@ fn metric(name: &'static str, kind: Kind, value: impl Into<f64>) -> Metric {
 /// Every metric, read now.
 fn collect(state: &ApiState) -> Vec<Metric> {
     use Kind::{Counter, Gauge};
-    let stats = state.engine.stats();
+    let leader = state.leadership.leader();
+    let stats = leader.as_ref().map(|server| server.stats()).unwrap_or_default();
     let broker = &stats.broker;
     let mut all = vec![
         metric("drover.broker.total_ready", Gauge, broker.total_ready as f64),
@@ -76,7 +77,7 @@ fn collect(state: &ApiState) -> Vec<Metric> {
         metric("drover.client.alloc_updates", Counter, stats.alloc_updates.updates as f64),
         metric("drover.client.largest_alloc_update_batch", Gauge, stats.alloc_updates.largest_batch as f64),
         metric("drover.state.index", Gauge, stats.index as f64),
-        metric("drover.state.index_waiters", Gauge, state.engine.store().waiters() as f64),
+        metric("drover.state.index_waiters", Gauge, state.leadership.store().waiters() as f64),
     ];
     for (scheduler, counts) in &broker.by_scheduler {
         for (name, value) in [("drover.broker.ready", counts.ready), ("drover.broker.unacked", counts.unacked)] {
@@ -84,7 +85,7 @@ fn collect(state: &ApiState) -> Vec<Metric> {
             all.push(Metric { name, labels, kind: Gauge, value: value as f64 });
         }
     }
-    let workers = state.engine.workers().workers();
+    let workers = leader.map(|server| server.workers().workers()).unwrap_or_default();
     let paused = workers.iter().filter(|worker| worker.status == engine::worker::WorkerStatus::Paused).count();
     all.push(metric("drover.worker.count", Gauge, workers.len() as f64));
     all.push(metric("drover.worker.paused", Gauge, paused as f64));

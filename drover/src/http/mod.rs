@@ -42,6 +42,8 @@ use std::sync::Arc;
 use axum::extract::DefaultBodyLimit;
 use axum::Router;
 use engine::server::Server;
+
+use crate::cluster::Leadership;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
@@ -54,8 +56,11 @@ pub const MAX_BODY: usize = 4 * 1024 * 1024;
 /// What the handlers share.
 #[derive(Clone, Debug)]
 pub struct ApiState {
-    /// The engine.
-    pub engine: Arc<Server>,
+    /// The leader services (while this server leads) and the store.
+    pub leadership: Arc<Leadership>,
+    /// The server-to-server endpoint, on a server of a cluster (requests
+    /// it does not serve itself go to the leader through it).
+    pub peers: Option<Arc<transport::peer::Peers>>,
     /// The QUIC listener, for its connection counters.
     pub listener: Option<Arc<transport::server::ClientListener>>,
     /// This agent as Nomad's `agent/self` and `agent/members` describe it.
@@ -65,6 +70,14 @@ pub struct ApiState {
     pub durable: Option<Arc<replication::Durable>>,
     /// Whether requests need ACL tokens (`acl.enabled`).
     pub acl_enabled: bool,
+}
+
+impl ApiState {
+    /// The leader services, or 500 "No cluster leader" on a server that
+    /// does not lead (a request forwarded during an election).
+    pub fn leader(&self) -> Result<Arc<Server>, error::ApiError> {
+        self.leadership.leader().ok_or_else(|| error::ApiError::NoLeader("this server does not lead".to_string()))
+    }
 }
 
 /// Who this server is, for `agent/self`, `agent/members` and `status/leader`.
@@ -98,6 +111,7 @@ pub fn router(state: ApiState) -> Router {
         .merge(acl::routes())
         .fallback(error::unknown_path)
         .layer(axum::middleware::from_fn_with_state(state.clone(), acl::authorize))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), crate::cluster::forward_http))
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(state)
 }
@@ -106,6 +120,7 @@ pub fn router(state: ApiState) -> Router {
 #[derive(Debug)]
 pub struct HttpServer {
     local_addr: SocketAddr,
+    router: Router,
     stop: tokio::sync::watch::Sender<bool>,
     serving: tokio::task::JoinHandle<()>,
 }
@@ -124,13 +139,18 @@ impl HttpServer {
         let local_addr = listener.local_addr()?;
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
-        let serving = tokio::spawn(serve(listener, acceptor, router, stopped));
-        Ok(HttpServer { local_addr, stop, serving })
+        let serving = tokio::spawn(serve(listener, acceptor, router.clone(), stopped));
+        Ok(HttpServer { local_addr, router, stop, serving })
     }
 
     /// The bound address.
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
+    }
+
+    /// The API it serves (requests other servers forward are served with it).
+    pub fn router(&self) -> Router {
+        self.router.clone()
     }
 
     /// Stops accepting and ends the open connections (blocking queries

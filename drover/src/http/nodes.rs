@@ -98,7 +98,7 @@ async fn eligibility(
             )))
         }
     };
-    let engine = state.engine.clone();
+    let engine = state.leader()?;
     let index = tokio::task::spawn_blocking(move || engine.nodes().set_eligibility(id, eligibility))
         .await
         .map_err(|error| ApiError::Internal(format!("engine call failed: {error}")))?

@@ -85,12 +85,12 @@ async fn configuration(State(state): State<ApiState>, params: Params) -> Result<
         "Servers": [{"ID": id, "Node": format!("{}.{}", agent.name, agent.region),
                      "Address": agent.rpc_addr.to_string(), "Leader": true, "Voter": true, "RaftProtocol": "3"}],
     });
-    Ok(Reply::json(&body, params.pretty(), Some(state.engine.store().latest_index())))
+    Ok(Reply::json(&body, params.pretty(), Some(state.leadership.store().latest_index())))
 }
 
 /// `GET /v1/operator/raft/info`: the log range, the snapshots and the
 /// positions ([`replication::RaftInfo`]).
 async fn info(State(state): State<ApiState>, params: Params) -> Result<Reply, ApiError> {
     let info = raft_info(&state).await?;
-    Ok(Reply::json(&info, params.pretty(), Some(state.engine.store().latest_index())))
+    Ok(Reply::json(&info, params.pretty(), Some(state.leadership.store().latest_index())))
 }

@@ -185,7 +185,7 @@ pub async fn blocking<T: Serialize>(
     let (min_index, wait) = params.blocking()?;
     let jitter = wait.mul_f64(rand::rng().random::<f64>() / 16.0);
     let deadline = tokio::time::Instant::now() + wait + jitter;
-    let store = state.engine.store();
+    let store = state.leadership.store();
     let reply = |snapshot: &Snapshot| -> Result<Reply, ApiError> {
         Ok(Reply::json(&answer(snapshot)?, params.pretty(), Some(index(snapshot)?)))
     };

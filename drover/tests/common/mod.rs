@@ -42,6 +42,7 @@ pub fn server_options(port: u16, tls: &TlsMaterial, ttl: Duration) -> ServerOpti
     engine.heartbeat.min_heartbeat_ttl = ttl;
     engine.heartbeat.heartbeat_grace = ttl;
     ServerOptions {
+        cluster: None,
         bind: SocketAddr::from(([127, 0, 0, 1], port)),
         advertise: None,
         engine,

@@ -1,0 +1,422 @@
+//! Three real `drover server` processes forming a cluster over their
+//! server-to-server endpoints, with agents and job writers running all the
+//! while. The leader is killed with SIGKILL, again and again; each time:
+//! - the writers' calls go to any server (followers forward them) and are
+//!   retried on another server when refused or cut off; writes are
+//!   acknowledged again, so a new leader was elected;
+//! - no node is marked down or disconnected because of the election (the
+//!   new leader gives every node the failover heartbeat TTL);
+//! - the killed server is restarted on its data dir, rejoins as a follower
+//!   and catches up.
+//!
+//! At the end, with the writers stopped: every acknowledged job is there,
+//! every job there was submitted, each runs exactly its count (nothing
+//! placed twice), no node is oversubscribed or holds a port twice, no eval
+//! is left pending, and all three servers hold the same jobs at the same
+//! index.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use drover::agent::{Agent, AgentCounters, AgentSettings, NoObserver};
+use drover::api_client::ApiClient;
+use engine::structs::{Job, JobType, Node, NodeId, Resources};
+use tokio::sync::{mpsc, watch};
+use transport::client::{ClientConnection, ClientEndpoints};
+use transport::message::ClusterReport;
+use transport::tls::TlsMaterial;
+
+mod common;
+
+use common::{bounded, drover, first_line, temp_dir};
+
+const SERVERS: usize = 3;
+/// Leaders killed across the run.
+const FAILOVERS: usize = 3;
+/// Nodes, each run by a real agent in this process.
+const NODES: u128 = 4;
+/// Concurrent job writers.
+const WRITERS: usize = 4;
+/// Acknowledged writes awaited before each kill, and after it (more than
+/// [`WRITERS`], so some were acknowledged by the new leader).
+const WRITES_PER_PHASE: usize = 12;
+
+/// One server of the cluster: its ports, its data dir and, while it runs,
+/// its process.
+struct Member {
+    name: String,
+    rpc: SocketAddr,
+    http_port: u16,
+    peer_port: u16,
+    data_dir: PathBuf,
+    process: Option<Child>,
+    api: ApiClient,
+}
+
+fn free_udp_port() -> u16 {
+    std::net::UdpSocket::bind("127.0.0.1:0").expect("udp").local_addr().expect("addr").port()
+}
+
+fn free_tcp_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").expect("tcp").local_addr().expect("addr").port()
+}
+
+/// The cluster's certificates, made with `drover tls`.
+fn make_certs(dir: &Path) {
+    let run = |args: &[&str]| {
+        let output = drover().args(args).arg("--dir").arg(dir).current_dir(dir).output().expect("drover tls runs");
+        assert!(output.status.success(), "{args:?}: {}", String::from_utf8_lossy(&output.stderr));
+    };
+    run(&["tls", "ca", "create"]);
+    for role in ["--server", "--client", "--cli"] {
+        run(&["tls", "cert", "create", role]);
+    }
+}
+
+fn material(dir: &Path, stem: &str) -> TlsMaterial {
+    TlsMaterial::from_files(
+        &dir.join("drover-agent-ca.pem"),
+        &dir.join(format!("{stem}.pem")),
+        &dir.join(format!("{stem}-key.pem")),
+    )
+    .expect("certificates")
+}
+
+impl Member {
+    fn new(dir: &Path, n: usize) -> Member {
+        let http_port = free_tcp_port();
+        let ca = std::fs::read_to_string(dir.join("drover-agent-ca.pem")).expect("ca");
+        Member {
+            name: format!("server-{n}"),
+            rpc: SocketAddr::from(([127, 0, 0, 1], free_udp_port())),
+            http_port,
+            peer_port: free_udp_port(),
+            data_dir: dir.join(format!("data-{n}")),
+            process: None,
+            api: ApiClient::new(&format!("https://127.0.0.1:{http_port}"), None, Some(&ca)).expect("api client"),
+        }
+    }
+
+    fn peer(&self) -> String {
+        format!("127.0.0.1:{}", self.peer_port)
+    }
+
+    async fn start(&mut self, dir: &Path, join: &str) {
+        let mut child = drover()
+            .args(["server", "--bind", "127.0.0.1", "--workers", "1", "--print-address", "--snapshot-every", "16"])
+            .args(["--name", &self.name, "--bootstrap-expect", &SERVERS.to_string(), "--join", join])
+            .args(["--port", &self.rpc.port().to_string(), "--http-port", &self.http_port.to_string()])
+            .args(["--peer-port", &self.peer_port.to_string()])
+            .arg("--ca-file")
+            .arg(dir.join("drover-agent-ca.pem"))
+            .arg("--cert-file")
+            .arg(dir.join("global-server-drover.pem"))
+            .arg("--key-file")
+            .arg(dir.join("global-server-drover-key.pem"))
+            .arg("--data-dir")
+            .arg(&self.data_dir)
+            .args(["--log-level", "warn"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("drover server starts");
+        let line = first_line(&mut child).await;
+        assert!(line.starts_with("listening "), "{} did not start: {line:?}", self.name);
+        self.process = Some(child);
+    }
+
+    fn kill_9(&mut self) {
+        let mut child = self.process.take().expect("running");
+        child.kill().expect("SIGKILL");
+        child.wait().expect("reaped");
+    }
+
+    async fn terminate(&mut self) {
+        let mut child = self.process.take().expect("running");
+        let pid = child.id().to_string();
+        assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().expect("kill").success());
+        let status = bounded("a server's exit", tokio::task::spawn_blocking(move || child.wait()))
+            .await
+            .expect("waiter")
+            .expect("status");
+        assert_eq!(status.code(), Some(0), "{} exited badly", self.name);
+    }
+
+    /// The leader's client address as this server knows it (empty during
+    /// an election).
+    async fn leader(&self) -> String {
+        let answer = self.api.get("/v1/status/leader").await.expect("status/leader");
+        answer.json().expect("JSON").as_str().unwrap_or_default().to_string()
+    }
+
+    /// This server's own job ids once its state has passed `index` (a
+    /// stale read, blocking until then).
+    async fn jobs_after(&self, index: u64) -> (u64, BTreeSet<String>) {
+        bounded("a server catching up", async {
+            loop {
+                let path = format!("/v1/jobs?stale&index={index}&wait=30s");
+                let answer = self.api.get(&path).await.expect("jobs");
+                let at = answer.index.expect("X-Nomad-Index");
+                if at > index {
+                    let list = answer.json().expect("JSON");
+                    let ids =
+                        list.as_array().expect("a list").iter().map(|job| job["ID"].as_str().expect("ID").to_string());
+                    return (at, ids.collect());
+                }
+            }
+        })
+        .await
+    }
+}
+
+impl Drop for Member {
+    /// A failing test leaves no server behind.
+    fn drop(&mut self) {
+        if let Some(mut child) = self.process.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn mock_node(n: u128) -> Node {
+    let mut node = Node::new_ready(NodeId::from_u128(n), "dc1", "", Resources::new(64_000, 65_536, 10_000));
+    node.attributes.remove("driver.exec");
+    node.attributes.insert("driver.mock".into(), "1".into());
+    node.computed_class = node.compute_class();
+    node
+}
+
+fn job(id: &str, count: u32) -> Job {
+    let mut job = Job::new_simple(id, JobType::Service, count, Resources::new(1, 1, 0));
+    job.task_groups[0].tasks[0].driver = "mock".into();
+    job
+}
+
+/// Agents that know every server and follow the leader on their own.
+fn start_agents(
+    servers: &[SocketAddr],
+    tls: &TlsMaterial,
+) -> (watch::Sender<bool>, Vec<Arc<AgentCounters>>, Vec<tokio::task::JoinHandle<()>>) {
+    let (stop, stopped) = watch::channel(false);
+    let mut counters = Vec::new();
+    let mut tasks = Vec::new();
+    for n in 1..=NODES {
+        let endpoints = Arc::new(ClientEndpoints::bind(1, tls).expect("client endpoint"));
+        let mut servers = servers.to_vec();
+        servers.rotate_left(n as usize % SERVERS);
+        let mut settings = AgentSettings::new(servers);
+        settings.backoff_base = Duration::from_millis(20);
+        settings.backoff_cap = Duration::from_millis(500);
+        settings.call_timeout = Duration::from_secs(2);
+        let quic = endpoints.own_config().expect("config");
+        let agent = Agent::new(mock_node(n), settings, endpoints, quic, Arc::new(NoObserver));
+        counters.push(agent.counters().clone());
+        let stopped = stopped.clone();
+        tasks.push(tokio::spawn(async move { agent.run(stopped).await }));
+    }
+    (stop, counters, tasks)
+}
+
+/// The writers' shared record: what was submitted (with its count) and
+/// what was acknowledged.
+#[derive(Default)]
+struct Ledger {
+    submitted: parking_lot::Mutex<BTreeMap<String, u32>>,
+    acknowledged: parking_lot::Mutex<BTreeSet<String>>,
+    retried: std::sync::atomic::AtomicU64,
+}
+
+/// One writer: registers jobs one after the other through any server,
+/// retrying a job (the same registration: safe to repeat) on the next
+/// server until it is acknowledged. Each acknowledgement is announced.
+async fn writer(
+    n: usize,
+    servers: Vec<SocketAddr>,
+    operators: Arc<ClientEndpoints>,
+    ledger: Arc<Ledger>,
+    acks: mpsc::UnboundedSender<()>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut connections: Vec<Option<ClientConnection>> = vec![None; servers.len()];
+    let mut server = n;
+    for sequence in 0.. {
+        let id = format!("writer-{n}-{sequence}");
+        let count = (sequence % 3 + 1) as u32;
+        ledger.submitted.lock().insert(id.clone(), count);
+        loop {
+            if *stop.borrow() {
+                return;
+            }
+            let slot = server % servers.len();
+            if connections[slot].is_none() {
+                let connecting = tokio::time::timeout(Duration::from_secs(2), operators.connect(servers[slot]));
+                connections[slot] = connecting.await.ok().and_then(Result::ok);
+            }
+            let outcome = match &connections[slot] {
+                Some(connection) => {
+                    tokio::time::timeout(Duration::from_secs(5), connection.submit_job(job(&id, count))).await
+                }
+                None => Ok(Err(transport::client::CallError::NoAnswer)),
+            };
+            if let Ok(Ok(_)) = outcome {
+                ledger.acknowledged.lock().insert(id.clone());
+                let _ = acks.send(());
+                break;
+            }
+            // Refused (no leader), cut off (a killed server) or slow: the
+            // write may or may not have been applied; repeat it elsewhere.
+            ledger.retried.fetch_add(1, Ordering::Relaxed);
+            connections[slot] = None;
+            server += 1;
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+                _ = stop.changed() => return,
+            }
+        }
+    }
+}
+
+/// Checks the cluster's final state against the ledger (module docs).
+fn check(report: &ClusterReport, ledger: &Ledger) {
+    let present: BTreeMap<&str, _> = report.jobs.iter().map(|job| (job.id.as_str(), job)).collect();
+    assert_eq!(present.len(), report.jobs.len(), "a job is listed twice");
+    for id in ledger.acknowledged.lock().iter() {
+        assert!(present.contains_key(id.as_str()), "the acknowledged job {id} was lost");
+    }
+    let submitted = ledger.submitted.lock();
+    for (id, counts) in &present {
+        let count = submitted.get(*id).unwrap_or_else(|| panic!("unknown job {id}"));
+        assert_eq!(counts.desired, u64::from(*count), "job {id}");
+        assert_eq!(counts.live, counts.desired, "job {id} runs {} of {count}", counts.live);
+    }
+    assert_eq!(report.nodes_ready, NODES as u64, "every node is ready");
+    assert!(report.nodes_oversubscribed.is_empty(), "{:?}", report.nodes_oversubscribed);
+    assert!(report.port_collisions.is_empty(), "{:?}", report.port_collisions);
+    assert_eq!(report.evals_pending, 0, "pending evals");
+}
+
+/// Waits for `count` acknowledgements.
+async fn acknowledged(acks: &mut mpsc::UnboundedReceiver<()>, count: usize, what: &str) {
+    bounded(what, async {
+        for _ in 0..count {
+            acks.recv().await.expect("writers running");
+        }
+    })
+    .await;
+}
+
+/// The member that leads now, found through `asked` (retrying while an
+/// election is still settling).
+async fn leader_of(members: &[Member], asked: usize) -> usize {
+    bounded("a known leader", async {
+        loop {
+            let leader = members[asked].leader().await;
+            if let Some(found) = members.iter().position(|member| member.rpc.to_string() == leader) {
+                return found;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cluster_survives_its_leader_being_killed_again_and_again() {
+    transport::install_crypto_provider();
+    let dir = temp_dir("ha");
+    make_certs(&dir);
+    let mut members: Vec<Member> = (1..=SERVERS).map(|n| Member::new(&dir, n)).collect();
+    let join = members.iter().map(Member::peer).collect::<Vec<_>>().join(",");
+    for member in &mut members {
+        member.start(&dir, &join).await;
+    }
+    let servers: Vec<SocketAddr> = members.iter().map(|member| member.rpc).collect();
+    let (stop_agents, agent_counters, agents) = start_agents(&servers, &material(&dir, "global-client-drover"));
+    let operators =
+        Arc::new(ClientEndpoints::bind(1, &material(&dir, "global-cli-drover")).expect("operator endpoint"));
+    let ledger = Arc::new(Ledger::default());
+    let (stop_writers, writers_stopped) = watch::channel(false);
+    let (ack, mut acks) = mpsc::unbounded_channel();
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|n| {
+            let task =
+                writer(n, servers.clone(), operators.clone(), ledger.clone(), ack.clone(), writers_stopped.clone());
+            tokio::spawn(task)
+        })
+        .collect();
+    drop(ack);
+
+    let mut asked = 0;
+    for round in 0..FAILOVERS {
+        acknowledged(&mut acks, WRITES_PER_PHASE, "writes before the kill").await;
+        let leader = leader_of(&members, asked).await;
+        println!("round {round}: killing the leader {}", members[leader].name);
+        members[leader].kill_9();
+        // Acknowledgements queued before the kill do not count; of those
+        // that follow, at most one per writer was answered by the old
+        // leader just before it died, the rest by a new one.
+        while acks.try_recv().is_ok() {}
+        acknowledged(&mut acks, WRITES_PER_PHASE, "writes after the kill (a new leader)").await;
+        asked = (leader + 1) % SERVERS;
+        let new_leader = leader_of(&members, asked).await;
+        assert_ne!(new_leader, leader, "a killed server cannot lead");
+        let connection =
+            bounded("an operator connection", operators.connect(members[new_leader].rpc)).await.expect("connects");
+        let report = bounded("the report", connection.report()).await.expect("report");
+        assert_eq!(
+            report.nodes_down + report.nodes_disconnected,
+            0,
+            "round {round}: a node was marked away by the election"
+        );
+        connection.close();
+        members[leader].start(&dir, &join).await;
+    }
+    acknowledged(&mut acks, WRITES_PER_PHASE, "writes with the last server back").await;
+    let _ = stop_writers.send(true);
+    for writer in writers {
+        bounded("a writer's end", writer).await.expect("writer");
+    }
+
+    // Everything settles on the leader; every server catches up to it.
+    let leader = leader_of(&members, 0).await;
+    let connection = bounded("an operator connection", operators.connect(members[leader].rpc)).await.expect("connects");
+    let report = loop {
+        let report = bounded("the report", connection.report()).await.expect("report");
+        if report.evals_pending == 0 && report.jobs.iter().all(|job| job.live == job.desired) {
+            break report;
+        }
+        let (_, _) = members[leader].jobs_after(report.index).await;
+    };
+    check(&report, &ledger);
+    let (index, leader_jobs) = members[leader].jobs_after(report.index - 1).await;
+    for member in &members {
+        let (_, jobs) = member.jobs_after(index - 1).await;
+        assert_eq!(jobs, leader_jobs, "{} holds other jobs than the leader", member.name);
+    }
+    let marked_away: u64 = agent_counters.iter().map(|counters| counters.marked_away.load(Ordering::Relaxed)).sum();
+    assert_eq!(marked_away, 0, "an agent was told its node had been given up");
+    println!(
+        "{FAILOVERS} leaders killed; {} jobs acknowledged of {} submitted, {} writes retried, {} agent calls retried",
+        ledger.acknowledged.lock().len(),
+        ledger.submitted.lock().len(),
+        ledger.retried.load(Ordering::Relaxed),
+        agent_counters.iter().map(|counters| counters.writes_retried.load(Ordering::Relaxed)).sum::<u64>(),
+    );
+
+    connection.close();
+    let _ = stop_agents.send(true);
+    for agent in agents {
+        let _ = bounded("an agent's stop", agent).await;
+    }
+    for member in &mut members {
+        member.terminate().await;
+    }
+    operators.close().await;
+    std::fs::remove_dir_all(&dir).expect("clean up");
+}
