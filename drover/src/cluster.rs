@@ -70,6 +70,8 @@ pub struct Leadership {
     store: Arc<StateStore>,
     durable: Option<Arc<Durable>>,
     services: RwLock<Option<Arc<Server>>>,
+    /// Whether the leader services run, for whoever waits for a change.
+    leading: tokio::sync::watch::Sender<bool>,
     /// Times this server became the leader.
     gained: AtomicU64,
 }
@@ -88,6 +90,7 @@ impl Leadership {
             store: server.store().clone(),
             durable,
             services: RwLock::new(Some(Arc::new(server))),
+            leading: tokio::sync::watch::Sender::new(true),
             gained: AtomicU64::new(1),
         })
     }
@@ -99,6 +102,7 @@ impl Leadership {
             store: durable.store().clone(),
             durable: Some(durable.clone()),
             services: RwLock::new(None),
+            leading: tokio::sync::watch::Sender::new(false),
             gained: AtomicU64::new(0),
         });
         let weak = Arc::downgrade(&leadership);
@@ -117,6 +121,12 @@ impl Leadership {
     /// The leader services, while this server leads.
     pub fn leader(&self) -> Option<Arc<Server>> {
         self.services.read().clone()
+    }
+
+    /// Watches whether the leader services run (they start after the read
+    /// barrier, so `true` means this server takes writes).
+    pub fn watch(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.leading.subscribe()
     }
 
     /// The store (replicated on every server; reads are served from it).
@@ -157,12 +167,14 @@ impl Leadership {
         );
         *services = Some(Arc::new(server));
         self.gained.fetch_add(1, Ordering::Relaxed);
+        self.leading.send_replace(true);
     }
 
     /// Stops the leader services, leaving the store to raft. Idempotent;
     /// also how a server shuts down.
     pub fn follow(&self) {
         let taken = self.services.write().take();
+        self.leading.send_replace(false);
         if let Some(server) = taken {
             server.stop();
             tracing::info!("following: leader services stopped");

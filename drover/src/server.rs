@@ -240,7 +240,8 @@ impl RunningServer {
         peers: Option<&Arc<Peers>>,
     ) -> Result<(Arc<ClientListener>, Option<HttpServer>), ListenError> {
         let advertise: Vec<String> = options.advertise.iter().cloned().collect();
-        let operations: Arc<dyn Operations> = Arc::new(EngineOperations { leadership: leadership.clone() });
+        let rpc = options.advertise.clone().unwrap_or_else(|| options.bind.to_string());
+        let operations: Arc<dyn Operations> = Arc::new(EngineOperations { leadership: leadership.clone(), rpc });
         let listener = Arc::new(ClientListener::bind(options.bind, &options.tls, nodes, advertise, Some(operations))?);
         let http = match &options.http {
             Some(http) => {
@@ -487,6 +488,8 @@ pub async fn shutdown_signal() -> anyhow::Result<&'static str> {
 /// forwarded to it).
 struct EngineOperations {
     leadership: Arc<Leadership>,
+    /// This server's client address, as clients are told it.
+    rpc: String,
 }
 
 impl Operations for EngineOperations {
@@ -501,6 +504,7 @@ impl Operations for EngineOperations {
         if let Some(engine) = self.leadership.leader() {
             report.idle = engine.is_idle();
             report.engine = engine.stats();
+            report.leader = self.rpc.clone();
         }
         (report.rss_bytes, report.peak_rss_bytes) = process_memory();
         report.cpu_millis = process_cpu_millis();

@@ -130,9 +130,27 @@ struct Args {
     /// Raft entries between snapshots, with --data-dir.
     #[arg(long, default_value_t = 20_000)]
     snapshot_every: u64,
+    /// Servers to spawn with --spawn-server: more than one form a cluster
+    /// (each keeps its raft log on disk, under --data-dir or a temporary
+    /// directory).
+    #[arg(long, default_value_t = 1)]
+    servers: usize,
+    /// Kill the leader with SIGKILL this often during the run (--duration),
+    /// then restart it: with --servers 3 or more.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    kill_leader_every: Option<Duration>,
     /// Internal: run as the spawned server (used by --spawn-server).
     #[arg(long, hide = true)]
     serve_child: bool,
+    /// Internal: the spawned server's client port (a cluster's).
+    #[arg(long, hide = true)]
+    port: Option<u16>,
+    /// Internal: the spawned server's server-to-server port (a cluster's).
+    #[arg(long, hide = true)]
+    peer_port: Option<u16>,
+    /// Internal: the other spawned servers' server-to-server addresses.
+    #[arg(long, hide = true, value_delimiter = ',')]
+    join: Vec<String>,
 }
 
 fn main() -> Result<()> {
@@ -142,6 +160,12 @@ fn main() -> Result<()> {
     }
     if args.nodes == 0 || args.jobs == 0 || args.allocs_per_job == 0 {
         bail!("--nodes, --jobs and --allocs-per-job must each be at least 1");
+    }
+    if args.servers == 0 || (args.servers > 1 && !args.spawn_server) {
+        bail!("--servers: at least 1, and more than 1 only with --spawn-server");
+    }
+    if args.kill_leader_every.is_some() && args.servers < 3 {
+        bail!("--kill-leader-every needs --servers 3 or more (a cluster that survives losing its leader)");
     }
     let quic = args.spawn_server || args.server.is_some();
     let workers = args.workers.unwrap_or_else(|| ServerConfig::default().workers);
@@ -181,6 +205,8 @@ fn main() -> Result<()> {
             timeout: Duration::from_secs(args.timeout_secs),
             flamegraph: args.flamegraph.clone(),
             data_dir: args.data_dir.clone().map(|dir| (dir, args.snapshot_every)),
+            servers: args.servers,
+            kill_leader_every: args.kill_leader_every,
         };
         network::run(network, nodes, jobs, &mut report)?;
     } else {
@@ -260,8 +286,15 @@ fn serve_child(args: &Args) -> Result<()> {
     if let Some(workers) = args.workers {
         engine.workers = workers;
     }
+    let cluster = (args.servers > 1).then(|| drover::server::ClusterOptions {
+        name: format!("loadgen-server-{}", args.peer_port.unwrap_or(0)),
+        peer_bind: std::net::SocketAddr::from(([127, 0, 0, 1], args.peer_port.unwrap_or(0))),
+        advertise_peer: None,
+        bootstrap_expect: args.servers,
+        join: args.join.clone(),
+    });
     let options = drover::server::ServerOptions {
-        bind: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+        bind: std::net::SocketAddr::from(([127, 0, 0, 1], args.port.unwrap_or(0))),
         advertise: None,
         engine,
         tls: transport::tls::TlsMaterial::from_files(ca, cert, key)?,
@@ -272,7 +305,7 @@ fn serve_child(args: &Args) -> Result<()> {
                 replication::DurableConfig { snapshot_every: args.snapshot_every.max(1) },
             )
         }),
-        cluster: None,
+        cluster,
     };
     let profiler = start_profiler(&args.flamegraph)?;
     drover::server::run_until_signal(options, true)?;

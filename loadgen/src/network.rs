@@ -9,6 +9,15 @@
 //! that makes `--flap-rate` of them drop per minute, and stays away for a
 //! time drawn from `--flap-duration`; `--storm AT:FRACTION[:AWAY]` drops
 //! that fraction at once and brings them all back together.
+//!
+//! A cluster: `--spawn-server --servers N` starts N server children that
+//! form a cluster (each with its own data dir, on fixed loopback ports);
+//! the clients know every server and follow the leader on their own, and
+//! the operator calls fail over to another server when theirs goes away.
+//! `--kill-leader-every D` kills the leader with SIGKILL every D during the
+//! run, measures how long until a new leader answers (its leader services
+//! restored), and restarts the killed server on its data dir, to rejoin as
+//! a follower.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -28,7 +37,7 @@ use transport::client::{ClientConnection, ClientEndpoints};
 use transport::message::ClusterReport;
 use transport::tls::{CertificateAuthority, Role, TlsMaterial};
 
-use crate::report::{Millis, Report};
+use crate::report::{self, Millis, Report};
 
 /// How long flapping clients stay away: ranges with weights.
 #[derive(Clone, Debug)]
@@ -119,6 +128,10 @@ pub struct NetworkArgs {
     pub flamegraph: Option<PathBuf>,
     /// The spawned server's data dir and snapshot interval (none: in memory).
     pub data_dir: Option<(PathBuf, u64)>,
+    /// Servers spawned (a cluster when more than one).
+    pub servers: usize,
+    /// Kill the leader this often during the run.
+    pub kill_leader_every: Option<Duration>,
 }
 
 /// Heartbeat and handshake latencies, and the heartbeats counted.
@@ -154,17 +167,61 @@ struct Child(std::process::Child);
 
 impl Drop for Child {
     fn drop(&mut self) {
+        // Reaped already (killed): its pid may belong to another process now.
+        if let Ok(Some(_)) = self.0.try_wait() {
+            return;
+        }
         let _ = std::process::Command::new("kill").args(["-TERM", &self.0.id().to_string()]).status();
         let _ = self.0.wait();
     }
 }
 
-/// TLS for the clients and the operator connection, and the spawned server if any.
+/// One spawned server: how to start it, its client address, and its
+/// process while it runs.
+struct Spawned {
+    args: Vec<std::ffi::OsString>,
+    addr: Option<SocketAddr>,
+    child: Option<Child>,
+}
+
+impl Spawned {
+    /// Starts (or restarts) the server and waits until it listens.
+    fn start(&mut self) -> Result<SocketAddr> {
+        let mut command = std::process::Command::new(std::env::current_exe().context("finding this binary")?);
+        command.args(&self.args).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::inherit());
+        let mut child = command.spawn().context("spawning the server")?;
+        let stdout = child.stdout.take().context("the server's stdout")?;
+        let child = Child(child);
+        let mut reader = std::io::BufReader::new(stdout);
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut reader, &mut line).context("reading the server's address")?;
+        // Keep reading, so the child never writes to a closed pipe.
+        std::thread::spawn(move || std::io::copy(&mut reader, &mut std::io::sink()));
+        let addr: SocketAddr = line
+            .trim()
+            .strip_prefix("listening ")
+            .and_then(|addr| addr.parse().ok())
+            .with_context(|| format!("the server did not say where it listens: {line:?}"))?;
+        self.addr = Some(addr);
+        self.child = Some(child);
+        Ok(addr)
+    }
+
+    /// SIGKILL, then reap.
+    fn kill_9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.0.kill();
+            let _ = child.0.wait();
+        }
+    }
+}
+
+/// TLS for the clients and the operator connection, and the spawned servers if any.
 struct Cluster {
-    addr: SocketAddr,
+    addrs: Vec<SocketAddr>,
     client: TlsMaterial,
     operator: TlsMaterial,
-    child: Option<Child>,
+    spawned: tokio::sync::Mutex<Vec<Spawned>>,
     _dir: Option<TempDir>,
 }
 
@@ -177,12 +234,21 @@ impl Drop for TempDir {
     }
 }
 
+fn free_port(udp: bool) -> Result<u16> {
+    Ok(if udp {
+        std::net::UdpSocket::bind("127.0.0.1:0")?.local_addr()?.port()
+    } else {
+        std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port()
+    })
+}
+
 /// Starts `loadgen --serve-child` (this binary, running the same server
-/// code as `drover server`) on a loopback port with a fresh cluster CA,
-/// and waits for its address.
-fn spawn_server(args: &NetworkArgs) -> Result<Cluster> {
+/// code as `drover server`) on loopback with a fresh cluster CA, once or
+/// `--servers` times as a cluster, and waits for their addresses.
+fn spawn_servers(args: &NetworkArgs) -> Result<Cluster> {
     let dir = std::env::temp_dir().join(format!("loadgen-tls-{}", std::process::id()));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let temp = TempDir(dir.clone());
     let ca = CertificateAuthority::generate()?;
     let server = ca.issue(Role::Server, &["127.0.0.1".to_string(), "localhost".to_string()])?;
     let write = |name: &str, text: &str| -> Result<PathBuf> {
@@ -193,38 +259,177 @@ fn spawn_server(args: &NetworkArgs) -> Result<Cluster> {
     let ca_file = write("ca.pem", &ca.identity().cert_pem)?;
     let cert_file = write("server.pem", &server.cert_pem)?;
     let key_file = write("server-key.pem", &server.key_pem)?;
-    let mut command = std::process::Command::new(std::env::current_exe().context("finding this binary")?);
-    command.arg("--serve-child").arg("--ca-file").arg(&ca_file).arg("--cert-file").arg(&cert_file);
-    command.arg("--key-file").arg(&key_file);
+    let mut common: Vec<std::ffi::OsString> = vec!["--serve-child".into(), "--ca-file".into(), ca_file.into()];
+    common.extend(["--cert-file".into(), cert_file.into(), "--key-file".into(), key_file.into()]);
     if let Some(workers) = args.workers {
-        command.arg("--workers").arg(workers.to_string());
+        common.extend(["--workers".into(), workers.to_string().into()]);
     }
     if let Some(path) = &args.flamegraph {
-        command.arg("--flamegraph").arg(path);
+        common.extend(["--flamegraph".into(), path.clone().into()]);
     }
-    if let Some((dir, snapshot_every)) = &args.data_dir {
-        command.arg("--data-dir").arg(dir).arg("--snapshot-every").arg(snapshot_every.to_string());
+    let clustered = args.servers > 1;
+    let snapshot_every = args.data_dir.as_ref().map_or(20_000, |(_, every)| *every);
+    let ports: Vec<(u16, u16)> = (0..args.servers).map(|_| Ok((free_port(true)?, free_port(true)?))).collect::<Result<_>>()?;
+    let join = ports.iter().map(|(_, peer)| format!("127.0.0.1:{peer}")).collect::<Vec<_>>().join(",");
+    let mut spawned = Vec::new();
+    for (n, (port, peer)) in ports.iter().enumerate() {
+        let mut server_args = common.clone();
+        let data_dir = match &args.data_dir {
+            Some((data_dir, _)) if clustered => Some(data_dir.join(format!("server-{n}"))),
+            Some((data_dir, _)) => Some(data_dir.clone()),
+            // A cluster keeps its raft log on disk, always.
+            None if clustered => Some(dir.join(format!("server-{n}"))),
+            None => None,
+        };
+        if let Some(data_dir) = data_dir {
+            server_args.extend(["--data-dir".into(), data_dir.into()]);
+            server_args.extend(["--snapshot-every".into(), snapshot_every.to_string().into()]);
+        }
+        if clustered {
+            server_args.extend(["--port".into(), port.to_string().into(), "--peer-port".into(), peer.to_string().into()]);
+            server_args.extend(["--servers".into(), args.servers.to_string().into(), "--join".into(), join.clone().into()]);
+        }
+        spawned.push(Spawned { args: server_args, addr: None, child: None });
     }
-    command.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::inherit());
-    let mut child = command.spawn().context("spawning the server")?;
-    let stdout = child.stdout.take().context("the server's stdout")?;
-    let child = Child(child);
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line)
-        .context("reading the server's address")?;
-    let addr: SocketAddr = line
-        .trim()
-        .strip_prefix("listening ")
-        .and_then(|addr| addr.parse().ok())
-        .with_context(|| format!("the server did not say where it listens: {line:?}"))?;
+    let mut addrs = Vec::new();
+    for server in &mut spawned {
+        addrs.push(server.start()?);
+    }
     let ca_pem = ca.identity().cert_pem.clone();
     Ok(Cluster {
-        addr,
+        addrs,
         client: TlsMaterial { ca_pem: ca_pem.clone(), identity: ca.issue(Role::Client, &[])? },
         operator: TlsMaterial { ca_pem, identity: ca.issue(Role::Operator, &[])? },
-        child: Some(child),
-        _dir: Some(TempDir(dir)),
+        spawned: tokio::sync::Mutex::new(spawned),
+        _dir: Some(temp),
     })
+}
+
+/// The operator's calls, failing over to the next server when the one it
+/// talks to goes away or has no leader for a moment (an election).
+struct Operator {
+    endpoints: ClientEndpoints,
+    addrs: Vec<SocketAddr>,
+    current: tokio::sync::Mutex<(usize, Option<ClientConnection>)>,
+    /// Calls made again after a failure.
+    retried: AtomicU64,
+}
+
+/// How many times an operator call is tried before the run gives up.
+const OPERATOR_TRIES: usize = 300;
+
+impl Operator {
+    async fn connect(endpoints: ClientEndpoints, addrs: Vec<SocketAddr>) -> Result<Operator> {
+        let first = endpoints.connect(addrs[0]).await.context("the operator connection")?;
+        Ok(Operator { endpoints, addrs, current: tokio::sync::Mutex::new((0, Some(first))), retried: AtomicU64::new(0) })
+    }
+
+    /// Runs `call` on the current connection; on a failure that another
+    /// server (or a moment) may cure, tries again on the next server.
+    async fn call<T, F>(&self, call: impl Fn(ClientConnection) -> F) -> Result<T>
+    where
+        F: std::future::Future<Output = Result<T, transport::client::CallError>>,
+    {
+        let mut last_error = None;
+        for _ in 0..OPERATOR_TRIES {
+            let connection = {
+                let mut current = self.current.lock().await;
+                if current.1.is_none() {
+                    let addr = self.addrs[current.0 % self.addrs.len()];
+                    let connecting = tokio::time::timeout(Duration::from_secs(3), self.endpoints.connect(addr));
+                    current.1 = connecting.await.ok().and_then(Result::ok);
+                }
+                current.1.clone()
+            };
+            let outcome = match connection {
+                Some(connection) => match tokio::time::timeout(Duration::from_secs(30), call(connection)).await {
+                    Ok(outcome) => outcome,
+                    Err(_) => Err(transport::client::CallError::TimedOut(Duration::from_secs(30))),
+                },
+                None => Err(transport::client::CallError::NoAnswer),
+            };
+            let error = match outcome {
+                Ok(value) => return Ok(value),
+                Err(error) => error,
+            };
+            let cured_elsewhere = error.refusal().is_none_or(|code| code == transport::message::RefusalCode::NoLeader);
+            if self.addrs.len() == 1 && !error.is_transient() || !cured_elsewhere {
+                return Err(error.into());
+            }
+            self.retried.fetch_add(1, Ordering::Relaxed);
+            last_error = Some(error);
+            {
+                let mut current = self.current.lock().await;
+                if let Some(connection) = current.1.take() {
+                    connection.close();
+                }
+                current.0 += 1;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        bail!("the operator call failed {OPERATOR_TRIES} times, last: {last_error:?}")
+    }
+
+    async fn report(&self) -> Result<ClusterReport> {
+        self.call(|connection| async move { connection.report().await }).await
+    }
+
+    async fn submit_job(&self, job: &Job) -> Result<u64> {
+        self.call(|connection| {
+            let job = job.clone();
+            async move { connection.submit_job(job).await }
+        })
+        .await
+    }
+
+    async fn close(&self) {
+        if let Some(connection) = self.current.lock().await.1.take() {
+            connection.close();
+        }
+        self.endpoints.close().await;
+    }
+}
+
+/// What killing the leader measured.
+#[derive(Debug, Default)]
+struct Failovers {
+    elections: u64,
+    failover_ms: Vec<f64>,
+}
+
+/// Every `every` during the run: finds the leader (the server that answers
+/// the report), kills it, waits until a new leader answers, and restarts
+/// the killed server on its data dir.
+async fn kill_leaders(cluster: &Cluster, operator: &Operator, every: Duration, run: Duration) -> Result<Failovers> {
+    let mut failovers = Failovers::default();
+    let started = Instant::now();
+    while started.elapsed() + every <= run {
+        tokio::time::sleep(every).await;
+        let leader = operator.report().await?.leader;
+        let mut spawned = cluster.spawned.lock().await;
+        let Some(victim) = spawned.iter().position(|server| server.addr.map(|addr| addr.to_string()) == Some(leader.clone()))
+        else {
+            eprintln!("  kill-leader: the leader {leader:?} is not one of the spawned servers");
+            continue;
+        };
+        eprintln!("  kill-leader: SIGKILL to the leader {leader}");
+        let killed = Instant::now();
+        spawned[victim].kill_9();
+        let new_leader = loop {
+            let report = operator.report().await?;
+            if !report.leader.is_empty() && report.leader != leader {
+                break report.leader;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        let took = killed.elapsed();
+        eprintln!("  kill-leader: {new_leader} leads after {took:.2?}; restarting {leader}");
+        failovers.elections += 1;
+        failovers.failover_ms.push(took.as_secs_f64() * 1000.0);
+        let restarted = &mut spawned[victim];
+        tokio::task::block_in_place(|| restarted.start())?;
+    }
+    Ok(failovers)
 }
 
 /// Runs the whole network mode and fills `report`.
@@ -232,21 +437,23 @@ pub fn run(args: NetworkArgs, nodes: Vec<Node>, jobs: Vec<Job>, report: &mut Rep
     transport::install_crypto_provider();
     let cluster = match (&args.server, &args.tls_files) {
         (Some(addr), Some((ca, cert, key, op_cert, op_key))) => Cluster {
-            addr: *addr,
+            addrs: vec![*addr],
             client: TlsMaterial::from_files(ca, cert, key)?,
             operator: TlsMaterial::from_files(ca, op_cert, op_key)?,
-            child: None,
+            spawned: tokio::sync::Mutex::new(Vec::new()),
             _dir: None,
         },
         (Some(_), None) => {
             bail!("--server needs --ca-file, --cert-file, --key-file, --operator-cert and --operator-key")
         }
-        (None, _) => spawn_server(&args)?,
+        (None, _) => spawn_servers(&args)?,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let outcome = runtime.block_on(drive(&args, &cluster, nodes, jobs, report));
-    if let Some(Child(child)) = &cluster.child {
-        eprintln!("stopping the spawned server (pid {})", child.id());
+    for server in cluster.spawned.blocking_lock().iter() {
+        if let Some(Child(child)) = &server.child {
+            eprintln!("stopping the spawned server (pid {})", child.id());
+        }
     }
     drop(cluster);
     outcome
@@ -259,8 +466,7 @@ async fn drive(
     jobs: Vec<Job>,
     report: &mut Report,
 ) -> Result<()> {
-    let operator_endpoint = ClientEndpoints::bind(1, &cluster.operator)?;
-    let operator = operator_endpoint.connect(cluster.addr).await.context("the operator connection")?;
+    let operator = Operator::connect(ClientEndpoints::bind(1, &cluster.operator)?, cluster.addrs.clone()).await?;
     let endpoints = Arc::new(ClientEndpoints::bind(args.endpoints, &cluster.client)?);
     let observer = Arc::new(Observer {
         heartbeat_rtt_us: Mutex::new(Histogram::new_with_bounds(1, 600_000_000, 3).expect("bounds")),
@@ -273,8 +479,11 @@ async fn drive(
     let mut clients = Vec::with_capacity(n_nodes);
     let mut tasks = Vec::with_capacity(n_nodes);
     let heartbeat_override = HeartbeatOverride::default();
-    for node in nodes {
-        let mut settings = AgentSettings::new(vec![cluster.addr]);
+    for (n, node) in nodes.into_iter().enumerate() {
+        // Each client starts with a different server: the load spreads.
+        let mut servers = cluster.addrs.clone();
+        servers.rotate_left(n % cluster.addrs.len());
+        let mut settings = AgentSettings::new(servers);
         settings.heartbeat_interval = heartbeat_override.clone();
         let quic = endpoints.own_config()?;
         let (link, link_seen) = watch::channel(true);
@@ -300,7 +509,7 @@ async fn drive(
     for batch in [agents, workloads] {
         for job in batch {
             let id = job.id.clone();
-            operator.submit_job(job).await.with_context(|| format!("registering {id}"))?;
+            operator.submit_job(&job).await.with_context(|| format!("registering {id}"))?;
         }
         wait_for(&operator, "every allocation placed and running", args.timeout, converged).await?;
     }
@@ -316,7 +525,14 @@ async fn drive(
     let beats_before = observer.heartbeats.load(Ordering::Relaxed);
     let run_started = Instant::now();
 
-    let storm = flap(args, &mut clients, &operator).await?;
+    let killing = async {
+        match args.kill_leader_every {
+            Some(every) => kill_leaders(cluster, &operator, every, args.duration).await.map(Some),
+            None => Ok(None),
+        }
+    };
+    let (storm, failovers) = tokio::join!(flap(args, &mut clients, &operator), killing);
+    let (storm, failovers) = (storm?, failovers?);
     let heartbeats = observer.heartbeats.load(Ordering::Relaxed) - beats_before;
     let run_secs = run_started.elapsed().as_secs_f64();
     let loadgen_cpu_millis = drover::server::process_cpu_millis() - loadgen_cpu_before;
@@ -350,6 +566,17 @@ async fn drive(
         .iter()
         .filter(|client| !client.flapped && client.counters.marked_away.load(Ordering::Relaxed) > 0)
         .count() as u64;
+    net.servers = cluster.addrs.len();
+    net.writes_retried = sum(|c| c.writes_retried.load(Ordering::Relaxed)) + operator.retried.load(Ordering::Relaxed);
+    if let Some(failovers) = failovers {
+        net.leader_elections = failovers.elections;
+        let mut sorted = failovers.failover_ms;
+        sorted.sort_by(f64::total_cmp);
+        net.failover_ms = Some(report::Failover {
+            p50: sorted.get(sorted.len() / 2).copied().unwrap_or(0.0),
+            max: sorted.last().copied().unwrap_or(0.0),
+        });
+    }
     if let Some((storm_nodes, convergence)) = storm {
         net.storm_nodes = storm_nodes;
         net.convergence_after_storm_ms = convergence.map(|took| took.as_secs_f64() * 1000.0);
@@ -362,7 +589,7 @@ async fn drive(
         let _ = task.await;
     }
     endpoints.close().await;
-    operator.close();
+    operator.close().await;
     Ok(())
 }
 
@@ -382,7 +609,7 @@ fn converged(cluster: &ClusterReport) -> Option<()> {
 /// 10 ms of CPU with 110,000 allocations) until `done` says yes; prints a
 /// progress line.
 async fn wait_for<T>(
-    operator: &ClientConnection,
+    operator: &Operator,
     what: &str,
     timeout: Duration,
     done: impl Fn(&ClusterReport) -> Option<T>,
@@ -426,7 +653,7 @@ async fn wait_for<T>(
 async fn flap(
     args: &NetworkArgs,
     clients: &mut [Client],
-    operator: &ClientConnection,
+    operator: &Operator,
 ) -> Result<Option<(u64, Option<Duration>)>> {
     let mut rng = SmallRng::seed_from_u64(7);
     let tick = Duration::from_millis(100);

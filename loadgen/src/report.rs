@@ -82,6 +82,23 @@ pub struct NetworkReport {
     /// The server process's resident memory at the end, and its peak.
     pub server_rss_bytes: u64,
     pub server_peak_rss_bytes: u64,
+    /// Servers in the cluster.
+    pub servers: usize,
+    /// Leaders killed (`--kill-leader-every`) and replaced.
+    pub leader_elections: u64,
+    /// From a leader's SIGKILL until a new leader answered with its leader
+    /// services restored.
+    pub failover_ms: Option<Failover>,
+    /// Calls refused during an election (no leader) or cut off by a killed
+    /// server, and made again: the clients' and the operator's.
+    pub writes_retried: u64,
+}
+
+/// Failover times (milliseconds).
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct Failover {
+    pub p50: f64,
+    pub max: f64,
 }
 
 /// Everything one run measured.
@@ -278,6 +295,14 @@ impl Report {
                 None => {}
             }
             println!("  wrongly marked away        {}", n.wrongly_marked_down);
+            if n.servers > 1 {
+                println!("  servers                    {}", n.servers);
+                println!("  leader elections (kills)   {}", n.leader_elections);
+                if let Some(failover) = n.failover_ms {
+                    println!("  failover ms                p50 {:.0}  max {:.0}", failover.p50, failover.max);
+                }
+                println!("  writes retried             {}", n.writes_retried);
+            }
             println!(
                 "  allocs unknown / lost / reconnected   {} / {} / {}",
                 n.allocs_unknown, n.allocs_lost, n.allocs_reconnected

@@ -361,6 +361,9 @@ pub struct ClusterReport {
     /// CPU time the server process has used so far (user and system), in
     /// milliseconds: two reports bracket what a phase cost the server.
     pub cpu_millis: u64,
+    /// The client address of the server that made the report: the
+    /// leader (a follower forwards the call to it).
+    pub leader: String,
 }
 
 /// One job in a [`ClusterReport`].
