@@ -519,6 +519,7 @@ impl Agent {
         }
         let mut period = self.settings.heartbeat_interval.watch();
         let mut next_heartbeat = tokio::time::Instant::now() + interval(&period, reply.heartbeat_ttl);
+        let mut unanswered = 0;
         loop {
             tokio::select! {
                 Ok(()) = period.changed() => {
@@ -535,12 +536,16 @@ impl Agent {
                             next_heartbeat = tokio::time::Instant::now();
                         }
                         Ok(reply) => {
+                            unanswered = 0;
                             next_heartbeat = tokio::time::Instant::now() + interval(&period, reply.heartbeat_ttl)
                         }
                         // A slow server or a reset stream: the connection
                         // lives, so try again on it (after 0.5-1.5 s) rather
-                        // than queue for a new handshake.
-                        Err(error) if error.is_transient() => {
+                        // than queue for a new handshake. A server that
+                        // answers nothing several times in a row is gone (a
+                        // killed process sends no close): try the next one.
+                        Err(error) if error.is_transient() && unanswered + 1 < MAX_UNANSWERED => {
+                            unanswered += 1;
                             tracing::debug!(node = %self.node.id, %error, "heartbeat not answered; retrying");
                             if error.refusal() == Some(RefusalCode::NoLeader) {
                                 self.counters.writes_retried.fetch_add(1, Ordering::Relaxed);
@@ -871,6 +876,10 @@ fn interval(period: &watch::Receiver<Option<Duration>>, ttl: Duration) -> Durati
 }
 
 /// How long to wait before sending an unanswered heartbeat again: 0.5-1.5 s.
+/// Heartbeats in a row a connection may leave unanswered (or refused for
+/// want of a leader) before the agent gives it up for the next server.
+const MAX_UNANSWERED: u32 = 3;
+
 fn retry_pause(rng: &mut SmallRng) -> Duration {
     Duration::from_millis(500).mul_f64(1.0 + 2.0 * rng.random::<f64>())
 }

@@ -182,13 +182,31 @@ impl Leadership {
     }
 }
 
-/// The leader's server-to-server address, unless this server is the leader
-/// or none is known (an election).
-fn leader_peer(durable: &Durable) -> Result<SocketAddr, String> {
+/// The leader's raft id and server-to-server address, unless this server
+/// is the leader or none is known (an election).
+fn leader_peer(durable: &Durable) -> Result<(u64, SocketAddr), String> {
     match durable.leader() {
         Some((id, _)) if id == durable.id() => Err("this server is taking over the leadership".to_string()),
-        Some((_, node)) => replication::cluster::resolve(&node.peer).map_err(|error| error.to_string()),
+        Some((id, node)) => Ok((id, replication::cluster::resolve(&node.peer).map_err(|error| error.to_string())?)),
         None => Err("no cluster leader".to_string()),
+    }
+}
+
+/// Calls the leader `leader` with `call`, giving up as soon as raft no
+/// longer names it the leader: a killed leader sends nothing back, and
+/// this server notices it is gone when its election timer fires (1-2 s),
+/// long before the connection would time out.
+async fn while_it_leads<T>(
+    durable: &Durable,
+    leader: u64,
+    call: impl std::future::Future<Output = Result<T, transport::peer::PeerError>>,
+) -> Result<T, String> {
+    let mut metrics = durable.raft().metrics();
+    tokio::select! {
+        answer = call => answer.map_err(|error| format!("forwarding to the leader: {error}")),
+        _ = metrics.wait_for(|now| now.current_leader != Some(leader)) => {
+            Err("the leader changed while the call was forwarded to it".to_string())
+        }
     }
 }
 
@@ -218,14 +236,12 @@ impl Route for ClusterRoute {
         let store = self.leadership.store().clone();
         Box::pin(async move {
             let no_leader = |message: String| Refusal { code: RefusalCode::NoLeader, message };
-            let leader = leader_peer(&durable).map_err(no_leader)?;
+            let (leader, addr) = leader_peer(&durable).map_err(no_leader)?;
             let mut call = Vec::with_capacity(request.len() + 1);
             call.push(u8::from(operator));
             call.extend_from_slice(&request);
-            let answer = peers
-                .call(leader, kinds::CLIENT_CALL, &call, CLIENT_CALL_TIMEOUT)
-                .await
-                .map_err(|error| no_leader(format!("forwarding to the leader: {error}")))?;
+            let forwarded = peers.call(addr, kinds::CLIENT_CALL, &call, CLIENT_CALL_TIMEOUT);
+            let answer = while_it_leads(&durable, leader, forwarded).await.map_err(no_leader)?;
             if let Some(index) = written_index(&answer) {
                 let _ = tokio::time::timeout(CATCH_UP, store.wait_for_index(index)).await;
             }
@@ -304,14 +320,19 @@ pub async fn forward_http(State(state): State<ApiState>, request: Request, next:
         Ok(leader) => leader,
         Err(why) => return crate::http::error::ApiError::NoLeader(why).into_response(),
     };
-    match relay(&peers, leader, request).await {
+    match relay(durable, &peers, leader, request).await {
         Ok(response) => response,
         Err(why) => crate::http::error::ApiError::NoLeader(why).into_response(),
     }
 }
 
 /// Sends `request` to the leader at `leader` and rebuilds its answer.
-async fn relay(peers: &Peers, leader: SocketAddr, request: Request) -> Result<Response, String> {
+async fn relay(
+    durable: &Durable,
+    peers: &Peers,
+    leader: (u64, SocketAddr),
+    request: Request,
+) -> Result<Response, String> {
     let (parts, body) = request.into_parts();
     let body = axum::body::to_bytes(body, crate::http::MAX_BODY).await.map_err(|error| error.to_string())?;
     let forwarded = ForwardedRequest {
@@ -321,7 +342,7 @@ async fn relay(peers: &Peers, leader: SocketAddr, request: Request) -> Result<Re
         body: body.to_vec(),
     };
     let bytes = postcard::to_allocvec(&forwarded).map_err(|error| error.to_string())?;
-    let answer = peers.call(leader, kinds::HTTP, &bytes, HTTP_TIMEOUT).await.map_err(|error| error.to_string())?;
+    let answer = while_it_leads(durable, leader.0, peers.call(leader.1, kinds::HTTP, &bytes, HTTP_TIMEOUT)).await?;
     let answer: ForwardedResponse = postcard::from_bytes(&answer).map_err(|error| error.to_string())?;
     let mut response = Response::builder().status(answer.status);
     for (name, value) in answer.headers {

@@ -325,6 +325,21 @@ enum RaftCommand {
         #[arg(long)]
         json: bool,
     },
+    /// The cluster's servers: raft id, address, whether each votes and leads.
+    ListPeers,
+    /// Adds the server at ADDRESS (its server-to-server host:port, 4648)
+    /// as a voter, once it has caught up.
+    AddVoter {
+        /// host:port of the new server's server-to-server endpoint.
+        #[arg(value_name = "ADDRESS")]
+        peer_address: String,
+    },
+    /// Removes a server from the cluster by its raft id (list-peers).
+    RemovePeer {
+        /// Its raft id.
+        #[arg(long = "peer-id")]
+        id: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -701,6 +716,15 @@ fn main() -> ExitCode {
             client_command(&api, |client| async move { cli::eval::status(&client, &id, monitor, json).await })
         }
         Top::Operator { command: OperatorCommand::Snapshot { command }, api } => snapshot_command(command, &api),
+        Top::Operator { command: OperatorCommand::Raft { command: RaftCommand::ListPeers }, api } => {
+            client_command(&api, |client| async move { cli::operator::list_peers(&client).await })
+        }
+        Top::Operator { command: OperatorCommand::Raft { command: RaftCommand::AddVoter { peer_address } }, api } => {
+            client_command(&api, |client| async move { cli::operator::add_voter(&client, &peer_address).await })
+        }
+        Top::Operator { command: OperatorCommand::Raft { command: RaftCommand::RemovePeer { id } }, api } => {
+            client_command(&api, |client| async move { cli::operator::remove_peer(&client, &id).await })
+        }
         Top::Operator { command: OperatorCommand::Raft { command: RaftCommand::Info { data_dir, json } }, api } => {
             match data_dir {
                 Some(dir) => {
@@ -963,7 +987,8 @@ fn cluster_options(
         name: server_name(args, file),
         peer_bind: SocketAddr::new(bind_ip, peer_port),
         advertise_peer,
-        bootstrap_expect: bootstrap_expect.unwrap_or(1),
+        // --join alone joins a cluster formed already; it never forms one.
+        bootstrap_expect: bootstrap_expect.unwrap_or(0),
         join,
     }))
 }

@@ -66,7 +66,8 @@ pub struct ClusterOptions {
     /// they reach its HTTP API, and its client endpoint unless the server
     /// advertises one.
     pub advertise_peer: Option<String>,
-    /// Form a new cluster once this many servers know each other.
+    /// Form a new cluster once this many servers know each other (0: only
+    /// join a cluster formed already).
     pub bootstrap_expect: usize,
     /// Server-to-server addresses of other servers, to find the cluster.
     pub join: Vec<String>,

@@ -106,10 +106,17 @@ impl Member {
         format!("127.0.0.1:{}", self.peer_port)
     }
 
-    async fn start(&mut self, dir: &Path, join: &str) {
+    /// Starts this server: to form a cluster of [`SERVERS`] with the
+    /// servers in `join`, or (no `join`) on its own, waiting to be added.
+    async fn start(&mut self, dir: &Path, join: Option<&str>) {
+        let cluster: Vec<String> = match join {
+            Some(join) => vec!["--bootstrap-expect".into(), SERVERS.to_string(), "--join".into(), join.into()],
+            None => vec!["--bootstrap-expect".into(), "2".into()],
+        };
         let mut child = drover()
             .args(["server", "--bind", "127.0.0.1", "--workers", "1", "--print-address", "--snapshot-every", "16"])
-            .args(["--name", &self.name, "--bootstrap-expect", &SERVERS.to_string(), "--join", join])
+            .args(["--name", &self.name])
+            .args(&cluster)
             .args(["--port", &self.rpc.port().to_string(), "--http-port", &self.http_port.to_string()])
             .args(["--peer-port", &self.peer_port.to_string()])
             .arg("--ca-file")
@@ -334,7 +341,7 @@ async fn the_cluster_survives_its_leader_being_killed_again_and_again() {
     let mut members: Vec<Member> = (1..=SERVERS).map(|n| Member::new(&dir, n)).collect();
     let join = members.iter().map(Member::peer).collect::<Vec<_>>().join(",");
     for member in &mut members {
-        member.start(&dir, &join).await;
+        member.start(&dir, Some(&join)).await;
     }
     let servers: Vec<SocketAddr> = members.iter().map(|member| member.rpc).collect();
     let (stop_agents, agent_counters, agents) = start_agents(&servers, &material(&dir, "global-client-drover"));
@@ -375,7 +382,7 @@ async fn the_cluster_survives_its_leader_being_killed_again_and_again() {
             "round {round}: a node was marked away by the election"
         );
         connection.close();
-        members[leader].start(&dir, &join).await;
+        members[leader].start(&dir, Some(&join)).await;
     }
     acknowledged(&mut acks, WRITES_PER_PHASE, "writes with the last server back").await;
     let _ = stop_writers.send(true);
@@ -414,6 +421,73 @@ async fn the_cluster_survives_its_leader_being_killed_again_and_again() {
     for agent in agents {
         let _ = bounded("an agent's stop", agent).await;
     }
+    for member in &mut members {
+        member.terminate().await;
+    }
+    operators.close().await;
+    std::fs::remove_dir_all(&dir).expect("clean up");
+}
+
+/// Runs the CLI against `member`'s HTTP API; its stdout.
+fn cli(dir: &Path, member: &Member, args: &[&str]) -> String {
+    let output = drover()
+        .args(args)
+        .args(["--address", &format!("https://127.0.0.1:{}", member.http_port)])
+        .arg("--ca-cert")
+        .arg(dir.join("drover-agent-ca.pem"))
+        .output()
+        .expect("the CLI runs");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(output.status.success(), "{args:?}: {stdout}{}", String::from_utf8_lossy(&output.stderr));
+    stdout
+}
+
+/// The rows of a CLI table whose `column` (0-based) is `value`.
+fn rows_with(table: &str, column: usize, value: &str) -> usize {
+    table.lines().skip(1).filter(|line| line.split_whitespace().nth(column) == Some(value)).count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_adds_a_voter_and_removes_it_again() {
+    transport::install_crypto_provider();
+    let dir = temp_dir("ha-membership");
+    make_certs(&dir);
+    let mut members: Vec<Member> = (1..=SERVERS + 1).map(|n| Member::new(&dir, n)).collect();
+    let join = members[..SERVERS].iter().map(Member::peer).collect::<Vec<_>>().join(",");
+    for member in &mut members[..SERVERS] {
+        member.start(&dir, Some(&join)).await;
+    }
+    let leader = leader_of(&members, 0).await;
+    let listed = cli(&dir, &members[leader], &["server", "members"]);
+    assert_eq!(rows_with(&listed, 4, "true"), 1, "one leader among the members:\n{listed}");
+    assert_eq!(listed.lines().count(), SERVERS + 1, "every server is a member:\n{listed}");
+    assert!(listed.contains("Raft Role") && listed.contains("leader"), "the raft view is shown:\n{listed}");
+
+    // A fourth server, started on its own, is added by the operator: the
+    // call answers once it has caught up and votes.
+    let fourth = SERVERS;
+    members[fourth].start(&dir, None).await;
+    let added = cli(&dir, &members[leader], &["operator", "raft", "add-voter", &members[fourth].peer()]);
+    assert!(added.contains("server-4"), "{added}");
+    let peers = cli(&dir, &members[leader], &["operator", "raft", "list-peers"]);
+    assert_eq!(rows_with(&peers, 4, "true"), SERVERS + 1, "four voters:\n{peers}");
+    let id = peers.lines().find(|line| line.starts_with("server-4")).and_then(|line| line.split_whitespace().nth(1));
+    let id = id.unwrap_or_else(|| panic!("server-4 is listed:\n{peers}")).to_string();
+    // The new voter holds the cluster's state: a write through it lands.
+    let operators = ClientEndpoints::bind(1, &material(&dir, "global-cli-drover")).expect("operator endpoint");
+    let connection = bounded("an operator connection", operators.connect(members[fourth].rpc)).await.expect("connects");
+    let index =
+        bounded("a write through the new server", connection.submit_job(job("added", 1))).await.expect("written");
+    let (_, jobs) = members[fourth].jobs_after(index - 1).await;
+    assert!(jobs.contains("added"));
+    connection.close();
+
+    let removed = cli(&dir, &members[leader], &["operator", "raft", "remove-peer", "--peer-id", &id]);
+    assert!(removed.contains(&id), "{removed}");
+    let peers = cli(&dir, &members[leader], &["operator", "raft", "list-peers"]);
+    assert_eq!(peers.lines().count(), SERVERS + 1, "three servers again:\n{peers}");
+    assert!(!peers.contains("server-4"), "{peers}");
+
     for member in &mut members {
         member.terminate().await;
     }

@@ -269,7 +269,8 @@ fn spawn_servers(args: &NetworkArgs) -> Result<Cluster> {
     }
     let clustered = args.servers > 1;
     let snapshot_every = args.data_dir.as_ref().map_or(20_000, |(_, every)| *every);
-    let ports: Vec<(u16, u16)> = (0..args.servers).map(|_| Ok((free_port(true)?, free_port(true)?))).collect::<Result<_>>()?;
+    let ports: Vec<(u16, u16)> =
+        (0..args.servers).map(|_| Ok((free_port(true)?, free_port(true)?))).collect::<Result<_>>()?;
     let join = ports.iter().map(|(_, peer)| format!("127.0.0.1:{peer}")).collect::<Vec<_>>().join(",");
     let mut spawned = Vec::new();
     for (n, (port, peer)) in ports.iter().enumerate() {
@@ -286,8 +287,18 @@ fn spawn_servers(args: &NetworkArgs) -> Result<Cluster> {
             server_args.extend(["--snapshot-every".into(), snapshot_every.to_string().into()]);
         }
         if clustered {
-            server_args.extend(["--port".into(), port.to_string().into(), "--peer-port".into(), peer.to_string().into()]);
-            server_args.extend(["--servers".into(), args.servers.to_string().into(), "--join".into(), join.clone().into()]);
+            server_args.extend([
+                "--port".into(),
+                port.to_string().into(),
+                "--peer-port".into(),
+                peer.to_string().into(),
+            ]);
+            server_args.extend([
+                "--servers".into(),
+                args.servers.to_string().into(),
+                "--join".into(),
+                join.clone().into(),
+            ]);
         }
         spawned.push(Spawned { args: server_args, addr: None, child: None });
     }
@@ -317,11 +328,19 @@ struct Operator {
 
 /// How many times an operator call is tried before the run gives up.
 const OPERATOR_TRIES: usize = 300;
+/// How long one operator call may take (a report of 10,000 nodes takes
+/// tens of milliseconds; a killed server answers never).
+const OPERATOR_CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl Operator {
     async fn connect(endpoints: ClientEndpoints, addrs: Vec<SocketAddr>) -> Result<Operator> {
         let first = endpoints.connect(addrs[0]).await.context("the operator connection")?;
-        Ok(Operator { endpoints, addrs, current: tokio::sync::Mutex::new((0, Some(first))), retried: AtomicU64::new(0) })
+        Ok(Operator {
+            endpoints,
+            addrs,
+            current: tokio::sync::Mutex::new((0, Some(first))),
+            retried: AtomicU64::new(0),
+        })
     }
 
     /// Runs `call` on the current connection; on a failure that another
@@ -342,9 +361,9 @@ impl Operator {
                 current.1.clone()
             };
             let outcome = match connection {
-                Some(connection) => match tokio::time::timeout(Duration::from_secs(30), call(connection)).await {
+                Some(connection) => match tokio::time::timeout(OPERATOR_CALL_TIMEOUT, call(connection)).await {
                     Ok(outcome) => outcome,
-                    Err(_) => Err(transport::client::CallError::TimedOut(Duration::from_secs(30))),
+                    Err(_) => Err(transport::client::CallError::TimedOut(OPERATOR_CALL_TIMEOUT)),
                 },
                 None => Err(transport::client::CallError::NoAnswer),
             };
@@ -407,7 +426,8 @@ async fn kill_leaders(cluster: &Cluster, operator: &Operator, every: Duration, r
         tokio::time::sleep(every).await;
         let leader = operator.report().await?.leader;
         let mut spawned = cluster.spawned.lock().await;
-        let Some(victim) = spawned.iter().position(|server| server.addr.map(|addr| addr.to_string()) == Some(leader.clone()))
+        let Some(victim) =
+            spawned.iter().position(|server| server.addr.map(|addr| addr.to_string()) == Some(leader.clone()))
         else {
             eprintln!("  kill-leader: the leader {leader:?} is not one of the spawned servers");
             continue;

@@ -165,10 +165,7 @@ pub async fn add_voter(raft: &Raft<TypeConfig>, id: u64, node: ServerNode) -> Re
         Ok(Err(error)) => return Err(change_error(error)),
         Err(_) => return Err(AddError::Failed(format!("server {id} did not catch up within {JOIN_TIMEOUT:?}"))),
     }
-    raft.change_membership(ChangeMembers::AddVoterIds([id].into()), false)
-        .await
-        .map(|_| ())
-        .map_err(change_error)
+    raft.change_membership(ChangeMembers::AddVoterIds([id].into()), false).await.map(|_| ()).map_err(change_error)
 }
 
 /// Removes server `id` from the cluster. Leader only.
@@ -179,14 +176,12 @@ pub async fn remove_peer(raft: &Raft<TypeConfig>, id: u64) -> Result<(), AddErro
     }
     let voters = membership.voter_ids().filter(|voter| *voter == id).collect();
     raft.change_membership(ChangeMembers::RemoveVoters(voters), false).await.map_err(change_error)?;
-    raft.change_membership(ChangeMembers::RemoveNodes([id].into()), false)
-        .await
-        .map(|_| ())
-        .map_err(change_error)
+    raft.change_membership(ChangeMembers::RemoveNodes([id].into()), false).await.map(|_| ()).map_err(change_error)
 }
 
 /// Forms the cluster (module docs); returns once this server's log has a
-/// membership.
+/// membership. With `bootstrap_expect` 0 this server never bootstraps: it
+/// only joins a cluster formed already.
 pub async fn form(
     raft: Raft<TypeConfig>,
     membership: Arc<Membership>,
@@ -228,7 +223,7 @@ pub async fn form(
         }
         let known = membership.known.lock().clone();
         let lowest = known.keys().next().copied();
-        if known.len() >= bootstrap_expect && lowest == Some(membership.id) {
+        if bootstrap_expect > 0 && known.len() >= bootstrap_expect && lowest == Some(membership.id) {
             tracing::info!(servers = known.len(), "bootstrapping the cluster");
             match raft.initialize(known).await {
                 Ok(()) => return,

@@ -75,7 +75,8 @@ pub struct ClusterSetup {
     pub membership: Arc<Membership>,
     /// Its server-to-server endpoint.
     pub peers: Arc<transport::peer::Peers>,
-    /// Form a new cluster once this many servers know each other.
+    /// Form a new cluster once this many servers know each other (0: never
+    /// form one, only join one formed already).
     pub bootstrap_expect: usize,
     /// Server-to-server addresses to say hello to while forming.
     pub join: Vec<String>,
@@ -278,6 +279,21 @@ impl Durable {
             network::kinds::JOIN => Some(cluster::answer_join(&self.raft, request).await),
             _ => network::serve(&self.raft, kind, request).await,
         }
+    }
+
+    /// Asks the server at server-to-server address `addr` who it is.
+    pub async fn hello(&self, addr: &str) -> Result<(u64, ServerNode), String> {
+        let cluster = self.cluster.as_ref().ok_or("this server is not one of a cluster")?;
+        let target = cluster::resolve(addr).map_err(|error| format!("{addr}: {error}"))?;
+        let hello = postcard::to_allocvec(&cluster.membership.hello(&self.raft)).map_err(|error| error.to_string())?;
+        let answer = cluster
+            .peers
+            .call(target, network::kinds::HELLO, &hello, Duration::from_secs(5))
+            .await
+            .map_err(|error| error.to_string())?;
+        let theirs: cluster::Hello =
+            postcard::from_bytes(&answer).map_err(|error| format!("{addr} answered a malformed hello: {error}"))?;
+        Ok((theirs.id, theirs.node))
     }
 
     /// Adds server `id` at `node` as a voter (leader only).
@@ -484,7 +500,7 @@ async fn start_clustered(
     let id = cluster.membership.id;
     let raft = Raft::new(id, config, network, log, machine).await.map_err(|error| raft_error(&error))?;
     if !raft.is_initialized().await.map_err(|error| raft_error(&error))? {
-        if cluster.bootstrap_expect <= 1 {
+        if cluster.bootstrap_expect == 1 {
             let members = BTreeMap::from([(id, cluster.membership.node.clone())]);
             raft.initialize(members).await.map_err(|error| raft_error(&error))?;
         } else {

@@ -5,7 +5,7 @@ use std::path::Path;
 use anyhow::{bail, Context, Result};
 use replication::RaftInfo;
 
-use super::{fields, print_json};
+use super::{fields, print_json, table, text};
 use crate::api_client::ApiClient;
 
 /// `drover operator snapshot save FILE`: the server takes a snapshot and
@@ -82,4 +82,42 @@ pub fn print_raft_info(info: &RaftInfo, json_out: bool) -> Result<()> {
     pairs.push(("Snapshots kept", info.snapshots.len().to_string()));
     print!("{}", fields(&pairs));
     Ok(())
+}
+
+/// `drover operator raft list-peers`: Nomad's table.
+pub async fn list_peers(api: &ApiClient) -> Result<i32> {
+    let configuration = api.get("/v1/operator/raft/configuration").await?.json()?;
+    let rows: Vec<Vec<String>> = configuration["Servers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|server| {
+            let state = if server["Leader"].as_bool() == Some(true) { "leader" } else { "follower" };
+            vec![
+                text(server, "Node"),
+                text(server, "ID"),
+                text(server, "Address"),
+                state.to_string(),
+                server["Voter"].as_bool().unwrap_or(false).to_string(),
+                text(server, "RaftProtocol"),
+            ]
+        })
+        .collect();
+    print!("{}", table(&["Node", "ID", "Address", "State", "Voter", "RaftProtocol"], &rows));
+    Ok(0)
+}
+
+/// `drover operator raft add-voter ADDRESS`.
+pub async fn add_voter(api: &ApiClient, address: &str) -> Result<i32> {
+    let path = format!("/v1/operator/raft/peer?address={address}");
+    let added = api.request("PUT", &path, None).await?.json()?;
+    println!("Added server {} ({}) as a voter", text(&added, "Node"), text(&added, "Added"));
+    Ok(0)
+}
+
+/// `drover operator raft remove-peer -peer-id ID`.
+pub async fn remove_peer(api: &ApiClient, id: &str) -> Result<i32> {
+    let removed = api.request("DELETE", &format!("/v1/operator/raft/peer?id={id}"), None).await?.json()?;
+    println!("Removed peer with id {:?}", text(&removed, "Removed"));
+    Ok(0)
 }

@@ -16,6 +16,9 @@ pub async fn members(api: &ApiClient, json_out: bool) -> Result<i32> {
         return Ok(0);
     }
     let leader = leader.as_str().unwrap_or_default().to_string();
+    // A cluster's members carry Drover's raft view too (Nomad shows none).
+    let clustered =
+        members["Members"].as_array().into_iter().flatten().any(|member| member["Tags"]["raft_role"].is_string());
     let rows: Vec<Vec<String>> = members["Members"]
         .as_array()
         .into_iter()
@@ -23,7 +26,7 @@ pub async fn members(api: &ApiClient, json_out: bool) -> Result<i32> {
         .map(|member| {
             let tags = &member["Tags"];
             let address = format!("{}:{}", text(member, "Addr"), text(tags, "port"));
-            vec![
+            let mut row = vec![
                 text(member, "Name"),
                 text(member, "Addr"),
                 text(member, "Port"),
@@ -33,10 +36,17 @@ pub async fn members(api: &ApiClient, json_out: bool) -> Result<i32> {
                 text(tags, "build"),
                 text(tags, "dc"),
                 text(tags, "region"),
-            ]
+            ];
+            if clustered {
+                row.extend(["raft_role", "term", "last_index", "health"].map(|tag| text(tags, tag)));
+            }
+            row
         })
         .collect();
-    let header = ["Name", "Address", "Port", "Status", "Leader", "Protocol", "Build", "Datacenter", "Region"];
+    let mut header = vec!["Name", "Address", "Port", "Status", "Leader", "Protocol", "Build", "Datacenter", "Region"];
+    if clustered {
+        header.extend(["Raft Role", "Term", "Last Index", "Health"]);
+    }
     print!("{}", table(&header, &rows));
     Ok(0)
 }

@@ -1,8 +1,14 @@
 //! The operator endpoints over the durable state: `GET /v1/operator/snapshot`
 //! (a consistent snapshot of the whole state, as Nomad's `nomad operator
 //! snapshot save` fetches it), `GET /v1/operator/raft/configuration`
-//! (Nomad's shape, one voter) and `GET /v1/operator/raft/info` (Drover's:
-//! the log range and the snapshots on disk, for `drover operator raft info`).
+//! (Nomad's shape: every server, its raft id, whether it votes and leads),
+//! `DELETE /v1/operator/raft/peer?id=ID` (Nomad's remove-peer), `PUT
+//! /v1/operator/raft/peer?address=HOST:PORT` (Drover's add-voter: the
+//! server at that server-to-server address is asked who it is, added as a
+//! learner, caught up, then made a voter) and `GET /v1/operator/raft/info`
+//! (Drover's: the log range and the snapshots on disk, for `drover
+//! operator raft info`). Membership changes are the leader's: a follower
+//! forwards them.
 //!
 //! A server without a data dir keeps its state in memory: these answer 400
 //! saying so. Restoring (`PUT /v1/operator/snapshot` in Nomad) is done on
@@ -31,6 +37,7 @@ pub fn routes() -> Router<ApiState> {
     Router::new()
         .route("/v1/operator/snapshot", get(save).put(restore).post(restore))
         .route("/v1/operator/raft/configuration", get(configuration))
+        .route("/v1/operator/raft/peer", axum::routing::delete(remove_peer).put(add_voter).post(add_voter))
         .route("/v1/operator/raft/info", get(info))
 }
 
@@ -79,13 +86,74 @@ async fn raft_info(state: &ApiState) -> Result<replication::RaftInfo, ApiError> 
 async fn configuration(State(state): State<ApiState>, params: Params) -> Result<Reply, ApiError> {
     let info = raft_info(&state).await?;
     let agent = &state.agent;
-    let id = replication::NODE_ID.to_string();
-    let body = json!({
-        "Index": info.last_applied.map_or(0, |log_id| log_id.index),
-        "Servers": [{"ID": id, "Node": format!("{}.{}", agent.name, agent.region),
-                     "Address": agent.rpc_addr.to_string(), "Leader": true, "Voter": true, "RaftProtocol": "3"}],
-    });
+    let servers = match state.leadership.durable().filter(|_| state.leadership.is_clustered()) {
+        Some(durable) => {
+            let metrics = durable.metrics();
+            let membership = metrics.membership_config.membership();
+            let voters: Vec<u64> = membership.voter_ids().collect();
+            membership
+                .nodes()
+                .map(|(id, node)| {
+                    json!({"ID": id.to_string(), "Node": format!("{}.{}", node.name, agent.region),
+                           "Address": node.rpc, "Leader": metrics.current_leader == Some(*id),
+                           "Voter": voters.contains(id), "RaftProtocol": "3"})
+                })
+                .collect()
+        }
+        None => {
+            vec![json!({"ID": replication::NODE_ID.to_string(), "Node": format!("{}.{}", agent.name, agent.region),
+                            "Address": agent.rpc_addr.to_string(), "Leader": true, "Voter": true, "RaftProtocol": "3"})]
+        }
+    };
+    let body = json!({"Index": info.last_applied.map_or(0, |log_id| log_id.index), "Servers": servers});
     Ok(Reply::json(&body, params.pretty(), Some(state.leadership.store().latest_index())))
+}
+
+/// The durable state of a server of a cluster, or 400.
+fn clustered(state: &ApiState) -> Result<Arc<Durable>, ApiError> {
+    state
+        .leadership
+        .durable()
+        .filter(|_| state.leadership.is_clustered())
+        .cloned()
+        .ok_or_else(|| ApiError::BadRequest("this server is not one of a cluster (--bootstrap-expect, --join)".into()))
+}
+
+fn membership_error(error: replication::cluster::AddError) -> ApiError {
+    match error {
+        replication::cluster::AddError::NotLeader(_) => ApiError::NoLeader(error.to_string()),
+        replication::cluster::AddError::Failed(why) => ApiError::BadRequest(why),
+    }
+}
+
+/// `DELETE /v1/operator/raft/peer?id=ID`: removes a server from the cluster.
+async fn remove_peer(State(state): State<ApiState>, params: Params) -> Result<Reply, ApiError> {
+    let durable = clustered(&state)?;
+    let text = params.get("id").ok_or_else(|| ApiError::BadRequest("missing id (the server's raft id)".into()))?;
+    let id: u64 = text.parse().map_err(|_| ApiError::BadRequest(format!("raft id {text:?} is not a number")))?;
+    tokio::task::spawn_blocking(move || durable.remove_peer(id))
+        .await
+        .map_err(|error| ApiError::Internal(error.to_string()))?
+        .map_err(membership_error)?;
+    tracing::info!(id, "server removed from the cluster");
+    Ok(Reply::json(&json!({"Removed": id.to_string()}), params.pretty(), None))
+}
+
+/// `PUT /v1/operator/raft/peer?address=HOST:PORT` (Drover's): adds the
+/// server at that server-to-server address as a voter.
+async fn add_voter(State(state): State<ApiState>, params: Params) -> Result<Reply, ApiError> {
+    let durable = clustered(&state)?;
+    let address = params
+        .get("address")
+        .ok_or_else(|| ApiError::BadRequest("missing address (the new server's server-to-server host:port)".into()))?;
+    let (id, node) = durable.hello(address).await.map_err(ApiError::BadRequest)?;
+    let name = node.name.clone();
+    tokio::task::spawn_blocking(move || durable.add_voter(id, node))
+        .await
+        .map_err(|error| ApiError::Internal(error.to_string()))?
+        .map_err(membership_error)?;
+    tracing::info!(id, %name, "server added to the cluster as a voter");
+    Ok(Reply::json(&json!({"Added": id.to_string(), "Node": name}), params.pretty(), None))
 }
 
 /// `GET /v1/operator/raft/info`: the log range, the snapshots and the
