@@ -544,6 +544,9 @@ impl Agent {
                         // than queue for a new handshake. A server that
                         // answers nothing several times in a row is gone (a
                         // killed process sends no close): try the next one.
+                        // Refusals for want of a leader count too: a server
+                        // that stays without one (it is cut off, or has not
+                        // caught up since its restart) is left for another.
                         Err(error) if error.is_transient() && unanswered + 1 < MAX_UNANSWERED => {
                             unanswered += 1;
                             tracing::debug!(node = %self.node.id, %error, "heartbeat not answered; retrying");

@@ -74,6 +74,8 @@ pub struct Leadership {
     leading: tokio::sync::watch::Sender<bool>,
     /// Times this server became the leader.
     gained: AtomicU64,
+    /// Set at shutdown: the services never start again.
+    closed: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Leadership {
@@ -92,6 +94,7 @@ impl Leadership {
             services: RwLock::new(Some(Arc::new(server))),
             leading: tokio::sync::watch::Sender::new(true),
             gained: AtomicU64::new(1),
+            closed: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -104,6 +107,7 @@ impl Leadership {
             services: RwLock::new(None),
             leading: tokio::sync::watch::Sender::new(false),
             gained: AtomicU64::new(0),
+            closed: std::sync::atomic::AtomicBool::new(false),
         });
         let weak = Arc::downgrade(&leadership);
         durable.watch_leadership(Arc::new(move |leads| {
@@ -153,7 +157,8 @@ impl Leadership {
     fn lead(&self) {
         let Some(durable) = &self.durable else { return };
         let mut services = self.services.write();
-        if services.is_some() {
+        // A server shutting down may still win an election: it does not lead.
+        if services.is_some() || self.closed.load(Ordering::Acquire) {
             return;
         }
         let server = Server::start_with(self.config.clone(), SystemClock::shared(), durable.writer());
@@ -170,8 +175,19 @@ impl Leadership {
         self.leading.send_replace(true);
     }
 
-    /// Stops the leader services, leaving the store to raft. Idempotent;
-    /// also how a server shuts down.
+    /// Stops the leader services for good: how a server shuts down (a
+    /// leadership won after this starts nothing).
+    pub fn close(&self) {
+        self.refuse_leading();
+        self.follow();
+    }
+
+    /// From now on, a leadership won starts nothing (shutting down).
+    pub fn refuse_leading(&self) {
+        self.closed.store(true, Ordering::Release);
+    }
+
+    /// Stops the leader services, leaving the store to raft. Idempotent.
     pub fn follow(&self) {
         let taken = self.services.write().take();
         self.leading.send_replace(false);

@@ -344,10 +344,23 @@ fn open_durable(options: &DurableOptions, cluster: Option<ClusterSetup>) -> Resu
 
 /// Stops the leader services, then raft, then the store (module docs).
 /// Blocks: run it off the async workers.
+///
+/// A server of a cluster stops raft first: its leader services' in-flight
+/// writes may never commit (the other servers may be gone already, so there
+/// is no quorum), and with raft stopped they fail at once instead of holding
+/// the services' threads; the next leader redoes their evals from the store.
 fn stop_engine(leadership: &Leadership, durable: Option<&Durable>) {
-    leadership.follow();
-    if let Some(durable) = durable {
-        durable.shutdown();
+    match durable {
+        Some(durable) if leadership.is_clustered() => {
+            leadership.refuse_leading();
+            durable.shutdown();
+            leadership.close();
+        }
+        Some(durable) => {
+            leadership.close();
+            durable.shutdown();
+        }
+        None => leadership.close(),
     }
     leadership.store().shutdown();
 }

@@ -161,6 +161,24 @@ impl Member {
         answer.json().expect("JSON").as_str().unwrap_or_default().to_string()
     }
 
+    /// Waits until this server's own state (a stale read, blocking on each
+    /// write) has every agent's node ready.
+    async fn all_nodes_ready(&self) {
+        bounded("every agent's node ready", async {
+            let mut index = 0;
+            loop {
+                let answer = self.api.get(&format!("/v1/nodes?stale&index={index}&wait=30s")).await.expect("nodes");
+                let list = answer.json().expect("JSON");
+                let ready = list.as_array().expect("a list").iter().filter(|node| node["Status"] == "ready").count();
+                if ready == NODES as usize {
+                    return;
+                }
+                index = answer.index.expect("X-Nomad-Index");
+            }
+        })
+        .await
+    }
+
     /// This server's own job ids once its state has passed `index` (a
     /// stale read, blocking until then).
     async fn jobs_after(&self, index: u64) -> (u64, BTreeSet<String>) {
@@ -302,7 +320,8 @@ fn check(report: &ClusterReport, ledger: &Ledger) {
         assert_eq!(counts.desired, u64::from(*count), "job {id}");
         assert_eq!(counts.live, counts.desired, "job {id} runs {} of {count}", counts.live);
     }
-    assert_eq!(report.nodes_ready, NODES as u64, "every node is ready");
+    let statuses = (report.nodes_ready, report.nodes_initializing, report.nodes_down, report.nodes_disconnected);
+    assert_eq!(statuses, (NODES as u64, 0, 0, 0), "every node is ready (ready, initializing, down, disconnected)");
     assert!(report.nodes_oversubscribed.is_empty(), "{:?}", report.nodes_oversubscribed);
     assert!(report.port_collisions.is_empty(), "{:?}", report.port_collisions);
     assert_eq!(report.evals_pending, 0, "pending evals");
@@ -318,19 +337,40 @@ async fn acknowledged(acks: &mut mpsc::UnboundedReceiver<()>, count: usize, what
     .await;
 }
 
-/// The member that leads now, found through `asked` (retrying while an
-/// election is still settling).
-async fn leader_of(members: &[Member], asked: usize) -> usize {
+/// The member that leads now: the running member that names itself the
+/// leader. While none does (an election), the next acknowledged write says
+/// the election is over.
+async fn leader_of(members: &[Member], acks: &mut mpsc::UnboundedReceiver<()>) -> usize {
     bounded("a known leader", async {
         loop {
-            let leader = members[asked].leader().await;
-            if let Some(found) = members.iter().position(|member| member.rpc.to_string() == leader) {
-                return found;
+            for (n, member) in members.iter().enumerate().filter(|(_, member)| member.process.is_some()) {
+                if member.leader().await == member.rpc.to_string() {
+                    return n;
+                }
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            acks.recv().await.expect("writers running");
         }
     })
     .await
+}
+
+/// Starts `count` writers over `servers`; their ledger, the stop switch,
+/// the acknowledgements and the tasks.
+fn start_writers(
+    count: usize,
+    servers: &[SocketAddr],
+    operators: &Arc<ClientEndpoints>,
+) -> (Arc<Ledger>, watch::Sender<bool>, mpsc::UnboundedReceiver<()>, Vec<tokio::task::JoinHandle<()>>) {
+    let ledger = Arc::new(Ledger::default());
+    let (stop, stopped) = watch::channel(false);
+    let (ack, acks) = mpsc::unbounded_channel();
+    let tasks = (0..count)
+        .map(|n| {
+            let task = writer(n, servers.to_vec(), operators.clone(), ledger.clone(), ack.clone(), stopped.clone());
+            tokio::spawn(task)
+        })
+        .collect();
+    (ledger, stop, acks, tasks)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -347,22 +387,11 @@ async fn the_cluster_survives_its_leader_being_killed_again_and_again() {
     let (stop_agents, agent_counters, agents) = start_agents(&servers, &material(&dir, "global-client-drover"));
     let operators =
         Arc::new(ClientEndpoints::bind(1, &material(&dir, "global-cli-drover")).expect("operator endpoint"));
-    let ledger = Arc::new(Ledger::default());
-    let (stop_writers, writers_stopped) = watch::channel(false);
-    let (ack, mut acks) = mpsc::unbounded_channel();
-    let writers: Vec<_> = (0..WRITERS)
-        .map(|n| {
-            let task =
-                writer(n, servers.clone(), operators.clone(), ledger.clone(), ack.clone(), writers_stopped.clone());
-            tokio::spawn(task)
-        })
-        .collect();
-    drop(ack);
-
-    let mut asked = 0;
+    let (ledger, stop_writers, mut acks, writers) = start_writers(WRITERS, &servers, &operators);
+    members[0].all_nodes_ready().await;
     for round in 0..FAILOVERS {
         acknowledged(&mut acks, WRITES_PER_PHASE, "writes before the kill").await;
-        let leader = leader_of(&members, asked).await;
+        let leader = leader_of(&members, &mut acks).await;
         println!("round {round}: killing the leader {}", members[leader].name);
         members[leader].kill_9();
         // Acknowledgements queued before the kill do not count; of those
@@ -370,8 +399,7 @@ async fn the_cluster_survives_its_leader_being_killed_again_and_again() {
         // leader just before it died, the rest by a new one.
         while acks.try_recv().is_ok() {}
         acknowledged(&mut acks, WRITES_PER_PHASE, "writes after the kill (a new leader)").await;
-        asked = (leader + 1) % SERVERS;
-        let new_leader = leader_of(&members, asked).await;
+        let new_leader = leader_of(&members, &mut acks).await;
         assert_ne!(new_leader, leader, "a killed server cannot lead");
         let connection =
             bounded("an operator connection", operators.connect(members[new_leader].rpc)).await.expect("connects");
@@ -385,17 +413,20 @@ async fn the_cluster_survives_its_leader_being_killed_again_and_again() {
         members[leader].start(&dir, Some(&join)).await;
     }
     acknowledged(&mut acks, WRITES_PER_PHASE, "writes with the last server back").await;
+    let leader = leader_of(&members, &mut acks).await;
     let _ = stop_writers.send(true);
     for writer in writers {
         bounded("a writer's end", writer).await.expect("writer");
     }
 
     // Everything settles on the leader; every server catches up to it.
-    let leader = leader_of(&members, 0).await;
     let connection = bounded("an operator connection", operators.connect(members[leader].rpc)).await.expect("connects");
     let report = loop {
         let report = bounded("the report", connection.report()).await.expect("report");
-        if report.evals_pending == 0 && report.jobs.iter().all(|job| job.live == job.desired) {
+        // An agent that lost its server in the last election may still be
+        // on its way back: its node is ready again once it is.
+        let settled = report.evals_pending == 0 && report.jobs.iter().all(|job| job.live == job.desired);
+        if settled && report.nodes_ready == NODES as u64 {
             break report;
         }
         let (_, _) = members[leader].jobs_after(report.index).await;
@@ -457,7 +488,12 @@ async fn an_operator_adds_a_voter_and_removes_it_again() {
     for member in &mut members[..SERVERS] {
         member.start(&dir, Some(&join)).await;
     }
-    let leader = leader_of(&members, 0).await;
+    let servers: Vec<SocketAddr> = members[..SERVERS].iter().map(|member| member.rpc).collect();
+    let operators =
+        Arc::new(ClientEndpoints::bind(1, &material(&dir, "global-cli-drover")).expect("operator endpoint"));
+    let (_, stop_writer, mut acks, writer) = start_writers(1, &servers, &operators);
+    acknowledged(&mut acks, 1, "a first write (the cluster formed)").await;
+    let leader = leader_of(&members, &mut acks).await;
     let listed = cli(&dir, &members[leader], &["server", "members"]);
     assert_eq!(rows_with(&listed, 4, "true"), 1, "one leader among the members:\n{listed}");
     assert_eq!(listed.lines().count(), SERVERS + 1, "every server is a member:\n{listed}");
@@ -474,7 +510,6 @@ async fn an_operator_adds_a_voter_and_removes_it_again() {
     let id = peers.lines().find(|line| line.starts_with("server-4")).and_then(|line| line.split_whitespace().nth(1));
     let id = id.unwrap_or_else(|| panic!("server-4 is listed:\n{peers}")).to_string();
     // The new voter holds the cluster's state: a write through it lands.
-    let operators = ClientEndpoints::bind(1, &material(&dir, "global-cli-drover")).expect("operator endpoint");
     let connection = bounded("an operator connection", operators.connect(members[fourth].rpc)).await.expect("connects");
     let index =
         bounded("a write through the new server", connection.submit_job(job("added", 1))).await.expect("written");
@@ -488,6 +523,10 @@ async fn an_operator_adds_a_voter_and_removes_it_again() {
     assert_eq!(peers.lines().count(), SERVERS + 1, "three servers again:\n{peers}");
     assert!(!peers.contains("server-4"), "{peers}");
 
+    let _ = stop_writer.send(true);
+    for writer in writer {
+        bounded("the writer's end", writer).await.expect("writer");
+    }
     for member in &mut members {
         member.terminate().await;
     }

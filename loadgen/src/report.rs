@@ -297,6 +297,7 @@ impl Report {
             println!("  wrongly marked away        {}", n.wrongly_marked_down);
             if n.servers > 1 {
                 println!("  servers                    {}", n.servers);
+                println!("  (engine counters, server CPU and RSS are the last leader's, since it took over)");
                 println!("  leader elections (kills)   {}", n.leader_elections);
                 if let Some(failover) = n.failover_ms {
                     println!("  failover ms                p50 {:.0}  max {:.0}", failover.p50, failover.max);
