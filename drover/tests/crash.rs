@@ -24,7 +24,6 @@ use std::time::Duration;
 
 use drover::agent::{Agent, AgentSettings, NoObserver};
 use drover::api_client::ApiClient;
-use engine::structs::{Job, JobType, Node, NodeId, Resources};
 use rand::{Rng, SeedableRng};
 use tokio::sync::{mpsc, watch};
 use transport::client::{ClientConnection, ClientEndpoints};
@@ -33,7 +32,7 @@ use transport::tls::TlsMaterial;
 
 mod common;
 
-use common::{bounded, drover, first_line, temp_dir};
+use common::{bounded, drover, first_line, mock_node, service_job as job, temp_dir};
 
 /// SIGKILLs across the run.
 const KILLS: usize = 24;
@@ -164,20 +163,6 @@ impl ServerProcess {
             }
         }
     }
-}
-
-fn mock_node(n: u128) -> Node {
-    let mut node = Node::new_ready(NodeId::from_u128(n), "dc1", "", Resources::new(64_000, 65_536, 10_000));
-    node.attributes.remove("driver.exec");
-    node.attributes.insert("driver.mock".into(), "1".into());
-    node.computed_class = node.compute_class();
-    node
-}
-
-fn job(id: &str, count: u32) -> Job {
-    let mut job = Job::new_simple(id, JobType::Service, count, Resources::new(1, 1, 0));
-    job.task_groups[0].tasks[0].driver = "mock".into();
-    job
 }
 
 /// The agents run in this process for the whole test and reconnect to

@@ -25,7 +25,6 @@ use std::time::Duration;
 
 use drover::agent::{Agent, AgentCounters, AgentSettings, NoObserver};
 use drover::api_client::ApiClient;
-use engine::structs::{Job, JobType, Node, NodeId, Resources};
 use tokio::sync::{mpsc, watch};
 use transport::client::{ClientConnection, ClientEndpoints};
 use transport::message::ClusterReport;
@@ -33,7 +32,7 @@ use transport::tls::TlsMaterial;
 
 mod common;
 
-use common::{bounded, drover, first_line, temp_dir};
+use common::{bounded, drover, first_line, mock_node, service_job as job, temp_dir};
 
 const SERVERS: usize = 3;
 /// Leaders killed across the run.
@@ -207,20 +206,6 @@ impl Drop for Member {
             let _ = child.wait();
         }
     }
-}
-
-fn mock_node(n: u128) -> Node {
-    let mut node = Node::new_ready(NodeId::from_u128(n), "dc1", "", Resources::new(64_000, 65_536, 10_000));
-    node.attributes.remove("driver.exec");
-    node.attributes.insert("driver.mock".into(), "1".into());
-    node.computed_class = node.compute_class();
-    node
-}
-
-fn job(id: &str, count: u32) -> Job {
-    let mut job = Job::new_simple(id, JobType::Service, count, Resources::new(1, 1, 0));
-    job.task_groups[0].tasks[0].driver = "mock".into();
-    job
 }
 
 /// Agents that know every server and follow the leader on their own.

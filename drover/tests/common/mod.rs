@@ -79,3 +79,21 @@ pub async fn first_line(child: &mut std::process::Child) -> String {
     });
     bounded("the child's first line", reading).await.expect("reader")
 }
+
+/// A large node offering only the mock driver (the server tests' agents).
+pub fn mock_node(n: u128) -> engine::structs::Node {
+    use engine::structs::{Node, NodeId, Resources};
+    let mut node = Node::new_ready(NodeId::from_u128(n), "dc1", "", Resources::new(64_000, 65_536, 10_000));
+    node.attributes.remove("driver.exec");
+    node.attributes.insert("driver.mock".into(), "1".into());
+    node.computed_class = node.compute_class();
+    node
+}
+
+/// A small service job of `count` mock tasks.
+pub fn service_job(id: &str, count: u32) -> engine::structs::Job {
+    use engine::structs::{Job, JobType, Resources};
+    let mut job = Job::new_simple(id, JobType::Service, count, Resources::new(1, 1, 0));
+    job.task_groups[0].tasks[0].driver = "mock".into();
+    job
+}
