@@ -41,7 +41,7 @@ use serde::{Deserialize, Serialize};
 use transport::frame::Frame;
 use transport::message::{AnyMessage, Refusal, RefusalCode};
 use transport::peer::{PeerAnswer, PeerHandler, Peers};
-use transport::server::{ClientListener, Route, RouteAnswer};
+use transport::server::{ClientListener, HoldAnswer, Route, RouteAnswer};
 
 use crate::http::ApiState;
 
@@ -63,6 +63,14 @@ const HTTP_TIMEOUT: Duration = Duration::from_secs(11 * 60);
 /// How long a follower waits for its state to catch up with a forwarded
 /// write before answering anyway.
 const CATCH_UP: Duration = Duration::from_secs(5);
+/// How long a call waits for a leader before it is refused with "no
+/// cluster leader", the default of
+/// [`ClusterOptions::hold`](crate::server::ClusterOptions::hold). An
+/// election or a new leader's read barrier is then a slow answer rather
+/// than an error and a retry (Nomad holds RPCs the same way, for 5 s).
+/// It is shorter than an agent's heartbeat timeout (3 s), so a held
+/// heartbeat is answered or refused before the agent gives up on it.
+pub const HOLD: Duration = Duration::from_millis(2500);
 
 /// This server's leader services, while it leads (module docs).
 pub struct Leadership {
@@ -76,6 +84,17 @@ pub struct Leadership {
     gained: AtomicU64,
     /// Set at shutdown: the services never start again.
     closed: std::sync::atomic::AtomicBool,
+    /// How long [`Leadership::settle`] waits for a leader.
+    hold: Duration,
+}
+
+/// Who serves a call, once the cluster has a leader.
+#[derive(Debug)]
+pub enum Settled {
+    /// This server, with its leader services.
+    Leads(Arc<Server>),
+    /// Another server: its raft id and server-to-server address.
+    Follows(u64, SocketAddr),
 }
 
 impl std::fmt::Debug for Leadership {
@@ -95,11 +114,13 @@ impl Leadership {
             leading: tokio::sync::watch::Sender::new(true),
             gained: AtomicU64::new(1),
             closed: std::sync::atomic::AtomicBool::new(false),
+            hold: Duration::ZERO,
         })
     }
 
-    /// A server of a cluster: follows until raft says it leads.
-    pub fn clustered(config: ServerConfig, durable: Arc<Durable>) -> Arc<Leadership> {
+    /// A server of a cluster: follows until raft says it leads. Calls wait
+    /// up to `hold` for a leader ([`Leadership::settle`]).
+    pub fn clustered(config: ServerConfig, durable: Arc<Durable>, hold: Duration) -> Arc<Leadership> {
         let leadership = Arc::new(Leadership {
             config,
             store: durable.store().clone(),
@@ -108,6 +129,7 @@ impl Leadership {
             leading: tokio::sync::watch::Sender::new(false),
             gained: AtomicU64::new(0),
             closed: std::sync::atomic::AtomicBool::new(false),
+            hold,
         });
         let weak = Arc::downgrade(&leadership);
         durable.watch_leadership(Arc::new(move |leads| {
@@ -131,6 +153,45 @@ impl Leadership {
     /// barrier, so `true` means this server takes writes).
     pub fn watch(&self) -> tokio::sync::watch::Receiver<bool> {
         self.leading.subscribe()
+    }
+
+    /// Who serves a call: this server once its leader services run, or
+    /// the server raft names the leader. During an election, or while
+    /// this server passes its read barrier, it waits for either, at most
+    /// the hold; then the error says why there is no leader.
+    pub async fn settle(&self) -> Result<Settled, String> {
+        let Some(durable) = &self.durable else {
+            return self.leader().map(Settled::Leads).ok_or_else(|| "this server does not lead".to_string());
+        };
+        // Subscribed before looking, so no change between is missed.
+        let mut leading = self.leading.subscribe();
+        let mut metrics = durable.raft().metrics();
+        let wait = async {
+            loop {
+                if let Some(server) = self.leader() {
+                    return Ok(Settled::Leads(server));
+                }
+                if let Some((id, node)) = durable.leader().filter(|(id, _)| *id != durable.id()) {
+                    let addr = replication::cluster::resolve(&node.peer).map_err(|error| error.to_string())?;
+                    return Ok(Settled::Follows(id, addr));
+                }
+                tokio::select! {
+                    _ = leading.changed() => {}
+                    changed = metrics.changed() => {
+                        if changed.is_err() {
+                            return Err("raft has stopped on this server".to_string());
+                        }
+                    }
+                }
+            }
+        };
+        match tokio::time::timeout(self.hold, wait).await {
+            Ok(settled) => settled,
+            Err(_) => Err(match leader_peer(durable) {
+                Err(why) => format!("{why} (waited {:?})", self.hold),
+                Ok(_) => "no cluster leader; try again".to_string(),
+            }),
+        }
     }
 
     /// The store (replicated on every server; reads are served from it).
@@ -265,6 +326,17 @@ impl Route for ClusterRoute {
         })
     }
 
+    fn hold(&self) -> HoldAnswer {
+        let leadership = self.leadership.clone();
+        Box::pin(async move {
+            match leadership.settle().await {
+                Ok(Settled::Leads(server)) => Ok(Some(server.nodes())),
+                Ok(Settled::Follows(..)) => Ok(None),
+                Err(message) => Err(Refusal { code: RefusalCode::NoLeader, message }),
+            }
+        })
+    }
+
     fn servers(&self) -> Vec<String> {
         client_addresses(&self.durable)
     }
@@ -332,14 +404,12 @@ pub async fn forward_http(State(state): State<ApiState>, request: Request, next:
         return next.run(request).await;
     }
     let durable = leadership.durable().expect("a clustered server is durable");
-    let leader = match leader_peer(durable) {
-        Ok(leader) => leader,
-        Err(why) => return crate::http::error::ApiError::NoLeader(why).into_response(),
+    let relayed = match leadership.settle().await {
+        Ok(Settled::Leads(_)) => return next.run(request).await,
+        Ok(Settled::Follows(id, addr)) => relay(durable, &peers, (id, addr), request).await,
+        Err(why) => Err(why),
     };
-    match relay(durable, &peers, leader, request).await {
-        Ok(response) => response,
-        Err(why) => crate::http::error::ApiError::NoLeader(why).into_response(),
-    }
+    relayed.unwrap_or_else(|why| crate::http::error::ApiError::NoLeader(why).into_response())
 }
 
 /// Sends `request` to the leader at `leader` and rebuilds its answer.

@@ -990,6 +990,7 @@ fn cluster_options(
         // --join alone joins a cluster formed already; it never forms one.
         bootstrap_expect: bootstrap_expect.unwrap_or(0),
         join,
+        hold: drover::cluster::HOLD,
     }))
 }
 

@@ -71,6 +71,9 @@ pub struct ClusterOptions {
     pub bootstrap_expect: usize,
     /// Server-to-server addresses of other servers, to find the cluster.
     pub join: Vec<String>,
+    /// How long a call waits for a leader during an election before it is
+    /// refused ([`crate::cluster::HOLD`] by default).
+    pub hold: std::time::Duration,
 }
 
 /// Where and how a server keeps its state on disk.
@@ -187,7 +190,7 @@ impl RunningServer {
             }
         };
         let _ = handler.durable.set(durable.clone());
-        let leadership = Leadership::clustered(options.engine.clone(), durable.clone());
+        let leadership = Leadership::clustered(options.engine.clone(), durable.clone(), cluster.hold);
         let clock = SystemClock::shared();
         // The follower's endpoint serves allocation watches from the
         // replicated store; it never writes (the route forwards writes).

@@ -9,21 +9,28 @@
 //! - after healing, the old leader's write fails (it was never committed),
 //!   the old leader steps down, and all three servers converge on the same
 //!   state: the writes acknowledged, and not the minority's.
+//!
+//! And before the cluster has a leader at all, a client's call is held
+//! until it has one (up to the server's hold), or refused at once by a
+//! server without a hold.
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use drover::server::{ClusterOptions, DurableOptions, RunningServer, ServerOptions};
 use engine::server::ServerConfig;
-use engine::structs::{Job, JobType, Resources};
+use engine::structs::{Job, JobType, NodeId, Resources};
 use parking_lot::RwLock;
 use tokio::net::UdpSocket;
+use transport::client::ClientEndpoints;
+use transport::message::RefusalCode;
 use transport::tls::TlsMaterial;
 
 mod common;
 
-use common::{bounded, temp_dir};
+use common::{bounded, mock_node, temp_dir};
 
 /// A relay in front of one server's server-to-server endpoint: datagrams
 /// from the other servers go through it, both ways, unless their server
@@ -133,37 +140,56 @@ async fn jobs_at(member: &Member, index: u64) -> Vec<String> {
     ids
 }
 
+/// Three relays, one per server to come, and their addresses (what the
+/// servers advertise and join).
+async fn relays() -> (Vec<UdpSocket>, Vec<String>) {
+    let mut fronts = Vec::new();
+    for _ in 0..3 {
+        fronts.push(UdpSocket::bind("127.0.0.1:0").await.expect("relay"));
+    }
+    let join = fronts.iter().map(|front| front.local_addr().expect("bound").to_string()).collect();
+    (fronts, join)
+}
+
+/// Starts server `n` of three behind `front`; calls wait up to `hold` for a leader.
+async fn start_member(
+    dir: &std::path::Path,
+    n: usize,
+    front: UdpSocket,
+    join: &[String],
+    tls: &TlsMaterial,
+    hold: Duration,
+) -> Member {
+    let peer = free_udp();
+    let options = ServerOptions {
+        bind: free_udp(),
+        advertise: None,
+        engine: ServerConfig { workers: 1, ..ServerConfig::default() },
+        tls: tls.clone(),
+        http: None,
+        durable: Some(DurableOptions::under(&dir.join(format!("data-{n}")), replication::DurableConfig::default())),
+        cluster: Some(ClusterOptions {
+            name: format!("server-{n}"),
+            peer_bind: peer,
+            advertise_peer: Some(join[n].clone()),
+            bootstrap_expect: 3,
+            join: join.to_vec(),
+            hold,
+        }),
+    };
+    let server = RunningServer::start(options).expect("starts");
+    Member { server, peer, relay: relay(front, peer).await }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partitioned_leader_stops_acknowledging_and_the_cluster_converges_after_healing() {
     transport::install_crypto_provider();
     let dir = temp_dir("partition");
     let (_ca, server_tls, _client_tls) = TlsMaterial::dev_pair().expect("dev material");
-    let fronts = [
-        UdpSocket::bind("127.0.0.1:0").await.expect("relay"),
-        UdpSocket::bind("127.0.0.1:0").await.expect("relay"),
-        UdpSocket::bind("127.0.0.1:0").await.expect("relay"),
-    ];
-    let join: Vec<String> = fronts.iter().map(|front| front.local_addr().expect("bound").to_string()).collect();
+    let (fronts, join) = relays().await;
     let mut members = Vec::new();
     for (n, front) in fronts.into_iter().enumerate() {
-        let peer = free_udp();
-        let options = ServerOptions {
-            bind: free_udp(),
-            advertise: None,
-            engine: ServerConfig { workers: 1, ..ServerConfig::default() },
-            tls: server_tls.clone(),
-            http: None,
-            durable: Some(DurableOptions::under(&dir.join(format!("data-{n}")), replication::DurableConfig::default())),
-            cluster: Some(ClusterOptions {
-                name: format!("server-{n}"),
-                peer_bind: peer,
-                advertise_peer: Some(join[n].clone()),
-                bootstrap_expect: 3,
-                join: join.clone(),
-            }),
-        };
-        let server = RunningServer::start(options).expect("starts");
-        members.push(Member { server, peer, relay: relay(front, peer).await });
+        members.push(start_member(&dir, n, front, &join, &server_tls, drover::cluster::HOLD).await);
     }
 
     let leader = a_leader_among(&members, &[0, 1, 2]).await;
@@ -194,5 +220,47 @@ async fn a_partitioned_leader_stops_acknowledging_and_the_cluster_converges_afte
     for member in members {
         member.server.shutdown().await;
     }
+    std::fs::remove_dir_all(&dir).expect("clean up");
+}
+
+/// Before the cluster has its first leader (two of the three servers it
+/// expects are up), a server with no hold refuses a client's call at once
+/// with "no cluster leader", and a server with a hold keeps the call
+/// until the third server starts and a leader is elected, then answers
+/// it: the registration is then in every server's state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_is_held_until_the_cluster_has_a_leader() {
+    transport::install_crypto_provider();
+    let dir = temp_dir("hold");
+    let (_ca, server_tls, client_tls) = TlsMaterial::dev_pair().expect("dev material");
+    let (mut fronts, join) = relays().await;
+    let last = fronts.pop().expect("three relays");
+    let mut fronts = fronts.into_iter();
+    let mut members = vec![
+        start_member(&dir, 0, fronts.next().expect("a relay"), &join, &server_tls, Duration::ZERO).await,
+        start_member(&dir, 1, fronts.next().expect("a relay"), &join, &server_tls, common::WATCHDOG).await,
+    ];
+    let clients = Arc::new(ClientEndpoints::bind(1, &client_tls).expect("client endpoint"));
+
+    let impatient = bounded("a connection", clients.connect(members[0].server.local_addr())).await.expect("connects");
+    let refused = bounded("a refusal", impatient.register(mock_node(1))).await.expect_err("no leader yet");
+    assert_eq!(refused.refusal(), Some(RefusalCode::NoLeader), "{refused}");
+
+    let patient = bounded("a connection", clients.connect(members[1].server.local_addr())).await.expect("connects");
+    let held = tokio::spawn(async move { patient.register(mock_node(2)).await });
+    members.push(start_member(&dir, 2, last, &join, &server_tls, drover::cluster::HOLD).await);
+    let reply = bounded("the held registration", held).await.expect("joined").expect("answered once a leader leads");
+    for member in &members {
+        let store = member.server.leadership().store().clone();
+        bounded("a server catching up", store.wait_for_index(reply.index)).await.expect("store running");
+        let snapshot = store.snapshot();
+        assert!(snapshot.node(NodeId::from_u128(2)).is_some(), "the held registration is missing");
+        assert!(snapshot.node(NodeId::from_u128(1)).is_none(), "the refused registration was applied");
+    }
+
+    for member in members {
+        member.server.shutdown().await;
+    }
+    clients.close().await;
     std::fs::remove_dir_all(&dir).expect("clean up");
 }

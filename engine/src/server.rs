@@ -47,7 +47,7 @@ use crate::plan::apply::{PlanApplier, PlanApplierConfig, PlanApplierHandle, Plan
 use crate::plan::queue::PlanQueue;
 use crate::router::Router;
 use crate::state::{StateStore, Writer};
-use crate::structs::{EvalStatus, JobType};
+use crate::structs::{EvalStatus, JobType, NodeStatus};
 use crate::worker::{WorkerConfig, WorkerContext, WorkerPool, WorkerStats};
 
 /// Unblock indexes older than this are forgotten.
@@ -162,9 +162,20 @@ impl Core {
     /// the router follows every write from now on, the pending and blocked
     /// evals already stored go back to the broker and the tracker, and every
     /// live node gets the failover heartbeat TTL.
+    ///
+    /// Capacity changes are not stored, and a blocked eval that the last
+    /// leader released is still stored as blocked until a worker finishes
+    /// it: had that leader gone first, the eval would wait for a change
+    /// that came already. So every ready node counts as changed at the
+    /// state's index, and each stored blocked eval that could use one of
+    /// them runs once more (those that cannot stay parked).
     pub fn lead(&self) {
         self.store.set_hook(Some(Box::new(self.router.clone())));
         let snapshot = self.store.snapshot();
+        for node in snapshot.nodes().filter(|node| node.status == NodeStatus::Ready) {
+            self.blocked.unblock(node.computed_class, snapshot.index());
+            self.blocked.unblock_node(node.id, snapshot.index());
+        }
         for eval in snapshot.evals().filter(|eval| matches!(eval.status, EvalStatus::Pending | EvalStatus::Blocked)) {
             self.router.route_eval(eval);
         }
@@ -406,3 +417,7 @@ fn spawn_timers(core: Arc<Core>, stopping: Arc<AtomicBool>) -> JoinHandle<()> {
         })
         .expect("spawning the timer thread")
 }
+
+#[cfg(test)]
+#[path = "server_test.rs"]
+mod server_test;

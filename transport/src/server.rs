@@ -93,12 +93,22 @@ pub trait Route: Send + Sync + 'static {
     /// client's next call here sees its write). `operator`: the client
     /// presented an operator certificate.
     fn forward(&self, request: Vec<u8>, operator: bool) -> RouteAnswer;
+    /// Waits, a bounded time, until the cluster has a leader while it has
+    /// none (an election, or this server passing its read barrier): the
+    /// node endpoint when this server leads by then, `None` when another
+    /// server does, a [`RefusalCode::NoLeader`] refusal when the wait ends
+    /// without one.
+    fn hold(&self) -> HoldAnswer;
     /// The client addresses of the servers, the leader's first.
     fn servers(&self) -> Vec<String>;
 }
 
 /// What [`Route::forward`] answers: the reply frame's bytes, or why not.
 pub type RouteAnswer = std::pin::Pin<Box<dyn std::future::Future<Output = Result<Vec<u8>, Refusal>> + Send>>;
+
+/// What [`Route::hold`] answers.
+pub type HoldAnswer =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Option<NodeEndpoint>, Refusal>> + Send>>;
 
 /// What the listener serves with.
 struct Service {
@@ -184,15 +194,18 @@ impl ClientListener {
         let reply = match Frame::decode_within(request, MAX_REQUEST) {
             Ok(Some((frame, _))) => {
                 let request_id = frame.request_id;
-                match service.leading() {
-                    Some(nodes) => match service.reply(&nodes, FORWARDED, operator, &frame).await {
+                // The follower sent it here because raft names this server
+                // the leader; it is never sent on again.
+                match service.settle().await {
+                    Ok(Serve::Here(nodes)) => match service.reply(&nodes, FORWARDED, operator, &frame).await {
                         Ok(reply) => reply,
                         Err(Failure::Malformed(error)) => {
                             Refusal { code: RefusalCode::Malformed, message: error.to_string() }.to_frame(request_id)
                         }
                         Err(Failure::Refused(error)) => service.refusal(FORWARDED, &error).to_frame(request_id),
                     },
-                    None => no_leader().to_frame(request_id),
+                    Ok(Serve::Leader(_)) => no_leader().to_frame(request_id),
+                    Err(refusal) => refusal.to_frame(request_id),
                 }
             }
             Ok(None) => Refusal { code: RefusalCode::Malformed, message: "a truncated frame".into() }.to_frame(0),
@@ -348,10 +361,10 @@ async fn serve_stream(
             Err(error) => refuse_malformed(service, remote, &mut send, &mut recv, request_id, &error.to_string()).await,
         };
     }
-    let outcome = match (service.leading(), service.route.get()) {
-        (Some(nodes), _) => service.reply(&nodes, remote, operator, &frame).await,
-        (None, Some(route)) => Ok(forward(route.as_ref(), &frame, operator).await),
-        (None, None) => service.reply(&service.nodes, remote, operator, &frame).await,
+    let outcome = match service.settle().await {
+        Ok(Serve::Here(nodes)) => service.reply(&nodes, remote, operator, &frame).await,
+        Ok(Serve::Leader(route)) => Ok(forward(route.as_ref(), &frame, operator).await),
+        Err(refusal) => Ok(refusal.to_frame(request_id)),
     };
     let reply = match outcome {
         Ok(reply) => reply,
@@ -363,6 +376,14 @@ async fn serve_stream(
     if let Err(error) = write_last_frame(&mut send, &reply).await {
         tracing::debug!(%remote, %error, "could not answer a client call");
     }
+}
+
+/// Who serves a node call ([`Service::settle`]).
+enum Serve {
+    /// This server, with this node endpoint.
+    Here(NodeEndpoint),
+    /// The leader, another server, through the route.
+    Leader(Arc<dyn Route>),
 }
 
 /// The remote address logged for a call another server forwarded.
@@ -391,13 +412,20 @@ async fn forward(route: &dyn Route, frame: &Frame, operator: bool) -> Frame {
 }
 
 impl Service {
-    /// The node endpoint to serve node calls with: the leader's when
-    /// routed (none while following), else the listener's own.
-    fn leading(&self) -> Option<NodeEndpoint> {
-        match self.route.get() {
-            Some(route) => route.leading(),
-            None => Some(self.nodes.clone()),
+    /// Who serves node calls: the listener's own endpoint when not routed;
+    /// when routed, the leader services' while this server leads, the
+    /// leader through the route while another server does, and while
+    /// there is none, whichever of the two the hold ends with
+    /// ([`Route::hold`]).
+    async fn settle(&self) -> Result<Serve, Refusal> {
+        let Some(route) = self.route.get() else { return Ok(Serve::Here(self.nodes.clone())) };
+        if let Some(nodes) = route.leading() {
+            return Ok(Serve::Here(nodes));
         }
+        Ok(match route.hold().await? {
+            Some(nodes) => Serve::Here(nodes),
+            None => Serve::Leader(route.clone()),
+        })
     }
 
     /// Serves one request frame other than a watch with `nodes`; its reply frame.
