@@ -96,12 +96,13 @@ impl DurableOptions {
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     /// Its durable state could not be opened or recovered.
-    #[error("opening the data dir {dir}: {source}")]
+    #[error("opening the data dir {dir}: {why}")]
     Durable {
         /// The server's data dir.
         dir: PathBuf,
-        /// Why.
-        source: replication::DurableError,
+        /// Why (in the message, so not also a source: a report of the
+        /// error chain would say it twice).
+        why: replication::DurableError,
     },
     /// A listener could not be bound.
     #[error(transparent)]
@@ -327,7 +328,7 @@ fn open_durable(options: &DurableOptions, cluster: Option<ClusterSetup>) -> Resu
     })
     .join()
     .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-    let durable = opened.map_err(|source| StartError::Durable { dir: options.dir.clone(), source })?;
+    let durable = opened.map_err(|why| StartError::Durable { dir: options.dir.clone(), why })?;
     let recovery = durable.recovery();
     for refused in &recovery.refused {
         tracing::warn!(dir = %options.dir.display(), "a snapshot was refused, recovering from the one before it: {refused}");

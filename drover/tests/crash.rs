@@ -97,11 +97,22 @@ fn free_ports() -> (u16, u16) {
     (udp, tcp)
 }
 
-async fn start_server(certs: &Certs, data_dir: &Path, (port, http_port): (u16, u16)) -> ServerProcess {
+async fn start_server(certs: &Certs, data_dir: &Path, ports: (u16, u16)) -> ServerProcess {
+    start_server_with(certs, data_dir, ports, &[]).await
+}
+
+/// [`start_server`] with more flags.
+async fn start_server_with(
+    certs: &Certs,
+    data_dir: &Path,
+    (port, http_port): (u16, u16),
+    flags: &[&str],
+) -> ServerProcess {
     let mut child = drover()
         .args(["server", "--bind", "127.0.0.1", "--workers", "2", "--print-address", "--snapshot-every", "8"])
         .args(["--port", &port.to_string(), "--http-port", &http_port.to_string()])
         .args(certs.server_flags())
+        .args(flags)
         .arg("--data-dir")
         .arg(data_dir)
         .args(["--log-level", "warn"])
@@ -441,5 +452,43 @@ fn a_server_without_a_data_dir_is_refused_unless_in_dev_mode() {
     let error = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(2), "{error}");
     assert!(error.contains("data_dir"), "{error}");
+    std::fs::remove_dir_all(&dir).expect("clean up");
+}
+
+/// A data dir is refused, saying what to do, by a server started the
+/// other way: a one-server cluster's by a server started alone, a lone
+/// server's by a server of a cluster. Neither waits for an election it
+/// cannot win, and neither changes the data dir.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_data_dir_is_refused_by_a_server_started_the_other_way() {
+    let dir = temp_dir("other-way");
+    let certs = Certs::create(&dir);
+    let (lone, clustered) = (dir.join("lone"), dir.join("clustered"));
+    let peer_port = std::net::UdpSocket::bind("127.0.0.1:0").expect("udp").local_addr().expect("addr").port();
+    let cluster_flags = ["--bootstrap-expect", "1", "--peer-port", &peer_port.to_string()];
+    start_server(&certs, &lone, free_ports()).await.terminate().await;
+    start_server_with(&certs, &clustered, free_ports(), &cluster_flags).await.terminate().await;
+
+    let refused = |data_dir: &Path, flags: &[&str]| {
+        let (port, http_port) = free_ports();
+        let mut command = drover();
+        command.args(["server", "--bind", "127.0.0.1", "--port", &port.to_string()]);
+        command.args(["--http-port", &http_port.to_string()]);
+        command.args(certs.server_flags()).args(flags).arg("--data-dir").arg(data_dir).args(["--log-level", "warn"]);
+        async move {
+            let output = tokio::task::spawn_blocking(move || command.output().expect("runs"));
+            let output = bounded("the server's refusal", output).await.expect("waiter");
+            assert!(!output.status.success(), "the server started");
+            String::from_utf8_lossy(&output.stderr).into_owned()
+        }
+    };
+    let error = refused(&clustered, &[]).await;
+    assert!(error.contains("holds the raft log of a cluster of 1 servers"), "{error}");
+    let error = refused(&lone, &cluster_flags).await;
+    assert!(error.contains("holds the state of a server run alone"), "{error}");
+
+    // Both still start the way they were made.
+    start_server(&certs, &lone, free_ports()).await.terminate().await;
+    start_server_with(&certs, &clustered, free_ports(), &cluster_flags).await.terminate().await;
     std::fs::remove_dir_all(&dir).expect("clean up");
 }

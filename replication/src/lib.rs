@@ -102,6 +102,10 @@ pub enum DurableError {
     /// raft refused its configuration or failed to start.
     #[error("raft: {0}")]
     Raft(String),
+    /// The log's servers do not fit how this server was started
+    /// ([`check_membership`]).
+    #[error("{0}")]
+    Membership(String),
 }
 
 fn io_error(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> DurableError {
@@ -206,10 +210,18 @@ impl Durable {
         let raft_config = raft_config(config)?;
         let started = Instant::now();
         let from_index = machine.last_applied().map_or(0, |log_id| log_id.index);
-        let raft = match &cluster {
-            None => block_on(runtime.spawn(start_raft(raft_config, log.clone(), machine.clone())))?,
+        let raft_started = match &cluster {
+            None => block_on(runtime.spawn(start_raft(raft_config, log.clone(), machine.clone()))),
             Some(cluster) => {
-                block_on(runtime.spawn(start_clustered(raft_config, log.clone(), machine.clone(), cluster.clone())))?
+                block_on(runtime.spawn(start_clustered(raft_config, log.clone(), machine.clone(), cluster.clone())))
+            }
+        };
+        let raft = match raft_started {
+            Ok(raft) => raft,
+            Err(error) => {
+                // Dropping a runtime on an async worker thread is not allowed.
+                runtime.shutdown_background();
+                return Err(error);
             }
         };
         let replayed = machine.last_applied().map_or(0, |log_id| log_id.index).saturating_sub(from_index);
@@ -469,6 +481,7 @@ async fn start_raft(
     let raft_error = |error: &dyn std::fmt::Display| DurableError::Raft(error.to_string());
     let raft = Raft::new(NODE_ID, config, NoNetworkFactory, log, machine).await.map_err(|error| raft_error(&error))?;
     if raft.is_initialized().await.map_err(|error| raft_error(&error))? {
+        check_membership(&raft, NODE_ID, false).await?;
         raft.trigger().elect().await.map_err(|error| raft_error(&error))?;
     } else {
         let members = BTreeMap::from([(NODE_ID, ServerNode::default())]);
@@ -499,7 +512,9 @@ async fn start_clustered(
     let network = PeerNetworkFactory::new(cluster.peers.clone());
     let id = cluster.membership.id;
     let raft = Raft::new(id, config, network, log, machine).await.map_err(|error| raft_error(&error))?;
-    if !raft.is_initialized().await.map_err(|error| raft_error(&error))? {
+    if raft.is_initialized().await.map_err(|error| raft_error(&error))? {
+        check_membership(&raft, id, true).await?;
+    } else {
         if cluster.bootstrap_expect == 1 {
             let members = BTreeMap::from([(id, cluster.membership.node.clone())]);
             raft.initialize(members).await.map_err(|error| raft_error(&error))?;
@@ -514,6 +529,51 @@ async fn start_clustered(
         }
     }
     Ok(raft)
+}
+
+/// Refuses a log whose servers do not fit how this server was started,
+/// rather than wait forever for an election it cannot win: a cluster's log
+/// on a server started alone, and, on a server of a cluster (raft id
+/// `id`), a log that does not name it (a server run alone, or one removed
+/// from its cluster). raft stops before the error is returned.
+async fn check_membership(raft: &Raft<TypeConfig>, id: u64, clustered: bool) -> Result<(), DurableError> {
+    let membership = raft
+        .with_raft_state(|state| state.membership_state.effective().membership().clone())
+        .await
+        .map_err(|error| DurableError::Raft(error.to_string()))?;
+    let alone = membership.voter_ids().eq([NODE_ID]);
+    let servers: Vec<String> = membership
+        .nodes()
+        .map(
+            |(server, node)| {
+                if node.name.is_empty() {
+                    server.to_string()
+                } else {
+                    format!("{} ({server})", node.name)
+                }
+            },
+        )
+        .collect();
+    let refusal = match (clustered, alone) {
+        (false, true) => return Ok(()),
+        (true, _) if membership.nodes().any(|(server, _)| *server == id) => return Ok(()),
+        (false, false) => format!(
+            "this data dir holds the raft log of a cluster of {} servers ({}): start this server with its \
+             cluster's settings (bootstrap_expect or join)",
+            servers.len(),
+            servers.join(", ")
+        ),
+        (true, true) => "this data dir holds the state of a server run alone (no bootstrap_expect or join): \
+             a server of a cluster cannot start on it; start it with an empty data dir"
+            .to_string(),
+        (true, false) => format!(
+            "this server (raft id {id}) is not among the servers its own log names ({}): it was removed from \
+             its cluster; start it with an empty data dir and join to add it again",
+            servers.join(", ")
+        ),
+    };
+    let _ = raft.shutdown().await;
+    Err(DurableError::Membership(refusal))
 }
 
 /// Each time a snapshot is taken, purges the log up to the older of the
