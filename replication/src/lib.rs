@@ -533,9 +533,10 @@ async fn start_clustered(
 
 /// Refuses a log whose servers do not fit how this server was started,
 /// rather than wait forever for an election it cannot win: a cluster's log
-/// on a server started alone, and, on a server of a cluster (raft id
-/// `id`), a log that does not name it (a server run alone, or one removed
-/// from its cluster). raft stops before the error is returned.
+/// on a server started alone, and a lone server's log on a server of a
+/// cluster (raft id `id`). raft stops before the error is returned. A log
+/// of a cluster that does not name this server only gets a warning: the
+/// server may be being added (its log stops short of the entry adding it).
 async fn check_membership(raft: &Raft<TypeConfig>, id: u64, clustered: bool) -> Result<(), DurableError> {
     let membership = raft
         .with_raft_state(|state| state.membership_state.effective().membership().clone())
@@ -566,11 +567,18 @@ async fn check_membership(raft: &Raft<TypeConfig>, id: u64, clustered: bool) -> 
         (true, true) => "this data dir holds the state of a server run alone (no bootstrap_expect or join): \
              a server of a cluster cannot start on it; start it with an empty data dir"
             .to_string(),
-        (true, false) => format!(
-            "this server (raft id {id}) is not among the servers its own log names ({}): it was removed from \
-             its cluster; start it with an empty data dir and join to add it again",
-            servers.join(", ")
-        ),
+        // A server being added has the log before the entry that adds it:
+        // it waits for the leader. One removed from its cluster waits forever.
+        (true, false) => {
+            tracing::warn!(
+                id,
+                servers = %servers.join(", "),
+                "this server is not among the servers its own log names: a server being added waits for the \
+                 leader; one removed from its cluster waits forever (start it with an empty data dir and join \
+                 to add it again)"
+            );
+            return Ok(());
+        }
     };
     let _ = raft.shutdown().await;
     Err(DurableError::Membership(refusal))
