@@ -352,6 +352,12 @@ impl Snapshot {
                 placed_on: existing.node_id,
             });
         }
+        // An ended client status is final: once the allocation no longer
+        // holds its ports and resources, another may have taken them. (One
+        // the servers stopped stays terminal whatever its client says.)
+        if existing.client_terminal() && !existing.server_terminal() && !update.client_status.is_terminal() {
+            return Err(StateError::AllocEnded { alloc_id: update.alloc_id, status: existing.client_status });
+        }
         Ok(existing.clone())
     }
 

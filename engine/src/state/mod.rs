@@ -137,6 +137,15 @@ pub enum StateError {
         /// The last position applied.
         last: u64,
     },
+    /// A client reported an allocation live again after it had ended on
+    /// the client: its ports and resources may be another's by now.
+    #[error("allocation {alloc_id} already ended ({status:?}); a client cannot report it live again")]
+    AllocEnded {
+        /// The allocation.
+        alloc_id: AllocId,
+        /// The client status it ended with.
+        status: crate::structs::ClientStatus,
+    },
 }
 
 /// Why [`StateStore::snapshot_min_index`] returned without a snapshot.

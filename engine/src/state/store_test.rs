@@ -258,6 +258,61 @@ fn client_updates_record_the_node_index_and_freed_capacity() {
     assert_eq!(snapshot.node(alloc.node_id).expect("node").last_alloc_update_index, failed.index);
 }
 
+/// A failed allocation frees its port, a new one takes it, and then the
+/// failed one's client says it runs: the update is refused (it would hold
+/// the port twice) and nothing else changes.
+#[test]
+fn a_client_cannot_report_an_ended_allocation_live_again() {
+    let store = StateStore::new();
+    store.apply(Command::UpsertNode { node: node(1), evals: vec![] }).expect("node");
+    let web = job("web");
+    register(&store, &web);
+    let with_port = |index: u32| {
+        let stored = store.snapshot().job(&web.key()).expect("job").clone();
+        let mut alloc = Allocation::new_placement(&stored, "group", index, NodeId::from_u128(1), EvalId::from_u128(1));
+        alloc.ports = vec![crate::structs::AllocatedPort {
+            label: "http".into(),
+            value: 20_000,
+            to: 0,
+            host_ip: "10.0.0.1".into(),
+        }];
+        store
+            .apply(Command::ApplyPlanResults {
+                eval_id: EvalId::from_u128(1),
+                allocs: vec![alloc.clone()],
+                evals: vec![],
+                time: Timestamp(5),
+            })
+            .expect("placed");
+        alloc
+    };
+    let update = |alloc: &Allocation, status| Command::UpdateAllocsFromClient {
+        updates: vec![ClientAllocUpdate {
+            alloc_id: alloc.id,
+            node_id: alloc.node_id,
+            client_status: status,
+            client_description: String::new(),
+            task_states: Default::default(),
+        }],
+        evals: vec![],
+        time: Timestamp(7),
+    };
+    let first = with_port(0);
+    store.apply(update(&first, ClientStatus::Failed)).expect("failed");
+    let second = with_port(1);
+
+    let applied = store.apply(update(&first, ClientStatus::Running)).expect("the command applies");
+    let refused = StateError::AllocEnded { alloc_id: first.id, status: ClientStatus::Failed };
+    assert_eq!(applied.refused_updates, vec![(first.id, refused)]);
+    let snapshot = store.snapshot();
+    assert_eq!(snapshot.alloc(first.id).expect("alloc").client_status, ClientStatus::Failed);
+    assert!(snapshot.port_collisions().is_empty());
+    assert_eq!(snapshot.node_ports(second.node_id).map(|ports| ports.iter().collect::<Vec<_>>()), Some(vec![20_000]));
+    // A terminal report about it is still taken.
+    store.apply(update(&first, ClientStatus::Complete)).expect("complete");
+    assert!(store.snapshot().alloc(first.id).expect("alloc").client_terminal());
+}
+
 #[test]
 fn secondary_indexes_follow_writes() {
     let store = StateStore::new();
