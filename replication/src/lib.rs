@@ -543,18 +543,11 @@ async fn check_membership(raft: &Raft<TypeConfig>, id: u64, clustered: bool) -> 
         .await
         .map_err(|error| DurableError::Raft(error.to_string()))?;
     let alone = membership.voter_ids().eq([NODE_ID]);
-    let servers: Vec<String> = membership
-        .nodes()
-        .map(
-            |(server, node)| {
-                if node.name.is_empty() {
-                    server.to_string()
-                } else {
-                    format!("{} ({server})", node.name)
-                }
-            },
-        )
-        .collect();
+    let label = |(server, node): (&u64, &ServerNode)| match node.name.as_str() {
+        "" => server.to_string(),
+        name => format!("{name} ({server})"),
+    };
+    let servers: Vec<String> = membership.nodes().map(label).collect();
     let refusal = match (clustered, alone) {
         (false, true) => return Ok(()),
         (true, _) if membership.nodes().any(|(server, _)| *server == id) => return Ok(()),
