@@ -1103,6 +1103,7 @@ fn agent(args: AgentArgs) -> Result<(), Failure> {
     let mut node = local_node(&args, &file, identity, (mock, raw_exec));
     let runtime = runtime()?;
     runtime.block_on(async move {
+        let mut signals = drover::server::ShutdownSignals::catch()?;
         let endpoints = Arc::new(ClientEndpoints::bind(1, &tls)?);
         let quic = endpoints.own_config()?;
         let (stop, stopped) = watch::channel(false);
@@ -1114,7 +1115,7 @@ fn agent(args: AgentArgs) -> Result<(), Failure> {
             agent = agent.with_tasks(tasks);
         }
         let running = tokio::spawn(async move { agent.run(stopped).await });
-        let signal = drover::server::shutdown_signal().await?;
+        let signal = signals.recv().await;
         tracing::info!(signal, "agent stopping");
         let _ = stop.send(true);
         let _ = running.await;
@@ -1182,6 +1183,7 @@ fn dev(args: DevArgs) -> Result<(), Failure> {
     }
     let runtime = runtime()?;
     runtime.block_on(async move {
+        let mut signals = drover::server::ShutdownSignals::catch()?;
         let options = ServerOptions {
             bind: SocketAddr::from(([127, 0, 0, 1], args.port)),
             advertise: None,
@@ -1268,7 +1270,7 @@ fn dev(args: DevArgs) -> Result<(), Failure> {
                 Err(error) => tracing::error!(job = %id, %error, "job refused"),
             }
         }
-        let signal = drover::server::shutdown_signal().await?;
+        let signal = signals.recv().await;
         tracing::info!(signal, "dev agent stopping");
         let _ = stop.send(true);
         let _ = running_agent.await;

@@ -428,6 +428,7 @@ fn raft_id(dir: &std::path::Path) -> Result<u64, StartError> {
 pub fn run_until_signal(options: ServerOptions, print_address: bool) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async move {
+        let mut signals = ShutdownSignals::catch()?;
         let running = RunningServer::start(options)?;
         let addr = running.local_addr();
         tracing::info!(%addr, "drover server listening (QUIC, mutual TLS)");
@@ -442,7 +443,7 @@ pub fn run_until_signal(options: ServerOptions, print_address: bool) -> anyhow::
             // One write; a reader that went away is no reason to stop serving.
             let _ = std::io::Write::write_all(&mut std::io::stdout(), lines.as_bytes());
         }
-        let signal = shutdown_signal().await?;
+        let signal = signals.recv().await;
         tracing::info!(
             signal,
             "shutting down: no new connections, finishing in-flight evals, then closing connections"
@@ -490,16 +491,33 @@ fn start_http(options: &HttpOptions, tls: &TlsMaterial, parts: HttpParts<'_>) ->
     Ok(server)
 }
 
-/// Waits for SIGINT or SIGTERM; names the one that came.
-pub async fn shutdown_signal() -> anyhow::Result<&'static str> {
-    use anyhow::Context;
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut terminate = signal(SignalKind::terminate()).context("listening for SIGTERM")?;
-    let mut interrupt = signal(SignalKind::interrupt()).context("listening for SIGINT")?;
-    Ok(tokio::select! {
-        _ = terminate.recv() => "SIGTERM",
-        _ = interrupt.recv() => "SIGINT",
-    })
+/// SIGTERM and SIGINT, caught from [`ShutdownSignals::catch`] on: made
+/// before a process says it is up, so a signal that comes before anyone
+/// waits for it is kept rather than ending the process by default.
+#[derive(Debug)]
+pub struct ShutdownSignals {
+    terminate: tokio::signal::unix::Signal,
+    interrupt: tokio::signal::unix::Signal,
+}
+
+impl ShutdownSignals {
+    /// Catches both signals from now on (inside a tokio runtime).
+    pub fn catch() -> anyhow::Result<ShutdownSignals> {
+        use anyhow::Context;
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(ShutdownSignals {
+            terminate: signal(SignalKind::terminate()).context("listening for SIGTERM")?,
+            interrupt: signal(SignalKind::interrupt()).context("listening for SIGINT")?,
+        })
+    }
+
+    /// Waits for the first of them; names the one that came.
+    pub async fn recv(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.terminate.recv() => "SIGTERM",
+            _ = self.interrupt.recv() => "SIGINT",
+        }
+    }
 }
 
 /// The operator calls over the engine (on the leader: a follower's are
