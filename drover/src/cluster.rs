@@ -93,8 +93,8 @@ pub struct Leadership {
 pub enum Settled {
     /// This server, with its leader services.
     Leads(Arc<Server>),
-    /// Another server: its raft id and server-to-server address.
-    Follows(u64, SocketAddr),
+    /// Another server ([`leader_peer`] finds it).
+    Follows,
 }
 
 impl std::fmt::Debug for Leadership {
@@ -163,17 +163,21 @@ impl Leadership {
         let Some(durable) = &self.durable else {
             return self.leader().map(Settled::Leads).ok_or_else(|| "this server does not lead".to_string());
         };
-        // Subscribed before looking, so no change between is missed.
+        let settled = || match self.leader() {
+            Some(server) => Some(Settled::Leads(server)),
+            None => durable.leader().filter(|(id, _)| *id != durable.id()).map(|_| Settled::Follows),
+        };
+        // Most calls find a leader at once: nothing to subscribe to.
+        if let Some(settled) = settled() {
+            return Ok(settled);
+        }
+        // Subscribed before looking again, so no change between is missed.
         let mut leading = self.leading.subscribe();
         let mut metrics = durable.raft().metrics();
         let wait = async {
             loop {
-                if let Some(server) = self.leader() {
-                    return Ok(Settled::Leads(server));
-                }
-                if let Some((id, node)) = durable.leader().filter(|(id, _)| *id != durable.id()) {
-                    let addr = replication::cluster::resolve(&node.peer).map_err(|error| error.to_string())?;
-                    return Ok(Settled::Follows(id, addr));
+                if let Some(settled) = settled() {
+                    return Ok(settled);
                 }
                 tokio::select! {
                     _ = leading.changed() => {}
@@ -331,7 +335,7 @@ impl Route for ClusterRoute {
         Box::pin(async move {
             match leadership.settle().await {
                 Ok(Settled::Leads(server)) => Ok(Some(server.nodes())),
-                Ok(Settled::Follows(..)) => Ok(None),
+                Ok(Settled::Follows) => Ok(None),
                 Err(message) => Err(Refusal { code: RefusalCode::NoLeader, message }),
             }
         })
@@ -406,7 +410,10 @@ pub async fn forward_http(State(state): State<ApiState>, request: Request, next:
     let durable = leadership.durable().expect("a clustered server is durable");
     let relayed = match leadership.settle().await {
         Ok(Settled::Leads(_)) => return next.run(request).await,
-        Ok(Settled::Follows(id, addr)) => relay(durable, &peers, (id, addr), request).await,
+        Ok(Settled::Follows) => match leader_peer(durable) {
+            Ok(leader) => relay(durable, &peers, leader, request).await,
+            Err(why) => Err(why),
+        },
         Err(why) => Err(why),
     };
     relayed.unwrap_or_else(|why| crate::http::error::ApiError::NoLeader(why).into_response())

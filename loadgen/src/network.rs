@@ -377,13 +377,7 @@ impl Operator {
             }
             self.retried.fetch_add(1, Ordering::Relaxed);
             last_error = Some(error);
-            {
-                let mut current = self.current.lock().await;
-                if let Some(connection) = current.1.take() {
-                    connection.close();
-                }
-                current.0 += 1;
-            }
+            move_on(&mut *self.current.lock().await);
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         bail!("the operator call failed {OPERATOR_TRIES} times, last: {last_error:?}")
@@ -394,10 +388,7 @@ impl Operator {
     async fn avoid(&self, addr: SocketAddr) {
         let mut current = self.current.lock().await;
         if self.addrs[current.0 % self.addrs.len()] == addr {
-            if let Some(connection) = current.1.take() {
-                connection.close();
-            }
-            current.0 += 1;
+            move_on(&mut current);
         }
     }
 
@@ -419,6 +410,14 @@ impl Operator {
         }
         self.endpoints.close().await;
     }
+}
+
+/// Closes the operator's current connection; the next call goes to the next server.
+fn move_on(current: &mut (usize, Option<ClientConnection>)) {
+    if let Some(connection) = current.1.take() {
+        connection.close();
+    }
+    current.0 += 1;
 }
 
 /// What killing the leader measured.

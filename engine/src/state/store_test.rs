@@ -22,8 +22,17 @@ fn register(store: &StateStore, job: &Job) -> Applied {
 }
 
 fn place(store: &StateStore, job: &Job, node_id: NodeId, index: u32) -> Allocation {
+    place_alloc(store, placement(store, job, node_id, index))
+}
+
+/// Allocation `index` of the stored `job` on `node_id`, not yet placed.
+fn placement(store: &StateStore, job: &Job, node_id: NodeId, index: u32) -> Allocation {
     let stored = store.snapshot().job(&job.key()).expect("job stored").clone();
-    let alloc = Allocation::new_placement(&stored, "group", index, node_id, EvalId::from_u128(9));
+    Allocation::new_placement(&stored, "group", index, node_id, EvalId::from_u128(9))
+}
+
+/// Places `alloc` through a plan result.
+fn place_alloc(store: &StateStore, alloc: Allocation) -> Allocation {
     store
         .apply(Command::ApplyPlanResults {
             eval_id: EvalId::from_u128(9),
@@ -33,6 +42,21 @@ fn place(store: &StateStore, job: &Job, node_id: NodeId, index: u32) -> Allocati
         })
         .expect("plan applies");
     alloc
+}
+
+/// `alloc`'s client reports `status` at `time`.
+fn client_reports(alloc: &Allocation, status: ClientStatus, time: u64) -> Command {
+    Command::UpdateAllocsFromClient {
+        updates: vec![ClientAllocUpdate {
+            alloc_id: alloc.id,
+            node_id: alloc.node_id,
+            client_status: status,
+            client_description: String::new(),
+            task_states: Default::default(),
+        }],
+        evals: vec![],
+        time: Timestamp(time),
+    }
 }
 
 #[test]
@@ -58,19 +82,7 @@ fn a_reader_snapshot_never_changes_under_it() {
     let alloc = place(&store, &web, NodeId::from_u128(1), 0);
     let before = store.snapshot();
 
-    store
-        .apply(Command::UpdateAllocsFromClient {
-            updates: vec![ClientAllocUpdate {
-                alloc_id: alloc.id,
-                node_id: alloc.node_id,
-                client_status: ClientStatus::Running,
-                client_description: String::new(),
-                task_states: Default::default(),
-            }],
-            evals: vec![],
-            time: Timestamp(6),
-        })
-        .expect("update");
+    store.apply(client_reports(&alloc, ClientStatus::Running, 6)).expect("update");
     store.apply(Command::UpsertNode { node: node(2), evals: vec![] }).expect("second node");
     store.apply(Command::DeregisterJob { job: web.key(), purge: true, eval: None }).expect("purge");
 
@@ -236,17 +248,7 @@ fn client_updates_record_the_node_index_and_freed_capacity() {
     let web = job("web");
     register(&store, &web);
     let alloc = place(&store, &web, NodeId::from_u128(1), 0);
-    let update = |status| Command::UpdateAllocsFromClient {
-        updates: vec![ClientAllocUpdate {
-            alloc_id: alloc.id,
-            node_id: alloc.node_id,
-            client_status: status,
-            client_description: String::new(),
-            task_states: Default::default(),
-        }],
-        evals: vec![],
-        time: Timestamp(7),
-    };
+    let update = |status| client_reports(&alloc, status, 7);
     let running = store.apply(update(ClientStatus::Running)).expect("running");
     assert!(running.capacity_changes.is_empty());
     let failed = store.apply(update(ClientStatus::Failed)).expect("failed");
@@ -268,35 +270,16 @@ fn a_client_cannot_report_an_ended_allocation_live_again() {
     let web = job("web");
     register(&store, &web);
     let with_port = |index: u32| {
-        let stored = store.snapshot().job(&web.key()).expect("job").clone();
-        let mut alloc = Allocation::new_placement(&stored, "group", index, NodeId::from_u128(1), EvalId::from_u128(1));
+        let mut alloc = placement(&store, &web, NodeId::from_u128(1), index);
         alloc.ports = vec![crate::structs::AllocatedPort {
             label: "http".into(),
             value: 20_000,
             to: 0,
             host_ip: "10.0.0.1".into(),
         }];
-        store
-            .apply(Command::ApplyPlanResults {
-                eval_id: EvalId::from_u128(1),
-                allocs: vec![alloc.clone()],
-                evals: vec![],
-                time: Timestamp(5),
-            })
-            .expect("placed");
-        alloc
+        place_alloc(&store, alloc)
     };
-    let update = |alloc: &Allocation, status| Command::UpdateAllocsFromClient {
-        updates: vec![ClientAllocUpdate {
-            alloc_id: alloc.id,
-            node_id: alloc.node_id,
-            client_status: status,
-            client_description: String::new(),
-            task_states: Default::default(),
-        }],
-        evals: vec![],
-        time: Timestamp(7),
-    };
+    let update = |alloc: &Allocation, status| client_reports(alloc, status, 7);
     let first = with_port(0);
     store.apply(update(&first, ClientStatus::Failed)).expect("failed");
     let second = with_port(1);
