@@ -50,7 +50,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 
 /// The largest request body the API reads (a job with many groups fits
-/// well inside); larger ones are refused with 413 before they are read.
+/// well inside); larger ones are refused with 413 (see [`refuse_oversized`]).
 pub const MAX_BODY: usize = 4 * 1024 * 1024;
 
 /// What the handlers share.
@@ -113,7 +113,34 @@ pub fn router(state: ApiState) -> Router {
         .layer(axum::middleware::from_fn_with_state(state.clone(), acl::authorize))
         .layer(axum::middleware::from_fn_with_state(state.clone(), crate::cluster::forward_http))
         .layer(DefaultBodyLimit::max(MAX_BODY))
+        .layer(axum::middleware::from_fn(refuse_oversized))
         .with_state(state)
+}
+
+/// How much of a body declared over [`MAX_BODY`] is read (and dropped)
+/// before the 413: answering while the client still writes, and closing,
+/// leaves it a broken pipe instead of the answer. A body declared larger
+/// still is answered at once.
+const DRAIN_LIMIT: usize = 32 * 1024 * 1024;
+
+/// Answers a request whose declared body is over [`MAX_BODY`] with 413,
+/// after reading the body if it is within [`DRAIN_LIMIT`].
+async fn refuse_oversized(request: axum::extract::Request, next: axum::middleware::Next) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    use http_body_util::BodyExt;
+    let declared = request
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|length| length.to_str().ok()?.parse::<usize>().ok());
+    let Some(length) = declared.filter(|length| *length > MAX_BODY) else {
+        return next.run(request).await;
+    };
+    if length <= DRAIN_LIMIT {
+        let mut body = request.into_body();
+        while let Some(Ok(_)) = body.frame().await {}
+    }
+    let message = format!("Request body too large: {length} bytes, at most {MAX_BODY}");
+    (axum::http::StatusCode::PAYLOAD_TOO_LARGE, message).into_response()
 }
 
 /// A running HTTP API listener.
