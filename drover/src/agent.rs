@@ -186,6 +186,9 @@ pub struct Agent {
     link: Option<watch::Receiver<bool>>,
     /// Real tasks, when `raw_exec` is enabled.
     tasks: Option<TaskSettings>,
+    /// Set once the first push of the servers' allocations is applied
+    /// (task runners restored dead wait for it before restarting).
+    servers_reached: watch::Sender<bool>,
 }
 
 impl std::fmt::Debug for Agent {
@@ -316,6 +319,7 @@ impl Agent {
             observer,
             link: None,
             tasks: None,
+            servers_reached: watch::Sender::new(false),
         }
     }
 
@@ -353,6 +357,7 @@ impl Agent {
                 node: self.node.clone(),
                 data_dir: tasks.data_dir.clone(),
                 events: ended_tx.clone(),
+                servers_reached: self.servers_reached.subscribe(),
             })
         });
         if let Some(runners) = &runners {
@@ -380,6 +385,7 @@ impl Agent {
                     if self.counters.connections.fetch_add(1, Ordering::Relaxed) > 0 {
                         self.counters.reconnects.fetch_add(1, Ordering::Relaxed);
                     }
+                    self.link_logs(Some(&connection));
                     let session = self.session(
                         &connection,
                         &mut local,
@@ -392,6 +398,7 @@ impl Agent {
                         end = session => end,
                         _ = link_down(&mut link) => SessionEnd::Lost("the network link went down".to_string()),
                     };
+                    self.link_logs(None);
                     connection.close();
                     end
                 }
@@ -566,6 +573,7 @@ impl Agent {
                     };
                     self.counters.pushes.fetch_add(1, Ordering::Relaxed);
                     self.apply_push(local, push, ended_tx, runners);
+                    self.servers_reached.send_if_modified(|reached| !std::mem::replace(reached, true));
                     self.collect_garbage(local);
                     if let Err(error) = self.report(connection, local).await {
                         return lost(error);
@@ -861,6 +869,17 @@ impl Agent {
     fn note_logs(&self, alloc: &Allocation, states: &BTreeMap<String, TaskState>) {
         if let Some(fs) = self.tasks.as_ref().and_then(|tasks| tasks.client_fs.as_ref()) {
             fs.note(alloc, states);
+        }
+    }
+
+    /// Tells the logs endpoint which connection checks its callers' tokens.
+    fn link_logs(&self, connection: Option<&ClientConnection>) {
+        if let Some(fs) = self.tasks.as_ref().and_then(|tasks| tasks.client_fs.as_ref()) {
+            fs.link(connection.map(|connection| crate::client_fs::ServerLink {
+                connection: connection.clone(),
+                node_id: self.node.id,
+                secret_id: self.node.secret_id,
+            }));
         }
     }
 

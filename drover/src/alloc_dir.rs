@@ -90,12 +90,18 @@ impl AllocDir {
         self.client.join(format!("{task}.{suffix}"))
     }
 
-    /// Creates every directory for `tasks` (existing ones are kept).
-    pub fn build<'a>(&self, tasks: impl IntoIterator<Item = &'a str>) -> std::io::Result<()> {
-        for dir in [self.logs_dir(), self.shared_dir().join("data"), self.shared_dir().join("tmp"), self.client.clone()]
-        {
+    /// Creates every directory for `tasks` (existing ones are kept). A
+    /// task name that is not one plain path component is refused before
+    /// anything is created: the servers refuse such names, and the agent
+    /// never writes outside an allocation's directories whatever it is given.
+    pub fn build<'a>(&self, tasks: impl IntoIterator<Item = &'a str> + Clone) -> std::io::Result<()> {
+        for task in tasks.clone() {
+            check_name(task)?;
+        }
+        for dir in [self.logs_dir(), self.shared_dir().join("data"), self.shared_dir().join("tmp")] {
             std::fs::create_dir_all(&dir)?;
         }
+        private_dir(&self.client)?;
         for task in tasks {
             std::fs::create_dir_all(self.task_local_dir(task))?;
             std::fs::create_dir_all(self.task_dir(task).join("tmp"))?;
@@ -118,14 +124,45 @@ impl AllocDir {
     }
 }
 
-/// Writes `bytes` to `path` so that a crash leaves the old file or the new
-/// one, never a torn one: a temporary file, fsync, rename, fsync of the
-/// directory.
+/// Refuses a task name that would not stay one directory below an
+/// allocation's: empty, `.`, `..`, with a slash or a NUL character.
+pub fn check_name(name: &str) -> std::io::Result<()> {
+    let mut components = Path::new(name).components();
+    let single = matches!(components.next(), Some(std::path::Component::Normal(_))) && components.next().is_none();
+    if single && !name.contains(['/', '\0']) {
+        Ok(())
+    } else {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("task name {name:?} is not a plain file name: refusing to use it as a path"),
+        ))
+    }
+}
+
+/// Creates `dir` and its parents, the last (the agent's own directories:
+/// they hold tasks' whole environments) readable by the agent's user only.
+pub fn private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+    // One made by an older build keeps its mode through `create`.
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+}
+
+/// Creates (or truncates) `path`, readable and writable by the agent's
+/// user only.
+pub fn private_file(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)
+}
+
+/// Writes `bytes` to `path`, readable by the agent's user only, so that a
+/// crash leaves the old file or the new one, never a torn one: a temporary
+/// file, fsync, rename, fsync of the directory.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     let dir = path.parent().ok_or_else(|| std::io::Error::other("a file path has a parent"))?;
     let temporary = path.with_extension("tmp");
-    let mut file = std::fs::File::create(&temporary)?;
+    let mut file = private_file(&temporary)?;
     file.write_all(bytes)?;
     file.sync_all()?;
     std::fs::rename(&temporary, path)?;
@@ -149,10 +186,25 @@ mod tests {
         let mode = std::fs::metadata(dir.task_secrets_dir("web")).expect("exists").permissions();
         assert_eq!(std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777, 0o700);
         write_atomic(&dir.state_file(), b"{}").expect("writes");
+        let mode = |path: &Path| std::fs::metadata(path).expect("exists").permissions();
+        assert_eq!(std::os::unix::fs::PermissionsExt::mode(&mode(&dir.state_file())) & 0o777, 0o600);
+        assert_eq!(std::os::unix::fs::PermissionsExt::mode(&mode(dir.client_dir())) & 0o777, 0o700);
         assert_eq!(AllocDir::existing(&data_dir), vec![alloc_id]);
         dir.destroy().expect("destroys");
         assert!(!dir.root().exists() && !dir.client_dir().exists());
         dir.destroy().expect("destroying twice is fine");
         std::fs::remove_dir_all(&data_dir).expect("clean up");
+    }
+
+    #[test]
+    fn a_task_name_that_is_a_path_is_refused_and_nothing_is_created() {
+        let data_dir = std::env::temp_dir().join(format!("drover-allocdir-bad-{}", std::process::id()));
+        let dir = AllocDir::new(&data_dir, AllocId::from_u128(8));
+        for bad in ["/tmp/x/escaped", "../../x", "..", ".", "a/b", "", "nul\0"] {
+            let error = dir.build(["web", bad]).expect_err("refused");
+            assert_eq!(error.kind(), std::io::ErrorKind::InvalidInput, "{bad:?}");
+        }
+        assert!(!data_dir.exists(), "nothing was created");
+        assert!(check_name("web.v2").is_ok());
     }
 }

@@ -50,6 +50,9 @@ pub struct RunnerContext {
     pub data_dir: std::path::PathBuf,
     /// Where allocation events go.
     pub events: mpsc::UnboundedSender<AllocEvent>,
+    /// Becomes `true` once the agent has applied the servers' view of its
+    /// allocations (after a restart: what they want stopped is stopping).
+    pub servers_reached: watch::Receiver<bool>,
 }
 
 /// The state file.
@@ -194,7 +197,14 @@ async fn run(
             }
             let env = TaskEnv::new(&alloc, &task, &ctx.node, &dir);
             let task_ctx =
-                TaskContext { driver: ctx.driver.clone(), alloc: alloc.clone(), task, dir: dir.clone(), env };
+                TaskContext {
+                    driver: ctx.driver.clone(),
+                    alloc: alloc.clone(),
+                    task,
+                    dir: dir.clone(),
+                    env,
+                    servers_reached: ctx.servers_reached.clone(),
+                };
             let start_state = state.clone();
             tokio::spawn(task_runner::run(task_ctx, start_state, found, updates_tx.clone(), kill.subscribe()));
         }

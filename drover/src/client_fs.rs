@@ -15,6 +15,14 @@
 //! The address is a flag and config key (`--http-addr`, `client.http_addr`),
 //! and the bound address is advertised in the node's attributes as
 //! `unique.advertise.http`, so the servers and the CLI find it.
+//!
+//! Every request is checked by the servers first: the agent sends the
+//! caller's token (`X-Nomad-Token` or `Authorization: Bearer`) with the
+//! allocation over its QUIC connection, and the server it is connected to
+//! answers from its replicated ACL state whether the token has Nomad's
+//! `read-logs` on the allocation's namespace (with ACLs off, anyone may).
+//! A refused token gets 403; while the agent has no server to ask, 503:
+//! logs are never served unchecked.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -24,13 +32,15 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use base64::Engine as _;
-use engine::structs::{AllocId, Allocation, TaskState, TaskStatus};
+use engine::structs::{AllocId, Allocation, NodeId, TaskState, TaskStatus};
 use serde::Deserialize;
 use tokio::sync::watch;
+use transport::client::{CallError, ClientConnection};
+use transport::message::RefusalCode;
 
 use crate::alloc_dir::AllocDir;
 use crate::logs::{self, LogKind, StreamCursor};
@@ -44,18 +54,64 @@ const FOLLOW_POLL: Duration = Duration::from_millis(250);
 /// The most bytes one read of a log answers without `follow`.
 const MAX_ANSWER: usize = 64 * 1024 * 1024;
 
+/// How long the servers have to answer a token check.
+const ACCESS_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// The allocations whose logs the agent serves.
 #[derive(Debug)]
 pub struct ClientFs {
     data_dir: PathBuf,
     /// Each allocation's tasks and whether each is dead.
     allocs: parking_lot::Mutex<HashMap<AllocId, BTreeMap<String, bool>>>,
+    /// The agent's connection to a server, while it has one: who checks tokens.
+    servers: parking_lot::Mutex<Option<ServerLink>>,
+}
+
+/// The agent's connection to a server and the node it speaks for.
+#[derive(Clone, Debug)]
+pub struct ServerLink {
+    /// The connection.
+    pub connection: ClientConnection,
+    /// The node.
+    pub node_id: NodeId,
+    /// Its secret.
+    pub secret_id: uuid::Uuid,
 }
 
 impl ClientFs {
     /// An endpoint serving the allocations under `data_dir`.
     pub fn new(data_dir: PathBuf) -> Arc<ClientFs> {
-        Arc::new(ClientFs { data_dir, allocs: parking_lot::Mutex::new(HashMap::new()) })
+        Arc::new(ClientFs {
+            data_dir,
+            allocs: parking_lot::Mutex::new(HashMap::new()),
+            servers: parking_lot::Mutex::new(None),
+        })
+    }
+
+    /// The agent's server connection now (`None`: it has none).
+    pub fn link(&self, link: Option<ServerLink>) {
+        *self.servers.lock() = link;
+    }
+
+    /// Asks the servers whether `token` may read `alloc_id`'s logs; the
+    /// answer to send when it may not.
+    async fn check_access(&self, alloc_id: AllocId, token: Option<String>) -> Result<(), Response> {
+        let Some(link) = self.servers.lock().clone() else {
+            let why = "the agent is not connected to a server, so it cannot check the ACL token; try again";
+            return Err(refuse(StatusCode::SERVICE_UNAVAILABLE, why.to_string()));
+        };
+        let asked = link.connection.logs_access(link.node_id, link.secret_id, alloc_id, token);
+        match tokio::time::timeout(ACCESS_TIMEOUT, asked).await {
+            Ok(Ok(_)) => Ok(()),
+            // The refusal's message is Nomad's body ("Permission denied", ...).
+            Ok(Err(CallError::Refused(refusal))) if refusal.code == RefusalCode::Forbidden => {
+                Err(refuse(StatusCode::FORBIDDEN, refusal.message))
+            }
+            Ok(Err(error)) => {
+                Err(refuse(StatusCode::SERVICE_UNAVAILABLE, format!("checking the ACL token with the servers: {error}")))
+            }
+            Err(_) => Err(refuse(StatusCode::SERVICE_UNAVAILABLE, "the servers did not answer the ACL check".to_string())),
+        }
     }
 
     /// Learns an allocation's tasks and which are dead.
@@ -86,21 +142,20 @@ impl ClientFs {
     }
 }
 
-/// Serves `fs` on `addr` until `stop` is set; returns the bound address.
-pub async fn serve(
+/// Serves `fs` on `addr` within `limits` (the API's listener, plain
+/// HTTP) until `stop` is set; returns the bound address. Call within a
+/// tokio runtime.
+pub fn serve(
     fs: Arc<ClientFs>,
     addr: SocketAddr,
+    limits: crate::http::HttpLimits,
     mut stop: watch::Receiver<bool>,
 ) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
-    let listener = tokio::net::TcpListener::bind(addr).await?;
-    let bound = listener.local_addr()?;
-    let server = axum::serve(listener, fs.router()).with_graceful_shutdown(async move {
-        let _ = stop.wait_for(|stop| *stop).await;
-    });
+    let server = crate::http::HttpServer::start(addr, None, fs.router(), limits)?;
+    let bound = server.local_addr();
     let task = tokio::spawn(async move {
-        if let Err(error) = server.await {
-            tracing::warn!(%error, "the agent's HTTP listener failed");
-        }
+        let _ = stop.wait_for(|stop| *stop).await;
+        server.shutdown().await;
     });
     Ok((bound, task))
 }
@@ -125,10 +180,14 @@ async fn logs_handler(
     State(fs): State<Arc<ClientFs>>,
     Path(alloc_id): Path<String>,
     Query(query): Query<LogsQuery>,
+    headers: HeaderMap,
 ) -> Response {
     let Ok(alloc_id) = alloc_id.parse::<uuid::Uuid>().map(AllocId) else {
         return refuse(StatusCode::BAD_REQUEST, format!("{alloc_id:?} is not an allocation id"));
     };
+    if let Err(refused) = fs.check_access(alloc_id, crate::http::acl::secret_of(&headers)).await {
+        return refused;
+    }
     let Some(task) = query.task.filter(|task| !task.is_empty()) else {
         return refuse(StatusCode::BAD_REQUEST, "must include task name".to_string());
     };

@@ -32,9 +32,19 @@
 //! raw_exec = false            # offer the `raw_exec` driver (tasks as plain processes)
 //! http_addr = "127.0.0.1:4646" # the agent's HTTP listener (task logs), with raw_exec
 //! gc_max_allocs = 50          # terminal allocations whose directories are kept
+//! env_denylist = ["CONSUL_TOKEN", "CONSUL_HTTP_TOKEN", "CONSUL_HTTP_TOKEN_FILE", "NOMAD_TOKEN",
+//!     "VAULT_TOKEN", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+//!     "GOOGLE_APPLICATION_CREDENTIALS"] # the default (Nomad's env.denylist): the agent's variables
+//!                             # raw_exec tasks never inherit; `PREFIX_*` denies a prefix; replaces the default
 //!
 //! [acl]
 //! enabled = true              # every HTTP API request needs a token (drover acl bootstrap)
+//!
+//! [limits]                    # the HTTP listeners' (the server's API, the agent's logs)
+//! http_max_conns_per_client = 100 # open connections per client address (Nomad's; 0: no limit)
+//! https_handshake_timeout = "5s"  # to finish a TLS handshake (Nomad's)
+//! http_idle_timeout = "30s"   # to send a whole request head: before the first request,
+//!                             # between requests, while headers trickle in (Drover's)
 //!
 //! [tls]                       # required unless --dev
 //! ca_file = "ca.pem"
@@ -107,6 +117,35 @@ pub struct FileConfig {
     /// ACLs.
     #[serde(default)]
     pub acl: AclSection,
+    /// Connection limits.
+    #[serde(default)]
+    pub limits: LimitsSection,
+}
+
+/// `[limits]`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsSection {
+    /// Open HTTP connections per client address (0: no limit).
+    pub http_max_conns_per_client: Option<usize>,
+    /// Time to finish an HTTPS handshake.
+    #[serde(default, with = "duration_text")]
+    pub https_handshake_timeout: Option<Duration>,
+    /// Time to send a whole request head.
+    #[serde(default, with = "duration_text")]
+    pub http_idle_timeout: Option<Duration>,
+}
+
+impl LimitsSection {
+    /// The limits, the defaults where the file says nothing.
+    pub fn http(&self) -> crate::http::HttpLimits {
+        let default = crate::http::HttpLimits::default();
+        crate::http::HttpLimits {
+            max_conns_per_client: self.http_max_conns_per_client.unwrap_or(default.max_conns_per_client),
+            https_handshake_timeout: self.https_handshake_timeout.unwrap_or(default.https_handshake_timeout),
+            idle_timeout: self.http_idle_timeout.unwrap_or(default.idle_timeout),
+        }
+    }
 }
 
 /// `[acl]`.
@@ -183,6 +222,9 @@ pub struct ClientSection {
     pub http_addr: Option<String>,
     /// Terminal allocations whose directories are kept.
     pub gc_max_allocs: Option<usize>,
+    /// The agent's environment variables tasks never inherit (replaces
+    /// the default list).
+    pub env_denylist: Option<Vec<String>>,
     /// Node metadata.
     pub meta: Option<BTreeMap<String, String>>,
 }

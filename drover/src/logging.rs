@@ -25,3 +25,4 @@ pub fn init(level: &str, json: bool) -> Result<(), crate::config::ConfigError> {
     drop(installed);
     Ok(())
 }
+

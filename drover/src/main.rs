@@ -19,6 +19,7 @@ use drover::cli::{self, ApiArgs};
 use drover::client_fs::ClientFs;
 use drover::config::{ConfigError, FileConfig};
 use drover::server::{ClusterOptions, DurableOptions, HttpOptions, RunningServer, ServerOptions};
+use drover::task_env::EnvDenylist;
 use engine::server::ServerConfig;
 use engine::structs::{Job, JobType, Node, NodeEligibility, NodeStatus, Resources};
 use tokio::sync::watch;
@@ -925,6 +926,7 @@ fn server(args: ServerArgs) -> Result<(), Failure> {
             name: server_name(&args, &file),
             datacenter: file.server.datacenter.clone().unwrap_or_else(|| "dc1".to_string()),
             acl_enabled: args.acl_enabled || file.acl.enabled.unwrap_or(false),
+            limits: file.limits.http(),
         })
     };
     let durable = match args.common.data_dir.clone().or(file.data_dir.clone()) {
@@ -1107,7 +1109,15 @@ fn agent(args: AgentArgs) -> Result<(), Failure> {
         let endpoints = Arc::new(ClientEndpoints::bind(1, &tls)?);
         let quic = endpoints.own_config()?;
         let (stop, stopped) = watch::channel(false);
-        let client_side = ClientSide { data_dir, http_addr, gc_max_allocs, stop_tasks_on_shutdown: args.common.dev };
+        let env_denylist = file.client.env_denylist.clone().map(EnvDenylist::new).unwrap_or_default();
+        let client_side = ClientSide {
+            data_dir,
+            http_addr,
+            gc_max_allocs,
+            env_denylist,
+            limits: file.limits.http(),
+            stop_tasks_on_shutdown: args.common.dev,
+        };
         let tasks = client_side.start(raw_exec, &mut node, stopped.clone()).await?;
         tracing::info!(node = %node.id, name = %node.name, servers = ?servers, mock_driver = mock, raw_exec, "drover agent starting");
         let mut agent = Agent::new(node, AgentSettings::new(servers), endpoints.clone(), quic, Arc::new(NoObserver));
@@ -1129,6 +1139,8 @@ struct ClientSide {
     data_dir: PathBuf,
     http_addr: SocketAddr,
     gc_max_allocs: usize,
+    env_denylist: EnvDenylist,
+    limits: drover::http::HttpLimits,
     stop_tasks_on_shutdown: bool,
 }
 
@@ -1147,15 +1159,16 @@ impl ClientSide {
         let isolation = drover::isolation::Isolation::detect();
         tracing::info!(isolation = %isolation.describe(), "raw_exec driver enabled: tasks run without isolation");
         let client_fs = ClientFs::new(self.data_dir.clone());
-        let (bound, _listener) = drover::client_fs::serve(client_fs.clone(), self.http_addr, stop)
-            .await
+        let (bound, _listener) = drover::client_fs::serve(client_fs.clone(), self.http_addr, self.limits, stop)
             .with_context(|| format!("binding the agent's HTTP listener on {}", self.http_addr))?;
         tracing::info!(addr = %bound, "agent HTTP listener (task logs: /v1/client/fs/logs/<alloc_id>)");
         node.attributes.insert(drover::client_fs::ADVERTISE_ATTRIBUTE.to_string(), bound.to_string());
         node.computed_class = node.compute_class();
         let executable = std::env::current_exe().context("finding the drover binary for task executors")?;
         Ok(Some(TaskSettings {
-            driver: Arc::new(drover::raw_exec::RawExec::new(isolation, executable)),
+            driver: Arc::new(
+                drover::raw_exec::RawExec::new(isolation, executable).with_env_denylist(self.env_denylist),
+            ),
             data_dir: self.data_dir,
             gc_max_allocs: self.gc_max_allocs,
             stop_tasks_on_shutdown: self.stop_tasks_on_shutdown,
@@ -1196,6 +1209,7 @@ fn dev(args: DevArgs) -> Result<(), Failure> {
                 name: hostname(),
                 datacenter: "dc1".to_string(),
                 acl_enabled: false,
+                limits: drover::http::HttpLimits::default(),
             }),
             durable: args
                 .data_dir
@@ -1250,7 +1264,14 @@ fn dev(args: DevArgs) -> Result<(), Failure> {
         };
         std::fs::create_dir_all(&data_dir).with_context(|| format!("creating {}", data_dir.display()))?;
         tracing::info!(data_dir = %data_dir.display(), "dev agent data dir (allocation directories and logs)");
-        let client_side = ClientSide { data_dir, http_addr, gc_max_allocs: 50, stop_tasks_on_shutdown: true };
+        let client_side = ClientSide {
+            data_dir,
+            http_addr,
+            gc_max_allocs: 50,
+            env_denylist: EnvDenylist::default(),
+            limits: drover::http::HttpLimits::default(),
+            stop_tasks_on_shutdown: true,
+        };
         let tasks = client_side.start(true, &mut node, stopped.clone()).await?;
         let mut agent = Agent::new(
             node,

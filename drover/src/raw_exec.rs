@@ -15,6 +15,7 @@
 //! exit code comes from the executor's exit record either way.
 
 use std::os::fd::OwnedFd;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -27,7 +28,7 @@ use tokio::io::AsyncBufReadExt;
 use crate::alloc_dir::AllocDir;
 use crate::executor::{self, ExitRecord, LaunchSpec};
 use crate::isolation::Isolation;
-use crate::task_env::TaskEnv;
+use crate::task_env::{EnvDenylist, TaskEnv};
 
 /// Why a task could not be started.
 #[derive(Debug, thiserror::Error)]
@@ -97,13 +98,20 @@ pub enum Reattached {
 pub struct RawExec {
     isolation: Isolation,
     executable: PathBuf,
+    env_denylist: EnvDenylist,
 }
 
 impl RawExec {
     /// A driver holding tasks to their resources with `isolation`, running
     /// executors from the `drover` binary at `executable`.
     pub fn new(isolation: Isolation, executable: PathBuf) -> RawExec {
-        RawExec { isolation, executable }
+        RawExec { isolation, executable, env_denylist: EnvDenylist::default() }
+    }
+
+    /// The agent's variables its tasks never inherit (default: Nomad's list).
+    pub fn with_env_denylist(mut self, env_denylist: EnvDenylist) -> RawExec {
+        self.env_denylist = env_denylist;
+        self
     }
 
     /// The isolation in force.
@@ -129,6 +137,7 @@ impl RawExec {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
+            .mode(0o600)
             .open(dir.task_file(&task.name, "executor.log"))
             .map_err(|error| driver("opening the executor log", error))?;
         let mut command = tokio::process::Command::new(&self.executable);
@@ -190,7 +199,10 @@ impl RawExec {
         }
         match read_exit(&exit_file) {
             Some(record) => Reattached::Exited(record),
-            None => Reattached::Lost,
+            None => {
+                kill_orphaned_group(&state);
+                Reattached::Lost
+            }
         }
     }
 
@@ -201,8 +213,9 @@ impl RawExec {
         dir: &AllocDir,
         env: &TaskEnv,
     ) -> Result<LaunchSpec, StartError> {
+        crate::alloc_dir::check_name(&task.name).map_err(|error| StartError::Unrunnable(error.to_string()))?;
         let config = RawExecConfig::from_task(task).map_err(|problems| StartError::Unrunnable(problems.join("; ")))?;
-        let process_env = env.process_env(task, std::env::vars());
+        let process_env = env.process_env(task, std::env::vars(), &self.env_denylist);
         let task_root = dir.task_dir(&task.name);
         let path_var = process_env.iter().find(|(key, _)| key == "PATH").map(|(_, value)| value.as_str());
         let command =
@@ -270,7 +283,11 @@ impl TaskHandle {
             Waiter::Gone => {}
         }
         self.waiter = Waiter::Gone;
-        read_exit(&self.exit_file)
+        let record = read_exit(&self.exit_file);
+        if record.is_none() {
+            kill_orphaned_group(&self.state);
+        }
+        record
     }
 
     /// Sends `signal` to the task's process group.
@@ -290,6 +307,25 @@ impl TaskHandle {
         self.signal_group(Signal::KILL);
         (self.wait().await, true)
     }
+}
+
+/// Kills what is left of a task whose executor is gone without a record
+/// (killed, or crashed): its processes may still run, re-parented, and
+/// starting the task again would leave two copies. The group is the
+/// task's when its leader still runs with the task's start time, or when
+/// no process has the leader's pid (Linux does not reuse a pid while it is
+/// still a process group's id); a pid that runs another process now means
+/// the group emptied long ago.
+fn kill_orphaned_group(state: &HandleState) {
+    let Some(group) = Pid::from_raw(state.task_pid) else { return };
+    let ours = match executor::start_time(group) {
+        Some(started) => started == state.task_start,
+        None => true,
+    };
+    if !ours || rustix::process::kill_process_group(group, Signal::KILL).is_err() {
+        return;
+    }
+    tracing::warn!(task_pid = state.task_pid, "the task's executor is gone: killed what was left of the task");
 }
 
 fn read_exit(path: &Path) -> Option<ExitRecord> {

@@ -23,7 +23,7 @@ use engine::node::heartbeat::Heartbeats;
 use engine::scheduler::reconcile::stop_reason;
 use engine::server::{Server, ServerConfig};
 use engine::state::{Command, CommandLog, PendingWrite, Snapshot, StateError, Writer};
-use engine::structs::{Allocation, ClientStatus, DesiredStatus, EvalId, EvalStatus, Job, NodeStatus};
+use engine::structs::{AllocId, Allocation, ClientStatus, DesiredStatus, EvalId, EvalStatus, Job, NodeId, NodeStatus};
 use hdrhistogram::Histogram;
 use replication::{ClusterSetup, Durable, DurableConfig, ServerNode};
 use transport::message::{ClusterReport, JobCounts};
@@ -130,6 +130,8 @@ pub struct HttpOptions {
     pub datacenter: String,
     /// Every request needs an ACL token (`acl.enabled`).
     pub acl_enabled: bool,
+    /// Connection limits (`[limits]`).
+    pub limits: crate::http::HttpLimits,
 }
 
 /// A running server: the engine and its listener.
@@ -246,7 +248,10 @@ impl RunningServer {
     ) -> Result<(Arc<ClientListener>, Option<HttpServer>), ListenError> {
         let advertise: Vec<String> = options.advertise.iter().cloned().collect();
         let rpc = options.advertise.clone().unwrap_or_else(|| options.bind.to_string());
-        let operations: Arc<dyn Operations> = Arc::new(EngineOperations { leadership: leadership.clone(), rpc });
+        // ACLs are switched on with the HTTP API that hands out tokens.
+        let acl_enabled = options.http.as_ref().is_some_and(|http| http.acl_enabled);
+        let operations: Arc<dyn Operations> =
+            Arc::new(EngineOperations { leadership: leadership.clone(), rpc, acl_enabled });
         let listener = Arc::new(ClientListener::bind(options.bind, &options.tls, nodes, advertise, Some(operations))?);
         let http = match &options.http {
             Some(http) => {
@@ -484,7 +489,8 @@ fn start_http(options: &HttpOptions, tls: &TlsMaterial, parts: HttpParts<'_>) ->
     if options.acl_enabled {
         tracing::info!("ACLs enabled: every request needs a token (drover acl bootstrap makes the first)");
     }
-    let server = HttpServer::start(options.bind, https, crate::http::router(state)).map_err(bind_error)?;
+    let server =
+        HttpServer::start(options.bind, https, crate::http::router(state), options.limits).map_err(bind_error)?;
     if !options.tls {
         tracing::warn!(addr = %server.local_addr(), "the HTTP API is served WITHOUT TLS (dev mode)");
     }
@@ -526,6 +532,8 @@ struct EngineOperations {
     leadership: Arc<Leadership>,
     /// This server's client address, as clients are told it.
     rpc: String,
+    /// Whether tokens are checked (`acl.enabled`).
+    acl_enabled: bool,
 }
 
 impl Operations for EngineOperations {
@@ -545,6 +553,17 @@ impl Operations for EngineOperations {
         (report.rss_bytes, report.peak_rss_bytes) = process_memory();
         report.cpu_millis = process_cpu_millis();
         report
+    }
+
+    fn logs_access(&self, node_id: NodeId, alloc_id: AllocId, token: Option<&str>) -> Result<u64, String> {
+        let snapshot = self.leadership.store().snapshot();
+        let alloc = snapshot.alloc(alloc_id).filter(|alloc| alloc.node_id == node_id);
+        let Some(alloc) = alloc else { return Err(format!("allocation {alloc_id} is not on node {node_id}")) };
+        if self.acl_enabled {
+            crate::http::acl::may_read_logs(snapshot.acl(), token, &alloc.namespace)
+                .map_err(|denied| denied.message().to_string())?;
+        }
+        Ok(snapshot.index())
     }
 }
 

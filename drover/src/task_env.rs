@@ -6,8 +6,10 @@
 //! `*_GROUP_NAME`, `*_TASK_NAME`, `*_NAMESPACE`, `*_DC`, `*_REGION`,
 //! `*_ALLOC_DIR`, `*_TASK_DIR`, `*_SECRETS_DIR`, `*_CPU_LIMIT`,
 //! `*_MEMORY_LIMIT`. A raw_exec task also inherits the agent's own
-//! environment (as Nomad's raw_exec does), under these; the task's `env`
-//! goes on top.
+//! environment (as Nomad's raw_exec does), under these, less the
+//! variables of the client's `env_denylist` ([`EnvDenylist`]: by default
+//! Nomad's list of Consul, Nomad, Vault, AWS and Google credentials); the
+//! task's `env` goes on top.
 //!
 //! `${NAME}` in the driver config, the args and the env values is replaced
 //! by the variable of that name, `${node.unique.id}`, `${node.unique.name}`,
@@ -26,6 +28,47 @@ use crate::alloc_dir::AllocDir;
 
 /// The region every node is in until regions exist.
 pub const REGION: &str = "global";
+
+/// The agent's own variables a task never inherits (`client.env_denylist`,
+/// Nomad's `env.denylist`): exact names, or prefixes ending in `*`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EnvDenylist(Vec<String>);
+
+impl Default for EnvDenylist {
+    /// Nomad's default: the credentials an agent's host commonly holds.
+    fn default() -> EnvDenylist {
+        EnvDenylist::new(
+            [
+                "CONSUL_TOKEN",
+                "CONSUL_HTTP_TOKEN",
+                "CONSUL_HTTP_TOKEN_FILE",
+                "NOMAD_TOKEN",
+                "VAULT_TOKEN",
+                "AWS_ACCESS_KEY_ID",
+                "AWS_SECRET_ACCESS_KEY",
+                "AWS_SESSION_TOKEN",
+                "GOOGLE_APPLICATION_CREDENTIALS",
+            ]
+            .map(String::from),
+        )
+    }
+}
+
+impl EnvDenylist {
+    /// A denylist of `names` (a name ending in `*` denies every variable
+    /// that starts with what comes before it).
+    pub fn new(names: impl IntoIterator<Item = String>) -> EnvDenylist {
+        EnvDenylist(names.into_iter().map(|name| name.trim().to_string()).filter(|name| !name.is_empty()).collect())
+    }
+
+    /// Whether the agent's variable `key` may reach a task.
+    pub fn allows(&self, key: &str) -> bool {
+        !self.0.iter().any(|denied| match denied.strip_suffix('*') {
+            Some(prefix) => key.starts_with(prefix),
+            None => key == denied,
+        })
+    }
+}
 
 /// The variables of one task on one node.
 #[derive(Clone, Debug)]
@@ -104,16 +147,18 @@ impl TaskEnv {
         out
     }
 
-    /// The whole environment of the process: `inherited` (the agent's),
-    /// the variables, then the task's `env` with its values interpolated.
+    /// The whole environment of the process: `inherited` (the agent's)
+    /// less `denied` and its own `DROVER_*` and `NOMAD_*`, the variables,
+    /// then the task's `env` with its values interpolated.
     pub fn process_env(
         &self,
         task: &Task,
         inherited: impl IntoIterator<Item = (String, String)>,
+        denied: &EnvDenylist,
     ) -> Vec<(String, String)> {
         let mut env: BTreeMap<String, String> = inherited
             .into_iter()
-            .filter(|(key, _)| !key.starts_with("DROVER_") && !key.starts_with("NOMAD_"))
+            .filter(|(key, _)| !key.starts_with("DROVER_") && !key.starts_with("NOMAD_") && denied.allows(key))
             .collect();
         env.extend(self.vars.iter().map(|(key, value)| (key.clone(), value.clone())));
         for (key, value) in &task.env {
@@ -142,12 +187,19 @@ mod tests {
         assert_eq!(env.interpolate("${DROVER_ALLOC_INDEX}/${NOMAD_ALLOC_INDEX}"), "2/2");
         assert_eq!(env.interpolate("${meta.rack}-${node.class}-${nope}-${"), "r7-gpu-${nope}-${");
         assert_eq!(env.interpolate("${NOMAD_TASK_DIR}"), format!("/data/alloc/{}/task/local", alloc.id));
-        let process = env.process_env(&task, [("PATH".into(), "/bin".into()), ("NOMAD_TOKEN".into(), "x".into())]);
+        let inherited = [("PATH", "/bin"), ("NOMAD_TOKEN", "x"), ("AWS_SECRET_ACCESS_KEY", "s"), ("VAULT_TOKEN", "v")];
+        let inherited = inherited.map(|(key, value)| (key.to_string(), value.to_string()));
+        let process = env.process_env(&task, inherited.clone(), &EnvDenylist::default());
         let get = |key: &str| process.iter().find(|(name, _)| name == key).map(|(_, value)| value.as_str());
         assert_eq!(get("GREETING"), Some("task task in dc2"));
         assert_eq!(get("PATH"), Some("/bin"));
         assert_eq!(get("NOMAD_TOKEN"), None, "the agent's own NOMAD_ variables are not passed on");
         assert_eq!(get("DROVER_JOB_ID"), Some("web"));
         assert_eq!(get("NOMAD_MEMORY_LIMIT"), Some("128"));
+        assert_eq!((get("AWS_SECRET_ACCESS_KEY"), get("VAULT_TOKEN")), (None, None), "denied by default");
+        let own = EnvDenylist::new(["VAULT_*".to_string()]);
+        let process = env.process_env(&task, inherited, &own);
+        let get = |key: &str| process.iter().find(|(name, _)| name == key).map(|(_, value)| value.as_str());
+        assert_eq!((get("AWS_SECRET_ACCESS_KEY"), get("VAULT_TOKEN")), (Some("s"), None), "a list of its own");
     }
 }

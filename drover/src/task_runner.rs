@@ -66,6 +66,8 @@ pub struct TaskContext {
     pub dir: AllocDir,
     /// Its variables.
     pub env: TaskEnv,
+    /// See [`crate::alloc_runner::RunnerContext::servers_reached`].
+    pub servers_reached: watch::Receiver<bool>,
 }
 
 /// The wall clock as a timestamp, for events.
@@ -103,11 +105,25 @@ pub async fn run(
                 _ => None,
             };
             terminated(&mut state, record.as_ref());
-            let success = record.as_ref().is_some_and(|record| record.success()) && batch;
-            let reason = "The task ended while the agent was down; it is not restarted";
-            finish(&mut state, !success, if success { None } else { Some(reason) });
             publish(&state, None);
-            return;
+            // As Nomad: restart it in place by its restart policy, but only
+            // once the servers' view is applied, so a task they stopped
+            // meanwhile is not started again.
+            let mut reached = ctx.servers_reached.clone();
+            tokio::select! {
+                _ = reached.wait_for(|reached| *reached) => {}
+                Ok(()) = kill.changed() => {}
+            }
+            if kill.borrow().is_some() {
+                finish(&mut state, false, None);
+                publish(&state, None);
+                return;
+            }
+            let success = record.as_ref().is_some_and(ExitRecord::success);
+            if !restart_or_end(&ctx, &mut state, &mut tracker, success, &mut rng, &publish, &mut kill).await {
+                return;
+            }
+            None
         }
         None => None,
     };

@@ -32,7 +32,7 @@ use transport::tls::TlsMaterial;
 
 mod common;
 
-use common::{bounded, drover, first_line, mock_node, service_job as job, temp_dir};
+use common::{bounded, drover, first_line, mock_node, service_job as job, temp_dir, Certs};
 
 /// SIGKILLs across the run.
 const KILLS: usize = 24;
@@ -40,48 +40,6 @@ const KILLS: usize = 24;
 const NODES: u128 = 4;
 /// Concurrent writers.
 const WRITERS: usize = 8;
-
-/// The cluster's CA and certificates, made with `drover tls`.
-struct Certs {
-    dir: PathBuf,
-}
-
-impl Certs {
-    fn create(dir: &Path) -> Certs {
-        let run = |args: &[&str]| {
-            let output = drover().args(args).arg("--dir").arg(dir).current_dir(dir).output().expect("drover tls runs");
-            assert!(output.status.success(), "{args:?}: {}", String::from_utf8_lossy(&output.stderr));
-        };
-        run(&["tls", "ca", "create"]);
-        for role in ["--server", "--client", "--cli"] {
-            run(&["tls", "cert", "create", role]);
-        }
-        Certs { dir: dir.to_path_buf() }
-    }
-
-    fn file(&self, name: &str) -> PathBuf {
-        self.dir.join(name)
-    }
-
-    /// `drover server`'s TLS flags for the server certificate.
-    fn server_flags(&self) -> Vec<std::ffi::OsString> {
-        let flags = [
-            ("--ca-file", "drover-agent-ca.pem"),
-            ("--cert-file", "global-server-drover.pem"),
-            ("--key-file", "global-server-drover-key.pem"),
-        ];
-        flags.into_iter().flat_map(|(flag, name)| [flag.into(), self.file(name).into_os_string()]).collect()
-    }
-
-    fn material(&self, stem: &str) -> TlsMaterial {
-        TlsMaterial::from_files(
-            &self.file("drover-agent-ca.pem"),
-            &self.file(&format!("{stem}.pem")),
-            &self.file(&format!("{stem}-key.pem")),
-        )
-        .expect("certificates load")
-    }
-}
 
 /// A `drover server` process on fixed loopback ports.
 struct ServerProcess {

@@ -448,3 +448,103 @@ async fn acl_tokens_and_policies_guard_every_endpoint() {
 fn anonymous_address(server: &DevServer) -> String {
     server.api.authority()
 }
+
+/// The `drover agent --dev` binary (raw_exec and mock) against `server`,
+/// its HTTP listener on a port it picks; killed when dropped.
+struct AgentProcess(std::process::Child);
+
+impl Drop for AgentProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn spawn_agent(server: &DevServer) -> AgentProcess {
+    let tls = server.dir.join("dev-tls");
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_drover"))
+        .args(["agent", "--dev", "--http-addr", "127.0.0.1:0", "--servers", &server.rpc.to_string()])
+        .arg("--ca-file")
+        .arg(tls.join("ca.pem"))
+        .arg("--cert-file")
+        .arg(tls.join("client.pem"))
+        .arg("--key-file")
+        .arg(tls.join("client-key.pem"))
+        .arg("--data-dir")
+        .arg(server.dir.join("agent"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("drover agent starts");
+    AgentProcess(child)
+}
+
+/// The secret of a token for a new policy of `rules`, made with the management token.
+async fn token_for(management: &ApiClient, name: &str, rules: &str) -> String {
+    let policy = json!({"Name": name, "Rules": rules});
+    let put = management.request("PUT", &format!("/v1/acl/policy/{name}"), Some(&policy)).await.expect("answer");
+    assert_eq!(put.status, 200, "{}", put.body);
+    let body = json!({"Name": name, "Type": "client", "Policies": [name]});
+    let token = management.request("POST", "/v1/acl/token", Some(&body)).await.expect("answer").json().expect("token");
+    token["SecretID"].as_str().expect("secret").to_string()
+}
+
+/// A rule for `default` is not escaped by naming another namespace (the
+/// query's or the job's), and an agent serves a task's logs only to a
+/// token with `read-logs` (namespace `write`), as the servers decide.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn namespaces_other_than_default_are_refused_and_task_logs_need_read_logs() {
+    transport::install_crypto_provider();
+    let server = start_server_with("acl-logs", &["--acl-enabled"]).await;
+    let address = format!("http://{}", anonymous_address(&server));
+    let bootstrap =
+        server.api.request("POST", "/v1/acl/bootstrap", None).await.expect("answer").json().expect("token");
+    let secret = bootstrap["SecretID"].as_str().expect("secret").to_string();
+    let management = ApiClient::new(&address, Some(secret), None).expect("client");
+    let writer_secret = token_for(&management, "default-writer", "namespace \"default\" { policy = \"write\" }").await;
+    let reader_secret = token_for(&management, "default-reader", "namespace \"default\" { policy = \"read\" }").await;
+    let writer = ApiClient::new(&address, Some(writer_secret.clone()), None).expect("client");
+
+    for path in ["/v1/jobs?namespace=prod", "/v1/jobs?namespace=..%2Fx"] {
+        let refused = writer.request("PUT", path, Some(&cli_job("escape", 1))).await.expect("answer");
+        assert_eq!(refused.status, 400, "{path}: {}", refused.body);
+        assert!(refused.body.contains("does not exist"), "{}", refused.body);
+    }
+    let mut in_body = cli_job("escape", 1);
+    in_body["Job"]["Namespace"] = json!("prod");
+    let refused = writer.request("PUT", "/v1/jobs", Some(&in_body)).await.expect("answer");
+    assert_eq!(refused.status, 400, "{}", refused.body);
+    assert_eq!(writer.get("/v1/jobs?namespace=prod").await.expect("answer").status, 400);
+    let refused = writer.request("DELETE", "/v1/job/escape?namespace=*", None).await.expect("answer");
+    assert_eq!(refused.status, 400, "a write names one namespace: {}", refused.body);
+    let everywhere = writer.get("/v1/jobs?namespace=*").await.expect("answer").json().expect("jobs");
+    assert_eq!(everywhere, json!([]), "nothing was written anywhere");
+
+    let _agent = spawn_agent(&server);
+    let job = json!({"Job": {"ID": "talker", "Type": "batch", "Datacenters": ["dc1"],
+        "TaskGroups": [{"Name": "talk", "Count": 1, "Tasks": [{"Name": "say", "Driver": "raw_exec",
+            "Config": {"command": "sh", "args": ["-c", "echo hello from the task"]},
+            "Resources": {"CPU": 100, "MemoryMB": 64}}]}]}});
+    let written = writer.request("PUT", "/v1/jobs", Some(&job)).await.expect("answer");
+    assert_eq!(written.status, 200, "{}", written.body);
+    let (allocs, _) = until(&management, "/v1/job/talker/allocations", "the task complete", |allocs| {
+        allocs.as_array().is_some_and(|list| list.iter().any(|alloc| alloc["ClientStatus"] == "complete"))
+    })
+    .await;
+    let alloc = &allocs[0];
+    let node = management.get(&format!("/v1/node/{}", alloc["NodeID"].as_str().expect("node"))).await.expect("node");
+    let node = node.json().expect("node");
+    let agent_http = node["Attributes"]["unique.advertise.http"].as_str().expect("the agent's listener").to_string();
+    let logs_path = format!("/v1/client/fs/logs/{}?task=say&plain=true", alloc["ID"].as_str().expect("id"));
+    let at_agent = |token: Option<String>| ApiClient::new(&format!("http://{agent_http}"), token, None).expect("client");
+
+    let anonymous = at_agent(None).get(&logs_path).await.expect("answer");
+    assert_eq!((anonymous.status, anonymous.body.as_str()), (403, "Permission denied"));
+    let unknown = at_agent(Some("00000000-0000-4000-8000-000000000000".into())).get(&logs_path).await.expect("answer");
+    assert_eq!((unknown.status, unknown.body.as_str()), (403, "ACL token not found"));
+    let read_only = at_agent(Some(reader_secret)).get(&logs_path).await.expect("answer");
+    assert_eq!(read_only.status, 403, "read does not grant read-logs: {}", read_only.body);
+    let allowed = at_agent(Some(writer_secret)).get(&logs_path).await.expect("answer");
+    assert_eq!((allowed.status, allowed.body.as_str()), (200, "hello from the task\n"));
+}
+

@@ -7,13 +7,54 @@
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
 
-/// Kills the child processes when the test ends, however it ends.
-struct Children(Vec<Child>);
+/// How long the whole Python run may take before the test fails.
+const WATCHDOG: Duration = Duration::from_secs(240);
+
+/// The processes a test started, each with its stderr kept in a file so
+/// a failure can show it; killed when the test ends, however it ends.
+struct Children {
+    dir: PathBuf,
+    running: Vec<(String, Child)>,
+}
+
+impl Children {
+    /// Starts `command` as `name`, its stderr in `<dir>/<name>.stderr`.
+    fn spawn(&mut self, name: &str, command: &mut Command) -> &mut Child {
+        let stderr = std::fs::File::create(self.stderr_path(name)).expect("a stderr file");
+        let child = command.stderr(stderr).spawn().unwrap_or_else(|error| panic!("{name} starts: {error}"));
+        self.running.push((name.to_string(), child));
+        &mut self.running.last_mut().expect("just pushed").1
+    }
+
+    fn stderr_path(&self, name: &str) -> PathBuf {
+        self.dir.join(format!("{name}.stderr"))
+    }
+
+    /// Every child's stderr, for a failure message.
+    fn stderrs(&self) -> String {
+        let mut shown = String::new();
+        for (name, _) in &self.running {
+            let text = std::fs::read_to_string(self.stderr_path(name)).unwrap_or_default();
+            shown.push_str(&format!("--- {name} stderr ---\n{text}\n"));
+        }
+        shown
+    }
+
+    /// A child that has exited already, with its status.
+    fn exited(&mut self) -> Option<String> {
+        self.running.iter_mut().find_map(|(name, child)| {
+            let status = child.try_wait().ok().flatten()?;
+            Some(format!("{name} exited early ({status})"))
+        })
+    }
+}
 
 impl Drop for Children {
     fn drop(&mut self) {
-        for child in &mut self.0 {
+        for (_, child) in &mut self.running {
             let _ = child.kill();
             let _ = child.wait();
         }
@@ -42,43 +83,79 @@ fn python_nomad_registers_reads_and_stops_a_job_on_a_real_server_and_agent() {
     let dir = std::env::temp_dir().join(format!("drover-python-nomad-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("temp dir");
-    let mut children = Children(Vec::new());
-    let mut server = Command::new(env!("CARGO_BIN_EXE_drover"))
-        .args(["server", "--dev", "--bind", "127.0.0.1", "--port", "0", "--http-port", "0", "--print-address"])
-        .args(["--workers", "1", "--data-dir"])
-        .arg(&dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("drover server starts");
+    let mut children = Children { dir: dir.clone(), running: Vec::new() };
+    // Every listener of every process on a port it picks: a test never
+    // depends on a well-known port being free.
+    let server = children.spawn(
+        "server",
+        Command::new(env!("CARGO_BIN_EXE_drover"))
+            .args(["server", "--dev", "--bind", "127.0.0.1", "--port", "0", "--http-port", "0", "--print-address"])
+            .args(["--workers", "1", "--data-dir"])
+            .arg(&dir)
+            .stdout(Stdio::piped()),
+    );
     let mut lines = std::io::BufReader::new(server.stdout.take().expect("stdout")).lines();
-    children.0.push(server);
-    let rpc = lines.next().expect("a line").expect("reads").strip_prefix("listening ").expect("listening").to_string();
-    let http = lines.next().expect("a line").expect("reads").strip_prefix("http ").expect("http").to_string();
+    let mut line = |what: &str| match lines.next() {
+        Some(Ok(line)) => line,
+        _ => panic!("the server printed no {what} line"),
+    };
+    let rpc = line("listening").strip_prefix("listening ").map(str::to_string);
+    let http = line("http").strip_prefix("http ").map(str::to_string);
+    let (Some(rpc), Some(http)) = (rpc, http) else { panic!("the server's address lines:\n{}", children.stderrs()) };
     let tls = dir.join("dev-tls");
-    let agent = Command::new(env!("CARGO_BIN_EXE_drover"))
-        .args(["agent", "--dev", "--servers", &rpc, "--ca-file"])
-        .arg(tls.join("ca.pem"))
-        .arg("--cert-file")
-        .arg(tls.join("client.pem"))
-        .arg("--key-file")
-        .arg(tls.join("client-key.pem"))
-        .arg("--data-dir")
-        .arg(dir.join("agent"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("drover agent starts");
-    children.0.push(agent);
+    children.spawn(
+        "agent",
+        Command::new(env!("CARGO_BIN_EXE_drover"))
+            .args(["agent", "--dev", "--http-addr", "127.0.0.1:0", "--servers", &rpc, "--ca-file"])
+            .arg(tls.join("ca.pem"))
+            .arg("--cert-file")
+            .arg(tls.join("client.pem"))
+            .arg("--key-file")
+            .arg(tls.join("client-key.pem"))
+            .arg("--data-dir")
+            .arg(dir.join("agent"))
+            .stdout(Stdio::null()),
+    );
 
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/nomad_client.py");
-    let output = Command::new(&python)
+    let mut python = Command::new(&python)
         .arg(&script)
         .env("NOMAD_ADDR", format!("http://{http}"))
-        .output()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .expect("the python test runs");
-    let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
-    assert!(output.status.success(), "python-nomad test failed:\n{stdout}\n{stderr}");
+    let (stdout, stderr) = (python.stdout.take().expect("piped"), python.stderr.take().expect("piped"));
+    let read_all = |mut from: Box<dyn std::io::Read + Send>| {
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = from.read_to_string(&mut text);
+            text
+        })
+    };
+    let (stdout, stderr) = (read_all(Box::new(stdout)), read_all(Box::new(stderr)));
+    // The script's end, or a child's: whichever comes first; a bound on both.
+    let (done_tx, done) = mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        let status = python.wait();
+        let _ = done_tx.send(());
+        status
+    });
+    let deadline = std::time::Instant::now() + WATCHDOG;
+    loop {
+        if let Some(early) = children.exited() {
+            panic!("{early} while the python test ran:\n{}", children.stderrs());
+        }
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match done.recv_timeout(left.min(Duration::from_secs(1))) {
+            Ok(()) => break,
+            Err(mpsc::RecvTimeoutError::Timeout) if !left.is_zero() => {}
+            Err(_) => panic!("the python test did not end within {WATCHDOG:?}:\n{}", children.stderrs()),
+        }
+    }
+    let status = waiter.join().expect("the waiter").expect("python was waited for");
+    let (stdout, stderr) = (stdout.join().expect("stdout"), stderr.join().expect("stderr"));
+    assert!(status.success(), "python-nomad test failed:\n{stdout}\n{stderr}\n{}", children.stderrs());
     assert!(stdout.contains("checks passed"), "{stdout}");
     drop(children);
     let _ = std::fs::remove_dir_all(&dir);

@@ -63,9 +63,9 @@ async fn cluster_keeping(name: &str, gc_max_allocs: usize) -> Cluster {
     let node = raw_exec_node(0x15);
     let (stop, stopped) = watch::channel(false);
     let client_fs = ClientFs::new(data_dir.clone());
+    let limits = drover::http::HttpLimits::default();
     let (http, _listener) =
-        drover::client_fs::serve(client_fs.clone(), "127.0.0.1:0".parse().expect("addr"), stopped.clone())
-            .await
+        drover::client_fs::serve(client_fs.clone(), "127.0.0.1:0".parse().expect("addr"), limits, stopped.clone())
             .expect("HTTP listener");
     let tasks = TaskSettings {
         driver: Arc::new(RawExec::new(Isolation::detect(), PathBuf::from(env!("CARGO_BIN_EXE_drover")))),
@@ -317,9 +317,13 @@ async fn a_task_whose_command_does_not_exist_fails_with_a_clear_event() {
     cluster.shut_down().await;
 }
 
-/// The real `drover agent` binary, against `server`, with its TLS files in `dir`.
+/// The real `drover agent` binary, against `server`, with its TLS files in
+/// `dir`, and credentials in its environment that no task may inherit.
 fn spawn_agent(dir: &Path, server: SocketAddr) -> std::process::Child {
     drover()
+        .env("AWS_SECRET_ACCESS_KEY", "agent-secret")
+        .env("VAULT_TOKEN", "agent-vault-token")
+        .env("DROVER_TEST_INHERITED", "harmless")
         .args(["agent", "--raw-exec", "--http-addr", "127.0.0.1:0", "--log-level", "debug", "--servers"])
         .arg(server.to_string())
         .arg("--data-dir")
@@ -341,7 +345,7 @@ fn rand_suffix() -> u64 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_agent_restart_reattaches_to_a_running_task_and_reports_a_lost_one_failed() {
+async fn an_agent_restart_reattaches_to_a_running_task_and_restarts_a_lost_one_in_place() {
     transport::install_crypto_provider();
     let dir = temp_dir("reattach");
     let (_ca, server_tls, client_tls) = TlsMaterial::dev_pair().expect("dev material");
@@ -354,9 +358,11 @@ async fn an_agent_restart_reattaches_to_a_running_task_and_reports_a_lost_one_fa
     }
     let server = RunningServer::start(server_options(0, &server_tls, Duration::from_secs(30))).expect("starts");
     let mut agent = spawn_agent(&dir, server.local_addr());
-    let script = "echo started >> \"$DROVER_ALLOC_DIR/starts\"; exec sleep 1000";
+    let script = "env > \"$DROVER_ALLOC_DIR/env\"; echo started >> \"$DROVER_ALLOC_DIR/starts\"; exec sleep 1000";
     server.engine().jobs().register(sh_job("steady", JobType::Service, script)).expect("registers");
-    server.engine().jobs().register(sh_job("doomed", JobType::Service, "exec sleep 1000")).expect("registers");
+    let mut doomed_job = sh_job("doomed", JobType::Service, "exec sleep 1000");
+    doomed_job.task_groups[0].restart_policy.delay = Duration::from_millis(50);
+    server.engine().jobs().register(doomed_job).expect("registers");
     let running = |job: &'static str| {
         move |s: &Snapshot| {
             allocs_of(s, job).any(|a| a.task_states.get("task").is_some_and(|t| t.state == TaskStatus::Running))
@@ -366,6 +372,17 @@ async fn an_agent_restart_reattaches_to_a_running_task_and_reports_a_lost_one_fa
     let steady = allocs_of(&before, "steady").next().expect("placed").clone();
     let doomed = allocs_of(&before, "doomed").next().expect("placed").clone();
     let steady_pid = started_pid(task_state(&steady));
+    let alloc_dir = dir.join("data/alloc").join(steady.id.to_string());
+    let env = std::fs::read_to_string(alloc_dir.join("alloc/env")).expect("the task's environment");
+    assert!(env.contains("DROVER_TEST_INHERITED=harmless"), "the agent's environment is inherited:\n{env}");
+    assert!(!env.contains("agent-secret") && !env.contains("agent-vault-token"), "credentials leaked:\n{env}");
+    let client_dir = dir.join("data/client/allocs").join(steady.id.to_string());
+    let launch = std::fs::read_to_string(client_dir.join("task.launch.json")).expect("launch spec");
+    assert!(!launch.contains("agent-secret"), "{launch}");
+    for (path, mode) in [(client_dir.clone(), 0o700), (client_dir.join("task.launch.json"), 0o600)] {
+        let found = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&path).expect("exists").permissions());
+        assert_eq!(found & 0o777, mode, "{}", path.display());
+    }
 
     // The agent dies; meanwhile the other task and its executor die too,
     // leaving no exit record.
@@ -386,11 +403,15 @@ async fn an_agent_restart_reattaches_to_a_running_task_and_reports_a_lost_one_fa
     }
 
     let mut agent = spawn_agent(&dir, server.local_addr());
-    let after = until(&server, "the running task re-attached and the lost one failed", |s| {
+    let after = until(&server, "the running task re-attached and the lost one restarted", |s| {
         let reattached = s
             .alloc(steady.id)
             .is_some_and(|a| task_state(a).events.iter().any(|event| event.event_type == TaskEvent::REATTACHED));
-        reattached && s.alloc(doomed.id).is_some_and(|a| a.client_status == ClientStatus::Failed)
+        let restarted = s.alloc(doomed.id).is_some_and(|a| {
+            let state = task_state(a);
+            a.client_status == ClientStatus::Running && state.restarts == 1 && state.state == TaskStatus::Running
+        });
+        reattached && restarted
     })
     .await;
     let steady_now = after.alloc(steady.id).expect("kept");
@@ -399,14 +420,17 @@ async fn an_agent_restart_reattaches_to_a_running_task_and_reports_a_lost_one_fa
     assert_eq!(event_types(state).iter().filter(|kind| **kind == TaskEvent::STARTED).count(), 1, "not started twice");
     assert_eq!(started_pid(state), steady_pid);
     assert!(pid_alive(steady_pid), "the same process runs on");
-    let alloc_dir = dir.join("data/alloc").join(steady.id.to_string());
     assert_eq!(std::fs::read_to_string(alloc_dir.join("alloc/starts")).expect("starts"), "started\n");
+    // As Nomad: the task that died while the agent was away is restarted
+    // in place by its restart policy, in the same allocation.
     let lost = task_state(after.alloc(doomed.id).expect("kept"));
-    assert!(lost.failed, "{lost:?}");
-    let last = lost.events.last().expect("event");
-    assert!(last.display_message.contains("ended while the agent was down"), "{last:?}");
+    assert!(!lost.failed, "{lost:?}");
+    let types = event_types(lost);
+    assert_eq!(types.iter().filter(|kind| **kind == TaskEvent::STARTED).count(), 2, "{types:?}");
+    assert!(types.contains(&TaskEvent::RESTARTING), "{types:?}");
     let exit = lost.events.iter().rev().find(|event| event.event_type == TaskEvent::TERMINATED).expect("terminated");
     assert_eq!(exit.exit_code, None, "unknown: nothing recorded it");
+    assert!(pid_alive(started_pid(lost)));
 
     // The re-attached task is still the agent's to stop.
     server.engine().jobs().deregister(&job_key("steady"), false).expect("stops");
@@ -415,10 +439,63 @@ async fn an_agent_restart_reattaches_to_a_running_task_and_reports_a_lost_one_fa
     })
     .await;
     assert!(!pid_alive(steady_pid));
+    server.engine().jobs().deregister(&job_key("doomed"), false).expect("stops");
+    until(&server, "the restarted task stopped", |s| {
+        s.alloc(doomed.id).is_some_and(|a| a.client_status == ClientStatus::Complete)
+    })
+    .await;
     let _ = std::process::Command::new("kill").args(["-TERM", &agent.id().to_string()]).status();
     bounded("the agent exits", tokio::task::spawn_blocking(move || agent.wait())).await.expect("waiter").expect("exit");
     server.shutdown().await;
     std::fs::remove_dir_all(&dir).expect("clean up");
+}
+
+/// The processes now running (not zombies) whose command line holds `marker`.
+fn processes_with(marker: &str) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            String::from_utf8_lossy(&cmdline).contains(marker) && pid_alive(*pid)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_executor_leaves_exactly_one_copy_of_its_task() {
+    let cluster = cluster("executor-killed").await;
+    let marker = format!("drover-test-one-copy-{}", rand_suffix());
+    let mut job = sh_job("single", JobType::Service, &format!("exec sh -c 'sleep 1000; : {marker}'"));
+    job.task_groups[0].restart_policy.delay = Duration::from_millis(50);
+    cluster.server.engine().jobs().register(job).expect("registers");
+    let running = alloc_where(&cluster, "single", "the task running", |alloc| {
+        alloc.task_states.get("task").is_some_and(|state| state.state == TaskStatus::Running)
+    })
+    .await;
+    let first = processes_with(&marker);
+    assert_eq!(first.len(), 1, "one copy runs: {first:?}");
+
+    let state_file = cluster.data_dir.join("client/allocs").join(running.id.to_string()).join("state.json");
+    let saved: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&state_file).expect("state file")).expect("json");
+    let executor = saved["tasks"]["task"]["handle"]["executor_pid"].as_i64().expect("executor pid") as i32;
+    let executor = rustix::process::Pid::from_raw(executor).expect("pid");
+    rustix::process::kill_process(executor, rustix::process::Signal::KILL).expect("kill -9 the executor");
+
+    let restarted = alloc_where(&cluster, "single", "the task restarted", |alloc| {
+        alloc.task_states.get("task").is_some_and(|state| state.restarts == 1 && state.state == TaskStatus::Running)
+    })
+    .await;
+    let now = processes_with(&marker);
+    assert_eq!(now.len(), 1, "exactly one copy after the restart: {now:?}");
+    assert!(!now.contains(&first[0]), "the orphaned copy was killed, a new one started");
+    assert_eq!(restarted.id, running.id, "restarted in place");
+
+    cluster.server.engine().jobs().deregister(&job_key("single"), false).expect("stops");
+    alloc_where(&cluster, "single", "the job stopped", |alloc| alloc.client_status == ClientStatus::Complete).await;
+    assert_eq!(processes_with(&marker), Vec::<i32>::new(), "nothing left after the stop");
+    cluster.shut_down().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -18,8 +18,9 @@ use uuid::Uuid;
 
 use crate::frame::MAX_PAYLOAD;
 use crate::message::{
-    AllocsPush, ClusterReport, HeartbeatRequest, IndexReply, Kind, Message, MessageError, NodeReply, Refusal,
-    RefusalCode, RegisterRequest, ReportRequest, SubmitJobRequest, UpdateAllocsRequest, WatchAllocsRequest,
+    AllocsPush, ClusterReport, HeartbeatRequest, IndexReply, Kind, LogsAccessRequest, Message, MessageError,
+    NodeReply, Refusal, RefusalCode, RegisterRequest, ReportRequest, SubmitJobRequest, UpdateAllocsRequest,
+    WatchAllocsRequest,
 };
 use crate::settings;
 use crate::stream::{codes, write_frame, FrameReader, StreamError};
@@ -198,6 +199,20 @@ impl ClientConnection {
         let request = WatchAllocsRequest { node_id, secret_id, last_index };
         write_frame(&mut send, &request.to_frame(request_id)).await?;
         Ok(AllocWatch { _send: send, recv, reader: FrameReader::new(MAX_PAYLOAD) })
+    }
+
+    /// Whether the ACL token `token` may read the logs of the node's
+    /// allocation `alloc_id`: `Ok` with the index it was decided at, or a
+    /// [`RefusalCode::Forbidden`] refusal.
+    pub async fn logs_access(
+        &self,
+        node_id: NodeId,
+        secret_id: Uuid,
+        alloc_id: engine::structs::AllocId,
+        token: Option<String>,
+    ) -> Result<u64, CallError> {
+        let reply: IndexReply = self.call(&LogsAccessRequest { node_id, secret_id, alloc_id, token }).await?;
+        Ok(reply.index)
     }
 
     /// Registers `job` (operator certificates only); the index it was written at.

@@ -9,6 +9,7 @@
 
 pub mod client;
 pub mod frame;
+pub mod log_limit;
 pub mod message;
 pub mod peer;
 pub mod server;

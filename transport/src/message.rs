@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use engine::state::ClientAllocUpdate;
 use engine::structs::job_refs::{decoding_jobs, encoding_jobs, JobTable};
-use engine::structs::{Allocation, Job, Node, NodeId, NodeStatus};
+use engine::structs::{AllocId, Allocation, Job, Node, NodeId, NodeStatus};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -36,6 +36,8 @@ pub enum Kind {
     UpdateAllocs = 3,
     /// [`WatchAllocsRequest`]: opens the node's allocation watch.
     WatchAllocs = 4,
+    /// [`LogsAccessRequest`]: may an ACL token read an allocation's logs?
+    LogsAccess = 5,
     /// [`SubmitJobRequest`]: an operator registers a job.
     SubmitJob = 32,
     /// [`ReportRequest`]: an operator asks for the cluster report.
@@ -61,6 +63,7 @@ impl TryFrom<u8> for Kind {
             2 => Kind::Heartbeat,
             3 => Kind::UpdateAllocs,
             4 => Kind::WatchAllocs,
+            5 => Kind::LogsAccess,
             32 => Kind::SubmitJob,
             33 => Kind::Report,
             64 => Kind::NodeReply,
@@ -159,6 +162,7 @@ plain_messages! {
     HeartbeatRequest => Kind::Heartbeat,
     UpdateAllocsRequest => Kind::UpdateAllocs,
     WatchAllocsRequest => Kind::WatchAllocs,
+    LogsAccessRequest => Kind::LogsAccess,
     SubmitJobRequest => Kind::SubmitJob,
     ReportRequest => Kind::Report,
     ClusterReport => Kind::ClusterReport,
@@ -210,6 +214,23 @@ pub struct WatchAllocsRequest {
     pub secret_id: Uuid,
     /// The index of the last push the client applied (0: none).
     pub last_index: u64,
+}
+
+/// An agent asks whether the ACL token a caller of its HTTP listener
+/// presented may read the logs of one of the node's allocations (Nomad's
+/// `read-logs` capability on the allocation's namespace). Answered with an
+/// [`IndexReply`] (yes; the index of the ACL state it was decided at) or a
+/// [`RefusalCode::Forbidden`] refusal saying why not.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogsAccessRequest {
+    /// The node.
+    pub node_id: NodeId,
+    /// Its secret.
+    pub secret_id: Uuid,
+    /// The allocation whose logs are asked for.
+    pub alloc_id: AllocId,
+    /// The secret the caller presented (`X-Nomad-Token`), if any.
+    pub token: Option<String>,
 }
 
 /// What a node learns from registering or heartbeating.
@@ -429,6 +450,8 @@ pub enum AnyMessage {
     UpdateAllocs(UpdateAllocsRequest),
     /// [`Kind::WatchAllocs`].
     WatchAllocs(WatchAllocsRequest),
+    /// [`Kind::LogsAccess`].
+    LogsAccess(LogsAccessRequest),
     /// [`Kind::SubmitJob`].
     SubmitJob(SubmitJobRequest),
     /// [`Kind::Report`].
@@ -454,6 +477,7 @@ impl AnyMessage {
             Kind::Heartbeat => AnyMessage::Heartbeat(HeartbeatRequest::from_payload(payload)?),
             Kind::UpdateAllocs => AnyMessage::UpdateAllocs(UpdateAllocsRequest::from_payload(payload)?),
             Kind::WatchAllocs => AnyMessage::WatchAllocs(WatchAllocsRequest::from_payload(payload)?),
+            Kind::LogsAccess => AnyMessage::LogsAccess(LogsAccessRequest::from_payload(payload)?),
             Kind::SubmitJob => AnyMessage::SubmitJob(SubmitJobRequest::from_payload(payload)?),
             Kind::Report => AnyMessage::Report(ReportRequest::from_payload(payload)?),
             Kind::ClusterReport => AnyMessage::ClusterReport(Box::new(ClusterReport::from_payload(payload)?)),
@@ -471,6 +495,7 @@ impl AnyMessage {
             AnyMessage::Heartbeat(message) => message.to_frame(request_id),
             AnyMessage::UpdateAllocs(message) => message.to_frame(request_id),
             AnyMessage::WatchAllocs(message) => message.to_frame(request_id),
+            AnyMessage::LogsAccess(message) => message.to_frame(request_id),
             AnyMessage::SubmitJob(message) => message.to_frame(request_id),
             AnyMessage::Report(message) => message.to_frame(request_id),
             AnyMessage::ClusterReport(message) => message.to_frame(request_id),

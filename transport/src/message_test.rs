@@ -34,6 +34,12 @@ fn every_message_round_trips() {
         }],
     });
     round_trip(&WatchAllocsRequest { node_id, secret_id: Uuid::from_u128(5), last_index: 41 });
+    round_trip(&LogsAccessRequest {
+        node_id,
+        secret_id: Uuid::from_u128(5),
+        alloc_id: AllocId::from_u128(9),
+        token: Some("secret".into()),
+    });
     round_trip(&NodeReply {
         index: 3,
         status: NodeStatus::Ready,

@@ -20,13 +20,16 @@ use std::sync::Arc;
 
 use engine::node::endpoint::{NodeEndpoint, NodeError};
 use engine::state::{StateError, WaitError};
+use engine::structs::{AllocId, NodeId};
 use quinn::{Connection, Endpoint, Incoming, RecvStream, SendStream};
 use tokio::sync::{watch, Semaphore};
 
+use crate::log_limit::RateLimited;
 use crate::frame::{Frame, MAX_PAYLOAD};
 use crate::message::{
-    AllocsPush, ClusterReport, HeartbeatRequest, IndexReply, Kind, Message, MessageError, NodeReply, Refusal,
-    RefusalCode, RegisterRequest, ReportRequest, SubmitJobRequest, UpdateAllocsRequest, WatchAllocsRequest,
+    AllocsPush, AnyMessage, ClusterReport, HeartbeatRequest, IndexReply, Kind, LogsAccessRequest, Message,
+    MessageError, NodeReply, Refusal, RefusalCode, RegisterRequest, ReportRequest, SubmitJobRequest,
+    UpdateAllocsRequest, WatchAllocsRequest,
 };
 use crate::settings::{self, MAX_HANDSHAKES, MAX_REQUEST};
 use crate::stream::{abandon, codes, write_frame, write_last_frame, FrameReader, StreamError};
@@ -80,6 +83,12 @@ pub trait Operations: Send + Sync + 'static {
     fn submit_job(&self, job: engine::structs::Job) -> Result<u64, String>;
     /// The cluster report.
     fn report(&self) -> ClusterReport;
+    /// Whether the ACL token `token` (none: anonymous) may read the logs
+    /// of `alloc_id`, which must be on `node_id` (an agent asking for
+    /// its own allocation): the index of the state it was decided at, or
+    /// why not. Unlike the calls above, agents make it, from this
+    /// server's own state (ACLs are replicated to every server).
+    fn logs_access(&self, node_id: NodeId, alloc_id: AllocId, token: Option<&str>) -> Result<u64, String>;
 }
 
 /// How a server of a cluster serves node calls (module docs).
@@ -109,6 +118,12 @@ pub type RouteAnswer = std::pin::Pin<Box<dyn std::future::Future<Output = Result
 /// What [`Route::hold`] answers.
 pub type HoldAnswer =
     std::pin::Pin<Box<dyn std::future::Future<Output = Result<Option<NodeEndpoint>, Refusal>> + Send>>;
+
+/// Failed handshakes and refused calls are logged at most this often (the
+/// counters in [`ListenerStats`] count every one).
+static HANDSHAKE_FAILURES: RateLimited = RateLimited::new(std::time::Duration::from_secs(10));
+/// See [`HANDSHAKE_FAILURES`].
+static REFUSALS: RateLimited = RateLimited::new(std::time::Duration::from_secs(10));
 
 /// What the listener serves with.
 struct Service {
@@ -293,7 +308,9 @@ impl ClientListener {
                 }
                 Err(error) => {
                     service.counters.handshakes_failed.fetch_add(1, Ordering::Relaxed);
-                    tracing::info!(%remote, %error, "client handshake failed");
+                    if let Some(held_back) = HANDSHAKE_FAILURES.admit() {
+                        tracing::info!(%remote, %error, held_back, "client handshake failed");
+                    }
                 }
             }
         });
@@ -360,6 +377,18 @@ async fn serve_stream(
             Ok(request) => watch_allocs(service, remote, request, request_id, send).await,
             Err(error) => refuse_malformed(service, remote, &mut send, &mut recv, request_id, &error.to_string()).await,
         };
+    }
+    if frame.kind == Kind::LogsAccess as u8 {
+        let reply = match LogsAccessRequest::from_frame(&frame) {
+            Ok(request) => service.logs_access(remote, request).to_frame(request_id),
+            Err(error) => {
+                return refuse_malformed(service, remote, &mut send, &mut recv, request_id, &error.to_string()).await
+            }
+        };
+        if let Err(error) = write_last_frame(&mut send, &reply).await {
+            tracing::debug!(%remote, %error, "could not answer a client call");
+        }
+        return;
     }
     let outcome = match service.settle().await {
         Ok(Serve::Here(nodes)) => service.reply(&nodes, remote, operator, &frame).await,
@@ -514,7 +543,9 @@ async fn refuse_malformed(
     why: &str,
 ) {
     service.counters.malformed.fetch_add(1, Ordering::Relaxed);
-    tracing::warn!(%remote, why, "closed a client stream: malformed request");
+    if let Some(held_back) = REFUSALS.admit() {
+        tracing::warn!(%remote, why, held_back, "closed a client stream: malformed request");
+    }
     let refusal = Refusal { code: RefusalCode::Malformed, message: why.to_string() };
     let _ = recv.stop(codes::MALFORMED);
     if write_last_frame(send, &refusal.to_frame(request_id)).await.is_err() {
@@ -575,7 +606,9 @@ impl Service {
     ) -> Result<T, Refusal> {
         let Some(operations) = self.operations.clone().filter(|_| operator) else {
             self.counters.refusals.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(%remote, "refused an operator call from a connection without an operator certificate");
+            if let Some(held_back) = REFUSALS.admit() {
+                tracing::warn!(%remote, held_back, "refused an operator call from a connection without an operator certificate");
+            }
             return Err(Refusal {
                 code: RefusalCode::Forbidden,
                 message: "operator calls need an operator certificate".to_string(),
@@ -585,6 +618,24 @@ impl Service {
             code: RefusalCode::Internal,
             message: format!("the operator call failed: {error}"),
         })
+    }
+
+    /// Answers a [`LogsAccessRequest`] from this server's own state.
+    fn logs_access(&self, remote: SocketAddr, request: LogsAccessRequest) -> AnyMessage {
+        if let Err(error) = self.nodes.authenticate(request.node_id, request.secret_id) {
+            return AnyMessage::Refusal(self.refusal(remote, &error));
+        }
+        let Some(operations) = &self.operations else {
+            let message = "this server cannot check ACL tokens".to_string();
+            return AnyMessage::Refusal(Refusal { code: RefusalCode::Internal, message });
+        };
+        match operations.logs_access(request.node_id, request.alloc_id, request.token.as_deref()) {
+            Ok(index) => AnyMessage::IndexReply(IndexReply { index }),
+            Err(message) => {
+                self.counters.refusals.fetch_add(1, Ordering::Relaxed);
+                AnyMessage::Refusal(Refusal { code: RefusalCode::Forbidden, message })
+            }
+        }
     }
 
     fn node_reply(&self, reply: engine::node::endpoint::NodeResponse) -> NodeReply {
@@ -606,7 +657,9 @@ impl Service {
             NodeError::UnknownNode(_) => RefusalCode::UnknownNode,
             NodeError::WrongSecret { node } => {
                 self.counters.wrong_secrets.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(%remote, node = %node, "refused a call with a wrong node secret");
+                if let Some(held_back) = REFUSALS.admit() {
+                    tracing::warn!(%remote, node = %node, held_back, "refused a call with a wrong node secret");
+                }
                 RefusalCode::WrongSecret
             }
             NodeError::NotConnected { .. } => RefusalCode::NotConnected,

@@ -33,7 +33,8 @@ use axum::routing::{get, post};
 use axum::Router;
 use engine::clock::SystemClock;
 use engine::state::{Command, StateError};
-use engine::structs::{AclLevel, AclPolicy, AclRules, AclToken, AclTokenType};
+use engine::structs::{AclLevel, AclPolicy, AclRules, AclState, AclToken, AclTokenType};
+use transport::log_limit::RateLimited;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -94,7 +95,7 @@ fn need(method: &Method, path: &str) -> Need {
 }
 
 /// The secret a request carries, if any.
-fn secret_of(headers: &HeaderMap) -> Option<String> {
+pub fn secret_of(headers: &HeaderMap) -> Option<String> {
     if let Some(token) = headers.get("x-nomad-token").and_then(|value| value.to_str().ok()) {
         return Some(token.trim().to_string()).filter(|token| !token.is_empty());
     }
@@ -106,25 +107,38 @@ fn secret_of(headers: &HeaderMap) -> Option<String> {
 #[derive(Clone, Debug)]
 pub struct Caller(pub Option<AclToken>);
 
-/// The ACL check (module docs); a no-op when ACLs are off.
-pub async fn authorize(State(state): State<ApiState>, mut request: Request, next: Next) -> Response {
-    if !state.acl_enabled {
-        return next.run(request).await;
+/// Why a request was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Denied {
+    /// The secret names no token (Nomad's "ACL token not found").
+    TokenNotFound,
+    /// The token (or the anonymous policy) does not grant what is needed.
+    PermissionDenied,
+}
+
+impl Denied {
+    /// Nomad's answer body.
+    pub fn message(self) -> &'static str {
+        match self {
+            Denied::TokenNotFound => "ACL token not found",
+            Denied::PermissionDenied => "Permission denied",
+        }
     }
-    let method = request.method().clone();
-    let path = request.uri().path().to_string();
-    let needed = need(&method, &path);
-    let snapshot = state.leadership.store().snapshot();
-    let acl = snapshot.acl();
-    let token = match secret_of(request.headers()) {
+}
+
+/// Refused requests are logged at most this often (unauthenticated
+/// traffic can cause them at will).
+static REFUSED: RateLimited = RateLimited::new(std::time::Duration::from_secs(10));
+
+/// Decides whether `secret` (none: anonymous) gets `needed` under `acl`:
+/// the caller's token (none for anonymous), or why not with who asked.
+fn decide(acl: &AclState, secret: Option<&str>, needed: Need) -> Result<Option<AclToken>, (Denied, String)> {
+    let token = match secret {
         None => None,
-        Some(secret) => match uuid::Uuid::parse_str(&secret).ok().and_then(|secret| acl.token_by_secret(&secret)) {
+        Some(secret) => match uuid::Uuid::parse_str(secret).ok().and_then(|secret| acl.token_by_secret(&secret)) {
             Some(token) => Some(token.clone()),
             None if needed == Need::Nothing => None,
-            None => {
-                tracing::warn!(%method, %path, "request refused: ACL token not found");
-                return (axum::http::StatusCode::FORBIDDEN, "ACL token not found").into_response();
-            }
+            None => return Err((Denied::TokenNotFound, "unknown".to_string())),
         },
     };
     let allowed = match (&token, needed) {
@@ -146,13 +160,55 @@ pub async fn authorize(State(state): State<ApiState>, mut request: Request, next
             granted.allows(level)
         }
     };
-    if !allowed {
+    if allowed {
+        Ok(token)
+    } else {
         let accessor = token.as_ref().map_or_else(|| "anonymous".to_string(), |token| token.accessor_id.to_string());
-        tracing::warn!(%method, %path, %accessor, need = ?needed, "request refused: permission denied");
-        return ApiError::Forbidden.into_response();
+        Err((Denied::PermissionDenied, accessor))
     }
-    request.extensions_mut().insert(Caller(token));
-    next.run(request).await
+}
+
+/// Whether `secret` may read the logs of an allocation in `namespace`:
+/// Nomad's `read-logs` capability, which a namespace `write` policy grants
+/// and `read` does not. Agents ask the servers this before they serve a
+/// task's logs on their own listener (`client_fs.rs`).
+pub fn may_read_logs(acl: &AclState, secret: Option<&str>, namespace: &str) -> Result<(), Denied> {
+    let refused = |(denied, accessor): (Denied, String)| {
+        if let Some(held_back) = REFUSED.admit() {
+            tracing::warn!(%namespace, %accessor, held_back, "task logs refused: {}", denied.message());
+        }
+        denied
+    };
+    super::query::known_namespace(namespace, false).map_err(|_| Denied::PermissionDenied)?;
+    decide(acl, secret, Need::Level(Area::Namespace, AclLevel::Write)).map(drop).map_err(refused)
+}
+
+/// The ACL check (module docs); a no-op when ACLs are off.
+pub async fn authorize(State(state): State<ApiState>, mut request: Request, next: Next) -> Response {
+    if !state.acl_enabled {
+        return next.run(request).await;
+    }
+    let method = request.method().clone();
+    let path = request.uri().path().to_string();
+    let needed = need(&method, &path);
+    let snapshot = state.leadership.store().snapshot();
+    match decide(snapshot.acl(), secret_of(request.headers()).as_deref(), needed) {
+        Ok(token) => {
+            request.extensions_mut().insert(Caller(token));
+            next.run(request).await
+        }
+        Err((denied, accessor)) => {
+            if let Some(held_back) = REFUSED.admit() {
+                tracing::warn!(%method, %path, %accessor, need = ?needed, held_back, "request refused: {}", denied.message());
+            }
+            match denied {
+                Denied::TokenNotFound => {
+                    (axum::http::StatusCode::FORBIDDEN, Denied::TokenNotFound.message()).into_response()
+                }
+                Denied::PermissionDenied => ApiError::Forbidden.into_response(),
+            }
+        }
+    }
 }
 
 /// Writes `command` on the blocking pool.

@@ -329,6 +329,7 @@ async fn search(State(state): State<ApiState>, params: Params, body: Bytes) -> R
     };
     let namespace =
         request.namespace.clone().filter(|ns| !ns.is_empty()).unwrap_or_else(|| params.namespace().to_string());
+    super::query::known_namespace(&namespace, true)?;
     let prefix = request.prefix.clone();
     blocking(
         &state,

@@ -350,10 +350,14 @@ pub fn convert_job(api: ApiJob, query_namespace: Option<&str>) -> Result<Convert
     for group in api.task_groups.unwrap_or_default() {
         task_groups.push(convert_group(group, job_type, &api.update, &api.reschedule, &mut warnings)?);
     }
+    let query_namespace = query_namespace.filter(|namespace| !namespace.is_empty());
+    let body_namespace = api.namespace.filter(|namespace| !namespace.is_empty());
+    for namespace in query_namespace.iter().copied().chain(body_namespace.as_deref()) {
+        super::query::known_namespace(namespace, false)?;
+    }
     let namespace = query_namespace
-        .filter(|namespace| !namespace.is_empty())
         .map(str::to_string)
-        .or(api.namespace.filter(|namespace| !namespace.is_empty()))
+        .or(body_namespace)
         .unwrap_or_else(|| engine::structs::DEFAULT_NAMESPACE.to_string());
     let job = Job {
         namespace: Arc::from(namespace),

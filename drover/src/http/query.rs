@@ -25,6 +25,34 @@ use super::ApiState;
 /// The longest (and the default) blocking wait.
 pub const MAX_WAIT: Duration = Duration::from_secs(300);
 
+/// Refuses a namespace other than `default` (and `*`, every namespace,
+/// on reads, as Nomad): Drover has one namespace until namespaces exist,
+/// and an ACL rule for `default` must not be escaped by naming another.
+/// Nomad refuses a job in a namespace that does not exist the same way.
+pub fn known_namespace(namespace: &str, read: bool) -> Result<(), ApiError> {
+    match namespace {
+        DEFAULT_NAMESPACE => Ok(()),
+        "*" if read => Ok(()),
+        "*" => Err(ApiError::BadRequest("namespace \"*\" names every namespace: a write needs one".to_string())),
+        other => Err(ApiError::BadRequest(format!(
+            "namespace {other:?} does not exist: Drover has one namespace, {DEFAULT_NAMESPACE:?}"
+        ))),
+    }
+}
+
+/// The `?namespace=` check in front of every endpoint ([`known_namespace`]).
+pub async fn check_namespace(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let read = request.method() == axum::http::Method::GET || request.method() == axum::http::Method::HEAD;
+    if let Ok(Query(params)) = Query::<BTreeMap<String, String>>::try_from_uri(request.uri()) {
+        if let Some(namespace) = params.get("namespace").filter(|namespace| !namespace.is_empty()) {
+            if let Err(refused) = known_namespace(namespace, read) {
+                return refused.into_response();
+            }
+        }
+    }
+    next.run(request).await
+}
+
 /// The query parameters the API reads.
 #[derive(Clone, Debug, Default)]
 pub struct Params(BTreeMap<String, String>);

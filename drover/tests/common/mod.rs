@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -53,7 +54,7 @@ pub fn server_options(port: u16, tls: &TlsMaterial, ttl: Duration) -> ServerOpti
 }
 
 /// A fresh temporary directory for one test.
-pub fn temp_dir(name: &str) -> std::path::PathBuf {
+pub fn temp_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("drover-test-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("temp dir");
@@ -96,4 +97,46 @@ pub fn service_job(id: &str, count: u32) -> engine::structs::Job {
     let mut job = Job::new_simple(id, JobType::Service, count, Resources::new(1, 1, 0));
     job.task_groups[0].tasks[0].driver = "mock".into();
     job
+}
+
+/// The cluster's CA and certificates, made with `drover tls`.
+pub struct Certs {
+    dir: PathBuf,
+}
+
+impl Certs {
+    pub fn create(dir: &Path) -> Certs {
+        let run = |args: &[&str]| {
+            let output = drover().args(args).arg("--dir").arg(dir).current_dir(dir).output().expect("drover tls runs");
+            assert!(output.status.success(), "{args:?}: {}", String::from_utf8_lossy(&output.stderr));
+        };
+        run(&["tls", "ca", "create"]);
+        for role in ["--server", "--client", "--cli"] {
+            run(&["tls", "cert", "create", role]);
+        }
+        Certs { dir: dir.to_path_buf() }
+    }
+
+    pub fn file(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    /// `drover server`'s TLS flags for the server certificate.
+    pub fn server_flags(&self) -> Vec<std::ffi::OsString> {
+        let flags = [
+            ("--ca-file", "drover-agent-ca.pem"),
+            ("--cert-file", "global-server-drover.pem"),
+            ("--key-file", "global-server-drover-key.pem"),
+        ];
+        flags.into_iter().flat_map(|(flag, name)| [flag.into(), self.file(name).into_os_string()]).collect()
+    }
+
+    pub fn material(&self, stem: &str) -> TlsMaterial {
+        TlsMaterial::from_files(
+            &self.file("drover-agent-ca.pem"),
+            &self.file(&format!("{stem}.pem")),
+            &self.file(&format!("{stem}-key.pem")),
+        )
+        .expect("certificates load")
+    }
 }

@@ -398,6 +398,22 @@ pub struct JobValidationError {
     pub problems: Vec<String>,
 }
 
+/// Why `name` cannot be a group or task name, or `None`:
+/// clients build directories, log files and cgroups from task names (and
+/// may from the others), so each must stay one path component (Nomad
+/// refuses slashes and NUL characters in task names).
+pub fn path_name_problem(name: &str) -> Option<&'static str> {
+    if name.contains('/') || name.contains('\\') {
+        Some("cannot include slashes")
+    } else if name.contains('\0') {
+        Some("cannot include null characters")
+    } else if name == "." || name == ".." {
+        Some("cannot be \".\" or \"..\"")
+    } else {
+        None
+    }
+}
+
 impl Job {
     /// The job's namespaced key.
     pub fn key(&self) -> JobKey {
@@ -441,8 +457,18 @@ impl Job {
         } else if self.id.len() > 128 || self.id.chars().any(|c| c.is_whitespace() || c.is_control()) {
             problems.push(format!("job id {:?} must be at most 128 characters without spaces", self.id));
         }
+        if matches!(&*self.id, "." | "..") {
+            // Slashes stay allowed: Nomad's dispatched and periodic children are `parent/...`.
+            problems.push(format!("job id {:?} cannot be \".\" or \"..\"", self.id));
+        }
         if self.namespace.trim().is_empty() {
             problems.push("namespace is empty".to_string());
+        } else if *self.namespace != *DEFAULT_NAMESPACE {
+            // One namespace until namespaces exist: ACL rules name it.
+            problems.push(format!(
+                "namespace {:?} does not exist: Drover has one namespace, {DEFAULT_NAMESPACE:?}",
+                self.namespace
+            ));
         }
         if !(1..=100).contains(&self.priority) {
             problems.push(format!("priority {} is outside 1..=100", self.priority));
@@ -472,6 +498,8 @@ impl Job {
         let place = format!("task group {:?}", group.name);
         if group.name.trim().is_empty() {
             problems.push("a task group has no name".to_string());
+        } else if let Some(why) = path_name_problem(&group.name) {
+            problems.push(format!("{place}: the name {why}"));
         }
         if group.count > MAX_GROUP_COUNT {
             problems.push(format!("{place}: count {} is above the limit of {MAX_GROUP_COUNT}", group.count));
@@ -534,6 +562,8 @@ impl Job {
                 problems.push(format!("{place}: a task has no name"));
             } else if !task_names.insert(task.name.as_str()) {
                 problems.push(format!("{place}: task {:?} is defined more than once", task.name));
+            } else if let Some(why) = path_name_problem(&task.name) {
+                problems.push(format!("{task_place}: the name {why}"));
             }
             if task.driver.trim().is_empty() {
                 problems.push(format!("{task_place}: no driver"));
@@ -603,6 +633,27 @@ mod tests {
     #[test]
     fn a_valid_job_passes() {
         assert_eq!(valid_job().validate(), Ok(()));
+    }
+
+    #[test]
+    fn names_that_would_become_paths_are_refused() {
+        for bad in ["/tmp/x/escaped", "../../x", "..", ".", "a\\b", "nul\0"] {
+            let mut job = valid_job();
+            job.task_groups[0].tasks[0].name = bad.to_string();
+            let text = job.validate().expect_err("a path-like task name").to_string();
+            assert!(text.contains("task") && text.contains("cannot"), "{bad:?}: {text}");
+            let mut job = valid_job();
+            job.task_groups[0].name = bad.to_string();
+            assert!(job.validate().is_err(), "group {bad:?}");
+        }
+        let mut job = valid_job();
+        job.id = "..".into();
+        assert!(job.validate().is_err());
+        job.id = "parent/dispatch-1".into();
+        assert_eq!(job.validate(), Ok(()), "Nomad's child job ids keep their slash");
+        let mut job = valid_job();
+        job.task_groups[0].tasks[0].name = "web.v2-x_y".to_string();
+        assert_eq!(job.validate(), Ok(()));
     }
 
     #[test]
