@@ -7,6 +7,7 @@
 //! arguments pass through untouched.
 
 use std::net::{IpAddr, SocketAddr};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -845,6 +846,19 @@ fn tls_files(common: &Common, file: &FileConfig) -> Result<TlsMaterial, Failure>
     TlsMaterial::from_files(&ca, &cert, &key).map_err(|error| Failure::Config(error.into()))
 }
 
+/// Raises the soft open-files limit to the hard one: a server holds a
+/// descriptor per HTTP connection and task log, and distributions often
+/// start processes with a soft limit of 1,024. Says what it is either way.
+fn raise_open_files_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let limit = getrlimit(Resource::Nofile);
+    let raised = Rlimit { current: limit.maximum, maximum: limit.maximum };
+    match setrlimit(Resource::Nofile, raised) {
+        Ok(()) => tracing::info!(open_files = ?limit.maximum, "open files limit (RLIMIT_NOFILE) raised to the hard limit"),
+        Err(error) => tracing::warn!(%error, open_files = ?limit.current, "could not raise the open files limit"),
+    }
+}
+
 fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
     Ok(tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?)
 }
@@ -895,6 +909,7 @@ fn engine_config(args: &ServerArgs, file: &FileConfig) -> Result<ServerConfig, F
 fn server(args: ServerArgs) -> Result<(), Failure> {
     let file = file_config(&args.common)?;
     init_logs(&args.common, &file)?;
+    raise_open_files_limit();
     let engine = engine_config(&args, &file)?;
     let bind_ip = match (args.bind, &file.server.bind_addr) {
         (Some(ip), _) => ip,
@@ -904,10 +919,12 @@ fn server(args: ServerArgs) -> Result<(), Failure> {
         (None, None) => IpAddr::from([0, 0, 0, 0]),
     };
     let bind = SocketAddr::new(bind_ip, args.port.or(file.server.port).unwrap_or(4647));
-    let tls = if args.common.dev {
+    // A dev server without a data dir writes its client files to a
+    // temporary directory that goes when it exits.
+    let (tls, _dev_tls_dir) = if args.common.dev {
         dev_server_tls(args.common.data_dir.as_deref())?
     } else {
-        tls_files(&args.common, &file)?
+        (tls_files(&args.common, &file)?, None)
     };
     let http = if args.no_http {
         None
@@ -997,13 +1014,18 @@ fn cluster_options(
 }
 
 /// `--dev` on a server: a throwaway CA in memory. Agents need a client
-/// certificate of that CA, so it is written to a fresh directory that the
-/// log names, loudly.
-fn dev_server_tls(data_dir: Option<&Path>) -> Result<TlsMaterial, Failure> {
+/// certificate of that CA, so it is written (the key readable by its owner
+/// only) to `<data_dir>/dev-tls`, or without a data dir to a temporary
+/// directory that is removed when the returned guard drops, and the log
+/// names it, loudly.
+fn dev_server_tls(data_dir: Option<&Path>) -> Result<(TlsMaterial, Option<tempfile::TempDir>), Failure> {
     let (_ca, server, client) = TlsMaterial::dev_pair()?;
-    let dir = match data_dir {
-        Some(dir) => dir.join("dev-tls"),
-        None => std::env::temp_dir().join(format!("drover-dev-tls-{}", std::process::id())),
+    let (dir, temporary) = match data_dir {
+        Some(dir) => (dir.join("dev-tls"), None),
+        None => {
+            let temporary = dev_temp_dir("drover-dev-tls-")?;
+            (temporary.path().to_path_buf(), Some(temporary))
+        }
     };
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let files = [
@@ -1013,7 +1035,15 @@ fn dev_server_tls(data_dir: Option<&Path>) -> Result<TlsMaterial, Failure> {
     ];
     for (name, text) in files {
         let path = dir.join(name);
-        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+        let mode = if name.ends_with("-key.pem") { 0o600 } else { 0o644 };
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(mode)
+            .open(&path)
+            .and_then(|mut file| std::io::Write::write_all(&mut file, text.as_bytes()))
+            .with_context(|| format!("writing {}", path.display()))?;
     }
     tracing::warn!(
         dir = %dir.display(),
@@ -1021,7 +1051,14 @@ fn dev_server_tls(data_dir: Option<&Path>) -> Result<TlsMaterial, Failure> {
          this process. Agents connect with --ca-file {0}/ca.pem --cert-file {0}/client.pem --key-file {0}/client-key.pem",
         dir.display()
     );
-    Ok(server)
+    Ok((server, temporary))
+}
+
+/// A fresh private (0700) directory under the system's temporary one, for
+/// a dev process that was given no data dir; removed when the guard drops
+/// (a clean exit, or a failed start).
+fn dev_temp_dir(prefix: &str) -> Result<tempfile::TempDir, Failure> {
+    Ok(tempfile::Builder::new().prefix(prefix).tempdir().context("creating a temporary directory")?)
 }
 
 /// The node this machine is, from the file and the flags.
@@ -1077,6 +1114,7 @@ fn machine_memory_mb() -> u64 {
 fn agent(args: AgentArgs) -> Result<(), Failure> {
     let file = file_config(&args.common)?;
     init_logs(&args.common, &file)?;
+    raise_open_files_limit();
     let tls = tls_files(&args.common, &file)?;
     let servers_text =
         args.servers.clone().or(file.client.servers.clone()).unwrap_or_else(|| vec!["127.0.0.1:4647".to_string()]);
@@ -1088,9 +1126,12 @@ fn agent(args: AgentArgs) -> Result<(), Failure> {
             .ok_or_else(|| config_error("client.servers", format!("{text:?} is not a host:port")))?;
         servers.push(addr);
     }
+    // A dev agent without a data dir keeps its allocations in a temporary
+    // directory that goes when it exits (its tasks are stopped first).
+    let mut _dev_data_dir = None;
     let data_dir = match (&args.common.data_dir, &file.data_dir, args.common.dev) {
         (Some(dir), _, _) | (None, Some(dir), _) => dir.clone(),
-        (None, None, true) => std::env::temp_dir().join(format!("drover-dev-agent-{}", std::process::id())),
+        (None, None, true) => _dev_data_dir.insert(dev_temp_dir("drover-dev-agent-")?).path().to_path_buf(),
         (None, None, false) => return Err(config_error("data_dir", "required for an agent (or --dev)")),
     };
     let identity = drover::identity::load_or_create(&data_dir).context("the node identity")?;
@@ -1179,6 +1220,7 @@ impl ClientSide {
 
 fn dev(args: DevArgs) -> Result<(), Failure> {
     drover::logging::init(&args.log_level, false)?;
+    raise_open_files_limit();
     let jobs = args.job.iter().map(|path| read_job(path)).collect::<Result<Vec<_>>>()?;
     let http_addr: SocketAddr = args
         .agent_http_addr
@@ -1258,9 +1300,10 @@ fn dev(args: DevArgs) -> Result<(), Failure> {
         };
         let mut node = local_node(&agent_args, &FileConfig::default(), identity, (true, true));
         let (stop, stopped) = watch::channel(false);
+        let mut _dev_data_dir = None;
         let data_dir = match &args.data_dir {
             Some(dir) => dir.clone(),
-            None => std::env::temp_dir().join(format!("drover-dev-agent-{}", std::process::id())),
+            None => _dev_data_dir.insert(dev_temp_dir("drover-dev-agent-")?).path().to_path_buf(),
         };
         std::fs::create_dir_all(&data_dir).with_context(|| format!("creating {}", data_dir.display()))?;
         tracing::info!(data_dir = %data_dir.display(), "dev agent data dir (allocation directories and logs)");

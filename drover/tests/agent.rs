@@ -297,3 +297,33 @@ fn a_bad_config_file_is_named_with_its_key_and_exits_2() {
     assert!(error.contains("tls.ca_file"), "{error}");
     std::fs::remove_dir_all(&dir).expect("clean up");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_that_cannot_bind_its_http_listener_says_so_and_exits_non_zero() {
+    let dir = temp_dir("agent-bind");
+    let certs = common::Certs::create(&dir);
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("a port to hold");
+    let taken = taken.local_addr().expect("bound").to_string();
+    let child = drover()
+        .args(["agent", "--raw-exec", "--http-addr", &taken, "--servers", "127.0.0.1:4647", "--data-dir"])
+        .arg(dir.join("agent"))
+        .arg("--ca-file")
+        .arg(certs.file("drover-agent-ca.pem"))
+        .arg("--cert-file")
+        .arg(certs.file("global-client-drover.pem"))
+        .arg("--key-file")
+        .arg(certs.file("global-client-drover-key.pem"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("drover agent starts");
+    let output = bounded("the agent's exit", tokio::task::spawn_blocking(move || child.wait_with_output()))
+        .await
+        .expect("waiter")
+        .expect("exit status");
+    let log = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{log}");
+    assert!(log.contains("binding the agent's HTTP listener") && log.contains(&taken), "{log}");
+    std::fs::remove_dir_all(&dir).expect("clean up");
+}
+

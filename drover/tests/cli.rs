@@ -6,12 +6,33 @@ use std::io::BufRead;
 use std::process::{Child, Command, Output, Stdio};
 
 /// Kills the dev agent when the test ends, however it ends.
-struct Dev(Child);
+struct Dev(Option<Child>);
 
 impl Drop for Dev {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        if let Some(child) = &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Dev {
+    /// SIGTERM, then its exit status; fails the test if it has not exited
+    /// within a bound.
+    fn terminate(&mut self) -> std::process::ExitStatus {
+        let mut child = self.0.take().expect("running");
+        let pid = rustix::process::Pid::from_child(&child);
+        rustix::process::kill_process(pid, rustix::process::Signal::TERM).expect("SIGTERM");
+        let (exited_tx, exited) = std::sync::mpsc::channel();
+        std::thread::spawn(move || exited_tx.send(child.wait()));
+        match exited.recv_timeout(std::time::Duration::from_secs(90)) {
+            Ok(status) => status.expect("waited for"),
+            Err(_) => {
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+                panic!("drover dev did not exit within 90 s of SIGTERM");
+            }
+        }
     }
 }
 
@@ -25,14 +46,19 @@ fn stdout(output: &Output) -> String {
 
 #[test]
 fn the_cli_runs_a_job_and_shows_it_as_nomad_does() {
+    // Its own temporary directory, to see that drover dev leaves nothing there.
+    let tmp = std::env::temp_dir().join(format!("drover-cli-tmp-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp).expect("dir");
     let mut child = Command::new(env!("CARGO_BIN_EXE_drover"))
         .args(["dev", "--port", "0", "--http-port", "0", "--print-address"])
+        .env("TMPDIR", &tmp)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .expect("drover dev starts");
     let mut lines = std::io::BufReader::new(child.stdout.take().expect("stdout")).lines();
-    let _dev = Dev(child);
+    let mut dev = Dev(Some(child));
     let http = loop {
         let line = lines.next().expect("a line").expect("reads");
         if let Some(http) = line.strip_prefix("http ") {
@@ -123,6 +149,11 @@ fn the_cli_runs_a_job_and_shows_it_as_nomad_does() {
     let after = stdout(&drover(&http, &["job", "status"]));
     assert!(after.contains("example  service  50        dead (stopped)"), "{after}");
     let _ = std::fs::remove_dir_all(&dir);
+
+    assert!(dev.terminate().success());
+    let left: Vec<_> = std::fs::read_dir(&tmp).expect("tmp").map(|entry| entry.expect("entry").path()).collect();
+    assert!(left.is_empty(), "drover dev left {left:?} behind");
+    let _ = std::fs::remove_dir_all(&tmp);
 }
 
 /// The list at `path` once `holds` is true of it, woken by each write (a

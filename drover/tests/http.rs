@@ -315,6 +315,13 @@ async fn bad_requests_get_nomads_codes_and_write_nothing() {
     let invalid = send("PUT", "/v1/jobs", "{\"Job\": {\"ID\": \"x\", \"TaskGroups\": []}}").await;
     assert_eq!(invalid.status, 500, "Nomad answers validation errors with 500");
     assert!(invalid.body.contains("datacenters"), "{}", invalid.body);
+    for bad in ["/tmp/x/escaped", "../../x", ".."] {
+        let mut job = cli_job("paths", 1);
+        job["Job"]["TaskGroups"][0]["Tasks"][0]["Name"] = json!(bad);
+        let refused = api.request("PUT", "/v1/jobs", Some(&job)).await.expect("answer");
+        assert_eq!(refused.status, 500, "{bad}: {}", refused.body);
+        assert!(refused.body.contains("cannot"), "a task name {bad:?} would become a path: {}", refused.body);
+    }
     let mismatch = api.request("PUT", "/v1/job/other", Some(&cli_job("web", 1))).await.expect("answer");
     assert_eq!((mismatch.status, mismatch.body.as_str()), (400, "Job ID does not match name"));
     let huge = format!("{{\"Job\": {{\"ID\": \"{}\"}}}}", "x".repeat(5 * 1024 * 1024));

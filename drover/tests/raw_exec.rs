@@ -323,7 +323,7 @@ fn spawn_agent(dir: &Path, server: SocketAddr) -> std::process::Child {
     drover()
         .env("AWS_SECRET_ACCESS_KEY", "agent-secret")
         .env("VAULT_TOKEN", "agent-vault-token")
-        .env("DROVER_TEST_INHERITED", "harmless")
+        .env("INHERITED_BY_TASKS", "harmless")
         .args(["agent", "--raw-exec", "--http-addr", "127.0.0.1:0", "--log-level", "debug", "--servers"])
         .arg(server.to_string())
         .arg("--data-dir")
@@ -374,7 +374,7 @@ async fn an_agent_restart_reattaches_to_a_running_task_and_restarts_a_lost_one_i
     let steady_pid = started_pid(task_state(&steady));
     let alloc_dir = dir.join("data/alloc").join(steady.id.to_string());
     let env = std::fs::read_to_string(alloc_dir.join("alloc/env")).expect("the task's environment");
-    assert!(env.contains("DROVER_TEST_INHERITED=harmless"), "the agent's environment is inherited:\n{env}");
+    assert!(env.contains("INHERITED_BY_TASKS=harmless"), "the agent's environment is inherited:\n{env}");
     assert!(!env.contains("agent-secret") && !env.contains("agent-vault-token"), "credentials leaked:\n{env}");
     let client_dir = dir.join("data/client/allocs").join(steady.id.to_string());
     let launch = std::fs::read_to_string(client_dir.join("task.launch.json")).expect("launch spec");
