@@ -196,15 +196,14 @@ async fn run(
                 state.push_event(TaskEvent::new(TaskEvent::TASK_SETUP, now(), "Building Task Directory"));
             }
             let env = TaskEnv::new(&alloc, &task, &ctx.node, &dir);
-            let task_ctx =
-                TaskContext {
-                    driver: ctx.driver.clone(),
-                    alloc: alloc.clone(),
-                    task,
-                    dir: dir.clone(),
-                    env,
-                    servers_reached: ctx.servers_reached.clone(),
-                };
+            let task_ctx = TaskContext {
+                driver: ctx.driver.clone(),
+                alloc: alloc.clone(),
+                task,
+                dir: dir.clone(),
+                env,
+                servers_reached: ctx.servers_reached.clone(),
+            };
             let start_state = state.clone();
             tokio::spawn(task_runner::run(task_ctx, start_state, found, updates_tx.clone(), kill.subscribe()));
         }

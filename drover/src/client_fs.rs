@@ -107,10 +107,13 @@ impl ClientFs {
             Ok(Err(CallError::Refused(refusal))) if refusal.code == RefusalCode::Forbidden => {
                 Err(refuse(StatusCode::FORBIDDEN, refusal.message))
             }
-            Ok(Err(error)) => {
-                Err(refuse(StatusCode::SERVICE_UNAVAILABLE, format!("checking the ACL token with the servers: {error}")))
+            Ok(Err(error)) => Err(refuse(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("checking the ACL token with the servers: {error}"),
+            )),
+            Err(_) => {
+                Err(refuse(StatusCode::SERVICE_UNAVAILABLE, "the servers did not answer the ACL check".to_string()))
             }
-            Err(_) => Err(refuse(StatusCode::SERVICE_UNAVAILABLE, "the servers did not answer the ACL check".to_string())),
         }
     }
 

@@ -25,4 +25,3 @@ pub fn init(level: &str, json: bool) -> Result<(), crate::config::ConfigError> {
     drop(installed);
     Ok(())
 }
-

@@ -854,7 +854,9 @@ fn raise_open_files_limit() {
     let limit = getrlimit(Resource::Nofile);
     let raised = Rlimit { current: limit.maximum, maximum: limit.maximum };
     match setrlimit(Resource::Nofile, raised) {
-        Ok(()) => tracing::info!(open_files = ?limit.maximum, "open files limit (RLIMIT_NOFILE) raised to the hard limit"),
+        Ok(()) => {
+            tracing::info!(open_files = ?limit.maximum, "open files limit (RLIMIT_NOFILE) raised to the hard limit")
+        }
         Err(error) => tracing::warn!(%error, open_files = ?limit.current, "could not raise the open files limit"),
     }
 }

@@ -255,7 +255,8 @@ impl RunningServer {
         let listener = Arc::new(ClientListener::bind(options.bind, &options.tls, nodes, advertise, Some(operations))?);
         let http = match &options.http {
             Some(http) => {
-                let parts = (leadership, &listener, durable.cloned(), peers.cloned());
+                let reset_file = options.durable.as_ref().map(|durable| durable.dir.join(ACL_BOOTSTRAP_RESET_FILE));
+                let parts = (leadership, &listener, durable.cloned(), peers.cloned(), reset_file);
                 Some(start_http(http, &options.tls, parts)?)
             }
             None => None,
@@ -460,13 +461,20 @@ pub fn run_until_signal(options: ServerOptions, print_address: bool) -> anyhow::
     })
 }
 
+/// Nomad's file for an ACL bootstrap reset, in the server's directory of
+/// the data dir (`<data_dir>/server/acl-bootstrap-reset`): holding the
+/// reset index a refused bootstrap named, it allows one more bootstrap.
+pub const ACL_BOOTSTRAP_RESET_FILE: &str = "acl-bootstrap-reset";
+
 /// What the HTTP API serves with: the leader services, the client
-/// listener, the durable state and the server-to-server endpoint.
-type HttpParts<'a> = (&'a Arc<Leadership>, &'a Arc<ClientListener>, Option<Arc<Durable>>, Option<Arc<Peers>>);
+/// listener, the durable state, the server-to-server endpoint and the
+/// bootstrap reset file.
+type HttpParts<'a> =
+    (&'a Arc<Leadership>, &'a Arc<ClientListener>, Option<Arc<Durable>>, Option<Arc<Peers>>, Option<PathBuf>);
 
 /// Binds the HTTP API next to the client listener.
 fn start_http(options: &HttpOptions, tls: &TlsMaterial, parts: HttpParts<'_>) -> Result<HttpServer, ListenError> {
-    let (leadership, listener, durable, peers) = parts;
+    let (leadership, listener, durable, peers, acl_bootstrap_reset) = parts;
     let bind_error = |source| ListenError::Bind { addr: options.bind, source };
     let rpc_addr = listener.local_addr().map_err(bind_error)?;
     let https = if options.tls { Some(tls.https_server_config(options.verify_clients)?) } else { None };
@@ -485,6 +493,7 @@ fn start_http(options: &HttpOptions, tls: &TlsMaterial, parts: HttpParts<'_>) ->
         agent,
         durable,
         acl_enabled: options.acl_enabled,
+        acl_bootstrap_reset,
     };
     if options.acl_enabled {
         tracing::info!("ACLs enabled: every request needs a token (drover acl bootstrap makes the first)");

@@ -326,4 +326,3 @@ async fn an_agent_that_cannot_bind_its_http_listener_says_so_and_exits_non_zero(
     assert!(log.contains("binding the agent's HTTP listener") && log.contains(&taken), "{log}");
     std::fs::remove_dir_all(&dir).expect("clean up");
 }
-

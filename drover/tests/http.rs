@@ -379,6 +379,27 @@ async fn acl_tokens_and_policies_guard_every_endpoint() {
     assert_eq!(again.status, 400);
     assert!(again.body.contains("ACL bootstrap already done"), "{}", again.body);
 
+    // A lost management token: Nomad's reset, the refused bootstrap's
+    // reset index written to a file in the server's data dir.
+    let reset_index = again.body.rsplit_once("reset index: ").and_then(|(_, rest)| rest.strip_suffix(')'));
+    let reset_index: u64 = reset_index.and_then(|index| index.parse().ok()).expect("the refusal names the reset index");
+    let reset_file = server.dir.join("server/acl-bootstrap-reset");
+    std::fs::write(&reset_file, (reset_index + 1).to_string()).expect("a wrong reset index");
+    let wrong = anonymous.request("POST", "/v1/acl/bootstrap", None).await.expect("answer");
+    assert_eq!(wrong.status, 400, "{}", wrong.body);
+    std::fs::write(&reset_file, format!("{reset_index}\n")).expect("the reset index");
+    let reset = anonymous.request("POST", "/v1/acl/bootstrap", None).await.expect("answer");
+    assert_eq!(reset.status, 200, "{}", reset.body);
+    let second = reset.json().expect("token");
+    assert_ne!(second["SecretID"], bootstrap["SecretID"]);
+    assert_eq!(
+        as_token(second["SecretID"].as_str().expect("secret")).get("/v1/acl/tokens").await.expect("a").status,
+        200
+    );
+    let once = anonymous.request("POST", "/v1/acl/bootstrap", None).await.expect("answer");
+    assert_eq!(once.status, 400, "the same reset index works once: {}", once.body);
+    std::fs::remove_file(&reset_file).expect("reset file");
+
     let rules = "namespace \"default\" {\n  policy = \"read\"\n}\nnode {\n  policy = \"read\"\n}\n";
     let policy = json!({"Name": "readonly", "Description": "reads", "Rules": rules});
     assert_eq!(management.request("PUT", "/v1/acl/policy/readonly", Some(&policy)).await.expect("answer").status, 200);
@@ -424,7 +445,7 @@ async fn acl_tokens_and_policies_guard_every_endpoint() {
     assert_eq!(jobs.as_array().map(Vec::len), Some(1), "only the deployer's job: {jobs}");
 
     let listed = management.get("/v1/acl/tokens").await.expect("answer").json().expect("tokens");
-    assert_eq!(listed.as_array().map(Vec::len), Some(3));
+    assert_eq!(listed.as_array().map(Vec::len), Some(4), "both management tokens and two clients");
     assert!(listed.as_array().into_iter().flatten().all(|token| token.get("SecretID").is_none()), "{listed}");
 
     // Revoked: refused at once.
@@ -504,8 +525,7 @@ async fn namespaces_other_than_default_are_refused_and_task_logs_need_read_logs(
     transport::install_crypto_provider();
     let server = start_server_with("acl-logs", &["--acl-enabled"]).await;
     let address = format!("http://{}", anonymous_address(&server));
-    let bootstrap =
-        server.api.request("POST", "/v1/acl/bootstrap", None).await.expect("answer").json().expect("token");
+    let bootstrap = server.api.request("POST", "/v1/acl/bootstrap", None).await.expect("answer").json().expect("token");
     let secret = bootstrap["SecretID"].as_str().expect("secret").to_string();
     let management = ApiClient::new(&address, Some(secret), None).expect("client");
     let writer_secret = token_for(&management, "default-writer", "namespace \"default\" { policy = \"write\" }").await;
@@ -543,7 +563,8 @@ async fn namespaces_other_than_default_are_refused_and_task_logs_need_read_logs(
     let node = node.json().expect("node");
     let agent_http = node["Attributes"]["unique.advertise.http"].as_str().expect("the agent's listener").to_string();
     let logs_path = format!("/v1/client/fs/logs/{}?task=say&plain=true", alloc["ID"].as_str().expect("id"));
-    let at_agent = |token: Option<String>| ApiClient::new(&format!("http://{agent_http}"), token, None).expect("client");
+    let at_agent =
+        |token: Option<String>| ApiClient::new(&format!("http://{agent_http}"), token, None).expect("client");
 
     let anonymous = at_agent(None).get(&logs_path).await.expect("answer");
     assert_eq!((anonymous.status, anonymous.body.as_str()), (403, "Permission denied"));
@@ -554,4 +575,3 @@ async fn namespaces_other_than_default_are_refused_and_task_logs_need_read_logs(
     let allowed = at_agent(Some(writer_secret)).get(&logs_path).await.expect("answer");
     assert_eq!((allowed.status, allowed.body.as_str()), (200, "hello from the task\n"));
 }
-

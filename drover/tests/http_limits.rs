@@ -193,8 +193,8 @@ async fn idle_slow_and_unfinished_tls_connections_are_closed_after_their_timeout
     read_until_closed(slow, "a connection that sent half a request head");
     let mut kept = std::net::TcpStream::connect(plain.http).expect("connects");
     kept.write_all(b"GET /v1/agent/health HTTP/1.1\r\nhost: drover\r\n\r\n").expect("a request");
-    let answer = String::from_utf8_lossy(&read_until_closed(kept, "a kept-alive connection, idle after its answer"))
-        .to_string();
+    let answer =
+        String::from_utf8_lossy(&read_until_closed(kept, "a kept-alive connection, idle after its answer")).to_string();
     assert!(answer.starts_with("HTTP/1.1 200"), "answered first: {answer}");
     drop(plain);
 

@@ -256,7 +256,8 @@ mod tests {
                 | Command::UpsertAclPolicies { .. }
                 | Command::DeleteAclPolicies { .. }
                 | Command::UpsertAclTokens { .. }
-                | Command::DeleteAclTokens { .. } => false,
+                | Command::DeleteAclTokens { .. }
+                | Command::AclBootstrapReset { .. } => false,
             };
             // The scheduler configuration and the ACL carry no eval; every other kind carries one.
             let carries_eval = !matches!(
@@ -267,6 +268,7 @@ mod tests {
                     | Command::DeleteAclPolicies { .. }
                     | Command::UpsertAclTokens { .. }
                     | Command::DeleteAclTokens { .. }
+                    | Command::AclBootstrapReset { .. }
             );
             let parked = seam.park_blocked(if kind == "upsert_node" { node(1).id } else { node(0).id });
             let ready_before = seam.ready();

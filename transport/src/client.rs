@@ -18,9 +18,8 @@ use uuid::Uuid;
 
 use crate::frame::MAX_PAYLOAD;
 use crate::message::{
-    AllocsPush, ClusterReport, HeartbeatRequest, IndexReply, Kind, LogsAccessRequest, Message, MessageError,
-    NodeReply, Refusal, RefusalCode, RegisterRequest, ReportRequest, SubmitJobRequest, UpdateAllocsRequest,
-    WatchAllocsRequest,
+    AllocsPush, ClusterReport, HeartbeatRequest, IndexReply, Kind, LogsAccessRequest, Message, MessageError, NodeReply,
+    Refusal, RefusalCode, RegisterRequest, ReportRequest, SubmitJobRequest, UpdateAllocsRequest, WatchAllocsRequest,
 };
 use crate::settings;
 use crate::stream::{codes, write_frame, FrameReader, StreamError};

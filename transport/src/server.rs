@@ -24,8 +24,8 @@ use engine::structs::{AllocId, NodeId};
 use quinn::{Connection, Endpoint, Incoming, RecvStream, SendStream};
 use tokio::sync::{watch, Semaphore};
 
-use crate::log_limit::RateLimited;
 use crate::frame::{Frame, MAX_PAYLOAD};
+use crate::log_limit::RateLimited;
 use crate::message::{
     AllocsPush, AnyMessage, ClusterReport, HeartbeatRequest, IndexReply, Kind, LogsAccessRequest, Message,
     MessageError, NodeReply, Refusal, RefusalCode, RegisterRequest, ReportRequest, SubmitJobRequest,

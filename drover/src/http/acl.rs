@@ -34,9 +34,9 @@ use axum::Router;
 use engine::clock::SystemClock;
 use engine::state::{Command, StateError};
 use engine::structs::{AclLevel, AclPolicy, AclRules, AclState, AclToken, AclTokenType};
-use transport::log_limit::RateLimited;
 use serde::Deserialize;
 use serde_json::{json, Value};
+use transport::log_limit::RateLimited;
 
 use super::error::ApiError;
 use super::query::{Params, Reply};
@@ -279,14 +279,34 @@ fn enabled(state: &ApiState) -> Result<(), ApiError> {
     }
 }
 
-/// `POST /v1/acl/bootstrap`: the management token, once.
+/// `POST /v1/acl/bootstrap`: the management token, once; again only with
+/// Nomad's reset: the reset index a refused bootstrap named, written to
+/// `<data_dir>/server/acl-bootstrap-reset` on the server that answers.
 async fn bootstrap(State(state): State<ApiState>) -> Result<Reply, ApiError> {
     enabled(&state)?;
     let token = new_token("Bootstrap Token".into(), AclTokenType::Management, Vec::new());
-    let index = write(&state, Command::AclBootstrap { token: token.clone() }).await?;
+    let command = match reset_index(&state)? {
+        Some(reset_index) => Command::AclBootstrapReset { token: token.clone(), reset_index },
+        None => Command::AclBootstrap { token: token.clone() },
+    };
+    let index = write(&state, command).await?;
     tracing::info!(accessor = %token.accessor_id, "ACL bootstrapped: a management token was made");
     let stored = state.leadership.store().snapshot().acl().tokens.get(&token.accessor_id).cloned().unwrap_or(token);
     Ok(Reply::json(&token_json(&stored, true), false, Some(index)))
+}
+
+/// The reset index in the bootstrap reset file, if the server has one.
+fn reset_index(state: &ApiState) -> Result<Option<u64>, ApiError> {
+    let Some(path) = &state.acl_bootstrap_reset else { return Ok(None) };
+    match std::fs::read_to_string(path) {
+        Ok(text) => {
+            text.trim().parse().map(Some).map_err(|_| {
+                ApiError::BadRequest(format!("{}: {:?} is not a reset index", path.display(), text.trim()))
+            })
+        }
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(error) => Err(ApiError::Internal(format!("reading {}: {error}", path.display()))),
+    }
 }
 
 /// `GET /v1/acl/policies`.

@@ -44,11 +44,11 @@ use axum::Router;
 use engine::server::Server;
 
 use crate::cluster::Leadership;
-use transport::log_limit::RateLimited;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
+use transport::log_limit::RateLimited;
 
 /// The largest request body the API reads (a job with many groups fits
 /// well inside); larger ones are refused with 413 (see [`refuse_oversized`]).
@@ -71,6 +71,9 @@ pub struct ApiState {
     pub durable: Option<Arc<replication::Durable>>,
     /// Whether requests need ACL tokens (`acl.enabled`).
     pub acl_enabled: bool,
+    /// Where an operator writes a reset index to bootstrap ACLs again
+    /// (none: the server keeps its state in memory).
+    pub acl_bootstrap_reset: Option<std::path::PathBuf>,
 }
 
 impl ApiState {

@@ -80,6 +80,15 @@ impl Snapshot {
             Command::DeleteAclPolicies { names } => self.delete_acl_policies(&names),
             Command::UpsertAclTokens { tokens } => self.upsert_acl_tokens(index, tokens),
             Command::DeleteAclTokens { accessor_ids } => self.delete_acl_tokens(&accessor_ids),
+            Command::AclBootstrapReset { token, reset_index } => {
+                match self.acl.bootstrap_index {
+                    Some(done) if done != reset_index => return Err(StateError::AclBootstrapped(done)),
+                    _ => {}
+                }
+                self.upsert_acl_tokens(index, vec![token])?;
+                Arc::make_mut(&mut self.acl).bootstrap_index = Some(index);
+                Ok(())
+            }
         }
     }
 

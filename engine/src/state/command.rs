@@ -142,6 +142,18 @@ pub enum Command {
         /// Their accessor ids.
         accessor_ids: Vec<uuid::Uuid>,
     },
+    /// Nomad's bootstrap reset: one more management token for an operator
+    /// who lost theirs, allowed only when `reset_index` is the index of the
+    /// last bootstrap (the operator proves it by writing that index to a
+    /// file in a server's data dir); refused with
+    /// [`super::StateError::AclBootstrapped`] otherwise. The tokens made
+    /// before stay valid. (A new variant at the end: older logs still read.)
+    AclBootstrapReset {
+        /// The token (its indexes are set by the store).
+        token: AclToken,
+        /// The index of the bootstrap being reset.
+        reset_index: u64,
+    },
 }
 
 impl Command {

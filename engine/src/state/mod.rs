@@ -113,8 +113,9 @@ pub enum StateError {
         /// The stored configuration's modify index (0: none stored).
         stored: u64,
     },
-    /// The ACL system was bootstrapped already (at `index`).
-    #[error("ACL bootstrap already done (at index {0})")]
+    /// The ACL system was bootstrapped already, at this index (Nomad's
+    /// reset index: see [`Command::AclBootstrapReset`]).
+    #[error("ACL bootstrap already done (reset index: {0})")]
     AclBootstrapped(u64),
     /// A token names a policy that does not exist.
     #[error("ACL policy {0:?} not found")]

@@ -618,3 +618,34 @@ fn the_port_index_follows_live_allocations_and_refuses_a_port_held_twice() {
     assert_eq!(snapshot.node_ports(NodeId::from_u128(1)).map(|ports| ports.len()), Some(1));
     assert!(snapshot.port_collisions().is_empty());
 }
+
+fn management_token(n: u128) -> crate::structs::AclToken {
+    crate::structs::AclToken {
+        accessor_id: uuid::Uuid::from_u128(n),
+        secret_id: uuid::Uuid::from_u128(n + 1_000),
+        name: format!("management-{n}"),
+        token_type: crate::structs::AclTokenType::Management,
+        policies: vec![],
+        create_time: Timestamp(1),
+        create_index: 0,
+        modify_index: 0,
+    }
+}
+
+#[test]
+fn a_bootstrap_reset_needs_the_index_of_the_last_bootstrap_and_keeps_older_tokens() {
+    let store = StateStore::new();
+    let first = store.apply(Command::AclBootstrap { token: management_token(1) }).expect("bootstrap").index;
+    let again = store.apply(Command::AclBootstrap { token: management_token(2) }).expect_err("once");
+    assert_eq!(again.to_string(), format!("ACL bootstrap already done (reset index: {first})"));
+    let stale = Command::AclBootstrapReset { token: management_token(3), reset_index: first + 1 };
+    assert!(matches!(store.apply(stale), Err(StateError::AclBootstrapped(done)) if done == first));
+    let reset = Command::AclBootstrapReset { token: management_token(4), reset_index: first };
+    let second = store.apply(reset).expect("the reset index matches").index;
+    let acl = store.snapshot().acl().clone();
+    assert_eq!(acl.bootstrap_index, Some(second));
+    assert!(acl.tokens.contains_key(&uuid::Uuid::from_u128(1)) && acl.tokens.contains_key(&uuid::Uuid::from_u128(4)));
+    assert!(!acl.tokens.contains_key(&uuid::Uuid::from_u128(3)), "a refused reset wrote nothing");
+    let replayed = Command::AclBootstrapReset { token: management_token(5), reset_index: first };
+    assert!(store.apply(replayed).is_err(), "the same reset index works once");
+}
