@@ -51,10 +51,10 @@ fn the_cli_runs_a_job_and_shows_it_as_nomad_does() {
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir_all(&tmp).expect("dir");
     let mut child = Command::new(env!("CARGO_BIN_EXE_drover"))
-        .args(["dev", "--port", "0", "--http-port", "0", "--print-address"])
+        .args(["dev", "--port", "0", "--http-port", "0", "--print-address", "--log-level", "warn"])
         .env("TMPDIR", &tmp)
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(Stdio::inherit())
         .spawn()
         .expect("drover dev starts");
     let mut lines = std::io::BufReader::new(child.stdout.take().expect("stdout")).lines();

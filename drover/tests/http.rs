@@ -51,8 +51,9 @@ async fn start_server_with(name: &str, extra: &[&str]) -> DevServer {
         .args(["--workers", "1", "--data-dir"])
         .arg(&dir)
         .args(extra)
+        .args(["--log-level", "warn"])
         .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit())
         .spawn()
         .expect("drover server starts");
     let stdout = child.stdout.take().expect("stdout");
@@ -500,8 +501,9 @@ fn spawn_agent(server: &DevServer) -> AgentProcess {
         .arg(tls.join("client-key.pem"))
         .arg("--data-dir")
         .arg(server.dir.join("agent"))
+        .args(["--log-level", "warn"])
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit())
         .spawn()
         .expect("drover agent starts");
     AgentProcess(child)
