@@ -32,7 +32,7 @@ use transport::tls::TlsMaterial;
 
 mod common;
 
-use common::{bounded, drover, first_line, mock_node, service_job as job, temp_dir};
+use common::{bounded, drover, first_line, mock_node, service_job as job, temp_dir, Certs};
 
 const SERVERS: usize = 3;
 /// Leaders killed across the run.
@@ -63,27 +63,6 @@ fn free_udp_port() -> u16 {
 
 fn free_tcp_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").expect("tcp").local_addr().expect("addr").port()
-}
-
-/// The cluster's certificates, made with `drover tls`.
-fn make_certs(dir: &Path) {
-    let run = |args: &[&str]| {
-        let output = drover().args(args).arg("--dir").arg(dir).current_dir(dir).output().expect("drover tls runs");
-        assert!(output.status.success(), "{args:?}: {}", String::from_utf8_lossy(&output.stderr));
-    };
-    run(&["tls", "ca", "create"]);
-    for role in ["--server", "--client", "--cli"] {
-        run(&["tls", "cert", "create", role]);
-    }
-}
-
-fn material(dir: &Path, stem: &str) -> TlsMaterial {
-    TlsMaterial::from_files(
-        &dir.join("drover-agent-ca.pem"),
-        &dir.join(format!("{stem}.pem")),
-        &dir.join(format!("{stem}-key.pem")),
-    )
-    .expect("certificates")
 }
 
 impl Member {
@@ -379,16 +358,16 @@ fn start_writers(
 async fn the_cluster_survives_its_leader_being_killed_again_and_again() {
     transport::install_crypto_provider();
     let dir = temp_dir("ha");
-    make_certs(&dir);
+    let certs = Certs::create(&dir);
     let mut members: Vec<Member> = (1..=SERVERS).map(|n| Member::new(&dir, n)).collect();
     let join = members.iter().map(Member::peer).collect::<Vec<_>>().join(",");
     for member in &mut members {
         member.start(&dir, Some(&join)).await;
     }
     let servers: Vec<SocketAddr> = members.iter().map(|member| member.rpc).collect();
-    let (stop_agents, agent_counters, agents) = start_agents(&servers, &material(&dir, "global-client-drover"));
+    let (stop_agents, agent_counters, agents) = start_agents(&servers, &certs.material("global-client-drover"));
     let operators =
-        Arc::new(ClientEndpoints::bind(1, &material(&dir, "global-cli-drover")).expect("operator endpoint"));
+        Arc::new(ClientEndpoints::bind(1, &certs.material("global-cli-drover")).expect("operator endpoint"));
     let (ledger, stop_writers, mut acks, writers) = start_writers(WRITERS, &servers, &operators);
     members[0].all_nodes_ready().await;
     for round in 0..FAILOVERS {
@@ -484,7 +463,7 @@ fn rows_with(table: &str, column: usize, value: &str) -> usize {
 async fn an_operator_adds_a_voter_and_removes_it_again() {
     transport::install_crypto_provider();
     let dir = temp_dir("ha-membership");
-    make_certs(&dir);
+    let certs = Certs::create(&dir);
     let mut members: Vec<Member> = (1..=SERVERS + 1).map(|n| Member::new(&dir, n)).collect();
     let join = members[..SERVERS].iter().map(Member::peer).collect::<Vec<_>>().join(",");
     for member in &mut members[..SERVERS] {
@@ -492,7 +471,7 @@ async fn an_operator_adds_a_voter_and_removes_it_again() {
     }
     let servers: Vec<SocketAddr> = members[..SERVERS].iter().map(|member| member.rpc).collect();
     let operators =
-        Arc::new(ClientEndpoints::bind(1, &material(&dir, "global-cli-drover")).expect("operator endpoint"));
+        Arc::new(ClientEndpoints::bind(1, &certs.material("global-cli-drover")).expect("operator endpoint"));
     let (_, stop_writer, mut acks, writer) = start_writers(1, &servers, &operators);
     acknowledged(&mut acks, 1, "a first write (the cluster formed)").await;
     let leader = leader_of(&members, &mut acks).await;

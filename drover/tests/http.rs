@@ -6,8 +6,10 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
+mod common;
+
+use common::bounded;
 use drover::agent::{Agent, AgentSettings, NoObserver};
 use drover::api_client::{ApiClient, ApiResponse};
 use engine::structs::{Node, NodeId, Resources};
@@ -15,12 +17,6 @@ use serde_json::{json, Value};
 use tokio::sync::watch;
 use transport::client::ClientEndpoints;
 use transport::tls::TlsMaterial;
-
-const WATCHDOG: Duration = Duration::from_secs(90);
-
-async fn bounded<T>(what: &str, future: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(WATCHDOG, future).await.unwrap_or_else(|_| panic!("{what} did not happen within {WATCHDOG:?}"))
-}
 
 /// A `drover server --dev` child process, killed when dropped.
 struct DevServer {
@@ -490,18 +486,7 @@ impl Drop for AgentProcess {
 }
 
 fn spawn_agent(server: &DevServer) -> AgentProcess {
-    let tls = server.dir.join("dev-tls");
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_drover"))
-        .args(["agent", "--dev", "--http-addr", "127.0.0.1:0", "--servers", &server.rpc.to_string()])
-        .arg("--ca-file")
-        .arg(tls.join("ca.pem"))
-        .arg("--cert-file")
-        .arg(tls.join("client.pem"))
-        .arg("--key-file")
-        .arg(tls.join("client-key.pem"))
-        .arg("--data-dir")
-        .arg(server.dir.join("agent"))
-        .args(["--log-level", "warn"])
+    let child = common::dev_agent(&server.dir, &server.rpc.to_string(), &server.dir.join("agent"))
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::inherit())
         .spawn()

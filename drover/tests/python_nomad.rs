@@ -4,6 +4,8 @@
 //! virtual environment that `.ci/run` installs; the test installs it itself
 //! when it is missing (`pip install python-nomad==2.1.0`).
 
+mod common;
+
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -102,20 +104,7 @@ fn python_nomad_registers_reads_and_stops_a_job_on_a_real_server_and_agent() {
     let rpc = line("listening").strip_prefix("listening ").map(str::to_string);
     let http = line("http").strip_prefix("http ").map(str::to_string);
     let (Some(rpc), Some(http)) = (rpc, http) else { panic!("the server's address lines:\n{}", children.stderrs()) };
-    let tls = dir.join("dev-tls");
-    children.spawn(
-        "agent",
-        Command::new(env!("CARGO_BIN_EXE_drover"))
-            .args(["agent", "--dev", "--http-addr", "127.0.0.1:0", "--servers", &rpc, "--ca-file"])
-            .arg(tls.join("ca.pem"))
-            .arg("--cert-file")
-            .arg(tls.join("client.pem"))
-            .arg("--key-file")
-            .arg(tls.join("client-key.pem"))
-            .arg("--data-dir")
-            .arg(dir.join("agent"))
-            .stdout(Stdio::null()),
-    );
+    children.spawn("agent", common::dev_agent(&dir, &rpc, &dir.join("agent")).stdout(Stdio::null()));
 
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/nomad_client.py");
     let mut python = Command::new(&python)

@@ -66,6 +66,26 @@ pub fn drover() -> std::process::Command {
     std::process::Command::new(env!("CARGO_BIN_EXE_drover"))
 }
 
+/// `drover agent --dev` (mock and raw_exec) against the `drover server
+/// --dev` at `rpc` whose data dir is `server_dir` (its client files are in
+/// `dev-tls`), keeping its own data in `data_dir`, every listener on a
+/// port it picks.
+pub fn dev_agent(server_dir: &Path, rpc: &str, data_dir: &Path) -> std::process::Command {
+    let tls = server_dir.join("dev-tls");
+    let mut command = drover();
+    command
+        .args(["agent", "--dev", "--http-addr", "127.0.0.1:0", "--log-level", "warn", "--servers", rpc])
+        .arg("--ca-file")
+        .arg(tls.join("ca.pem"))
+        .arg("--cert-file")
+        .arg(tls.join("client.pem"))
+        .arg("--key-file")
+        .arg(tls.join("client-key.pem"))
+        .arg("--data-dir")
+        .arg(data_dir);
+    command
+}
+
 /// The first line `child` prints on its (piped) stdout, such as
 /// `--print-address`'s `listening <addr>`. The rest is read on, so the
 /// child never writes to a closed pipe.
