@@ -253,8 +253,8 @@ async fn serve(
                     accepted
                 }
                 Err(error) => {
-                    if let Some(suppressed) = accept_failures.admit() {
-                        tracing::warn!(%error, suppressed, pause = ?pause, "HTTP accept failed; pausing accepts");
+                    if let Some(held_back) = accept_failures.admit() {
+                        tracing::warn!(%error, held_back, pause = ?pause, "HTTP accept failed; pausing accepts");
                     }
                     tokio::select! {
                         _ = tokio::time::sleep(pause) => {}
