@@ -5,9 +5,13 @@
 //! A server of a cluster routes ([`Route`]): while it leads it serves the
 //! node calls itself; while it follows it forwards registrations,
 //! heartbeats, alloc updates and operator calls to the leader and relays
-//! the leader's answer, and serves allocation watches from its own
-//! replicated state. Heartbeat replies carry the cluster's client
-//! addresses, the leader's first.
+//! the leader's answer, and serves allocation watches and an agent's
+//! question whether a token may read an allocation's logs
+//! ([`Operations::logs_access`]) from its own replicated state. Heartbeat
+//! replies carry the cluster's client addresses, the leader's first.
+//!
+//! Log lines that traffic from outside can cause (failed handshakes,
+//! refused calls) are rate-limited; the counters count every one.
 //!
 //! Every engine call here is an awaitable form (`register_async`,
 //! `update_status_async`, `update_allocs_async`, `allocs_async`): no tokio
