@@ -317,10 +317,34 @@ async fn a_task_whose_command_does_not_exist_fails_with_a_clear_event() {
     cluster.shut_down().await;
 }
 
+/// A real agent process, killed when dropped (a failed test too).
+struct AgentChild(std::process::Child);
+
+impl std::ops::Deref for AgentChild {
+    type Target = std::process::Child;
+
+    fn deref(&self) -> &std::process::Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for AgentChild {
+    fn deref_mut(&mut self) -> &mut std::process::Child {
+        &mut self.0
+    }
+}
+
+impl Drop for AgentChild {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// The real `drover agent` binary, against `server`, with its TLS files in
 /// `dir`, and credentials in its environment that no task may inherit.
-fn spawn_agent(dir: &Path, server: SocketAddr) -> std::process::Child {
-    drover()
+fn spawn_agent(dir: &Path, server: SocketAddr) -> AgentChild {
+    let child = drover()
         .env("AWS_SECRET_ACCESS_KEY", "agent-secret")
         .env("VAULT_TOKEN", "agent-vault-token")
         .env("INHERITED_BY_TASKS", "harmless")
@@ -337,7 +361,33 @@ fn spawn_agent(dir: &Path, server: SocketAddr) -> std::process::Child {
         .stdout(std::process::Stdio::null())
         .stderr(std::fs::File::create(dir.join(format!("agent-{}.log", rand_suffix()))).expect("log file"))
         .spawn()
-        .expect("drover agent starts")
+        .expect("drover agent starts");
+    AgentChild(child)
+}
+
+/// Kills whatever a test's real agent left behind in `data_dir` (a non-dev
+/// agent leaves its tasks running when it stops, on purpose): every
+/// executor and task group its state files name. Run when the test ends,
+/// however it ends.
+struct LeftTasks(PathBuf);
+
+impl Drop for LeftTasks {
+    fn drop(&mut self) {
+        let Ok(allocs) = std::fs::read_dir(self.0.join("client/allocs")) else { return };
+        for alloc in allocs.flatten() {
+            let Ok(bytes) = std::fs::read(alloc.path().join("state.json")) else { continue };
+            let Ok(saved) = serde_json::from_slice::<serde_json::Value>(&bytes) else { continue };
+            for task in saved["tasks"].as_object().into_iter().flat_map(|tasks| tasks.values()) {
+                let pid = |key: &str| rustix::process::Pid::from_raw(task["handle"][key].as_i64()? as i32);
+                if let Some(executor) = pid("executor_pid") {
+                    let _ = rustix::process::kill_process(executor, rustix::process::Signal::KILL);
+                }
+                if let Some(group) = pid("task_pid") {
+                    let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
+                }
+            }
+        }
+    }
 }
 
 fn rand_suffix() -> u64 {
@@ -357,6 +407,7 @@ async fn an_agent_restart_reattaches_to_a_running_task_and_restarts_a_lost_one_i
         std::fs::write(dir.join(name), text).expect("tls file");
     }
     let server = RunningServer::start(server_options(0, &server_tls, Duration::from_secs(30))).expect("starts");
+    let _left = LeftTasks(dir.join("data"));
     let mut agent = spawn_agent(&dir, server.local_addr());
     let script = "env > \"$DROVER_ALLOC_DIR/env\"; echo started >> \"$DROVER_ALLOC_DIR/starts\"; exec sleep 1000";
     server.engine().jobs().register(sh_job("steady", JobType::Service, script)).expect("registers");
