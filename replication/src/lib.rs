@@ -399,11 +399,20 @@ impl Durable {
         let raft = self.raft.clone();
         let wanted = self.machine.last_applied().map_or(0, |log_id| log_id.index);
         self.run(async move {
-            raft.trigger().snapshot().await.map_err(|error| DurableError::Raft(error.to_string()))?;
-            raft.wait(None)
-                .metrics(|metrics| metrics.snapshot.is_some_and(|log_id| log_id.index >= wanted), "snapshot taken")
-                .await
-                .map_err(|error| DurableError::Raft(error.to_string()))
+            let raft_error = |error: &dyn std::fmt::Display| DurableError::Raft(error.to_string());
+            loop {
+                let before = raft.metrics().borrow().snapshot;
+                if before.is_some_and(|log_id| log_id.index >= wanted) {
+                    return Ok::<(), DurableError>(());
+                }
+                // raft ignores the trigger while it builds a snapshot: wait for
+                // that one, then ask again if it stops short of `wanted`.
+                raft.trigger().snapshot().await.map_err(|error| raft_error(&error))?;
+                raft.wait(None)
+                    .metrics(|metrics| metrics.snapshot != before, "a snapshot taken")
+                    .await
+                    .map_err(|error| raft_error(&error))?;
+            }
         })??;
         self.machine.current_snapshot().ok_or_else(|| DurableError::Raft("no snapshot after taking one".into()))
     }

@@ -250,7 +250,11 @@ impl LogFile {
     fn stop_writer(&mut self) {
         self.queue.take();
         if let Some(writer) = self.writer.take() {
-            let _ = writer.join();
+            // Dropped by a completion on the writer thread itself, it cannot
+            // wait for itself: it ends once it has answered its queue.
+            if writer.thread().id() != std::thread::current().id() {
+                let _ = writer.join();
+            }
         }
     }
 }
