@@ -1011,7 +1011,11 @@ fn dev_server_tls(data_dir: Option<&Path>) -> Result<TlsMaterial, Failure> {
     ];
     for (name, text) in files {
         let path = dir.join(name);
-        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+        if name.ends_with("-key.pem") {
+            drover::tls_files::replace_key(&path, text)?;
+        } else {
+            std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+        }
     }
     tracing::warn!(
         dir = %dir.display(),
