@@ -463,8 +463,16 @@ async fn refused_start(certs: &Certs, data_dir: &Path, flags: &[&str]) -> String
     command.args(["server", "--bind", "127.0.0.1", "--port", &port.to_string()]);
     command.args(["--http-port", &http_port.to_string()]);
     command.args(certs.server_flags()).args(flags).arg("--data-dir").arg(data_dir).args(["--log-level", "warn"]);
-    let output = tokio::task::spawn_blocking(move || command.output().expect("runs"));
-    let output = bounded("the server's refusal", output).await.expect("waiter");
+    let child = command.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("runs");
+    let pid = child.id().to_string();
+    let output = tokio::task::spawn_blocking(move || child.wait_with_output().expect("waits"));
+    let Ok(output) = tokio::time::timeout(common::WATCHDOG, output).await else {
+        // A server that started runs until killed; the test's runtime waits
+        // for the waiting thread before it can report the failure.
+        let _ = std::process::Command::new("kill").args(["-KILL", &pid]).status();
+        panic!("the server started on {} instead of refusing to", data_dir.display());
+    };
+    let output = output.expect("waiter");
     assert!(!output.status.success(), "the server started");
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
