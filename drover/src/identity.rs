@@ -44,13 +44,20 @@ pub fn path(data_dir: &Path) -> PathBuf {
 
 /// The identity kept in `data_dir`, or a new one written there (to a temp
 /// file, synced, then renamed, so a crash leaves the old one or the new one).
+/// The file holds the node's secret: it is readable by the agent's user
+/// only, in the agent's own 0700 directory (one an older build left
+/// readable is tightened).
 pub fn load_or_create(data_dir: &Path) -> Result<Identity, IdentityError> {
     let path = path(data_dir);
     let io = |source| IdentityError::Io { path: path.clone(), source };
+    let dir = path.parent().expect("the identity file has a directory");
+    crate::alloc_dir::private_dir(dir).map_err(io)?;
     match std::fs::read_to_string(&path) {
         Ok(text) => {
+            let tightened = std::os::unix::fs::PermissionsExt::from_mode(0o600);
+            std::fs::set_permissions(&path, tightened).map_err(io)?;
             return serde_json::from_str(&text)
-                .map_err(|error| IdentityError::Corrupt { path: path.clone(), reason: error.to_string() })
+                .map_err(|error| IdentityError::Corrupt { path: path.clone(), reason: error.to_string() });
         }
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
         Err(error) => return Err(io(error)),
@@ -59,18 +66,8 @@ pub fn load_or_create(data_dir: &Path) -> Result<Identity, IdentityError> {
         node_id: NodeId::from_rng(&mut rand::rng()),
         secret_id: uuid::Builder::from_random_bytes(rand::random()).into_uuid(),
     };
-    let dir = path.parent().expect("the identity file has a directory");
-    std::fs::create_dir_all(dir).map_err(io)?;
-    let temp = path.with_extension("json.tmp");
     let text = serde_json::to_string_pretty(&identity).expect("an identity serializes");
-    {
-        use std::io::Write;
-        let mut file = std::fs::File::create(&temp).map_err(io)?;
-        file.write_all(text.as_bytes()).map_err(io)?;
-        file.sync_all().map_err(io)?;
-    }
-    std::fs::rename(&temp, &path).map_err(io)?;
-    std::fs::File::open(dir).and_then(|dir| dir.sync_all()).map_err(io)?;
+    crate::alloc_dir::write_atomic(&path, text.as_bytes()).map_err(io)?;
     Ok(identity)
 }
 
@@ -82,6 +79,13 @@ mod tests {
     fn an_identity_survives_a_restart() {
         let dir = std::env::temp_dir().join(format!("drover-identity-{}", std::process::id()));
         let first = load_or_create(&dir).expect("created");
+        let mode =
+            |path: &Path| std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(path).expect("").permissions());
+        assert_eq!(
+            (mode(&path(&dir)) & 0o777, mode(&dir.join("client")) & 0o777),
+            (0o600, 0o700),
+            "the secret is private"
+        );
         assert_eq!(load_or_create(&dir).expect("read back"), first);
         std::fs::write(path(&dir), "{").expect("corrupt it");
         assert!(matches!(load_or_create(&dir), Err(IdentityError::Corrupt { .. })));

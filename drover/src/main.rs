@@ -7,7 +7,6 @@
 //! arguments pass through untouched.
 
 use std::net::{IpAddr, SocketAddr};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -1037,15 +1036,11 @@ fn dev_server_tls(data_dir: Option<&Path>) -> Result<(TlsMaterial, Option<tempfi
     ];
     for (name, text) in files {
         let path = dir.join(name);
-        let mode = if name.ends_with("-key.pem") { 0o600 } else { 0o644 };
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(mode)
-            .open(&path)
-            .and_then(|mut file| std::io::Write::write_all(&mut file, text.as_bytes()))
-            .with_context(|| format!("writing {}", path.display()))?;
+        if name.ends_with("-key.pem") {
+            drover::tls_files::replace_key(&path, text)?;
+        } else {
+            std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+        }
     }
     tracing::warn!(
         dir = %dir.display(),

@@ -1,6 +1,8 @@
 //! `drover tls ca create` and `drover tls cert create`: a cluster CA and the
 //! certificates signed by it, written as PEM files named as Nomad names
 //! them (with `drover` for `nomad`). Existing files are never overwritten.
+//! Keys are readable by their owner only (0600), from their creation on,
+//! as Nomad writes them; certificates are 0644.
 
 use std::path::{Path, PathBuf};
 
@@ -10,6 +12,9 @@ use transport::tls::{CertificateAuthority, Identity, Role, TlsError};
 pub const CA_CERT: &str = "drover-agent-ca.pem";
 /// The CA key's file name.
 pub const CA_KEY: &str = "drover-agent-ca-key.pem";
+
+/// The mode of a key file: its owner's only.
+pub const KEY_MODE: u32 = 0o600;
 
 /// Why files could not be written.
 #[derive(Debug, thiserror::Error)]
@@ -64,7 +69,7 @@ fn write_pair(dir: &Path, cert: &str, key: &str, identity: &Identity) -> Result<
         }
     }
     write(&cert, &identity.cert_pem, 0o644)?;
-    write(&key, &identity.key_pem, 0o600)?;
+    write(&key, &identity.key_pem, KEY_MODE)?;
     Ok(vec![cert, key])
 }
 
@@ -75,4 +80,65 @@ fn write(path: &Path, text: &str, mode: u32) -> Result<(), TlsFilesError> {
     let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(mode).open(path).map_err(failed)?;
     file.write_all(text.as_bytes()).map_err(failed)?;
     file.sync_all().map_err(failed)
+}
+
+/// Writes a key to `path`, replacing the file if there is one (a dev
+/// server's throwaway client key, written again on every start), owner-only:
+/// a file an older build left readable is tightened before the key goes in.
+pub fn replace_key(path: &Path, text: &str) -> Result<(), TlsFilesError> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let failed = |source| TlsFilesError::Write { path: path.to_path_buf(), source };
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(KEY_MODE)
+        .open(path)
+        .map_err(failed)?;
+    file.set_permissions(std::fs::Permissions::from_mode(KEY_MODE)).map_err(failed)?;
+    file.write_all(text.as_bytes()).map_err(failed)?;
+    file.sync_all().map_err(failed)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    fn mode(path: &Path) -> u32 {
+        std::fs::metadata(path).expect("exists").permissions().mode() & 0o777
+    }
+
+    /// A fresh directory for one test.
+    fn temp_dir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("drover-tls-files-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        dir
+    }
+
+    #[test]
+    fn keys_are_owner_only_and_certificates_readable() {
+        let dir = temp_dir("modes");
+        let written = create_ca(&dir).expect("writes the CA");
+        assert_eq!((mode(&written[0]), mode(&written[1])), (0o644, KEY_MODE), "{written:?}");
+        let ca = (dir.join(CA_CERT), dir.join(CA_KEY));
+        let written = create_cert(&dir, Role::Server, &ca.0, &ca.1, &[]).expect("writes a certificate");
+        assert_eq!((mode(&written[0]), mode(&written[1])), (0o644, KEY_MODE), "{written:?}");
+        std::fs::remove_dir_all(&dir).expect("clean up");
+    }
+
+    #[test]
+    fn a_replaced_key_is_owner_only_even_over_a_readable_file() {
+        let dir = temp_dir("replace");
+        let path = dir.join("client-key.pem");
+        std::fs::write(&path, "old").expect("writes");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("loosens");
+        replace_key(&path, "new key").expect("replaces");
+        assert_eq!(mode(&path), KEY_MODE);
+        assert_eq!(std::fs::read_to_string(&path).expect("reads"), "new key");
+        std::fs::remove_dir_all(&dir).expect("clean up");
+    }
 }

@@ -413,6 +413,28 @@ fn a_server_without_a_data_dir_is_refused_unless_in_dev_mode() {
     std::fs::remove_dir_all(&dir).expect("clean up");
 }
 
+/// Starts `drover server` on `data_dir`, expects it to refuse to start,
+/// and returns what it said on stderr.
+async fn refused_start(certs: &Certs, data_dir: &Path, flags: &[&str]) -> String {
+    let (port, http_port) = free_ports();
+    let mut command = drover();
+    command.args(["server", "--bind", "127.0.0.1", "--port", &port.to_string()]);
+    command.args(["--http-port", &http_port.to_string()]);
+    command.args(certs.server_flags()).args(flags).arg("--data-dir").arg(data_dir).args(["--log-level", "warn"]);
+    let child = command.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("runs");
+    let pid = child.id().to_string();
+    let output = tokio::task::spawn_blocking(move || child.wait_with_output().expect("waits"));
+    let Ok(output) = tokio::time::timeout(common::WATCHDOG, output).await else {
+        // A server that started runs until killed; the test's runtime waits
+        // for the waiting thread before it can report the failure.
+        let _ = std::process::Command::new("kill").args(["-KILL", &pid]).status();
+        panic!("the server started on {} instead of refusing to", data_dir.display());
+    };
+    let output = output.expect("waiter");
+    assert!(!output.status.success(), "the server started");
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
 /// A data dir is refused, saying what to do, by a server started the
 /// other way: a one-server cluster's by a server started alone, a lone
 /// server's by a server of a cluster. Neither waits for an election it
@@ -427,26 +449,73 @@ async fn a_data_dir_is_refused_by_a_server_started_the_other_way() {
     start_server(&certs, &lone, free_ports()).await.terminate().await;
     start_server_with(&certs, &clustered, free_ports(), &cluster_flags).await.terminate().await;
 
-    let refused = |data_dir: &Path, flags: &[&str]| {
-        let (port, http_port) = free_ports();
-        let mut command = drover();
-        command.args(["server", "--bind", "127.0.0.1", "--port", &port.to_string()]);
-        command.args(["--http-port", &http_port.to_string()]);
-        command.args(certs.server_flags()).args(flags).arg("--data-dir").arg(data_dir).args(["--log-level", "warn"]);
-        async move {
-            let output = tokio::task::spawn_blocking(move || command.output().expect("runs"));
-            let output = bounded("the server's refusal", output).await.expect("waiter");
-            assert!(!output.status.success(), "the server started");
-            String::from_utf8_lossy(&output.stderr).into_owned()
-        }
-    };
-    let error = refused(&clustered, &[]).await;
+    let error = refused_start(&certs, &clustered, &[]).await;
     assert!(error.contains("holds the raft log of a cluster of 1 servers"), "{error}");
-    let error = refused(&lone, &cluster_flags).await;
+    let error = refused_start(&certs, &lone, &cluster_flags).await;
     assert!(error.contains("holds the state of a server run alone"), "{error}");
 
     // Both still start the way they were made.
     start_server(&certs, &lone, free_ports()).await.terminate().await;
     start_server_with(&certs, &clustered, free_ports(), &cluster_flags).await.terminate().await;
     std::fs::remove_dir_all(&dir).expect("clean up");
+}
+
+fn mode(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).unwrap_or_else(|error| panic!("{}: {error}", path.display())).permissions().mode() & 0o777
+}
+
+/// A stopped server's raft log deleted, or emptied: the restart is
+/// refused, naming the log, and makes no new one; with the log put back
+/// the server starts with every job it acknowledged. The log, the
+/// snapshots and the key files are readable by their owner only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_whose_log_is_missing_or_emptied_refuses_to_start() {
+    let setup = Setup::new("missing-log");
+    let (dir, certs, data_dir, ports, addr, operators) =
+        (&setup.dir, &setup.certs, &setup.data_dir, setup.ports, setup.addr, &setup.operators);
+    let server = start_server(certs, data_dir, ports).await;
+    let connection = operator(operators, addr).await;
+    let ids: BTreeSet<String> = (0..20).map(|n| format!("acknowledged-{n}")).collect();
+    for id in &ids {
+        bounded("a write", connection.submit_job(job(id, 1))).await.expect("registered");
+    }
+    server.terminate().await;
+
+    let raft = data_dir.join("server").join("raft");
+    let log = raft.join("log.redb");
+    let snapshots: Vec<PathBuf> = std::fs::read_dir(raft.join("snapshots"))
+        .expect("the snapshot directory")
+        .map(|entry| entry.expect("an entry").path())
+        .collect();
+    assert!(!snapshots.is_empty(), "--snapshot-every 8 took a snapshot");
+    for file in snapshots.iter().chain([&log]) {
+        assert_eq!(mode(file), 0o600, "{}", file.display());
+    }
+    for directory in [data_dir.join("server"), raft.clone(), raft.join("snapshots")] {
+        assert_eq!(mode(&directory), 0o700, "{}", directory.display());
+    }
+    for key in ["drover-agent-ca-key.pem", "global-server-drover-key.pem", "global-cli-drover-key.pem"] {
+        assert_eq!(mode(&certs.file(key)), 0o600, "{key}");
+    }
+
+    let moved = dir.join("log.redb.moved");
+    std::fs::rename(&log, &moved).expect("moves the log away");
+    let error = refused_start(certs, data_dir, &[]).await;
+    assert!(error.contains(&format!("the raft log {} is missing", log.display())), "{error}");
+    assert!(error.contains("drover operator snapshot restore"), "says how to recover on purpose: {error}");
+    assert!(!log.exists(), "a refused start makes no log");
+
+    std::fs::write(&log, b"").expect("an emptied log");
+    let error = refused_start(certs, data_dir, &[]).await;
+    assert!(error.contains(&format!("the raft log {} is empty (0 bytes)", log.display())), "{error}");
+
+    std::fs::rename(&moved, &log).expect("puts the log back");
+    let server = start_server(certs, data_dir, ports).await;
+    let connection = operator(operators, addr).await;
+    let report = bounded("the report", connection.report()).await.expect("report");
+    let present: BTreeSet<String> = report.jobs.iter().map(|job| job.id.clone()).collect();
+    assert_eq!(present, ids, "every acknowledged job is there");
+    server.terminate().await;
+    setup.finish().await;
 }

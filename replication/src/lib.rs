@@ -12,13 +12,19 @@
 //! records both its raft log id and its store index.
 //!
 //! Opening a data dir (recovery), in order:
-//! 1. load the newest snapshot that verifies (falling back to the one
-//!    before it, whose log is kept);
-//! 2. open the log and start raft on its own small runtime; initialize a
-//!    new cluster of this one voter, or elect it at once;
-//! 3. wait until raft leads and has applied every entry of its log (the
+//! 1. open the log, refusing a data dir that was used but whose log is
+//!    missing or empty ([`storage::DataDir::open_log`]): the log holds
+//!    the vote and every write after the newest snapshot;
+//! 2. load the newest snapshot that verifies (falling back to the one
+//!    before it, whose log is kept), and refuse to start if the log was
+//!    purged past every usable snapshot ([`DurableError::NoUsableSnapshot`]);
+//! 3. start raft on its own small runtime; initialize a new cluster of
+//!    this one voter, or elect it at once;
+//! 4. wait until raft leads and has applied every entry of its log (the
 //!    log after the snapshot is replayed into the store);
-//! 4. only then does the server start its leader services over
+//! 5. rename the snapshots refused in step 2 to `.corrupt`: a start that
+//!    is refused, at any step before, leaves them as they were;
+//! 6. only then does the server start its leader services over
 //!    [`Durable::writer`].
 //!
 //! Shutting down: the server stops its leader services first, then
@@ -96,6 +102,26 @@ pub enum DurableError {
     /// The raft log could not be opened (another server holds it?).
     #[error(transparent)]
     Log(#[from] storage::LogError),
+    /// The data dir was used but its raft log is missing or empty (module
+    /// docs, step 1).
+    #[error(transparent)]
+    DataDir(#[from] storage::DataDirError),
+    /// The log was purged past every snapshot that could be loaded, so the
+    /// state before its first entry is nowhere (module docs, step 2).
+    #[error(
+        "no usable snapshot: the raft log {log} was purged up to index {purged}, so the state up to there can only \
+         come from a snapshot, and {}. Nothing was changed. Stop the server and restore a snapshot saved with \
+         `drover operator snapshot save`: `drover operator snapshot restore --data-dir <its data_dir> <file>`",
+        unusable(refused)
+    )]
+    NoUsableSnapshot {
+        /// The log.
+        log: std::path::PathBuf,
+        /// The last raft index purged from it.
+        purged: u64,
+        /// Each snapshot refused, with its file and why.
+        refused: Vec<String>,
+    },
     /// A snapshot file is not usable.
     #[error(transparent)]
     Snapshot(#[from] storage::SnapshotError),
@@ -106,6 +132,14 @@ pub enum DurableError {
     /// ([`check_membership`]).
     #[error("{0}")]
     Membership(String),
+}
+
+/// Says why no snapshot could be used.
+fn unusable(refused: &[String]) -> String {
+    match refused {
+        [] => "the data dir holds no snapshot".to_string(),
+        _ => format!("every snapshot is unusable: {}", refused.join("; ")),
+    }
 }
 
 fn io_error(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> DurableError {
@@ -171,7 +205,7 @@ pub struct Durable {
 }
 
 impl Durable {
-    /// Opens the data dir and recovers (module docs, steps 1-3). `fatal`
+    /// Opens the data dir and recovers (module docs, steps 1-5). `fatal`
     /// runs if a write to disk fails.
     pub fn open(dir: &DataDir, config: &DurableConfig, fatal: FatalHandler) -> Result<Durable, DurableError> {
         Durable::open_with(dir, config, fatal, None)
@@ -196,11 +230,14 @@ impl Durable {
         fatal: FatalHandler,
         cluster: Option<ClusterSetup>,
     ) -> Result<Durable, DurableError> {
-        let snapshots = SnapshotDir::open(&dir.snapshot_dir(), fatal.clone())
+        // The log first: a fresh data dir gets its snapshot directory only
+        // after its log (storage's data dir docs).
+        let log = LogStore::new(dir.open_log(fatal.clone())?);
+        let snapshots = SnapshotDir::open(&dir.snapshot_dir(), fatal)
             .map_err(io_error(format!("opening {}", dir.snapshot_dir().display())))?;
         let (machine, recovery) =
             StateMachine::open(snapshots).map_err(io_error(format!("reading {}", dir.snapshot_dir().display())))?;
-        let log = LogStore::new(LogFile::open(&dir.log_path(), fatal)?);
+        check_log_follows_snapshot(log.file(), &machine, &recovery)?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("raft")
@@ -225,6 +262,10 @@ impl Durable {
             }
         };
         let replayed = machine.last_applied().map_or(0, |log_id| log_id.index).saturating_sub(from_index);
+        if let Err(error) = machine.snapshots().set_aside_refused() {
+            runtime.shutdown_background();
+            return Err(DurableError::Io { what: "renaming the refused snapshots to .corrupt".into(), source: error });
+        }
         let command_log = Arc::new(RaftLog::start(raft.clone(), runtime.handle()));
         runtime.spawn(purge_behind_older_snapshot(raft.clone(), machine.clone()));
         Ok(Durable {
@@ -358,11 +399,20 @@ impl Durable {
         let raft = self.raft.clone();
         let wanted = self.machine.last_applied().map_or(0, |log_id| log_id.index);
         self.run(async move {
-            raft.trigger().snapshot().await.map_err(|error| DurableError::Raft(error.to_string()))?;
-            raft.wait(None)
-                .metrics(|metrics| metrics.snapshot.is_some_and(|log_id| log_id.index >= wanted), "snapshot taken")
-                .await
-                .map_err(|error| DurableError::Raft(error.to_string()))
+            let raft_error = |error: &dyn std::fmt::Display| DurableError::Raft(error.to_string());
+            loop {
+                let before = raft.metrics().borrow().snapshot;
+                if before.is_some_and(|log_id| log_id.index >= wanted) {
+                    return Ok::<(), DurableError>(());
+                }
+                // raft ignores the trigger while it builds a snapshot: wait for
+                // that one, then ask again if it stops short of `wanted`.
+                raft.trigger().snapshot().await.map_err(|error| raft_error(&error))?;
+                raft.wait(None)
+                    .metrics(|metrics| metrics.snapshot != before, "a snapshot taken")
+                    .await
+                    .map_err(|error| raft_error(&error))?;
+            }
         })??;
         self.machine.current_snapshot().ok_or_else(|| DurableError::Raft("no snapshot after taking one".into()))
     }
@@ -414,6 +464,23 @@ impl Durable {
         }
         self.log.lock().take();
     }
+}
+
+/// Refuses to start when the log was purged past the loaded snapshot (or
+/// there is none): raft could not replay the entries in between (module
+/// docs, step 2).
+fn check_log_follows_snapshot(log: &LogFile, machine: &StateMachine, recovery: &Recovery) -> Result<(), DurableError> {
+    let purged: Option<LogId> = log.purged()?.and_then(|bytes| postcard::from_bytes(&bytes).ok());
+    let Some(purged) = purged else { return Ok(()) };
+    let applied = machine.last_applied().map_or(0, |log_id| log_id.index);
+    if applied >= purged.index {
+        return Ok(());
+    }
+    Err(DurableError::NoUsableSnapshot {
+        log: log.path().to_path_buf(),
+        purged: purged.index,
+        refused: recovery.refused.clone(),
+    })
 }
 
 /// Blocks this thread until a task on the raft runtime ends; a panic in
@@ -614,7 +681,7 @@ fn files_info(log: &LogFile, snapshots: &SnapshotDir) -> Result<RaftInfo, Durabl
 /// [`RaftInfo`] of a stopped server's data dir (its log must not be open).
 pub fn offline_info(dir: &DataDir) -> Result<RaftInfo, DurableError> {
     let ignore: FatalHandler = Arc::new(|_: &storage::FatalError| {});
-    let log = LogFile::open(&dir.log_path(), ignore.clone())?;
+    let log = dir.open_log(ignore.clone())?;
     let snapshots = SnapshotDir::open(&dir.snapshot_dir(), ignore)
         .map_err(io_error(format!("opening {}", dir.snapshot_dir().display())))?;
     let mut info = files_info(&log, &snapshots)?;
@@ -644,6 +711,9 @@ pub fn restore(dir: &DataDir, file: &std::path::Path) -> Result<SnapshotHeader, 
         })?
     };
     let fatal = storage::exit_on_fatal();
+    dir.create_dirs().map_err(io_error(format!("creating {}", dir.root().display())))?;
+    // Not `open_log`: restoring is how an operator recovers a data dir whose
+    // log is missing or empty, on purpose.
     let log = LogFile::open(&dir.log_path(), fatal.clone())?;
     let snapshots = SnapshotDir::open(&dir.snapshot_dir(), fatal)
         .map_err(io_error(format!("opening {}", dir.snapshot_dir().display())))?;

@@ -44,8 +44,12 @@ struct Shared {
     file: LogFile,
     /// Appended entries not yet read by an apply (contract, steps 1 and 4).
     tail: Mutex<BTreeMap<u64, Entry>>,
-    /// The highest index known durable, plus one (0: none).
-    durable_end: AtomicU64,
+    /// The highest index known durable, plus one (0: none). Shared with
+    /// the append completions on their own, never with the whole store: a
+    /// completion runs on the log's writer thread, and if it held the last
+    /// reference to the log file, dropping it there would leave the file
+    /// open after [`crate::Durable::shutdown`].
+    durable_end: Arc<AtomicU64>,
     /// The committed position last saved, before the file has it (step 2).
     committed: Mutex<Option<Option<LogId>>>,
 }
@@ -57,7 +61,7 @@ impl LogStore {
             shared: Arc::new(Shared {
                 file,
                 tail: Mutex::new(BTreeMap::new()),
-                durable_end: AtomicU64::new(0),
+                durable_end: Arc::new(AtomicU64::new(0)),
                 committed: Mutex::new(None),
             }),
         }
@@ -234,12 +238,12 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             callback.log_io_completed(Ok(()));
             return Ok(());
         };
-        let shared = self.shared.clone();
+        let durable_end = self.shared.durable_end.clone();
         self.shared.file.append(
             encoded,
             Box::new(move |result| {
                 if result.is_ok() {
-                    shared.durable_end.fetch_max(last + 1, Ordering::AcqRel);
+                    durable_end.fetch_max(last + 1, Ordering::AcqRel);
                 }
                 callback.log_io_completed(result.map_err(std::io::Error::other));
             }),

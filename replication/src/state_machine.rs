@@ -17,8 +17,10 @@
 //! 3. A snapshot file's meta is a [`SnapshotHeader`]: the raft position
 //!    and membership, and the store index that position corresponds to.
 //! 4. Opening loads the newest snapshot that verifies and decodes; each
-//!    newer one that does not is set aside and named in the
-//!    [`Recovery`], and the log (kept from the older snapshot on) fills in.
+//!    newer one that does not is refused (no longer listed, left on disk
+//!    as it is) and named in the [`Recovery`], and the log (kept from the
+//!    older snapshot on) fills in. The server renames the refused files
+//!    to `.corrupt` only once it has started (`storage`'s snapshot docs).
 //! 5. If the store refuses a command because it is shutting down, the
 //!    state machine fails the apply and builds no snapshot from then on:
 //!    the store may hold part of a batch that the applied log id does not
@@ -74,7 +76,7 @@ pub struct Recovery {
     pub snapshot: Option<SnapshotInfo>,
     /// Its header.
     pub header: SnapshotHeader,
-    /// Newer snapshots that were refused, each with why.
+    /// Newer snapshots that were refused, each with its file and why.
     pub refused: Vec<String>,
     /// How long loading the snapshot took.
     pub load_time: Duration,
@@ -129,7 +131,7 @@ impl StateMachine {
                 }
                 Err(why) => {
                     tracing::error!(snapshot = %info.path.display(), %why, "refusing a snapshot; falling back to the one before it and the longer log");
-                    snapshots.set_aside(&info)?;
+                    snapshots.refuse(&info);
                     recovery.refused.push(why);
                 }
             }
@@ -193,13 +195,19 @@ impl StateMachine {
     }
 }
 
-/// Verifies and decodes one snapshot file.
+/// Verifies and decodes one snapshot file; an error names the file.
 fn load(info: &SnapshotInfo) -> Result<(SnapshotHeader, Snapshot), String> {
     let mut verified = storage::verify(info).map_err(|error| error.to_string())?;
-    let header = SnapshotHeader::decode(&verified.meta).map_err(|error| format!("its header: {error}"))?;
-    let snapshot = Snapshot::decode(verified.body()).map_err(|error| format!("its body: {error}"))?;
+    let path = info.path.display();
+    let header =
+        SnapshotHeader::decode(&verified.meta).map_err(|error| format!("snapshot {path}: its header: {error}"))?;
+    let snapshot = Snapshot::decode(verified.body()).map_err(|error| format!("snapshot {path}: its body: {error}"))?;
     if snapshot.index() != header.store_index {
-        return Err(format!("its body is at index {} but its header says {}", snapshot.index(), header.store_index));
+        return Err(format!(
+            "snapshot {path}: its body is at index {} but its header says {}",
+            snapshot.index(),
+            header.store_index
+        ));
     }
     Ok((header, snapshot))
 }
@@ -251,6 +259,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             .write(true)
             .create(true)
             .truncate(true)
+            .mode(storage::FILE_MODE)
             .open(&path)
             .await
             .map_err(|error| StorageIOError::write_snapshot(None, &error))?;
@@ -271,7 +280,13 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let received = self.shared.snapshots.path().join(format!("received-{}.snap.tmp", std::process::id()));
         let copy = async {
             snapshot.seek(SeekFrom::Start(0)).await?;
-            let mut out = tokio::fs::File::create(&received).await?;
+            let mut out = tokio::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(storage::FILE_MODE)
+                .open(&received)
+                .await?;
             tokio::io::copy(&mut *snapshot, &mut out).await?;
             out.sync_all().await
         };

@@ -3,7 +3,9 @@
 //! newest snapshot and the log after it, and the state of a plain store
 //! that applied the same commands; a corrupt newest snapshot is refused by
 //! its checksum and the one before it plus the longer log give the same
-//! state again.
+//! state again; a data dir whose log is missing or empty, or whose
+//! snapshots are all corrupt, is refused with a message naming the files,
+//! and the refusal changes nothing on disk.
 
 use std::sync::Arc;
 
@@ -155,6 +157,150 @@ fn a_corrupt_snapshot_is_refused_and_the_previous_one_with_the_longer_log_is_use
     assert!(replayed >= newest.index - older.index, "the longer log was replayed: {replayed} entries");
     assert_eq!(dump(&recovered), live);
     recovered.shutdown();
+    assert!(!newest.path.exists(), "set aside once the server started");
+    assert!(newest.path.with_extension("snap.corrupt").exists(), "kept for a look");
+}
+
+/// Waits until raft purged its log behind a snapshot (purging runs in the
+/// background after each snapshot); the test fails if it never does.
+fn until_purged(durable: &Durable) {
+    let mut metrics = durable.raft().metrics();
+    let (done, purged) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        futures_lite::future::block_on(async {
+            while metrics.borrow().purged.is_none() {
+                if metrics.changed().await.is_err() {
+                    return;
+                }
+            }
+            let _ = done.send(());
+        });
+    });
+    purged.recv_timeout(std::time::Duration::from_secs(60)).expect("raft purges its log behind the older snapshot");
+}
+
+/// A data dir written through [`Durable`] with two snapshots kept and its
+/// log purged behind the older: the state as it was, and the snapshots.
+fn used_data_dir(dir: &DataDir) -> (StateDump, Vec<storage::SnapshotInfo>) {
+    let mut rng = SmallRng::seed_from_u64(11);
+    let reference = StateStore::new();
+    let durable = open(dir, 10);
+    write_random(&durable, &reference, &mut rng, 45);
+    durable.snapshot_now().expect("a snapshot");
+    until_purged(&durable);
+    let live = dump(&durable);
+    durable.shutdown();
+    let snapshots = storage::SnapshotDir::open(&dir.snapshot_dir(), Arc::new(|_: &FatalError| {})).expect("opens");
+    let kept = snapshots.list().expect("lists");
+    assert_eq!(kept.len(), 2, "the newest two are kept: {kept:?}");
+    (live, kept)
+}
+
+/// Every file under `root`, with its bytes.
+fn files(root: &std::path::Path) -> Vec<(std::path::PathBuf, Vec<u8>)> {
+    let mut found = Vec::new();
+    let mut dirs = vec![root.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).expect("lists") {
+            let path = entry.expect("an entry").path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else {
+                found.push((path.clone(), std::fs::read(&path).expect("reads")));
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+fn open_error(dir: &DataDir) -> replication::DurableError {
+    let fatal = Arc::new(|error: &FatalError| panic!("a write failed: {error}"));
+    Durable::open(dir, &DurableConfig { snapshot_every: 10 }, fatal).expect_err("the start is refused")
+}
+
+#[test]
+fn a_missing_or_emptied_log_is_refused_naming_it_and_a_restore_recovers_on_purpose() {
+    let temp = tempfile::tempdir().expect("a temp dir");
+    let dir = DataDir::new(temp.path());
+    let (_, kept) = used_data_dir(&dir);
+    let log = dir.log_path();
+    std::fs::remove_file(&log).expect("deletes the log");
+    let before = files(dir.root());
+    let error = open_error(&dir).to_string();
+    assert!(error.contains(&format!("the raft log {} is missing", log.display())), "{error}");
+    assert!(error.contains(&kept[0].path.display().to_string()), "names the snapshots: {error}");
+    assert!(error.contains("drover operator snapshot restore"), "says how to recover: {error}");
+    assert_eq!(files(dir.root()), before, "a refused start changes nothing");
+
+    std::fs::write(&log, b"").expect("an emptied log");
+    let error = open_error(&dir).to_string();
+    assert!(error.contains(&format!("the raft log {} is empty (0 bytes)", log.display())), "{error}");
+
+    // Recovering on purpose: the newest snapshot becomes the state.
+    replication::restore(&dir, &kept[0].path).expect("restores");
+    let restored = open(&dir, 10);
+    let header = restored.recovery().header.clone();
+    assert_eq!(restored.store().latest_index(), header.store_index, "exactly the snapshot's state");
+    restored.shutdown();
+}
+
+#[test]
+fn putting_a_missing_log_back_recovers_every_write() {
+    let temp = tempfile::tempdir().expect("a temp dir");
+    let dir = DataDir::new(temp.path());
+    let (live, _) = used_data_dir(&dir);
+    let log = dir.log_path();
+    let moved = temp.path().join("log.redb.moved");
+    std::fs::rename(&log, &moved).expect("moves the log away");
+    open_error(&dir);
+    std::fs::rename(&moved, &log).expect("puts it back");
+    let recovered = open(&dir, 10);
+    assert_eq!(dump(&recovered), live);
+    recovered.shutdown();
+}
+
+#[test]
+fn all_snapshots_corrupt_is_refused_naming_each_and_nothing_changes() {
+    let temp = tempfile::tempdir().expect("a temp dir");
+    let dir = DataDir::new(temp.path());
+    let (_, kept) = used_data_dir(&dir);
+    for info in &kept {
+        let mut bytes = std::fs::read(&info.path).expect("reads");
+        let middle = bytes.len() / 2;
+        bytes[middle] ^= 0x40;
+        std::fs::write(&info.path, &bytes).expect("corrupts");
+    }
+    let before = files(&dir.snapshot_dir());
+
+    let error = open_error(&dir);
+    let message = error.to_string();
+    assert!(matches!(error, replication::DurableError::NoUsableSnapshot { .. }), "{message}");
+    for info in &kept {
+        let named = format!("snapshot {} is corrupt: checksum mismatch", info.path.display());
+        assert!(message.contains(&named), "names {}: {message}", info.path.display());
+    }
+    assert!(message.contains(&dir.log_path().display().to_string()), "{message}");
+    assert!(message.contains("drover operator snapshot restore"), "says how to recover: {message}");
+    assert_eq!(files(&dir.snapshot_dir()), before, "same names, same bytes");
+    // Refused again, the same way: nothing was set aside.
+    assert!(matches!(open_error(&dir), replication::DurableError::NoUsableSnapshot { .. }));
+}
+
+#[test]
+fn the_log_and_snapshots_are_owner_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |path: &std::path::Path| std::fs::metadata(path).expect("exists").permissions().mode() & 0o777;
+    let temp = tempfile::tempdir().expect("a temp dir");
+    let dir = DataDir::new(temp.path().join("server"));
+    let (_, kept) = used_data_dir(&dir);
+    assert_eq!(mode(&dir.log_path()), 0o600);
+    for info in &kept {
+        assert_eq!(mode(&info.path), 0o600, "{}", info.path.display());
+    }
+    for directory in [dir.root().to_path_buf(), dir.root().join("raft"), dir.snapshot_dir()] {
+        assert_eq!(mode(&directory), 0o700, "{}", directory.display());
+    }
 }
 
 #[test]

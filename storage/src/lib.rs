@@ -4,7 +4,8 @@
 //! positions, not commands and not openraft; the `replication` crate puts
 //! openraft on top and the engine encodes what goes in.
 //!
-//! A server's data directory:
+//! A server's data directory ([`DataDir`]): owner-only directories and
+//! files, and a log that must be there once the data dir was used.
 //!
 //! ```text
 //! DATA_DIR/raft/log.redb            raft log entries, vote, committed and purged positions
@@ -20,12 +21,14 @@
 
 #![forbid(unsafe_code)]
 
+mod data_dir;
 mod log_file;
 mod snapshot_file;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
+pub use data_dir::{DataDir, DataDirError, DIR_MODE, FILE_MODE};
 pub use log_file::{Completion, LogError, LogFile, LogRange};
 pub use snapshot_file::{verify, SnapshotDir, SnapshotError, SnapshotInfo, VerifiedSnapshot, KEEP};
 
@@ -58,34 +61,6 @@ pub fn exit_on_fatal() -> FatalHandler {
         eprintln!("{message}");
         std::process::exit(EXIT_STORAGE_FAILURE);
     })
-}
-
-/// Where a server keeps its durable state (module docs).
-#[derive(Clone, Debug)]
-pub struct DataDir {
-    root: PathBuf,
-}
-
-impl DataDir {
-    /// The layout under `root`.
-    pub fn new(root: impl Into<PathBuf>) -> DataDir {
-        DataDir { root: root.into() }
-    }
-
-    /// The data directory itself.
-    pub fn root(&self) -> &Path {
-        &self.root
-    }
-
-    /// The raft log's redb file.
-    pub fn log_path(&self) -> PathBuf {
-        self.root.join("raft").join("log.redb")
-    }
-
-    /// The snapshot directory.
-    pub fn snapshot_dir(&self) -> PathBuf {
-        self.root.join("raft").join("snapshots")
-    }
 }
 
 /// Makes `path`'s entry in its directory durable: after a create, rename

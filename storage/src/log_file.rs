@@ -16,6 +16,10 @@
 //! 4. A failed commit is fatal (crate docs): the writer answers that write
 //!    and every later one with [`LogError::Stopped`] and calls the
 //!    [`FatalHandler`] once.
+//! 5. A new log appears whole: it is made as `log.redb.new` (owner-only,
+//!    [`crate::FILE_MODE`]), given its tables, synced and renamed into
+//!    place, so a 0-byte or half-made log is never one this crate left
+//!    (the data dir's check relies on it, [`crate::DataDir::open_log`]).
 
 use std::ops::RangeBounds;
 use std::path::{Path, PathBuf};
@@ -23,9 +27,10 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use crossbeam::channel::{Receiver, Sender};
-use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{Database, Durability, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 
-use crate::{FatalError, FatalHandler};
+use crate::data_dir::{create_private_dir, private_file, tighten};
+use crate::{sync_dir, FatalError, FatalHandler, FILE_MODE};
 
 const LOG: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("log");
 const META: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("meta");
@@ -88,12 +93,18 @@ impl std::fmt::Debug for LogFile {
 }
 
 impl LogFile {
-    /// Opens (or creates) the log at `path`; `fatal` runs if a write fails.
+    /// Opens (or creates, module docs step 5) the log at `path`; `fatal`
+    /// runs if a write fails.
     pub fn open(path: &Path, fatal: FatalHandler) -> Result<LogFile, LogError> {
         let open_error = |reason: String| LogError::Open { path: path.to_path_buf(), reason };
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).map_err(|error| open_error(error.to_string()))?;
+        if let Some(parent) = path.parent().filter(|parent| !parent.as_os_str().is_empty()) {
+            create_private_dir(parent).map_err(|error| open_error(error.to_string()))?;
         }
+        if !path.exists() {
+            create_whole(path).map_err(|error| open_error(error.to_string()))?;
+        }
+        // A log an older build made readable to others is tightened.
+        tighten(path, FILE_MODE).map_err(|error| open_error(error.to_string()))?;
         let db = Database::create(path).map_err(|error| open_error(error.to_string()))?;
         LogFile::start(path, db, fatal)
     }
@@ -212,6 +223,16 @@ impl LogFile {
         self.meta("purged")
     }
 
+    /// Whether the log holds nothing at all: no entry, no vote, no
+    /// committed or purged position (a log just made).
+    pub fn is_blank(&self) -> Result<bool, LogError> {
+        let read = || -> Result<bool, redb::Error> {
+            let txn = self.db.begin_read()?;
+            Ok(txn.open_table(LOG)?.is_empty()? && txn.open_table(META)?.is_empty()?)
+        };
+        read().map_err(|error| LogError::Read(error.to_string()))
+    }
+
     fn meta(&self, key: &str) -> Result<Option<Vec<u8>>, LogError> {
         let read = || -> Result<Option<Vec<u8>>, redb::Error> {
             let txn = self.db.begin_read()?;
@@ -229,7 +250,11 @@ impl LogFile {
     fn stop_writer(&mut self) {
         self.queue.take();
         if let Some(writer) = self.writer.take() {
-            let _ = writer.join();
+            // Dropped by a completion on the writer thread itself, it cannot
+            // wait for itself: it ends once it has answered its queue.
+            if writer.thread().id() != std::thread::current().id() {
+                let _ = writer.join();
+            }
         }
     }
 }
@@ -238,6 +263,26 @@ impl Drop for LogFile {
     fn drop(&mut self) {
         self.stop_writer();
     }
+}
+
+/// Makes a new log at `path` whole (module docs, step 5).
+fn create_whole(path: &Path) -> Result<(), Box<dyn std::error::Error>> {
+    let new = path.with_extension("redb.new");
+    // What a crash during an earlier creation left.
+    match std::fs::remove_file(&new) {
+        Err(error) if error.kind() != std::io::ErrorKind::NotFound => return Err(error.into()),
+        _ => {}
+    }
+    private_file().write(true).create_new(true).open(&new)?;
+    let db = Database::create(&new)?;
+    let txn = db.begin_write()?;
+    txn.open_table(LOG)?;
+    txn.open_table(META)?;
+    txn.commit()?;
+    drop(db);
+    std::fs::rename(&new, path)?;
+    sync_dir(path.parent().unwrap_or(Path::new(".")))?;
+    Ok(())
 }
 
 /// Two completions of which `done` is called once both were, with the

@@ -14,10 +14,17 @@
 //!    kept from the older of them, so recovery can fall back to it).
 //!
 //! A failed write or fsync is fatal (crate docs). A leftover `.tmp` (a
-//! crash during step 1) is deleted on open. Reading verifies the checksum
-//! over the whole file before anything decodes it: a truncated or corrupt
-//! file is reported with its path and why, renamed to `.corrupt` by
-//! [`SnapshotDir::newest_valid`], and the next older one is used.
+//! crash during step 1) is deleted on open. Files and the directory are
+//! owner-only ([`crate::FILE_MODE`], [`crate::DIR_MODE`]), the `.tmp` from
+//! its creation on.
+//!
+//! Reading verifies the checksum over the whole file before anything
+//! decodes it. A truncated or corrupt file is reported with its path and
+//! why, and refused ([`SnapshotDir::refuse`]): from then on it is not
+//! listed, so neither reading nor pruning counts it, but it stays on disk
+//! as it was. Only once the server has started without it does
+//! [`SnapshotDir::set_aside_refused`] rename it to `.corrupt`, so a start
+//! that is refused changes nothing.
 
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};
@@ -25,7 +32,10 @@ use std::path::{Path, PathBuf};
 
 use xxhash_rust::xxh3::Xxh3;
 
-use crate::{sync_dir, FatalError, FatalHandler};
+use parking_lot::Mutex;
+
+use crate::data_dir::{create_private_dir, private_file, tighten};
+use crate::{sync_dir, FatalError, FatalHandler, FILE_MODE};
 
 /// Snapshots kept: the newest and the one before it.
 pub const KEEP: usize = 2;
@@ -89,6 +99,8 @@ impl VerifiedSnapshot {
 pub struct SnapshotDir {
     dir: PathBuf,
     fatal: FatalHandler,
+    /// Files refused this run: not listed, not yet renamed (module docs).
+    refused: Mutex<Vec<PathBuf>>,
 }
 
 impl std::fmt::Debug for SnapshotDir {
@@ -98,18 +110,21 @@ impl std::fmt::Debug for SnapshotDir {
 }
 
 impl SnapshotDir {
-    /// Opens (or creates) the directory, deleting what a crash left half-written.
+    /// Opens (or creates) the directory, deleting what a crash left
+    /// half-written and tightening what an older build left readable.
     pub fn open(dir: &Path, fatal: FatalHandler) -> std::io::Result<SnapshotDir> {
-        std::fs::create_dir_all(dir)?;
+        create_private_dir(dir)?;
         for entry in std::fs::read_dir(dir)? {
             let path = entry?.path();
             if path.extension().is_some_and(|extension| extension == "tmp") {
                 tracing::info!(path = %path.display(), "removing a snapshot left half-written by a crash");
                 std::fs::remove_file(&path)?;
+            } else if path.is_file() {
+                tighten(&path, FILE_MODE)?;
             }
         }
         sync_dir(dir)?;
-        Ok(SnapshotDir { dir: dir.to_path_buf(), fatal })
+        Ok(SnapshotDir { dir: dir.to_path_buf(), fatal, refused: Mutex::new(Vec::new()) })
     }
 
     /// The directory.
@@ -129,7 +144,7 @@ impl SnapshotDir {
         let path = self.dir.join(format!("{index:020}.snap"));
         let tmp = path.with_extension("snap.tmp");
         self.fatal_on_error(&path, || {
-            let file = File::create(&tmp)?;
+            let file = private_file().write(true).create(true).truncate(true).open(&tmp)?;
             let mut out = Hashing { out: BufWriter::with_capacity(1 << 20, file), hash: Xxh3::new() };
             out.write_all(MAGIC)?;
             out.write_all(&FILE_FORMAT.to_le_bytes())?;
@@ -158,8 +173,10 @@ impl SnapshotDir {
         let path = self.dir.join(format!("{index:020}.snap"));
         let tmp = path.with_extension("snap.tmp");
         let copied = self.fatal_on_error(&path, || {
-            std::fs::copy(from, &tmp)?;
-            File::open(&tmp)?.sync_all()?;
+            // Not `fs::copy`, which would copy the source's mode too.
+            let mut copy = private_file().write(true).create(true).truncate(true).open(&tmp)?;
+            std::io::copy(&mut File::open(from)?, &mut copy)?;
+            copy.sync_all()?;
             std::fs::rename(&tmp, &path)?;
             sync_dir(&self.dir)
         });
@@ -170,13 +187,14 @@ impl SnapshotDir {
         Ok(SnapshotInfo { path: path.clone(), index, size })
     }
 
-    /// The snapshots here, newest first.
+    /// The snapshots here, newest first, but those refused.
     pub fn list(&self) -> std::io::Result<Vec<SnapshotInfo>> {
+        let refused = self.refused.lock().clone();
         let mut found = Vec::new();
         for entry in std::fs::read_dir(&self.dir)? {
             let entry = entry?;
             let path = entry.path();
-            if path.extension().is_none_or(|extension| extension != "snap") {
+            if path.extension().is_none_or(|extension| extension != "snap") || refused.contains(&path) {
                 continue;
             }
             let Some(index) = path.file_stem().and_then(|stem| stem.to_str()).and_then(|stem| stem.parse().ok()) else {
@@ -189,7 +207,7 @@ impl SnapshotDir {
     }
 
     /// The newest snapshot whose checksum holds, and the newer ones that
-    /// did not (each renamed to `.corrupt`, so it is not tried again).
+    /// did not (each refused, so it is not tried again).
     pub fn newest_valid(&self) -> std::io::Result<(Option<VerifiedSnapshot>, Vec<SnapshotError>)> {
         let mut refused = Vec::new();
         for info in self.list()? {
@@ -197,7 +215,7 @@ impl SnapshotDir {
                 Ok(verified) => return Ok((Some(verified), refused)),
                 Err(error) => {
                     tracing::error!(%error, "refusing a snapshot");
-                    self.set_aside(&info)?;
+                    self.refuse(&info);
                     refused.push(error);
                 }
             }
@@ -205,10 +223,23 @@ impl SnapshotDir {
         Ok((None, refused))
     }
 
-    /// Renames a snapshot that cannot be used to `.corrupt`, where it is
-    /// kept for a look but never read again.
-    pub fn set_aside(&self, info: &SnapshotInfo) -> std::io::Result<()> {
-        std::fs::rename(&info.path, info.path.with_extension("snap.corrupt"))?;
+    /// Refuses a snapshot that cannot be used: it is no longer listed, and
+    /// left on disk as it is until [`SnapshotDir::set_aside_refused`].
+    pub fn refuse(&self, info: &SnapshotInfo) {
+        self.refused.lock().push(info.path.clone());
+    }
+
+    /// Renames each refused snapshot to `.corrupt`, where it is kept for a
+    /// look but never read again. Call it once the server started without
+    /// them (module docs).
+    pub fn set_aside_refused(&self) -> std::io::Result<()> {
+        let refused = std::mem::take(&mut *self.refused.lock());
+        if refused.is_empty() {
+            return Ok(());
+        }
+        for path in &refused {
+            std::fs::rename(path, path.with_extension("snap.corrupt"))?;
+        }
         sync_dir(&self.dir)
     }
 
@@ -363,10 +394,52 @@ mod tests {
             let shown = refused[0].to_string();
             assert!(shown.contains("00000000000000000010.snap") && shown.contains("corrupt"), "{shown}");
             assert_eq!(read(valid.expect("the older one")).0, b"meta 5".to_vec(), "{damage}");
-            assert!(newest.path.with_extension("snap.corrupt").exists(), "kept aside for a look");
             let listed: Vec<u64> = snapshots.list().expect("lists").iter().map(|info| info.index).collect();
             assert_eq!(listed, vec![5], "not tried again");
+            assert_eq!(std::fs::read(&newest.path).expect("still there"), bytes, "left as it was until set aside");
+
+            snapshots.set_aside_refused().expect("renames");
+            assert!(!newest.path.exists());
+            assert!(newest.path.with_extension("snap.corrupt").exists(), "kept aside for a look");
+            let listed: Vec<u64> = snapshots.list().expect("lists").iter().map(|info| info.index).collect();
+            assert_eq!(listed, vec![5]);
         }
+    }
+
+    #[test]
+    fn a_refused_snapshot_is_neither_counted_nor_deleted_by_pruning() {
+        let (_temp, snapshots) = dir();
+        write(&snapshots, 5);
+        let newest = write(&snapshots, 10);
+        std::fs::write(&newest.path, b"DROVSNAP damaged").expect("damages");
+        assert!(snapshots.newest_valid().expect("reads").0.is_some());
+        write(&snapshots, 15);
+        let listed: Vec<u64> = snapshots.list().expect("lists").iter().map(|info| info.index).collect();
+        assert_eq!(listed, vec![15, 5], "the older good one is kept, the refused one not counted");
+        assert!(newest.path.exists(), "kept for a look");
+    }
+
+    #[test]
+    fn snapshot_files_and_their_directory_are_owner_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |path: &Path| std::fs::metadata(path).expect("exists").permissions().mode() & 0o777;
+        let (temp, snapshots) = dir();
+        let written = write(&snapshots, 5);
+        assert_eq!(mode(&written.path), 0o600);
+        assert_eq!(mode(temp.path()), 0o700);
+        let outside = temp.path().join("backup.bin");
+        std::fs::copy(&written.path, &outside).expect("copies");
+        std::fs::set_permissions(&outside, std::fs::Permissions::from_mode(0o644)).expect("loosens");
+        let imported = snapshots.import(&outside, 9).expect("imports");
+        assert_eq!(mode(&imported.path), 0o600, "not the source's mode");
+        // The temporary a snapshot is written through is owner-only from the start.
+        snapshots
+            .write(12, b"meta", |out| {
+                let tmp = temp.path().join("00000000000000000012.snap.tmp");
+                assert_eq!(mode(&tmp), 0o600);
+                out.write_all(b"body")
+            })
+            .expect("writes");
     }
 
     #[test]
