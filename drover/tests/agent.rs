@@ -304,15 +304,10 @@ async fn an_agent_that_cannot_bind_its_http_listener_says_so_and_exits_non_zero(
     let certs = common::Certs::create(&dir);
     let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("a port to hold");
     let taken = taken.local_addr().expect("bound").to_string();
-    let child = drover()
-        .args(["agent", "--raw-exec", "--http-addr", &taken, "--servers", "127.0.0.1:4647", "--data-dir"])
-        .arg(dir.join("agent"))
-        .arg("--ca-file")
-        .arg(certs.file("drover-agent-ca.pem"))
-        .arg("--cert-file")
-        .arg(certs.file("global-client-drover.pem"))
-        .arg("--key-file")
-        .arg(certs.file("global-client-drover-key.pem"))
+    let files = ["drover-agent-ca.pem", "global-client-drover.pem", "global-client-drover-key.pem"]
+        .map(|name| certs.file(name));
+    let child = common::agent_command("127.0.0.1:4647", &files, &dir.join("agent"), &taken)
+        .arg("--raw-exec")
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{bounded, drover, server_options, temp_dir, until};
+use common::{bounded, server_options, temp_dir, until};
 use drover::agent::{Agent, AgentSettings, NoObserver, TaskSettings};
 use drover::client_fs::ClientFs;
 use drover::isolation::Isolation;
@@ -344,20 +344,12 @@ impl Drop for AgentChild {
 /// The real `drover agent` binary, against `server`, with its TLS files in
 /// `dir`, and credentials in its environment that no task may inherit.
 fn spawn_agent(dir: &Path, server: SocketAddr) -> AgentChild {
-    let child = drover()
+    let files = ["ca.pem", "client.pem", "client-key.pem"].map(|name| dir.join(name));
+    let child = common::agent_command(&server.to_string(), &files, &dir.join("data"), "127.0.0.1:0")
         .env("AWS_SECRET_ACCESS_KEY", "agent-secret")
         .env("VAULT_TOKEN", "agent-vault-token")
         .env("INHERITED_BY_TASKS", "harmless")
-        .args(["agent", "--raw-exec", "--http-addr", "127.0.0.1:0", "--log-level", "debug", "--servers"])
-        .arg(server.to_string())
-        .arg("--data-dir")
-        .arg(dir.join("data"))
-        .arg("--ca-file")
-        .arg(dir.join("ca.pem"))
-        .arg("--cert-file")
-        .arg(dir.join("client.pem"))
-        .arg("--key-file")
-        .arg(dir.join("client-key.pem"))
+        .args(["--raw-exec", "--log-level", "debug"])
         .stdout(std::process::Stdio::null())
         .stderr(std::fs::File::create(dir.join(format!("agent-{}.log", rand_suffix()))).expect("log file"))
         .spawn()

@@ -66,23 +66,27 @@ pub fn drover() -> std::process::Command {
     std::process::Command::new(env!("CARGO_BIN_EXE_drover"))
 }
 
+/// `drover agent` against `servers` with the CA, certificate and key
+/// files `tls`, keeping its data in `data_dir`, its HTTP listener on
+/// `http_addr` (`127.0.0.1:0`: a port it picks); more flags may follow.
+pub fn agent_command(servers: &str, tls: &[PathBuf; 3], data_dir: &Path, http_addr: &str) -> std::process::Command {
+    let mut command = drover();
+    command.args(["agent", "--http-addr", http_addr, "--servers", servers]);
+    for (flag, file) in ["--ca-file", "--cert-file", "--key-file"].into_iter().zip(tls) {
+        command.arg(flag).arg(file);
+    }
+    command.arg("--data-dir").arg(data_dir);
+    command
+}
+
 /// `drover agent --dev` (mock and raw_exec) against the `drover server
 /// --dev` at `rpc` whose data dir is `server_dir` (its client files are in
-/// `dev-tls`), keeping its own data in `data_dir`, every listener on a
-/// port it picks.
+/// `dev-tls`), keeping its own data in `data_dir`.
 pub fn dev_agent(server_dir: &Path, rpc: &str, data_dir: &Path) -> std::process::Command {
     let tls = server_dir.join("dev-tls");
-    let mut command = drover();
-    command
-        .args(["agent", "--dev", "--http-addr", "127.0.0.1:0", "--log-level", "warn", "--servers", rpc])
-        .arg("--ca-file")
-        .arg(tls.join("ca.pem"))
-        .arg("--cert-file")
-        .arg(tls.join("client.pem"))
-        .arg("--key-file")
-        .arg(tls.join("client-key.pem"))
-        .arg("--data-dir")
-        .arg(data_dir);
+    let files = [tls.join("ca.pem"), tls.join("client.pem"), tls.join("client-key.pem")];
+    let mut command = agent_command(rpc, &files, data_dir, "127.0.0.1:0");
+    command.args(["--dev", "--log-level", "warn"]);
     command
 }
 
