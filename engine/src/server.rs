@@ -137,24 +137,29 @@ pub struct Core {
 }
 
 impl Core {
-    /// The parts over `store`, which is its own log; `heartbeat_seed`
-    /// fixes the heartbeat jitter (simulations).
-    pub fn new(config: &ServerConfig, clock: SharedClock, store: Arc<StateStore>, heartbeat_seed: Option<u64>) -> Core {
-        Core::over(config, clock, Writer::direct(store), heartbeat_seed)
+    /// The parts over `store`, which is its own log; `seed` fixes the
+    /// heartbeat and reaper jitter (simulations).
+    pub fn new(config: &ServerConfig, clock: SharedClock, store: Arc<StateStore>, seed: Option<u64>) -> Core {
+        Core::over(config, clock, Writer::direct(store), seed)
     }
 
-    /// The parts over `writer`'s log and store (a replicated log's).
-    pub fn over(config: &ServerConfig, clock: SharedClock, writer: Writer, heartbeat_seed: Option<u64>) -> Core {
+    /// The parts over `writer`'s log and store (a replicated log's); `seed`
+    /// as for [`Core::new`] (none: drawn from the operating system).
+    pub fn over(config: &ServerConfig, clock: SharedClock, writer: Writer, seed: Option<u64>) -> Core {
         let store = writer.store().clone();
         let broker = Arc::new(EvalBroker::new(config.broker.clone(), clock.clone()));
         let blocked = Arc::new(BlockedEvals::new(broker.clone(), clock.clone()));
         let router = Router::new(broker.clone(), blocked.clone());
-        let heartbeats = match heartbeat_seed {
-            Some(seed) => Heartbeats::seeded(config.heartbeat.clone(), clock.clone(), seed),
-            None => Heartbeats::new(config.heartbeat.clone(), clock.clone()),
-        };
-        let reaper =
-            EvalReaper::new(config.reaper.clone(), broker.clone(), blocked.clone(), writer.clone(), clock.clone());
+        let seed = seed.unwrap_or_else(rand::random);
+        let heartbeats = Heartbeats::seeded(config.heartbeat.clone(), clock.clone(), seed);
+        let reaper = EvalReaper::new(
+            config.reaper.clone(),
+            broker.clone(),
+            blocked.clone(),
+            writer.clone(),
+            clock.clone(),
+            seed.wrapping_add(1),
+        );
         Core { clock, store, writer, broker, blocked, router, heartbeats, reaper }
     }
 

@@ -16,7 +16,8 @@ use std::time::Duration;
 
 use crossbeam::channel::{self, Sender};
 use crossbeam::select;
-use rand::Rng;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
 
 use crate::clock::SharedClock;
 use crate::eval::blocked::BlockedEvals;
@@ -59,18 +60,24 @@ pub struct EvalReaper {
     blocked: Arc<BlockedEvals>,
     writer: Writer,
     clock: SharedClock,
+    /// Draws the follow-up jitter: seeded, so a simulation's run is a
+    /// function of its seed.
+    rng: Arc<parking_lot::Mutex<SmallRng>>,
 }
 
 impl EvalReaper {
-    /// A reaper over the given broker and blocked evals, writing through `writer`.
+    /// A reaper over the given broker and blocked evals, writing through
+    /// `writer`, its jitter drawn from a generator seeded with `seed`.
     pub fn new(
         config: ReaperConfig,
         broker: Arc<EvalBroker>,
         blocked: Arc<BlockedEvals>,
         writer: Writer,
         clock: SharedClock,
+        seed: u64,
     ) -> Self {
-        EvalReaper { config, broker, blocked, writer, clock }
+        let rng = Arc::new(parking_lot::Mutex::new(SmallRng::seed_from_u64(seed)));
+        EvalReaper { config, broker, blocked, writer, clock, rng }
     }
 
     /// Writes one batch of cancelable evals as canceled; returns how many.
@@ -129,7 +136,7 @@ impl EvalReaper {
 
     fn follow_up_delay(&self) -> Duration {
         let jitter_nanos = self.config.failed_follow_up_jitter.as_nanos() as u64;
-        let jitter = if jitter_nanos == 0 { 0 } else { rand::rng().random_range(0..jitter_nanos) };
+        let jitter = if jitter_nanos == 0 { 0 } else { self.rng.lock().random_range(0..jitter_nanos) };
         self.config.failed_follow_up_base + Duration::from_nanos(jitter)
     }
 
@@ -224,7 +231,7 @@ mod tests {
         // Hours: the tests that need the reaper woken must see it woken by acks.
         let config =
             ReaperConfig { batch_size, sweep_interval: Duration::from_secs(6 * 3600), ..ReaperConfig::default() };
-        let reaper = EvalReaper::new(config, broker.clone(), blocked.clone(), Writer::direct(store.clone()), clock);
+        let reaper = EvalReaper::new(config, broker.clone(), blocked.clone(), Writer::direct(store.clone()), clock, 7);
         Fixture { reaper, broker, blocked, store }
     }
 
@@ -235,6 +242,19 @@ mod tests {
         let applied = store.apply(Command::UpsertEvals { evals }).expect("written and routed by the hook");
         assert_eq!(broker.stats().total_ready + broker.stats().total_pending, n as i64);
         applied.evals
+    }
+
+    #[test]
+    fn the_follow_up_jitter_is_a_function_of_the_seed() {
+        let delays = |seed: u64| {
+            let f = fixture(BrokerConfig::default(), 8);
+            let reaper =
+                EvalReaper { rng: Arc::new(parking_lot::Mutex::new(SmallRng::seed_from_u64(seed))), ..f.reaper };
+            (0..4).map(|_| reaper.follow_up_delay()).collect::<Vec<_>>()
+        };
+        assert_eq!(delays(1), delays(1));
+        assert_ne!(delays(1), delays(2));
+        assert!(delays(3).iter().all(|delay| *delay >= ReaperConfig::default().failed_follow_up_base));
     }
 
     fn status_of(store: &StateStore, eval: &Evaluation) -> EvalStatus {
