@@ -155,18 +155,10 @@ pub fn private_file(path: &Path) -> std::io::Result<std::fs::File> {
     std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)
 }
 
-/// Writes `bytes` to `path`, readable by the agent's user only, so that a
-/// crash leaves the old file or the new one, never a torn one: a temporary
-/// file, fsync, rename, fsync of the directory.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    let dir = path.parent().ok_or_else(|| std::io::Error::other("a file path has a parent"))?;
-    let temporary = path.with_extension("tmp");
-    let mut file = private_file(&temporary)?;
-    file.write_all(bytes)?;
-    file.sync_all()?;
-    std::fs::rename(&temporary, path)?;
-    std::fs::File::open(dir)?.sync_all()
+/// Writes one of the agent's own files (`storage::write_atomic`: whole or
+/// not at all), readable by the agent's user only.
+pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    storage::write_atomic(path, bytes, 0o600)
 }
 
 #[cfg(test)]
@@ -185,7 +177,7 @@ mod tests {
         }
         let mode = std::fs::metadata(dir.task_secrets_dir("web")).expect("exists").permissions();
         assert_eq!(std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777, 0o700);
-        write_atomic(&dir.state_file(), b"{}").expect("writes");
+        write_private(&dir.state_file(), b"{}").expect("writes");
         let mode = |path: &Path| std::fs::metadata(path).expect("exists").permissions();
         assert_eq!(std::os::unix::fs::PermissionsExt::mode(&mode(&dir.state_file())) & 0o777, 0o600);
         assert_eq!(std::os::unix::fs::PermissionsExt::mode(&mode(dir.client_dir())) & 0o777, 0o700);

@@ -21,7 +21,7 @@ use engine::structs::{AllocId, Allocation, ClientStatus, Node, TaskEvent, TaskSt
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, watch};
 
-use crate::alloc_dir::{write_atomic, AllocDir};
+use crate::alloc_dir::{write_private, AllocDir};
 use crate::raw_exec::{HandleState, RawExec, Reattached};
 use crate::task_env::TaskEnv;
 use crate::task_runner::{self, now, KillReason, TaskContext, TaskUpdate};
@@ -252,7 +252,7 @@ async fn report(ctx: &RunnerContext, alloc: &Arc<Allocation>, dir: &AllocDir, ta
     let path = dir.state_file();
     let written = tokio::task::spawn_blocking(move || {
         let bytes = serde_json::to_vec(&saved).map_err(std::io::Error::other)?;
-        write_atomic(&path, &bytes)
+        write_private(&path, &bytes)
     })
     .await;
     if let Ok(Err(error)) = written {

@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 use rustix::process::{Pid, Signal, WaitOptions};
 use serde::{Deserialize, Serialize};
 
-use crate::alloc_dir::write_atomic;
+use crate::alloc_dir::write_private;
 use crate::logs::{self, LogKind, RotatingWriter};
 
 /// Everything the executor needs, written by the agent as JSON.
@@ -153,7 +153,7 @@ pub fn run(spec_path: &Path) -> i32 {
     }
     match serde_json::to_vec(&record)
         .map_err(std::io::Error::other)
-        .and_then(|bytes| write_atomic(&spec.exit_file, &bytes))
+        .and_then(|bytes| write_private(&spec.exit_file, &bytes))
     {
         Ok(()) => 0,
         Err(error) => {

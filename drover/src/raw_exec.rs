@@ -133,7 +133,8 @@ impl RawExec {
         let driver = |what: &str, error: std::io::Error| StartError::Driver(format!("{what}: {error}"));
         let _ = std::fs::remove_file(&exit_file);
         let bytes = serde_json::to_vec(&spec).map_err(|error| StartError::Driver(error.to_string()))?;
-        crate::alloc_dir::write_atomic(&spec_path, &bytes).map_err(|error| driver("writing the launch spec", error))?;
+        crate::alloc_dir::write_private(&spec_path, &bytes)
+            .map_err(|error| driver("writing the launch spec", error))?;
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)

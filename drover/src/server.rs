@@ -418,10 +418,7 @@ fn raft_id(dir: &std::path::Path) -> Result<u64, StartError> {
             .map_err(|_| StartError::Cluster(format!("{}: {:?} is not a raft id", path.display(), text.trim()))),
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
             let id = rand::random::<u64>().max(2);
-            let temporary = dir.join("node-id.tmp");
-            std::fs::write(&temporary, format!("{id}\n")).map_err(failed)?;
-            std::fs::File::open(&temporary).and_then(|file| file.sync_all()).map_err(failed)?;
-            std::fs::rename(&temporary, &path).map_err(failed)?;
+            storage::write_atomic(&path, format!("{id}\n").as_bytes(), 0o600).map_err(failed)?;
             Ok(id)
         }
         Err(error) => Err(failed(error)),

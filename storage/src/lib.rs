@@ -68,3 +68,46 @@ pub fn exit_on_fatal() -> FatalHandler {
 pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
 }
+
+/// Writes `bytes` to `path` with `mode` so that a crash leaves the old
+/// file or the new one, never a torn one: a temporary file beside it
+/// (`<path>.tmp`, created with `mode`), fsync, rename, fsync of the
+/// directory. The one way Drover replaces a small file (an agent's state
+/// and exit records, its identity, a server's raft id, a saved snapshot).
+pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let mut temporary = path.as_os_str().to_owned();
+    temporary.push(".tmp");
+    let temporary = std::path::PathBuf::from(temporary);
+    let mut file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(mode).open(&temporary)?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    std::fs::rename(&temporary, path)?;
+    sync_dir(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_atomic_write_replaces_the_file_whole_with_its_mode_and_leaves_no_temporary() {
+        let dir = std::env::temp_dir().join(format!("drover-storage-atomic-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("state.json");
+        write_atomic(&path, b"first", 0o600).expect("written");
+        write_atomic(&path, b"second", 0o600).expect("replaced");
+        assert_eq!(std::fs::read(&path).expect("read"), b"second");
+        let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&path).expect("exists").permissions());
+        assert_eq!(mode & 0o777, 0o600);
+        let names: Vec<_> =
+            std::fs::read_dir(&dir).expect("dir").map(|entry| entry.expect("entry").file_name()).collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("state.json")], "no temporary is left");
+        std::fs::remove_dir_all(&dir).expect("clean up");
+    }
+}

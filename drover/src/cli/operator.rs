@@ -21,22 +21,12 @@ pub async fn snapshot_save(api: &ApiClient, file: &Path) -> Result<i32> {
     let size = bytes.len();
     tokio::task::spawn_blocking({
         let file = file.clone();
-        move || write_whole(&file, &bytes)
+        // The state holds every token's secret: the file is the owner's only.
+        move || storage::write_atomic(&file, &bytes, 0o600).with_context(|| format!("writing {}", file.display()))
     })
     .await??;
     println!("State file written to {} ({size} bytes, index {})", file.display(), answer.index.unwrap_or(0));
     Ok(0)
-}
-
-/// Writes `bytes` to `file` through a temporary name and a sync.
-fn write_whole(file: &Path, bytes: &[u8]) -> Result<()> {
-    use std::io::Write;
-    let mut temporary = file.as_os_str().to_owned();
-    temporary.push(".partial");
-    let temporary = std::path::PathBuf::from(temporary);
-    let mut out = std::fs::File::create(&temporary).with_context(|| format!("creating {}", temporary.display()))?;
-    out.write_all(bytes).and_then(|()| out.sync_all()).with_context(|| format!("writing {}", temporary.display()))?;
-    std::fs::rename(&temporary, file).with_context(|| format!("renaming {} to {}", temporary.display(), file.display()))
 }
 
 /// `drover operator raft info` of a running server.
