@@ -135,8 +135,9 @@ async fn a_server_out_of_descriptors_backs_off_logs_little_and_answers_once_idle
     raise_own_open_files_limit();
     let dir = temp_dir("http-fd-limit");
     // No per-client cap, so 1,100 idle connections from one address run
-    // the table (1,024) full; they are closed after 10 s idle.
-    let server = start(&dir, "http_max_conns_per_client = 0\nhttp_idle_timeout = \"10s\"", 1024, &[]);
+    // the table (1,024) full; they are closed after 20 s idle, time enough
+    // to open them all on a slow machine.
+    let server = start(&dir, "http_max_conns_per_client = 0\nhttp_idle_timeout = \"20s\"", 1024, &[]);
     let held = idle_connections(server.http, "127.0.0.1", 1_100).await;
     let http = server.http;
     let status = tokio::task::spawn_blocking(move || get(http, "/v1/agent/health")).await.expect("getter");
