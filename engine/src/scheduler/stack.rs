@@ -75,17 +75,6 @@ struct Ask<'g> {
     distinct: DistinctRules,
 }
 
-/// One pass over the candidates for an [`Ask`]: the nodes it scores down,
-/// whether it passes over nodes other workers claimed, and what it records.
-struct Pass<'p, 'g> {
-    ask: &'p Ask<'g>,
-    penalty: &'p HashSet<NodeId>,
-    metrics: &'p mut AllocMetric,
-    respect_claims: bool,
-    /// Candidates passed over for another worker's claim, over all passes.
-    passed_over: &'p mut usize,
-}
-
 /// Placement state for one job in one eval; see the module docs.
 pub struct Stack {
     state: Arc<dyn State>,
@@ -268,35 +257,17 @@ impl Stack {
             distinct: DistinctRules::of(&self.job, group),
         };
         let mut passed_over = 0;
-        let mut best = self.select_pass(&mut Pass {
-            ask: &ask,
-            penalty,
-            metrics: &mut *metrics,
-            respect_claims: true,
-            passed_over: &mut passed_over,
-        });
+        let mut best = self.select_pass(&ask, penalty, metrics, true, &mut passed_over);
         if let (Some(selection), Some((claims, claimant))) = (&best, &self.claims) {
             if !claims.try_claim(selection.node.id, *claimant) {
                 // Another worker claimed it between our check and our claim: look again.
                 *metrics = AllocMetric::default();
-                best = self.select_pass(&mut Pass {
-                    ask: &ask,
-                    penalty,
-                    metrics: &mut *metrics,
-                    respect_claims: true,
-                    passed_over: &mut passed_over,
-                });
+                best = self.select_pass(&ask, penalty, metrics, true, &mut passed_over);
             }
         }
         if best.is_none() && passed_over > 0 {
             *metrics = AllocMetric::default();
-            best = self.select_pass(&mut Pass {
-                ask: &ask,
-                penalty,
-                metrics: &mut *metrics,
-                respect_claims: false,
-                passed_over: &mut passed_over,
-            });
+            best = self.select_pass(&ask, penalty, metrics, false, &mut passed_over);
         }
         if best.is_none() && self.preemption {
             best = self.select_preempting(&ask);
@@ -335,8 +306,14 @@ impl Stack {
         Some(selection)
     }
 
-    fn select_pass(&mut self, pass: &mut Pass<'_, '_>) -> Option<Selection> {
-        let ask = pass.ask;
+    fn select_pass(
+        &mut self,
+        ask: &Ask<'_>,
+        penalty: &HashSet<NodeId>,
+        metrics: &mut AllocMetric,
+        respect_claims: bool,
+        passed_over: &mut usize,
+    ) -> Option<Selection> {
         if !self.preferences.contains_key(&ask.name) {
             if let Some(preferences) = self.bucketed(ask.group) {
                 self.preferences.insert(ask.name.clone(), preferences);
@@ -344,19 +321,26 @@ impl Stack {
         }
         match self.preferences.remove(&ask.name) {
             Some(mut preferences) => {
-                let best = self.walk_buckets(&mut preferences, pass);
+                let best = self.walk_buckets(&mut preferences, ask, penalty, metrics, respect_claims, passed_over);
                 if best.is_none() {
-                    merge_metrics(pass.metrics, &preferences.prefiltered);
+                    merge_metrics(metrics, &preferences.prefiltered);
                 }
                 self.preferences.insert(ask.name.clone(), preferences);
                 best
             }
-            None => self.walk(pass),
+            None => self.walk(ask, penalty, metrics, respect_claims, passed_over),
         }
     }
 
     /// The plain walk (step 3): up to `limit` scored nodes in this eval's order.
-    fn walk(&mut self, pass: &mut Pass<'_, '_>) -> Option<Selection> {
+    fn walk(
+        &mut self,
+        ask: &Ask<'_>,
+        penalty: &HashSet<NodeId>,
+        metrics: &mut AllocMetric,
+        respect_claims: bool,
+        passed_over: &mut usize,
+    ) -> Option<Selection> {
         // Nodes are read by reference from a handle on the state, so a
         // candidate costs no reference count; only the winner is kept.
         let state = self.state.clone();
@@ -365,11 +349,11 @@ impl Stack {
         while visited < self.candidates.len() && scored < self.limit {
             visited += 1;
             let Some(node) = self.next_candidate_id().and_then(|id| state.node_ref(id)) else { continue };
-            if pass.respect_claims && self.claimed_by_other(node) {
-                *pass.passed_over += 1;
+            if respect_claims && self.claimed_by_other(node) {
+                *passed_over += 1;
                 continue;
             }
-            let Some(score) = self.consider(node, (None, None), pass) else { continue };
+            let Some(score) = self.consider(node, ask, (None, None), penalty, metrics) else { continue };
             scored += 1;
             if best.is_none_or(|(best, _)| score > best) {
                 best = Some((score, node));
@@ -419,7 +403,15 @@ impl Stack {
     /// walked in turn; the best tier with room is scored up to `limit`
     /// nodes, each next tier up to [`NEXT_TIER_BUDGET`] while it could still
     /// beat the best score so far, `limit` more in all.
-    fn walk_buckets(&mut self, preferences: &mut Preferences, pass: &mut Pass<'_, '_>) -> Option<Selection> {
+    fn walk_buckets(
+        &mut self,
+        preferences: &mut Preferences,
+        ask: &Ask<'_>,
+        penalty: &HashSet<NodeId>,
+        metrics: &mut AllocMetric,
+        respect_claims: bool,
+        passed_over: &mut usize,
+    ) -> Option<Selection> {
         preferences.refresh();
         let mut best: Option<(f64, NodeId)> = None;
         let mut budget: Option<usize> = None; // Nodes left to score past the best tier.
@@ -432,7 +424,17 @@ impl Stack {
             }
             let allowed = budget.map_or(self.limit, |left| left.min(NEXT_TIER_BUDGET));
             let tier = &preferences.order[tier_start..tier_end];
-            let scored = self.walk_tier(&mut preferences.buckets, tier, allowed, pass, &mut best);
+            let scored = self.walk_tier(
+                &mut preferences.buckets,
+                tier,
+                allowed,
+                ask,
+                penalty,
+                metrics,
+                respect_claims,
+                passed_over,
+                &mut best,
+            );
             // The first tier with room is the best one; the budget for the next starts after it.
             budget = match budget {
                 None if scored == 0 => None,
@@ -447,12 +449,17 @@ impl Stack {
     /// Scores up to `allowed` nodes with room from the buckets of one tier,
     /// taking them in turn; marks a bucket exhausted when a whole round of it
     /// found no room. Returns how many were scored.
+    #[allow(clippy::too_many_arguments)]
     fn walk_tier(
         &mut self,
         buckets: &mut [Bucket],
         tier: &[usize],
         allowed: usize,
-        pass: &mut Pass<'_, '_>,
+        ask: &Ask<'_>,
+        penalty: &HashSet<NodeId>,
+        metrics: &mut AllocMetric,
+        respect_claims: bool,
+        passed_over: &mut usize,
         best: &mut Option<(f64, NodeId)>,
     ) -> usize {
         let state = self.state.clone();
@@ -474,9 +481,9 @@ impl Stack {
             let done = walked[slot].0 == bucket.nodes.len();
             let bonus = (bucket.affinity, bucket.spread);
             if let Some(node) = state.node_ref(id).filter(|node| node.is_schedulable()) {
-                if pass.respect_claims && self.claimed_by_other(node) {
+                if respect_claims && self.claimed_by_other(node) {
                     walked[slot].2 += 1;
-                } else if let Some(score) = self.consider(node, bonus, pass) {
+                } else if let Some(score) = self.consider(node, ask, bonus, penalty, metrics) {
                     walked[slot].1 += 1;
                     scored += 1;
                     if best.is_none_or(|(best, _)| score > best) {
@@ -490,7 +497,7 @@ impl Stack {
                 buckets[index].exhausted = bucket_scored == 0 && bucket_passed == 0;
             }
         }
-        *pass.passed_over += walked.iter().map(|(_, _, passed)| passed).sum::<usize>();
+        *passed_over += walked.iter().map(|(_, _, passed)| passed).sum::<usize>();
         scored
     }
 
@@ -504,10 +511,11 @@ impl Stack {
     fn consider(
         &mut self,
         node: &Node,
+        ask: &Ask<'_>,
         (affinity, spread): (Option<f64>, Option<f64>),
-        pass: &mut Pass<'_, '_>,
+        penalty: &HashSet<NodeId>,
+        metrics: &mut AllocMetric,
     ) -> Option<f64> {
-        let (ask, metrics) = (pass.ask, &mut *pass.metrics);
         metrics.nodes_evaluated += 1;
         if let Err(filtered) = self.checker(ask.group).check(node) {
             count_filtered(metrics, node, filtered.metric_key());
@@ -532,7 +540,7 @@ impl Stack {
         let score = Score {
             fit: fit_score(self.algorithm, node.allocatable(), after),
             anti_affinity: anti_affinity_score(collisions, ask.group.count),
-            penalized: pass.penalty.contains(&node.id),
+            penalized: penalty.contains(&node.id),
             affinity,
             spread,
         };
