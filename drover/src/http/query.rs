@@ -42,7 +42,10 @@ pub fn known_namespace(namespace: &str, read: bool) -> Result<(), ApiError> {
 
 /// The `?namespace=` check in front of every endpoint ([`known_namespace`]).
 pub async fn check_namespace(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
-    let read = request.method() == axum::http::Method::GET || request.method() == axum::http::Method::HEAD;
+    // A search is a read sent as a PUT or POST.
+    let read = request.method() == axum::http::Method::GET
+        || request.method() == axum::http::Method::HEAD
+        || request.uri().path() == "/v1/search";
     if let Ok(Query(params)) = Query::<BTreeMap<String, String>>::try_from_uri(request.uri()) {
         if let Some(namespace) = params.get("namespace").filter(|namespace| !namespace.is_empty()) {
             if let Err(refused) = known_namespace(namespace, read) {
