@@ -573,7 +573,9 @@ impl Agent {
                     };
                     self.counters.pushes.fetch_add(1, Ordering::Relaxed);
                     self.apply_push(local, push, ended_tx, runners);
-                    self.servers_reached.send_if_modified(|reached| !std::mem::replace(reached, true));
+                    if !*self.servers_reached.borrow() {
+                        self.servers_reached.send_replace(true);
+                    }
                     self.collect_garbage(local);
                     if let Err(error) = self.report(connection, local).await {
                         return lost(error);

@@ -101,7 +101,8 @@ impl AllocDir {
         for dir in [self.logs_dir(), self.shared_dir().join("data"), self.shared_dir().join("tmp")] {
             std::fs::create_dir_all(&dir)?;
         }
-        private_dir(&self.client)?;
+        // The agent's own files hold tasks' whole environments.
+        storage::create_private_dir(&self.client)?;
         for task in tasks {
             std::fs::create_dir_all(self.task_local_dir(task))?;
             std::fs::create_dir_all(self.task_dir(task).join("tmp"))?;
@@ -139,26 +140,10 @@ pub fn check_name(name: &str) -> std::io::Result<()> {
     }
 }
 
-/// Creates `dir` and its parents, the last (the agent's own directories:
-/// they hold tasks' whole environments) readable by the agent's user only.
-pub fn private_dir(dir: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
-    // One made by an older build keeps its mode through `create`.
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
-}
-
-/// Creates (or truncates) `path`, readable and writable by the agent's
-/// user only.
-pub fn private_file(path: &Path) -> std::io::Result<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)
-}
-
 /// Writes one of the agent's own files (`storage::write_atomic`: whole or
 /// not at all), readable by the agent's user only.
 pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    storage::write_atomic(path, bytes, 0o600)
+    storage::write_atomic(path, bytes, storage::FILE_MODE)
 }
 
 #[cfg(test)]

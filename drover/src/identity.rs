@@ -51,11 +51,10 @@ pub fn load_or_create(data_dir: &Path) -> Result<Identity, IdentityError> {
     let path = path(data_dir);
     let io = |source| IdentityError::Io { path: path.clone(), source };
     let dir = path.parent().expect("the identity file has a directory");
-    crate::alloc_dir::private_dir(dir).map_err(io)?;
+    storage::create_private_dir(dir).map_err(io)?;
     match std::fs::read_to_string(&path) {
         Ok(text) => {
-            let tightened = std::os::unix::fs::PermissionsExt::from_mode(0o600);
-            std::fs::set_permissions(&path, tightened).map_err(io)?;
+            storage::tighten(&path, storage::FILE_MODE).map_err(io)?;
             return serde_json::from_str(&text)
                 .map_err(|error| IdentityError::Corrupt { path: path.clone(), reason: error.to_string() });
         }

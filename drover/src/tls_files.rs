@@ -84,21 +84,11 @@ fn write(path: &Path, text: &str, mode: u32) -> Result<(), TlsFilesError> {
 
 /// Writes a key to `path`, replacing the file if there is one (a dev
 /// server's throwaway client key, written again on every start), owner-only:
-/// a file an older build left readable is tightened before the key goes in.
+/// a new file with [`KEY_MODE`] is renamed over the old one, so a file an
+/// older build left readable goes with its mode.
 pub fn replace_key(path: &Path, text: &str) -> Result<(), TlsFilesError> {
-    use std::io::Write;
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-    let failed = |source| TlsFilesError::Write { path: path.to_path_buf(), source };
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(KEY_MODE)
-        .open(path)
-        .map_err(failed)?;
-    file.set_permissions(std::fs::Permissions::from_mode(KEY_MODE)).map_err(failed)?;
-    file.write_all(text.as_bytes()).map_err(failed)?;
-    file.sync_all().map_err(failed)
+    storage::write_atomic(path, text.as_bytes(), KEY_MODE)
+        .map_err(|source| TlsFilesError::Write { path: path.to_path_buf(), source })
 }
 
 #[cfg(test)]

@@ -206,13 +206,13 @@ fn is_snapshot(path: &Path) -> bool {
 
 /// Creates `dir` (and its parents) owner-only, and tightens it if an older
 /// build made it readable to others.
-pub(crate) fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
     DirBuilder::new().recursive(true).mode(DIR_MODE).create(dir)?;
     tighten(dir, DIR_MODE)
 }
 
 /// Sets `path`'s mode to `mode` if it allows more.
-pub(crate) fn tighten(path: &Path, mode: u32) -> std::io::Result<()> {
+pub fn tighten(path: &Path, mode: u32) -> std::io::Result<()> {
     let current = std::fs::metadata(path)?.permissions().mode() & 0o777;
     if current & !mode != 0 {
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;

@@ -28,7 +28,7 @@ mod snapshot_file;
 use std::path::Path;
 use std::sync::Arc;
 
-pub use data_dir::{DataDir, DataDirError, DIR_MODE, FILE_MODE};
+pub use data_dir::{create_private_dir, tighten, DataDir, DataDirError, DIR_MODE, FILE_MODE};
 pub use log_file::{Completion, LogError, LogFile, LogRange};
 pub use snapshot_file::{verify, SnapshotDir, SnapshotError, SnapshotInfo, VerifiedSnapshot, KEEP};
 
