@@ -139,7 +139,7 @@ fn sleep_job(id: &str, count: u32) -> Job {
 }
 
 fn now() -> Timestamp {
-    drover::task_runner::now()
+    drover::client::task_runner::now()
 }
 
 async fn wait(server: &RunningServer, holds: impl Fn(&Snapshot) -> bool) -> Arc<Snapshot> {

@@ -138,9 +138,9 @@ pub struct LimitsSection {
 
 impl LimitsSection {
     /// The limits, the defaults where the file says nothing.
-    pub fn http(&self) -> crate::http::HttpLimits {
-        let default = crate::http::HttpLimits::default();
-        crate::http::HttpLimits {
+    pub fn http(&self) -> crate::listener::HttpLimits {
+        let default = crate::listener::HttpLimits::default();
+        crate::listener::HttpLimits {
             max_conns_per_client: self.http_max_conns_per_client.unwrap_or(default.max_conns_per_client),
             https_handshake_timeout: self.https_handshake_timeout.unwrap_or(default.https_handshake_timeout),
             idle_timeout: self.http_idle_timeout.unwrap_or(default.idle_timeout),

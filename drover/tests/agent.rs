@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use drover::agent::{Agent, AgentObserver, AgentSettings};
+use drover::client::agent::{Agent, AgentObserver, AgentSettings};
 use drover::server::RunningServer;
 use engine::state::Snapshot;
 use engine::structs::{ClientStatus, Job, JobType, Node, NodeId, NodeStatus, Resources};
@@ -49,7 +49,7 @@ struct RunningAgent {
     stop: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
     beats: watch::Receiver<u64>,
-    counters: Arc<drover::agent::AgentCounters>,
+    counters: Arc<drover::client::agent::AgentCounters>,
 }
 
 fn start_agent(node: Node, server: SocketAddr, tls: &TlsMaterial) -> RunningAgent {

@@ -160,7 +160,7 @@ fn the_cli_runs_a_job_and_shows_it_as_nomad_does() {
 /// blocking query). Each wait ends at the next write or after 30 s; 20
 /// with `holds` still false is a hang, reported with what was seen.
 fn until_list(http: &str, path: &str, holds: impl Fn(&[serde_json::Value]) -> bool) -> Vec<serde_json::Value> {
-    let api = drover::api_client::ApiClient::new(http, None, None).expect("client");
+    let api = drover::api::client::ApiClient::new(http, None, None).expect("client");
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     runtime.block_on(async {
         let mut index = 0;

@@ -22,8 +22,8 @@ use std::process::{Child, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use drover::agent::{Agent, AgentSettings, NoObserver};
-use drover::api_client::ApiClient;
+use drover::api::client::ApiClient;
+use drover::client::agent::{Agent, AgentSettings, NoObserver};
 use rand::{Rng, SeedableRng};
 use tokio::sync::{mpsc, watch};
 use transport::client::{ClientConnection, ClientEndpoints};

@@ -23,8 +23,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use drover::agent::{Agent, AgentCounters, AgentSettings, NoObserver};
-use drover::api_client::ApiClient;
+use drover::api::client::ApiClient;
+use drover::client::agent::{Agent, AgentCounters, AgentSettings, NoObserver};
 use tokio::sync::{mpsc, watch};
 use transport::client::{ClientConnection, ClientEndpoints};
 use transport::message::ClusterReport;

@@ -10,8 +10,8 @@ use std::sync::Arc;
 mod common;
 
 use common::bounded;
-use drover::agent::{Agent, AgentSettings, NoObserver};
-use drover::api_client::{ApiClient, ApiResponse};
+use drover::api::client::{ApiClient, ApiResponse};
+use drover::client::agent::{Agent, AgentSettings, NoObserver};
 use engine::structs::{Node, NodeId, Resources};
 use serde_json::{json, Value};
 use tokio::sync::watch;

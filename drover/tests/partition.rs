@@ -189,7 +189,7 @@ async fn a_partitioned_leader_stops_acknowledging_and_the_cluster_converges_afte
     let (fronts, join) = relays().await;
     let mut members = Vec::new();
     for (n, front) in fronts.into_iter().enumerate() {
-        members.push(start_member(&dir, n, front, &join, &server_tls, drover::cluster::HOLD).await);
+        members.push(start_member(&dir, n, front, &join, &server_tls, drover::server::leadership::HOLD).await);
     }
 
     let leader = a_leader_among(&members, &[0, 1, 2]).await;
@@ -248,7 +248,7 @@ async fn a_call_is_held_until_the_cluster_has_a_leader() {
 
     let patient = bounded("a connection", clients.connect(members[1].server.local_addr())).await.expect("connects");
     let held = tokio::spawn(async move { patient.register(mock_node(2)).await });
-    members.push(start_member(&dir, 2, last, &join, &server_tls, drover::cluster::HOLD).await);
+    members.push(start_member(&dir, 2, last, &join, &server_tls, drover::server::leadership::HOLD).await);
     let reply = bounded("the held registration", held).await.expect("joined").expect("answered once a leader leads");
     for member in &members {
         let store = member.server.leadership().store().clone();

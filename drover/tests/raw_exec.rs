@@ -19,10 +19,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{bounded, server_options, temp_dir, until};
-use drover::agent::{Agent, AgentSettings, NoObserver, TaskSettings};
-use drover::client_fs::ClientFs;
-use drover::isolation::Isolation;
-use drover::raw_exec::RawExec;
+use drover::client::agent::{Agent, AgentSettings, NoObserver, TaskSettings};
+use drover::client::drivers::isolation::Isolation;
+use drover::client::drivers::raw_exec::RawExec;
+use drover::client::fs::ClientFs;
 use drover::server::RunningServer;
 use engine::state::Snapshot;
 use engine::structs::{
@@ -63,9 +63,9 @@ async fn cluster_keeping(name: &str, gc_max_allocs: usize) -> Cluster {
     let node = raw_exec_node(0x15);
     let (stop, stopped) = watch::channel(false);
     let client_fs = ClientFs::new(data_dir.clone());
-    let limits = drover::http::HttpLimits::default();
+    let limits = drover::listener::HttpLimits::default();
     let (http, _listener) =
-        drover::client_fs::serve(client_fs.clone(), "127.0.0.1:0".parse().expect("addr"), limits, stopped.clone())
+        drover::client::fs::serve(client_fs.clone(), "127.0.0.1:0".parse().expect("addr"), limits, stopped.clone())
             .expect("HTTP listener");
     let tasks = TaskSettings {
         driver: Arc::new(RawExec::new(Isolation::detect(), PathBuf::from(env!("CARGO_BIN_EXE_drover")))),
@@ -125,7 +125,7 @@ fn event_types(state: &TaskState) -> Vec<&str> {
 
 /// Whether `pid` runs (a zombie does not).
 fn pid_alive(pid: i32) -> bool {
-    rustix::process::Pid::from_raw(pid).is_some_and(drover::executor::is_running)
+    rustix::process::Pid::from_raw(pid).is_some_and(drover::client::drivers::executor::is_running)
 }
 
 fn started_pid(state: &TaskState) -> i32 {

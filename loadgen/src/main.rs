@@ -292,7 +292,7 @@ fn serve_child(args: &Args) -> Result<()> {
         advertise_peer: None,
         bootstrap_expect: args.servers,
         join: args.join.clone(),
-        hold: drover::cluster::HOLD,
+        hold: drover::server::leadership::HOLD,
     });
     let options = drover::server::ServerOptions {
         bind: std::net::SocketAddr::from(([127, 0, 0, 1], args.port.unwrap_or(0))),

@@ -1,5 +1,5 @@
 //! loadgen over QUIC: 10,000 simulated clients, each a real
-//! [`drover::agent::Agent`] with its own connection, node identity and
+//! [`drover::client::agent::Agent`] with its own connection, node identity and
 //! resumption tickets, spread over a few client endpoints, against a
 //! server reached over the network (`--server`) or spawned as a child
 //! process on loopback (`--spawn-server`). Jobs go in and the cluster
@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use drover::agent::{Agent, AgentCounters, AgentObserver, AgentSettings, HeartbeatOverride};
+use drover::client::agent::{Agent, AgentCounters, AgentObserver, AgentSettings, HeartbeatOverride};
 use engine::structs::{Job, Node};
 use hdrhistogram::Histogram;
 use parking_lot::Mutex;

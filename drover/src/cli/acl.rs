@@ -1,13 +1,16 @@
 //! `drover acl bootstrap`, `drover acl policy ...` and `drover acl token ...`,
 //! printed as Nomad prints them.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use serde_json::{json, Value};
 
 use super::{fields, print_json, table, text};
-use crate::api_client::ApiClient;
+use crate::api::client::ApiClient;
+use clap::Subcommand;
+
+use super::{client_command, ApiArgs, Failure};
 
 fn print_token(token: &Value) {
     let policies = token["Policies"].as_array().filter(|list| !list.is_empty()).map_or_else(
@@ -109,4 +112,108 @@ pub async fn token_delete(api: &ApiClient, accessor: &str) -> Result<i32> {
     api.request("DELETE", &format!("/v1/acl/token/{accessor}"), None).await?.json()?;
     println!("Token {accessor} successfully deleted");
     Ok(0)
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AclCommand {
+    /// Makes the first management token (once per cluster) and prints it.
+    Bootstrap {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Policies: apply, list, delete.
+    Policy {
+        #[command(subcommand)]
+        command: AclPolicyCommand,
+    },
+    /// Tokens: create, list, self, delete.
+    Token {
+        #[command(subcommand)]
+        command: AclTokenCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AclPolicyCommand {
+    /// Creates or replaces a policy from a file of Nomad's HCL rules.
+    Apply {
+        /// What it is for.
+        #[arg(long)]
+        description: Option<String>,
+        /// The policy's name.
+        name: String,
+        /// The rules file.
+        file: PathBuf,
+    },
+    /// Lists the policies.
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Deletes a policy.
+    Delete {
+        /// The policy's name.
+        name: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AclTokenCommand {
+    /// Makes a token and prints it, secret included.
+    Create {
+        /// What it is for.
+        #[arg(long, default_value = "")]
+        name: String,
+        /// `client` (what its policies grant) or `management` (anything).
+        #[arg(long = "type", default_value = "client")]
+        kind: String,
+        /// A policy it has (repeat for more).
+        #[arg(long = "policy")]
+        policies: Vec<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Lists the tokens (without their secrets).
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The token this command runs with.
+    #[command(name = "self")]
+    Own {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Revokes a token.
+    Delete {
+        /// Its accessor id.
+        accessor: String,
+    },
+}
+
+/// Runs `drover acl ...`.
+pub fn command(command: AclCommand, api: &ApiArgs) -> Result<(), Failure> {
+    client_command(api, |client| async move {
+        match command {
+            AclCommand::Bootstrap { json } => bootstrap(&client, json).await,
+            AclCommand::Policy { command: AclPolicyCommand::Apply { description, name, file } } => {
+                policy_apply(&client, &name, description.as_deref(), &file).await
+            }
+            AclCommand::Policy { command: AclPolicyCommand::List { json } } => policy_list(&client, json).await,
+            AclCommand::Policy { command: AclPolicyCommand::Delete { name } } => policy_delete(&client, &name).await,
+            AclCommand::Token { command: AclTokenCommand::Create { name, kind, policies, json } } => {
+                token_create(&client, &name, &kind, &policies, json).await
+            }
+            AclCommand::Token { command: AclTokenCommand::List { json } } => token_list(&client, json).await,
+            AclCommand::Token { command: AclTokenCommand::Own { json } } => token_self(&client, json).await,
+            AclCommand::Token { command: AclTokenCommand::Delete { accessor } } => {
+                token_delete(&client, &accessor).await
+            }
+        }
+    })
 }

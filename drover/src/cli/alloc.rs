@@ -3,7 +3,10 @@
 use anyhow::{bail, Result};
 
 use super::{ago, fields, print_json, table, text};
-use crate::api_client::ApiClient;
+use crate::api::client::ApiClient;
+use clap::Subcommand;
+
+use super::{client_command, ApiArgs, Failure};
 
 /// `drover alloc status ID`: the allocation, then its tasks' states and
 /// recent events when the agent reports them.
@@ -87,7 +90,7 @@ pub async fn logs(api: &ApiClient, prefix: &str, task: Option<&str>, stderr: boo
         (None, _) => bail!("Allocation {id} runs several tasks ({}): name one", tasks.join(", ")),
     };
     let node = api.get(&format!("/v1/node/{}", text(&alloc, "NodeID"))).await?.json()?;
-    let agent = text(&node["Attributes"], crate::client_fs::ADVERTISE_ATTRIBUTE);
+    let agent = text(&node["Attributes"], crate::api::ADVERTISE_ATTRIBUTE);
     if agent.is_empty() {
         bail!("node {} does not advertise an HTTP listener for logs (is raw_exec enabled on it?)", text(&node, "Name"));
     }
@@ -127,4 +130,41 @@ async fn stream_to_stdout(addr: &str, path: &str) -> Result<()> {
     }
     driving.abort();
     Ok(())
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AllocCommand {
+    /// One allocation, its tasks and their recent events.
+    Status {
+        /// An allocation id or prefix.
+        id: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// A task's stdout (or stderr), read from the agent that runs it.
+    Logs {
+        /// An allocation id or prefix.
+        id: String,
+        /// The task (optional when the allocation runs one).
+        task: Option<String>,
+        /// Keep streaming what the task writes until it is dead.
+        #[arg(short = 'f', long)]
+        follow: bool,
+        /// stderr instead of stdout.
+        #[arg(long)]
+        stderr: bool,
+    },
+}
+
+/// Runs `drover alloc ...`.
+pub fn command(command: AllocCommand, api: &ApiArgs) -> Result<(), Failure> {
+    client_command(api, |client| async move {
+        match command {
+            AllocCommand::Status { id, json } => status(&client, &id, json).await,
+            AllocCommand::Logs { id, task, follow, stderr } => {
+                logs(&client, &id, task.as_deref(), stderr, follow).await
+            }
+        }
+    })
 }

@@ -3,7 +3,10 @@
 use anyhow::{bail, Result};
 
 use super::{date, fields, print_json, text};
-use crate::api_client::ApiClient;
+use crate::api::client::ApiClient;
+use clap::Subcommand;
+
+use super::{client_command, ApiArgs, Failure};
 
 /// `drover eval status [--monitor] ID`.
 pub async fn status(api: &ApiClient, prefix: &str, monitor: bool, json_out: bool) -> Result<i32> {
@@ -42,4 +45,25 @@ pub async fn status(api: &ApiClient, prefix: &str, monitor: bool, json_out: bool
     pairs.push(("Placement Failures", placement));
     print!("{}", fields(&pairs));
     Ok(0)
+}
+
+#[derive(Debug, Subcommand)]
+pub enum EvalCommand {
+    /// One evaluation.
+    Status {
+        /// An evaluation id or prefix.
+        id: String,
+        /// Follow it as `job run` does.
+        #[arg(long)]
+        monitor: bool,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Runs `drover eval ...`.
+pub fn command(command: EvalCommand, api: &ApiArgs) -> Result<(), Failure> {
+    let EvalCommand::Status { id, monitor, json } = command;
+    client_command(api, |client| async move { status(&client, &id, monitor, json).await })
 }

@@ -7,7 +7,13 @@ use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 
 use super::{ago, date, fields, print_json, short, table, text};
-use crate::api_client::ApiClient;
+use crate::api::client::ApiClient;
+use std::path::PathBuf;
+
+use clap::Subcommand;
+use engine::structs::Job;
+
+use super::{client_command, ApiArgs, Failure};
 
 /// Reads a job file: Nomad HCL2 (`.hcl`, `.nomad`), or Nomad's JSON,
 /// `{"Job": {...}}` as `nomad job run -output` writes it, or the bare job
@@ -15,7 +21,7 @@ use crate::api_client::ApiClient;
 pub fn read_job_file(path: &Path) -> Result<Value> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     if matches!(path.extension().and_then(|ext| ext.to_str()), Some("hcl" | "nomad")) {
-        return Ok(super::hcl::job_json(&path.display().to_string(), &text)?);
+        return Ok(crate::api::hcl::job_json(&path.display().to_string(), &text)?);
     }
     let value: Value = serde_json::from_str(&text).with_context(|| format!("{}: not JSON", path.display()))?;
     Ok(if value.get("Job").is_some() { value } else { json!({ "Job": value }) })
@@ -270,4 +276,89 @@ pub async fn scale(api: &ApiClient, id: &str, group: Option<&str>, count: u32, d
         return Ok(0);
     }
     monitor(api, &eval_id).await
+}
+
+#[derive(Debug, Subcommand)]
+pub enum JobCommand {
+    /// Reads a JSON job spec and lists every problem in it.
+    Validate {
+        /// Path to the job spec (JSON).
+        path: PathBuf,
+    },
+    /// Registers a job from a file of Nomad's job JSON and follows its
+    /// evaluation (exit 2 when placements failed).
+    Run {
+        /// The job file.
+        path: PathBuf,
+        /// Do not follow the evaluation.
+        #[arg(long)]
+        detach: bool,
+    },
+    /// The job list, or one job with its summary and allocations.
+    Status {
+        /// A job id or prefix.
+        id: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stops a job (removes it with --purge).
+    Stop {
+        /// A job id or prefix.
+        id: String,
+        /// Remove the job, not only stop it.
+        #[arg(long)]
+        purge: bool,
+        /// Do not follow the evaluation.
+        #[arg(long)]
+        detach: bool,
+    },
+    /// Sets how many allocations a task group runs.
+    Scale {
+        /// The job id.
+        id: String,
+        /// The group (optional when the job has one) and the count.
+        #[arg(num_args = 1..=2, required = true)]
+        group_and_count: Vec<String>,
+        /// Do not follow the evaluation.
+        #[arg(long)]
+        detach: bool,
+    },
+}
+
+/// Runs `drover job ...`.
+pub fn command(command: JobCommand, api: &ApiArgs) -> Result<(), Failure> {
+    if let JobCommand::Validate { path } = &command {
+        return validate(path).map_err(Failure::Run);
+    }
+    client_command(api, |client| async move {
+        match command {
+            JobCommand::Run { path, detach } => run(&client, &path, detach).await,
+            JobCommand::Status { id, json } => status(&client, id.as_deref(), json).await,
+            JobCommand::Stop { id, purge, detach } => stop(&client, &id, purge, detach).await,
+            JobCommand::Scale { id, group_and_count, detach } => {
+                let (group, count) = match group_and_count.as_slice() {
+                    [count] => (None, count),
+                    [group, count] => (Some(group.as_str()), count),
+                    _ => anyhow::bail!("usage: drover job scale ID [GROUP] COUNT"),
+                };
+                let count: u32 = count.parse().map_err(|_| anyhow::anyhow!("count {count:?} is not a number"))?;
+                scale(&client, &id, group, count, detach).await
+            }
+            JobCommand::Validate { path } => validate(&path).map(|()| 0),
+        }
+    })
+}
+
+pub fn read_job(path: &Path) -> Result<Job> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let job: Job = serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+    job.validate().with_context(|| format!("checking {}", path.display()))?;
+    Ok(job)
+}
+
+pub fn validate(path: &Path) -> Result<()> {
+    let job = read_job(path)?;
+    println!("job {:?} ({}, {} task groups) is valid", job.id, job.job_type, job.task_groups.len());
+    Ok(())
 }

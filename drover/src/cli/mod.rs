@@ -1,7 +1,14 @@
-//! The `drover` CLI's commands that talk to a server's HTTP API, printed as
-//! Nomad's CLI prints them (aligned tables, the eval monitor), with `--json`
-//! on every read. One file per command group: `job.rs`, `node.rs`,
-//! `alloc.rs`, `eval.rs`, `server.rs` (members, workers, `status`).
+//! The `drover` CLI: [`Cli`] parses the command line and [`dispatch`] runs
+//! the command. Exit codes: 0 success, 1 a failure while running, 2 a bad
+//! configuration or command line ([`Failure`]).
+//!
+//! The commands that talk to a server's HTTP API print as Nomad's CLI
+//! prints (aligned tables, the eval monitor), with `--json` on every read.
+//! One file per command group, its clap definitions beside the code that
+//! runs them: `job.rs`, `node.rs`, `alloc.rs`, `eval.rs`, `operator.rs`,
+//! `acl.rs`, `server.rs` (members, workers, `status`), `tls.rs`. They
+//! reach a server only through `crate::api`. `run/` is the process wiring
+//! of `drover server`, `agent`, `dev` and the internal `executor`.
 //!
 //! The address, token and CA come from `--address`, `--token` and
 //! `--ca-cert`, else `DROVER_ADDR`, `DROVER_TOKEN` and `DROVER_CACERT`,
@@ -11,19 +18,176 @@
 pub mod acl;
 pub mod alloc;
 pub mod eval;
-pub mod hcl;
 pub mod job;
 pub mod node;
 pub mod operator;
+pub mod run;
 pub mod server;
+pub mod tls;
 
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use clap::Args;
+use clap::{Args, Parser, Subcommand};
 use serde_json::Value;
+use std::process::ExitCode;
 
-use crate::api_client::ApiClient;
+use crate::api::client::ApiClient;
+use crate::config::ConfigError;
+use run::agent::AgentArgs;
+use run::dev::DevArgs;
+use server::ServerCli;
+
+/// Drover: a cluster workload scheduler.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Top,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Top {
+    /// Runs a server: the scheduler behind its QUIC endpoint (UDP 4647) and
+    /// its HTTP API (TCP 4646); `drover server members` lists the servers.
+    Server(ServerCli),
+    /// Runs a client agent: registers this machine as a node and runs what
+    /// the servers place on it.
+    Agent(AgentArgs),
+    /// A server and a client agent in one process, in memory, with a
+    /// throwaway CA and the raw_exec and mock drivers: the quickest way to
+    /// try Drover.
+    Dev(DevArgs),
+    /// Makes the cluster's CA and certificates.
+    Tls {
+        #[command(subcommand)]
+        command: tls::TlsCommand,
+    },
+    /// Works with jobs: run, status, stop, scale, validate.
+    Job {
+        #[command(subcommand)]
+        command: job::JobCommand,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+    /// Client nodes: status, eligibility.
+    Node {
+        #[command(subcommand)]
+        command: node::NodeCommand,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+    /// Allocations: status, logs.
+    Alloc {
+        #[command(subcommand)]
+        command: alloc::AllocCommand,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+    /// Evaluations: status.
+    Eval {
+        #[command(subcommand)]
+        command: eval::EvalCommand,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+    /// Cluster operations: the scheduling workers.
+    Operator {
+        #[command(subcommand)]
+        command: operator::OperatorCommand,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+    /// ACL tokens and policies (with `acl.enabled` on the servers).
+    Acl {
+        #[command(subcommand)]
+        command: acl::AclCommand,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+    /// The job list, or the status of whatever a prefix names.
+    Status {
+        /// A job id, or an allocation, evaluation or node id prefix.
+        prefix: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+}
+
+/// A failure and the exit code it gets.
+#[derive(Debug)]
+pub enum Failure {
+    /// A bad configuration or command line: exit code 2.
+    Config(anyhow::Error),
+    /// A failure while running: exit code 1.
+    Run(anyhow::Error),
+    /// A CLI command that ran and asks for this exit code (the eval
+    /// monitor's 2 when placements failed).
+    Exit(u8),
+}
+
+/// Runs a CLI command against the HTTP API; its answer is the exit code.
+pub fn client_command<F, Fut>(api: &ApiArgs, command: F) -> Result<(), Failure>
+where
+    F: FnOnce(ApiClient) -> Fut,
+    Fut: std::future::Future<Output = Result<i32>>,
+{
+    let client = api.client().map_err(Failure::Config)?;
+    match run(command(client)) {
+        Ok(0) => Ok(()),
+        Ok(code) => Err(Failure::Exit(u8::try_from(code).unwrap_or(1))),
+        Err(error) => Err(Failure::Run(error)),
+    }
+}
+
+impl<E: Into<anyhow::Error>> From<E> for Failure {
+    fn from(error: E) -> Self {
+        let error = error.into();
+        if error.downcast_ref::<ConfigError>().is_some() {
+            Failure::Config(error)
+        } else {
+            Failure::Run(error)
+        }
+    }
+}
+
+/// Runs the command `cli` names.
+pub fn dispatch(cli: Cli) -> Result<(), Failure> {
+    match cli.command {
+        Top::Server(server) => server::command(server),
+        Top::Agent(args) => run::agent::run(args),
+        Top::Dev(args) => run::dev::run(args),
+        Top::Tls { command } => tls::command(command).map_err(Failure::Run),
+        Top::Job { command, api } => job::command(command, &api),
+        Top::Node { command, api } => node::command(command, &api),
+        Top::Alloc { command, api } => alloc::command(command, &api),
+        Top::Eval { command, api } => eval::command(command, &api),
+        Top::Operator { command, api } => operator::command(command, &api),
+        Top::Acl { command, api } => acl::command(command, &api),
+        Top::Status { prefix, json, api } => {
+            client_command(&api, |client| async move { server::status(&client, prefix.as_deref(), json).await })
+        }
+    }
+}
+
+/// The exit code of a command's outcome, its error printed.
+pub fn exit_code(outcome: Result<(), Failure>) -> ExitCode {
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure::Exit(code)) => ExitCode::from(code),
+        Err(Failure::Config(error)) => {
+            eprintln!("error: {error:#}");
+            ExitCode::from(2)
+        }
+        Err(Failure::Run(error)) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
 
 /// How to reach the API: on every command that talks to a server.
 #[derive(Clone, Debug, Default, Args)]
@@ -115,9 +279,9 @@ pub fn short(id: &str) -> String {
 
 /// Unix nanoseconds as `2006-01-02T15:04:05Z`.
 pub fn date(nanos: u64) -> String {
-    match crate::http::nomad::rfc3339(engine::clock::Timestamp(nanos)) {
-        Value::String(text) => format!("{}Z", &text[..19]),
-        _ => "-".to_string(),
+    match nanos {
+        0 => "-".to_string(),
+        _ => crate::api::format::date(engine::clock::Timestamp(nanos)),
     }
 }
 

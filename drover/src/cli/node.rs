@@ -5,7 +5,10 @@ use serde_json::{json, Value};
 
 use super::job::print_allocs;
 use super::{fields, print_json, short, table, text};
-use crate::api_client::ApiClient;
+use crate::api::client::ApiClient;
+use clap::Subcommand;
+
+use super::{client_command, ApiArgs, Failure};
 
 /// The node id a prefix names.
 async fn resolve(api: &ApiClient, prefix: &str) -> Result<String> {
@@ -116,4 +119,37 @@ pub async fn eligibility(api: &ApiClient, id: &str, eligible: bool) -> Result<i3
     api.request("PUT", &format!("/v1/node/{node_id}/eligibility"), Some(&body)).await?.json()?;
     println!("Node \"{node_id}\" scheduling eligibility set: {word} for scheduling");
     Ok(0)
+}
+
+#[derive(Debug, Subcommand)]
+pub enum NodeCommand {
+    /// The node list, or one node with its allocations.
+    Status {
+        /// A node id or prefix.
+        id: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Marks a node eligible or ineligible for new placements.
+    Eligibility {
+        /// Eligible.
+        #[arg(long, conflicts_with = "disable", required_unless_present = "disable")]
+        enable: bool,
+        /// Ineligible.
+        #[arg(long)]
+        disable: bool,
+        /// A node id or prefix.
+        id: String,
+    },
+}
+
+/// Runs `drover node ...`.
+pub fn command(command: NodeCommand, api: &ApiArgs) -> Result<(), Failure> {
+    client_command(api, |client| async move {
+        match command {
+            NodeCommand::Status { id, json } => status(&client, id.as_deref(), json).await,
+            NodeCommand::Eligibility { enable, id, .. } => eligibility(&client, &id, enable).await,
+        }
+    })
 }

@@ -6,7 +6,13 @@ use anyhow::{bail, Context, Result};
 use replication::RaftInfo;
 
 use super::{fields, print_json, table, text};
-use crate::api_client::ApiClient;
+use crate::api::client::ApiClient;
+use std::path::PathBuf;
+
+use clap::Subcommand;
+
+use super::server::{workers, WorkersAction};
+use super::{client_command, ApiArgs, Failure};
 
 /// `drover operator snapshot save FILE`: the server takes a snapshot and
 /// sends it; it is written to a temporary name, synced and renamed, so
@@ -110,4 +116,149 @@ pub async fn remove_peer(api: &ApiClient, id: &str) -> Result<i32> {
     let removed = api.request("DELETE", &format!("/v1/operator/raft/peer?id={id}"), None).await?.json()?;
     println!("Removed peer with id {:?}", text(&removed, "Removed"));
     Ok(0)
+}
+
+#[derive(Debug, Subcommand)]
+pub enum OperatorCommand {
+    /// The scheduler.
+    Scheduler {
+        #[command(subcommand)]
+        command: SchedulerCommand,
+    },
+    /// Snapshots of the whole state: save one from a running server,
+    /// restore one into a stopped server's data dir.
+    Snapshot {
+        #[command(subcommand)]
+        command: SnapshotCommand,
+    },
+    /// The raft log.
+    Raft {
+        #[command(subcommand)]
+        command: RaftCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SnapshotCommand {
+    /// Saves a snapshot of a running server's state to FILE (a backup).
+    Save {
+        /// Where to write it.
+        file: PathBuf,
+    },
+    /// Makes FILE the state of a stopped server: its data dir then holds
+    /// that snapshot and an empty log behind it.
+    Restore {
+        /// The stopped server's data dir (its `data_dir`, as given to
+        /// `drover server`).
+        #[arg(long)]
+        data_dir: PathBuf,
+        /// A snapshot saved with `drover operator snapshot save`.
+        file: PathBuf,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RaftCommand {
+    /// The log's range, the last snapshot and its size: of a running
+    /// server, or of a stopped one's data dir with --data-dir.
+    Info {
+        /// Read a stopped server's data dir instead of asking the server.
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The cluster's servers: raft id, address, whether each votes and leads.
+    ListPeers,
+    /// Adds the server at ADDRESS (its server-to-server host:port, 4648)
+    /// as a voter, once it has caught up.
+    AddVoter {
+        /// host:port of the new server's server-to-server endpoint.
+        #[arg(value_name = "ADDRESS")]
+        peer_address: String,
+    },
+    /// Removes a server from the cluster by its raft id (list-peers).
+    RemovePeer {
+        /// Its raft id.
+        #[arg(long = "peer-id")]
+        id: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SchedulerCommand {
+    /// Lists the scheduling workers, sets how many run (`set N`), or
+    /// pauses or resumes them (`pause [ID]`, `resume [ID]`: one, or all).
+    Workers {
+        /// `set`, `pause` or `resume`.
+        action: Option<String>,
+        /// How many workers with `set`; a worker's id with `pause` or `resume`.
+        count: Option<usize>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub fn snapshot(command: SnapshotCommand, api: &ApiArgs) -> Result<(), Failure> {
+    match command {
+        SnapshotCommand::Save { file } => {
+            client_command(api, |client| async move { snapshot_save(&client, &file).await })
+        }
+        SnapshotCommand::Restore { data_dir, file } => {
+            let dir = storage::DataDir::new(data_dir.join("server"));
+            let header = replication::restore(&dir, &file).map_err(|error| {
+                anyhow::anyhow!("restoring {} into {}: {error}", file.display(), dir.root().display())
+            })?;
+            println!(
+                "Restored {} into {}: store index {}; start the server to serve it",
+                file.display(),
+                dir.root().display(),
+                header.store_index
+            );
+            Ok(())
+        }
+    }
+}
+
+/// Runs `drover operator ...`.
+pub fn command(command: OperatorCommand, api: &ApiArgs) -> Result<(), Failure> {
+    match command {
+        OperatorCommand::Snapshot { command } => snapshot(command, api),
+        OperatorCommand::Raft { command } => raft(command, api),
+        OperatorCommand::Scheduler { command: SchedulerCommand::Workers { action, count, json } } => {
+            let action = match (action.as_deref(), count) {
+                (None, _) => WorkersAction::List,
+                (Some("set"), Some(count)) => WorkersAction::Set(count),
+                (Some("pause"), id) => WorkersAction::Pause(id),
+                (Some("resume"), id) => WorkersAction::Resume(id),
+                _ => {
+                    return Err(Failure::Config(anyhow::anyhow!(
+                        "usage: drover operator scheduler workers [set N | pause [ID] | resume [ID]]"
+                    )))
+                }
+            };
+            client_command(api, |client| async move { workers(&client, action, json).await })
+        }
+    }
+}
+
+fn raft(command: RaftCommand, api: &ApiArgs) -> Result<(), Failure> {
+    match command {
+        RaftCommand::ListPeers => client_command(api, |client| async move { list_peers(&client).await }),
+        RaftCommand::AddVoter { peer_address } => {
+            client_command(api, |client| async move { add_voter(&client, &peer_address).await })
+        }
+        RaftCommand::RemovePeer { id } => client_command(api, |client| async move { remove_peer(&client, &id).await }),
+        RaftCommand::Info { data_dir: Some(dir), json } => {
+            let dir = storage::DataDir::new(dir.join("server"));
+            let info = replication::offline_info(&dir)
+                .map_err(|error| Failure::Run(anyhow::anyhow!("reading {}: {error}", dir.root().display())))?;
+            print_raft_info(&info, json).map_err(Failure::Run)
+        }
+        RaftCommand::Info { data_dir: None, json } => {
+            client_command(api, |client| async move { raft_info(&client, json).await })
+        }
+    }
 }

@@ -5,7 +5,11 @@ use anyhow::{bail, Result};
 use serde_json::json;
 
 use super::{print_json, table, text};
-use crate::api_client::ApiClient;
+use crate::api::client::ApiClient;
+use clap::{Args, Subcommand};
+
+use super::run::server::ServerArgs;
+use super::{client_command, ApiArgs, Failure};
 
 /// `drover server members`.
 pub async fn members(api: &ApiClient, json_out: bool) -> Result<i32> {
@@ -128,5 +132,37 @@ pub async fn status(api: &ApiClient, prefix: Option<&str>, json_out: bool) -> Re
         "evals" => super::eval::status(api, &id, false, json_out).await,
         "nodes" => super::node::status(api, Some(&id), json_out).await,
         other => bail!("no status command for {other}"),
+    }
+}
+
+/// `drover server`: run one, or `members`.
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct ServerCli {
+    #[command(subcommand)]
+    pub command: Option<ServerCommand>,
+    #[command(flatten)]
+    pub args: ServerArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ServerCommand {
+    /// Lists the servers, as `nomad server members`.
+    Members {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+}
+
+/// Runs `drover server` (a server, in this process) or `drover server members`.
+pub fn command(server: ServerCli) -> Result<(), Failure> {
+    match server.command {
+        None => super::run::server::run(server.args),
+        Some(ServerCommand::Members { json, api }) => {
+            client_command(&api, |client| async move { members(&client, json).await })
+        }
     }
 }

@@ -26,7 +26,7 @@
 
 use axum::body::Bytes;
 use axum::extract::{Path, Request, State};
-use axum::http::{HeaderMap, Method};
+use axum::http::Method;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -92,15 +92,6 @@ fn need(method: &Method, path: &str) -> Need {
     } else {
         Need::Level(Area::Namespace, level)
     }
-}
-
-/// The secret a request carries, if any.
-pub fn secret_of(headers: &HeaderMap) -> Option<String> {
-    if let Some(token) = headers.get("x-nomad-token").and_then(|value| value.to_str().ok()) {
-        return Some(token.trim().to_string()).filter(|token| !token.is_empty());
-    }
-    let bearer = headers.get("authorization").and_then(|value| value.to_str().ok())?;
-    bearer.strip_prefix("Bearer ").map(|token| token.trim().to_string()).filter(|token| !token.is_empty())
 }
 
 /// Who a request is: its token (none: anonymous).
@@ -192,7 +183,7 @@ pub async fn authorize(State(state): State<ApiState>, mut request: Request, next
     let path = request.uri().path().to_string();
     let needed = need(&method, &path);
     let snapshot = state.leadership.store().snapshot();
-    match decide(snapshot.acl(), secret_of(request.headers()).as_deref(), needed) {
+    match decide(snapshot.acl(), crate::api::secret_of(request.headers()).as_deref(), needed) {
         Ok(token) => {
             request.extensions_mut().insert(Caller(token));
             next.run(request).await
@@ -248,17 +239,13 @@ fn random_uuid() -> uuid::Uuid {
 fn token_json(token: &AclToken, with_secret: bool) -> Value {
     let mut value = json!({
         "AccessorID": token.accessor_id.to_string(), "Name": token.name, "Type": token.token_type.as_str(),
-        "Policies": token.policies, "Roles": null, "Global": true, "CreateTime": rfc3339(token.create_time.0),
+        "Policies": token.policies, "Roles": null, "Global": true, "CreateTime": crate::api::format::rfc3339(token.create_time),
         "ExpirationTime": null, "CreateIndex": token.create_index, "ModifyIndex": token.modify_index,
     });
     if with_secret {
         value["SecretID"] = json!(token.secret_id.to_string());
     }
     value
-}
-
-fn rfc3339(nanos: u64) -> String {
-    humantime::format_rfc3339_nanos(std::time::UNIX_EPOCH + std::time::Duration::from_nanos(nanos)).to_string()
 }
 
 fn policy_json(policy: &AclPolicy, with_rules: bool) -> Value {
@@ -544,16 +531,6 @@ mod tests {
         assert!(parse_rules("namespace \"prod\" { policy = \"read\" }").expect_err("refused").contains("prod"));
         assert!(parse_rules("node { policy = \"scale\" }").expect_err("refused").contains("scale"));
         assert!(parse_rules("node {").is_err());
-    }
-
-    #[test]
-    fn the_token_comes_from_x_nomad_token_or_a_bearer_header() {
-        let mut headers = HeaderMap::new();
-        headers.insert("authorization", "Bearer abc".parse().expect("header"));
-        assert_eq!(secret_of(&headers).as_deref(), Some("abc"));
-        headers.insert("x-nomad-token", "def".parse().expect("header"));
-        assert_eq!(secret_of(&headers).as_deref(), Some("def"));
-        assert_eq!(secret_of(&HeaderMap::new()), None);
     }
 
     #[test]

@@ -127,7 +127,7 @@ async fn metrics(State(state): State<ApiState>, params: Params) -> Response {
                    "Max": metric.value, "Mean": metric.value, "Stddev": 0, "Labels": labels(metric)})
         })
         .collect();
-    let samples: Vec<Value> = crate::timers::installed()
+    let samples: Vec<Value> = crate::server::timers::installed()
         .read()
         .into_iter()
         .map(|timer| {
@@ -156,7 +156,7 @@ fn prometheus(all: &[Metric]) -> String {
         let labels = if labels.is_empty() { String::new() } else { format!("{{{}}}", labels.join(",")) };
         text.push_str(&format!("{name}{labels} {}\n", metric.value));
     }
-    for timer in crate::timers::installed().read() {
+    for timer in crate::server::timers::installed().read() {
         let name = timer.name.replace('.', "_");
         if described.insert(name.clone()) {
             text.push_str(&format!("# TYPE {name} summary\n"));

@@ -21,6 +21,7 @@ use serde::Serialize;
 
 use super::error::ApiError;
 use super::ApiState;
+use crate::api::format::{parse_bool, parse_go_duration};
 
 /// The longest (and the default) blocking wait.
 pub const MAX_WAIT: Duration = Duration::from_secs(300);
@@ -119,43 +120,6 @@ impl Params {
     }
 }
 
-/// Go's `strconv.ParseBool`.
-pub fn parse_bool(text: &str) -> Option<bool> {
-    match text {
-        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
-        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
-        _ => None,
-    }
-}
-
-/// A Go duration string (`300ms`, `10s`, `1m30s`, `1.5h`): a unit is
-/// required, so a bare `60` is refused as Nomad refuses it.
-pub fn parse_go_duration(text: &str) -> Option<Duration> {
-    let mut rest = text.trim();
-    if rest.is_empty() {
-        return None;
-    }
-    let mut total = 0f64;
-    while !rest.is_empty() {
-        let number_len = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
-        let number: f64 = rest[..number_len].parse().ok()?;
-        rest = &rest[number_len..];
-        let unit_len = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
-        let nanos_per_unit = match &rest[..unit_len] {
-            "ns" => 1e0,
-            "us" | "µs" => 1e3,
-            "ms" => 1e6,
-            "s" => 1e9,
-            "m" => 60e9,
-            "h" => 3600e9,
-            _ => return None,
-        };
-        total += number * nanos_per_unit;
-        rest = &rest[unit_len..];
-    }
-    Some(Duration::from_nanos(total as u64))
-}
-
 /// Whether a UUID-keyed object's id starts with `prefix`, as Nomad
 /// matches them: hyphens ignored, case ignored. Nomad refuses odd-length
 /// or non-hex prefixes with a 500; Drover matches them as plain prefixes of
@@ -236,16 +200,6 @@ pub async fn blocking<T: Serialize>(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn go_durations_need_a_unit() {
-        assert_eq!(parse_go_duration("1500ms"), Some(Duration::from_millis(1500)));
-        assert_eq!(parse_go_duration("1m30s"), Some(Duration::from_secs(90)));
-        assert_eq!(parse_go_duration("0.5s"), Some(Duration::from_millis(500)));
-        assert_eq!(parse_go_duration("60"), None);
-        assert_eq!(parse_go_duration("10x"), None);
-        assert_eq!(parse_go_duration(""), None);
-    }
 
     #[test]
     fn booleans_read_as_go_reads_them() {

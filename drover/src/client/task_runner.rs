@@ -26,11 +26,11 @@ use rand::SeedableRng;
 use rustix::process::Signal;
 use tokio::sync::{mpsc, watch};
 
-use crate::alloc_dir::AllocDir;
-use crate::executor::ExitRecord;
-use crate::raw_exec::{self, HandleState, RawExec, Reattached, StartError, TaskHandle};
-use crate::restarts::{Decision, RestartTracker};
-use crate::task_env::TaskEnv;
+use crate::client::alloc_dir::AllocDir;
+use crate::client::drivers::executor::ExitRecord;
+use crate::client::drivers::raw_exec::{self, HandleState, RawExec, Reattached, StartError, TaskHandle};
+use crate::client::restarts::{Decision, RestartTracker};
+use crate::client::task_env::TaskEnv;
 
 /// Why the tasks of an allocation are being stopped.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -66,7 +66,7 @@ pub struct TaskContext {
     pub dir: AllocDir,
     /// Its variables.
     pub env: TaskEnv,
-    /// See [`crate::alloc_runner::RunnerContext::servers_reached`].
+    /// See [`crate::client::alloc_runner::RunnerContext::servers_reached`].
     pub servers_reached: watch::Receiver<bool>,
 }
 

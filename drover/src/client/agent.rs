@@ -3,7 +3,7 @@
 //! It connects (capped, jittered backoff between attempts, over the server
 //! list it is handed), registers once, heartbeats at the TTL the server
 //! hands it, keeps its allocation watch open and runs what the servers
-//! place on it with the [`mock`](crate::mock) driver, reporting every
+//! place on it with the [`mock`](crate::client::drivers::mock) driver, reporting every
 //! status change. Tasks keep running while the servers are unreachable, as
 //! a Nomad client's do; what changed meanwhile is reported once it is back.
 //!
@@ -43,10 +43,10 @@ use tokio::sync::{mpsc, watch};
 use transport::client::{Backoff, CallError, ClientConnection, ClientEndpoints};
 use transport::message::{AllocsPush, RefusalCode};
 
-use crate::alloc_runner::{self, AllocEvent, AllocHandle, RunnerContext};
-use crate::client_fs::ClientFs;
-use crate::mock;
-use crate::raw_exec::RawExec;
+use crate::client::alloc_runner::{self, AllocEvent, AllocHandle, RunnerContext};
+use crate::client::drivers::mock;
+use crate::client::drivers::raw_exec::RawExec;
+use crate::client::fs::ClientFs;
 
 /// How an agent behaves.
 #[derive(Clone, Debug)]
@@ -448,7 +448,7 @@ impl Agent {
     /// dir; they are reported once connected, and stopped then if the
     /// servers no longer want them.
     fn restore(&self, runners: &Arc<RunnerContext>, local: &mut Local) {
-        for alloc_id in crate::alloc_dir::AllocDir::existing(&runners.data_dir) {
+        for alloc_id in crate::client::alloc_dir::AllocDir::existing(&runners.data_dir) {
             let Some((alloc, handle)) = alloc_runner::restore(runners, alloc_id) else { continue };
             self.note_logs(&alloc, &BTreeMap::new());
             local.allocs.insert(
@@ -877,7 +877,7 @@ impl Agent {
     /// Tells the logs endpoint which connection checks its callers' tokens.
     fn link_logs(&self, connection: Option<&ClientConnection>) {
         if let Some(fs) = self.tasks.as_ref().and_then(|tasks| tasks.client_fs.as_ref()) {
-            fs.link(connection.map(|connection| crate::client_fs::ServerLink {
+            fs.link(connection.map(|connection| crate::client::fs::ServerLink {
                 connection: connection.clone(),
                 node_id: self.node.id,
                 secret_id: self.node.secret_id,

@@ -141,7 +141,7 @@ impl Reader<'_> {
 
     fn duration(&self, value: &Value, offset: usize) -> Result<Value, HclError> {
         match value {
-            Value::String(text) => crate::http::query::parse_go_duration(text)
+            Value::String(text) => crate::api::format::parse_go_duration(text)
                 .map(|duration| Value::from(duration.as_nanos() as u64))
                 .ok_or_else(|| self.error(offset, format!("{text:?} is not a duration such as \"30s\""))),
             Value::Number(_) => Ok(value.clone()),

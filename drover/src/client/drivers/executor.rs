@@ -39,8 +39,8 @@ use std::time::{Duration, Instant};
 use rustix::process::{Pid, Signal, WaitOptions};
 use serde::{Deserialize, Serialize};
 
-use crate::alloc_dir::write_private;
-use crate::logs::{self, LogKind, RotatingWriter};
+use crate::client::alloc_dir::write_private;
+use crate::client::logs::{self, LogKind, RotatingWriter};
 
 /// Everything the executor needs, written by the agent as JSON.
 #[derive(Clone, Debug, Serialize, Deserialize)]

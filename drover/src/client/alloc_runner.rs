@@ -21,10 +21,10 @@ use engine::structs::{AllocId, Allocation, ClientStatus, Node, TaskEvent, TaskSt
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, watch};
 
-use crate::alloc_dir::{write_private, AllocDir};
-use crate::raw_exec::{HandleState, RawExec, Reattached};
-use crate::task_env::TaskEnv;
-use crate::task_runner::{self, now, KillReason, TaskContext, TaskUpdate};
+use crate::client::alloc_dir::{write_private, AllocDir};
+use crate::client::drivers::raw_exec::{HandleState, RawExec, Reattached};
+use crate::client::task_env::TaskEnv;
+use crate::client::task_runner::{self, now, KillReason, TaskContext, TaskUpdate};
 
 /// An allocation's new status, for the agent to report.
 #[derive(Debug)]

@@ -42,11 +42,8 @@ use tokio::sync::watch;
 use transport::client::{CallError, ClientConnection};
 use transport::message::RefusalCode;
 
-use crate::alloc_dir::AllocDir;
-use crate::logs::{self, LogKind, StreamCursor};
-
-/// The node attribute that carries the agent's HTTP address.
-pub const ADVERTISE_ATTRIBUTE: &str = "unique.advertise.http";
+use crate::client::alloc_dir::AllocDir;
+use crate::client::logs::{self, LogKind, StreamCursor};
 
 /// How often a follower looks for more output.
 const FOLLOW_POLL: Duration = Duration::from_millis(250);
@@ -151,10 +148,10 @@ impl ClientFs {
 pub fn serve(
     fs: Arc<ClientFs>,
     addr: SocketAddr,
-    limits: crate::http::HttpLimits,
+    limits: crate::listener::HttpLimits,
     mut stop: watch::Receiver<bool>,
 ) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
-    let server = crate::http::HttpServer::start(addr, None, fs.router(), limits)?;
+    let server = crate::listener::HttpServer::start(addr, None, fs.router(), limits)?;
     let bound = server.local_addr();
     let task = tokio::spawn(async move {
         let _ = stop.wait_for(|stop| *stop).await;
@@ -188,7 +185,7 @@ async fn logs_handler(
     let Ok(alloc_id) = alloc_id.parse::<uuid::Uuid>().map(AllocId) else {
         return refuse(StatusCode::BAD_REQUEST, format!("{alloc_id:?} is not an allocation id"));
     };
-    if let Err(refused) = fs.check_access(alloc_id, crate::http::acl::secret_of(&headers)).await {
+    if let Err(refused) = fs.check_access(alloc_id, crate::api::secret_of(&headers)).await {
         return refused;
     }
     let Some(task) = query.task.filter(|task| !task.is_empty()) else {

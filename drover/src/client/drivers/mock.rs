@@ -13,7 +13,7 @@ use std::time::Duration;
 use engine::structs::{Allocation, ClientStatus, ConfigValue};
 use tokio::sync::mpsc;
 
-use crate::alloc_runner::AllocEvent;
+use crate::client::alloc_runner::AllocEvent;
 
 /// The driver's name, as jobs name it.
 pub const DRIVER: &str = engine::structs::MOCK;

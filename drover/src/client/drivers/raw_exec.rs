@@ -25,10 +25,10 @@ use serde::{Deserialize, Serialize};
 use tokio::io::unix::AsyncFd;
 use tokio::io::AsyncBufReadExt;
 
-use crate::alloc_dir::AllocDir;
-use crate::executor::{self, ExitRecord, LaunchSpec};
-use crate::isolation::Isolation;
-use crate::task_env::{EnvDenylist, TaskEnv};
+use crate::client::alloc_dir::AllocDir;
+use crate::client::drivers::executor::{self, ExitRecord, LaunchSpec};
+use crate::client::drivers::isolation::Isolation;
+use crate::client::task_env::{EnvDenylist, TaskEnv};
 
 /// Why a task could not be started.
 #[derive(Debug, thiserror::Error)]
@@ -133,7 +133,7 @@ impl RawExec {
         let driver = |what: &str, error: std::io::Error| StartError::Driver(format!("{what}: {error}"));
         let _ = std::fs::remove_file(&exit_file);
         let bytes = serde_json::to_vec(&spec).map_err(|error| StartError::Driver(error.to_string()))?;
-        crate::alloc_dir::write_private(&spec_path, &bytes)
+        crate::client::alloc_dir::write_private(&spec_path, &bytes)
             .map_err(|error| driver("writing the launch spec", error))?;
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -214,7 +214,7 @@ impl RawExec {
         dir: &AllocDir,
         env: &TaskEnv,
     ) -> Result<LaunchSpec, StartError> {
-        crate::alloc_dir::check_name(&task.name).map_err(|error| StartError::Unrunnable(error.to_string()))?;
+        crate::client::alloc_dir::check_name(&task.name).map_err(|error| StartError::Unrunnable(error.to_string()))?;
         let config = RawExecConfig::from_task(task).map_err(|problems| StartError::Unrunnable(problems.join("; ")))?;
         let process_env = env.process_env(task, std::env::vars(), &self.env_denylist);
         let task_root = dir.task_dir(&task.name);

@@ -10,7 +10,13 @@
 //! A server of a cluster (`--bootstrap-expect`, `--join`) binds its
 //! server-to-server endpoint first (raft needs it), opens its data dir
 //! without waiting to lead, and starts and stops its leader services as
-//! the leadership comes and goes; see [`crate::cluster`].
+//! the leadership comes and goes; see [`leadership`].
+//!
+//! - `leadership.rs`: the leader services, started and stopped with raft's
+//!   leadership.
+//! - `routing.rs`: the client endpoint's route (serve here or forward).
+//! - `peer.rs`: the server-to-server calls this server answers.
+//! - `timers.rs`: the server's periodic work outside the engine.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -30,10 +36,19 @@ use transport::message::{ClusterReport, JobCounts};
 use transport::peer::Peers;
 use transport::server::{ClientListener, ListenError, ListenerStats, Operations};
 
-use crate::cluster::{ClusterRoute, Leadership, PeerService};
 use transport::tls::TlsMaterial;
 
-use crate::http::{AgentInfo, ApiState, HttpServer};
+use crate::http::{AgentInfo, ApiState};
+use crate::listener::HttpServer;
+
+pub mod leadership;
+pub mod peer;
+pub mod routing;
+pub mod timers;
+
+use leadership::Leadership;
+use peer::PeerService;
+use routing::ClusterRoute;
 
 /// What a server runs with.
 #[derive(Clone, Debug)]
@@ -72,7 +87,7 @@ pub struct ClusterOptions {
     /// Server-to-server addresses of other servers, to find the cluster.
     pub join: Vec<String>,
     /// How long a call waits for a leader during an election before it is
-    /// refused ([`crate::cluster::HOLD`] by default).
+    /// refused ([`crate::server::leadership::HOLD`] by default).
     pub hold: std::time::Duration,
 }
 
@@ -131,7 +146,7 @@ pub struct HttpOptions {
     /// Every request needs an ACL token (`acl.enabled`).
     pub acl_enabled: bool,
     /// Connection limits (`[limits]`).
-    pub limits: crate::http::HttpLimits,
+    pub limits: crate::listener::HttpLimits,
 }
 
 /// A running server: the engine and its listener.
@@ -149,7 +164,7 @@ impl RunningServer {
     /// Recovers the durable state (if any), starts the engine and the
     /// listeners (module docs). Call within a multi-threaded tokio runtime.
     pub fn start(options: ServerOptions) -> Result<RunningServer, StartError> {
-        crate::timers::installed();
+        timers::installed();
         if let Some(cluster) = &options.cluster {
             return RunningServer::start_clustered(&options, cluster);
         }

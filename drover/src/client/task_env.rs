@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 
 use engine::structs::{Allocation, Node, Task};
 
-use crate::alloc_dir::AllocDir;
+use crate::client::alloc_dir::AllocDir;
 
 /// The region every node is in until regions exist.
 pub const REGION: &str = "global";

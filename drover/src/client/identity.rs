@@ -66,7 +66,7 @@ pub fn load_or_create(data_dir: &Path) -> Result<Identity, IdentityError> {
         secret_id: uuid::Builder::from_random_bytes(rand::random()).into_uuid(),
     };
     let text = serde_json::to_string_pretty(&identity).expect("an identity serializes");
-    crate::alloc_dir::write_private(&path, text.as_bytes()).map_err(io)?;
+    crate::client::alloc_dir::write_private(&path, text.as_bytes()).map_err(io)?;
     Ok(identity)
 }
 

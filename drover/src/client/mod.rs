@@ -1,0 +1,22 @@
+//! The client agent: it registers its node, heartbeats, watches its
+//! allocations and runs them with its task drivers.
+//!
+//! - `agent.rs`: the agent loop over the QUIC client endpoint.
+//! - `alloc_runner.rs`, `task_runner.rs`, `restarts.rs`: an allocation's
+//!   tasks, their lifecycle and restart policy.
+//! - `alloc_dir.rs`, `task_env.rs`, `logs.rs`: an allocation's directory,
+//!   a task's environment, its log files.
+//! - `fs.rs`: the agent's HTTP API for task logs and files.
+//! - `identity.rs`: the node's persistent id and secret.
+//! - `drivers/`: the task drivers.
+
+pub mod agent;
+pub mod alloc_dir;
+pub mod alloc_runner;
+pub mod drivers;
+pub mod fs;
+pub mod identity;
+pub mod logs;
+pub mod restarts;
+pub mod task_env;
+pub mod task_runner;

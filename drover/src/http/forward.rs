@@ -1,0 +1,83 @@
+//! Relaying the HTTP API to the leader: a follower sends what it does not
+//! serve itself to the leader ([`kinds::HTTP`]) and relays the answer, but
+//! for what a follower serves itself: its own agent, health and metrics,
+//! the status endpoints, its raft view, and reads with `?stale` (Nomad's
+//! rule). The leader serves the relayed request with its own router
+//! (`server::peer`).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use replication::Durable;
+use transport::peer::Peers;
+
+use super::ApiState;
+use crate::server::leadership::{leader_peer, while_it_leads, Settled};
+use crate::server::peer::{kinds, ForwardedRequest, ForwardedResponse};
+
+/// How long a forwarded HTTP request may take: a blocking query waits up
+/// to 10 minutes (Nomad's cap), plus its jitter.
+const HTTP_TIMEOUT: Duration = Duration::from_secs(11 * 60);
+
+/// Whether a follower answers `request` itself (module docs).
+fn served_here(request: &Request) -> bool {
+    let path = request.uri().path();
+    let stale =
+        request.uri().query().is_some_and(|query| query.split('&').any(|pair| pair.split('=').next() == Some("stale")));
+    let local = ["/v1/agent/self", "/v1/agent/health", "/v1/metrics"];
+    local.contains(&path)
+        || path.starts_with("/v1/status/")
+        || path.starts_with("/v1/operator/raft/")
+        || (request.method() == axum::http::Method::GET && stale)
+}
+
+/// The HTTP API's forwarding (module docs): a follower sends what it does
+/// not serve itself to the leader and relays the answer.
+pub async fn forward_http(State(state): State<ApiState>, request: Request, next: Next) -> Response {
+    let leadership = &state.leadership;
+    let Some(peers) = state.peers.clone().filter(|_| leadership.is_clustered()) else {
+        return next.run(request).await;
+    };
+    if leadership.leader().is_some() || served_here(&request) {
+        return next.run(request).await;
+    }
+    let durable = leadership.durable().expect("a clustered server is durable");
+    let relayed = match leadership.settle().await {
+        Ok(Settled::Leads(_)) => return next.run(request).await,
+        Ok(Settled::Follows) => match leader_peer(durable) {
+            Ok(leader) => relay(durable, &peers, leader, request).await,
+            Err(why) => Err(why),
+        },
+        Err(why) => Err(why),
+    };
+    relayed.unwrap_or_else(|why| super::error::ApiError::NoLeader(why).into_response())
+}
+
+/// Sends `request` to the leader at `leader` and rebuilds its answer.
+async fn relay(
+    durable: &Durable,
+    peers: &Peers,
+    leader: (u64, SocketAddr),
+    request: Request,
+) -> Result<Response, String> {
+    let (parts, body) = request.into_parts();
+    let body = axum::body::to_bytes(body, super::MAX_BODY).await.map_err(|error| error.to_string())?;
+    let forwarded = ForwardedRequest {
+        method: parts.method.to_string(),
+        uri: parts.uri.to_string(),
+        headers: parts.headers.iter().map(|(name, value)| (name.to_string(), value.as_bytes().to_vec())).collect(),
+        body: body.to_vec(),
+    };
+    let bytes = postcard::to_allocvec(&forwarded).map_err(|error| error.to_string())?;
+    let answer = while_it_leads(durable, leader.0, peers.call(leader.1, kinds::HTTP, &bytes, HTTP_TIMEOUT)).await?;
+    let answer: ForwardedResponse = postcard::from_bytes(&answer).map_err(|error| error.to_string())?;
+    let mut response = Response::builder().status(answer.status);
+    for (name, value) in answer.headers {
+        response = response.header(name, value);
+    }
+    response.body(Body::from(answer.body)).map_err(|error| error.to_string())
+}

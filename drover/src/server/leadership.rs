@@ -1,0 +1,255 @@
+//! A server as one of several: its leader services come and go with the
+//! raft leadership.
+//!
+//! [`Leadership`] holds the leader services (the engine's [`Server`]:
+//! broker, blocked evals, plan applier, workers, heartbeat timers,
+//! reaper) while this server leads. They start after raft's read barrier
+//! (see `replication::cluster`) over the store raft applies to; every
+//! pending eval goes back into the broker and every live node gets the
+//! failover heartbeat TTL, so no node is marked down for the election.
+//! They stop as soon as the leadership goes; the store is left to raft.
+//! A one-server setup leads from the start and never stops leading.
+//!
+//! What a follower cannot serve goes to the leader: client calls through
+//! [`ClusterRoute`](super::routing::ClusterRoute), HTTP requests through
+//! `http::forward`; both find it with [`leader_peer`] and give up with
+//! [`while_it_leads`].
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use engine::clock::SystemClock;
+use engine::server::{Server, ServerConfig};
+use engine::state::StateStore;
+use parking_lot::RwLock;
+use replication::Durable;
+
+/// How long a call waits for a leader before it is refused with "no
+/// cluster leader", the default of
+/// [`ClusterOptions::hold`](crate::server::ClusterOptions::hold). An
+/// election or a new leader's read barrier is then a slow answer rather
+/// than an error and a retry (Nomad holds RPCs the same way, for 5 s).
+/// It is shorter than an agent's heartbeat timeout (3 s), so a held
+/// heartbeat is answered or refused before the agent gives up on it.
+pub const HOLD: Duration = Duration::from_millis(2500);
+
+/// This server's leader services, while it leads (module docs).
+pub struct Leadership {
+    config: ServerConfig,
+    store: Arc<StateStore>,
+    durable: Option<Arc<Durable>>,
+    services: RwLock<Option<Arc<Server>>>,
+    /// Whether the leader services run, for whoever waits for a change.
+    leading: tokio::sync::watch::Sender<bool>,
+    /// Times this server became the leader.
+    gained: AtomicU64,
+    /// Set at shutdown: the services never start again.
+    closed: std::sync::atomic::AtomicBool,
+    /// How long [`Leadership::settle`] waits for a leader.
+    hold: Duration,
+}
+
+/// Who serves a call, once the cluster has a leader.
+#[derive(Debug)]
+pub enum Settled {
+    /// This server, with its leader services.
+    Leads(Arc<Server>),
+    /// Another server ([`leader_peer`] finds it).
+    Follows,
+}
+
+impl std::fmt::Debug for Leadership {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Leadership").field("leading", &self.services.read().is_some()).finish_non_exhaustive()
+    }
+}
+
+impl Leadership {
+    /// A server that leads for good (one server, durable or not).
+    pub fn single(server: Server, durable: Option<Arc<Durable>>) -> Arc<Leadership> {
+        Arc::new(Leadership {
+            config: ServerConfig::default(),
+            store: server.store().clone(),
+            durable,
+            services: RwLock::new(Some(Arc::new(server))),
+            leading: tokio::sync::watch::Sender::new(true),
+            gained: AtomicU64::new(1),
+            closed: std::sync::atomic::AtomicBool::new(false),
+            hold: Duration::ZERO,
+        })
+    }
+
+    /// A server of a cluster: follows until raft says it leads. Calls wait
+    /// up to `hold` for a leader ([`Leadership::settle`]).
+    pub fn clustered(config: ServerConfig, durable: Arc<Durable>, hold: Duration) -> Arc<Leadership> {
+        let leadership = Arc::new(Leadership {
+            config,
+            store: durable.store().clone(),
+            durable: Some(durable.clone()),
+            services: RwLock::new(None),
+            leading: tokio::sync::watch::Sender::new(false),
+            gained: AtomicU64::new(0),
+            closed: std::sync::atomic::AtomicBool::new(false),
+            hold,
+        });
+        let weak = Arc::downgrade(&leadership);
+        durable.watch_leadership(Arc::new(move |leads| {
+            if let Some(leadership) = weak.upgrade() {
+                if leads {
+                    leadership.lead();
+                } else {
+                    leadership.follow();
+                }
+            }
+        }));
+        leadership
+    }
+
+    /// The leader services, while this server leads.
+    pub fn leader(&self) -> Option<Arc<Server>> {
+        self.services.read().clone()
+    }
+
+    /// Watches whether the leader services run (they start after the read
+    /// barrier, so `true` means this server takes writes).
+    pub fn watch(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.leading.subscribe()
+    }
+
+    /// Who serves a call: this server once its leader services run, or
+    /// the server raft names the leader. During an election, or while
+    /// this server passes its read barrier, it waits for either, at most
+    /// the hold; then the error says why there is no leader.
+    pub async fn settle(&self) -> Result<Settled, String> {
+        let Some(durable) = &self.durable else {
+            return self.leader().map(Settled::Leads).ok_or_else(|| "this server does not lead".to_string());
+        };
+        let settled = || match self.leader() {
+            Some(server) => Some(Settled::Leads(server)),
+            None => durable.leader().filter(|(id, _)| *id != durable.id()).map(|_| Settled::Follows),
+        };
+        // Most calls find a leader at once: nothing to subscribe to.
+        if let Some(settled) = settled() {
+            return Ok(settled);
+        }
+        // Subscribed before looking again, so no change between is missed.
+        let mut leading = self.leading.subscribe();
+        let mut metrics = durable.raft().metrics();
+        let wait = async {
+            loop {
+                if let Some(settled) = settled() {
+                    return Ok(settled);
+                }
+                tokio::select! {
+                    _ = leading.changed() => {}
+                    changed = metrics.changed() => {
+                        if changed.is_err() {
+                            return Err("raft has stopped on this server".to_string());
+                        }
+                    }
+                }
+            }
+        };
+        match tokio::time::timeout(self.hold, wait).await {
+            Ok(settled) => settled,
+            Err(_) => Err(match leader_peer(durable) {
+                Err(why) => format!("{why} (waited {:?})", self.hold),
+                Ok(_) => "no cluster leader; try again".to_string(),
+            }),
+        }
+    }
+
+    /// The store (replicated on every server; reads are served from it).
+    pub fn store(&self) -> &Arc<StateStore> {
+        &self.store
+    }
+
+    /// The durable state, if the server has a data dir.
+    pub fn durable(&self) -> Option<&Arc<Durable>> {
+        self.durable.as_ref()
+    }
+
+    /// Whether this server is one of several.
+    pub fn is_clustered(&self) -> bool {
+        self.durable.as_ref().is_some_and(|durable| durable.cluster().is_some())
+    }
+
+    /// Times this server became the leader.
+    pub fn times_led(&self) -> u64 {
+        self.gained.load(Ordering::Relaxed)
+    }
+
+    /// Starts the leader services (after raft's read barrier).
+    fn lead(&self) {
+        let Some(durable) = &self.durable else { return };
+        let mut services = self.services.write();
+        // A server shutting down may still win an election: it does not lead.
+        if services.is_some() || self.closed.load(Ordering::Acquire) {
+            return;
+        }
+        let server = Server::start_with(self.config.clone(), SystemClock::shared(), durable.writer());
+        let stats = server.stats();
+        tracing::info!(
+            term = durable.metrics().current_term,
+            index = stats.index,
+            pending_evals = stats.broker.total_ready + stats.broker.total_pending,
+            blocked_evals = stats.blocked.total_blocked,
+            "leading: leader services started"
+        );
+        *services = Some(Arc::new(server));
+        self.gained.fetch_add(1, Ordering::Relaxed);
+        self.leading.send_replace(true);
+    }
+
+    /// Stops the leader services for good: how a server shuts down (a
+    /// leadership won after this starts nothing).
+    pub fn close(&self) {
+        self.refuse_leading();
+        self.follow();
+    }
+
+    /// From now on, a leadership won starts nothing (shutting down).
+    pub fn refuse_leading(&self) {
+        self.closed.store(true, Ordering::Release);
+    }
+
+    /// Stops the leader services, leaving the store to raft. Idempotent.
+    pub fn follow(&self) {
+        let taken = self.services.write().take();
+        self.leading.send_replace(false);
+        if let Some(server) = taken {
+            server.stop();
+            tracing::info!("following: leader services stopped");
+        }
+    }
+}
+
+/// The leader's raft id and server-to-server address, unless this server
+/// is the leader or none is known (an election).
+pub(crate) fn leader_peer(durable: &Durable) -> Result<(u64, SocketAddr), String> {
+    match durable.leader() {
+        Some((id, _)) if id == durable.id() => Err("this server is taking over the leadership".to_string()),
+        Some((id, node)) => Ok((id, replication::cluster::resolve(&node.peer).map_err(|error| error.to_string())?)),
+        None => Err("no cluster leader".to_string()),
+    }
+}
+
+/// Calls the leader `leader` with `call`, giving up as soon as raft no
+/// longer names it the leader: a killed leader sends nothing back, and
+/// this server notices it is gone when its election timer fires (1-2 s),
+/// long before the connection would time out.
+pub(crate) async fn while_it_leads<T>(
+    durable: &Durable,
+    leader: u64,
+    call: impl std::future::Future<Output = Result<T, transport::peer::PeerError>>,
+) -> Result<T, String> {
+    let mut metrics = durable.raft().metrics();
+    tokio::select! {
+        answer = call => answer.map_err(|error| format!("forwarding to the leader: {error}")),
+        _ = metrics.wait_for(|now| now.current_leader != Some(leader)) => {
+            Err("the leader changed while the call was forwarded to it".to_string())
+        }
+    }
+}
