@@ -58,6 +58,9 @@ pub struct JobWriteResponse {
     pub index: u64,
     /// The job's version after the write.
     pub version: u64,
+    /// The index of the job's last spec change after the write (Nomad's
+    /// `JobModifyIndex`).
+    pub job_modify_index: u64,
 }
 
 /// Allocation counts of one task group.
@@ -104,12 +107,16 @@ impl JobEndpoint {
     }
 
     fn write_job(&self, job: Job, trigger: TriggerReason) -> Result<JobWriteResponse, JobError> {
-        let key = job.key();
         let eval = Evaluation::for_job(&job, trigger, self.clock.now());
         let eval_id = eval.id;
         let applied = self.writer.write(Command::RegisterJob { job, eval: Some(eval) })?;
-        let version = self.writer.store().snapshot().job(&key).map_or(0, |job| job.version);
-        Ok(JobWriteResponse { eval_id, index: applied.index, version })
+        let stored = applied.job.as_ref().expect("a registered job is stored");
+        Ok(JobWriteResponse {
+            eval_id,
+            index: applied.index,
+            version: stored.version,
+            job_modify_index: stored.job_modify_index,
+        })
     }
 
     /// Stops a job (or removes it with `purge`); its eval stops the allocations.
@@ -118,8 +125,13 @@ impl JobEndpoint {
         let eval = Evaluation::for_job(&job, TriggerReason::JobDeregister, self.clock.now());
         let eval_id = eval.id;
         let applied = self.writer.write(Command::DeregisterJob { job: key.clone(), purge, eval: Some(eval) })?;
-        let version = self.writer.store().snapshot().job(key).map_or(job.version, |job| job.version);
-        Ok(JobWriteResponse { eval_id, index: applied.index, version })
+        let stored = applied.job.as_deref().unwrap_or(&job);
+        Ok(JobWriteResponse {
+            eval_id,
+            index: applied.index,
+            version: stored.version,
+            job_modify_index: stored.job_modify_index,
+        })
     }
 
     /// Creates an eval for a job as it stands, without changing it (Nomad's
@@ -129,7 +141,12 @@ impl JobEndpoint {
         let eval = Evaluation::for_job(&job, TriggerReason::JobEvaluate, self.clock.now());
         let eval_id = eval.id;
         let applied = self.writer.write(Command::UpsertEvals { evals: vec![eval] })?;
-        Ok(JobWriteResponse { eval_id, index: applied.index, version: job.version })
+        Ok(JobWriteResponse {
+            eval_id,
+            index: applied.index,
+            version: job.version,
+            job_modify_index: job.job_modify_index,
+        })
     }
 
     /// Sets a group's count.

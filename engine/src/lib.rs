@@ -8,6 +8,7 @@
 //! `router`, `job_endpoint`, `operator_endpoint`, `server`, `testing`.
 #![forbid(unsafe_code)]
 
+pub mod acl_endpoint;
 pub mod clock;
 pub mod eval;
 pub mod job_endpoint;

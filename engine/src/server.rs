@@ -34,6 +34,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
+use crate::acl_endpoint::AclEndpoint;
 use crate::clock::{SharedClock, Timestamp};
 use crate::eval::blocked::{BlockedEvals, BlockedStats};
 use crate::eval::broker::{BrokerConfig, BrokerStats, EvalBroker};
@@ -192,6 +193,11 @@ impl Core {
         JobEndpoint::new(self.writer.clone(), self.clock.clone())
     }
 
+    /// The ACL endpoint.
+    pub fn acl(&self) -> AclEndpoint {
+        AclEndpoint::new(self.writer.clone(), self.clock.clone())
+    }
+
     /// Runs every timer that is due now: delayed evals and nack timeouts,
     /// missed heartbeats, the retry of evals blocked after plan failures.
     pub fn run_timers(&self) -> TimersRun {
@@ -290,6 +296,11 @@ impl Server {
     /// The job endpoint.
     pub fn jobs(&self) -> JobEndpoint {
         self.core.jobs()
+    }
+
+    /// The ACL endpoint (bootstrap, policies, tokens).
+    pub fn acl(&self) -> AclEndpoint {
+        self.core.acl()
     }
 
     /// The operator endpoint (the scheduler configuration).

@@ -17,6 +17,7 @@ const LAYERS: &[&str] = &[
     "node",
     "worker",
     "job_endpoint",
+    "acl_endpoint",
     "operator_endpoint",
     "server",
     "testing",

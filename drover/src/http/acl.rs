@@ -31,8 +31,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
-use engine::clock::SystemClock;
-use engine::state::{Command, StateError};
+use engine::acl_endpoint::{AclEndpoint, AclError, TokenChange};
 use engine::structs::{AclLevel, AclPolicy, AclRules, AclState, AclToken, AclTokenType};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -202,37 +201,16 @@ pub async fn authorize(State(state): State<ApiState>, mut request: Request, next
     }
 }
 
-/// Writes `command` on the blocking pool.
-async fn write(state: &ApiState, command: Command) -> Result<u64, ApiError> {
-    let writer = state.leader()?.writer().clone();
-    let written = tokio::task::spawn_blocking(move || writer.write(command))
+/// Runs `call` on the leader's ACL endpoint, on the blocking pool.
+async fn on_acl<T: Send + 'static>(
+    state: &ApiState,
+    call: impl FnOnce(AclEndpoint) -> Result<T, AclError> + Send + 'static,
+) -> Result<T, ApiError> {
+    let acl = state.leader()?.acl();
+    let answer = tokio::task::spawn_blocking(move || call(acl))
         .await
-        .map_err(|error| ApiError::Internal(error.to_string()))?;
-    match written {
-        Ok(applied) => Ok(applied.index),
-        Err(error @ StateError::AclBootstrapped(_)) => Err(ApiError::BadRequest(error.to_string())),
-        Err(error @ StateError::UnknownAclPolicy(_)) => Err(ApiError::BadRequest(error.to_string())),
-        Err(error @ StateError::UnknownAclToken(_)) => Err(ApiError::NotFound(error.to_string())),
-        Err(error) => Err(ApiError::Internal(error.to_string())),
-    }
-}
-
-fn new_token(name: String, token_type: AclTokenType, policies: Vec<String>) -> AclToken {
-    AclToken {
-        accessor_id: random_uuid(),
-        secret_id: random_uuid(),
-        name,
-        token_type,
-        policies,
-        create_time: SystemClock::shared().now(),
-        create_index: 0,
-        modify_index: 0,
-    }
-}
-
-/// A version 4 (random) UUID, from the operating system's randomness.
-fn random_uuid() -> uuid::Uuid {
-    uuid::Builder::from_random_bytes(rand::random()).into_uuid()
+        .map_err(|error| ApiError::Internal(format!("engine call failed: {error}")))?;
+    answer.map_err(ApiError::from)
 }
 
 /// A token as Nomad answers it; the secret only when `with_secret`.
@@ -271,15 +249,10 @@ fn enabled(state: &ApiState) -> Result<(), ApiError> {
 /// `<data_dir>/server/acl-bootstrap-reset` on the server that answers.
 async fn bootstrap(State(state): State<ApiState>) -> Result<Reply, ApiError> {
     enabled(&state)?;
-    let token = new_token("Bootstrap Token".into(), AclTokenType::Management, Vec::new());
-    let command = match reset_index(&state)? {
-        Some(reset_index) => Command::AclBootstrapReset { token: token.clone(), reset_index },
-        None => Command::AclBootstrap { token: token.clone() },
-    };
-    let index = write(&state, command).await?;
+    let reset_index = reset_index(&state)?;
+    let (token, index) = on_acl(&state, move |acl| acl.bootstrap(reset_index)).await?;
     tracing::info!(accessor = %token.accessor_id, "ACL bootstrapped: a management token was made");
-    let stored = state.leadership.store().snapshot().acl().tokens.get(&token.accessor_id).cloned().unwrap_or(token);
-    Ok(Reply::json(&token_json(&stored, true), false, Some(index)))
+    Ok(Reply::json(&token_json(&token, true), false, Some(index)))
 }
 
 /// The reset index in the bootstrap reset file, if the server has one.
@@ -327,9 +300,6 @@ async fn put_policy(State(state): State<ApiState>, Path(name): Path<String>, bod
     if body.name.as_deref().is_some_and(|named| named != name) {
         return Err(ApiError::BadRequest(format!("policy name {:?} does not match the path's {name:?}", body.name)));
     }
-    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
-        return Err(ApiError::BadRequest(format!("invalid policy name {name:?}: letters, digits, - and _ only")));
-    }
     let rules_text = body.rules.unwrap_or_default();
     let rules = parse_rules(&rules_text).map_err(ApiError::BadRequest)?;
     let policy = AclPolicy {
@@ -340,14 +310,14 @@ async fn put_policy(State(state): State<ApiState>, Path(name): Path<String>, bod
         create_index: 0,
         modify_index: 0,
     };
-    let index = write(&state, Command::UpsertAclPolicies { policies: vec![policy] }).await?;
+    let index = on_acl(&state, move |acl| acl.upsert_policy(policy)).await?;
     Ok(Reply::json(&Value::Null, false, Some(index)))
 }
 
 /// `DELETE /v1/acl/policy/:name`.
 async fn delete_policy(State(state): State<ApiState>, Path(name): Path<String>) -> Result<Reply, ApiError> {
     enabled(&state)?;
-    let index = write(&state, Command::DeleteAclPolicies { names: vec![name] }).await?;
+    let index = on_acl(&state, move |acl| acl.delete_policy(name)).await?;
     Ok(Reply::json(&Value::Null, false, Some(index)))
 }
 
@@ -376,28 +346,14 @@ fn token_type(text: Option<&str>) -> Result<AclTokenType, ApiError> {
     }
 }
 
-fn check_token(token: &AclToken) -> Result<(), ApiError> {
-    match token.token_type {
-        AclTokenType::Client if token.policies.is_empty() => {
-            Err(ApiError::BadRequest("client token missing policies".into()))
-        }
-        AclTokenType::Management if !token.policies.is_empty() => {
-            Err(ApiError::BadRequest("management token cannot be associated with policies".into()))
-        }
-        _ => Ok(()),
-    }
-}
-
 /// `POST /v1/acl/token`: a new token, answered with its secret.
 async fn create_token(State(state): State<ApiState>, body: Bytes) -> Result<Reply, ApiError> {
     enabled(&state)?;
     let body: TokenBody = serde_json::from_slice(&body).map_err(|error| ApiError::BadRequest(error.to_string()))?;
     let kind = token_type(body.token_type.as_deref())?;
-    let token = new_token(body.name.unwrap_or_default(), kind, body.policies.unwrap_or_default());
-    check_token(&token)?;
-    let index = write(&state, Command::UpsertAclTokens { tokens: vec![token.clone()] }).await?;
-    let stored = state.leadership.store().snapshot().acl().tokens.get(&token.accessor_id).cloned().unwrap_or(token);
-    Ok(Reply::json(&token_json(&stored, true), false, Some(index)))
+    let (name, policies) = (body.name.unwrap_or_default(), body.policies.unwrap_or_default());
+    let (token, index) = on_acl(&state, move |acl| acl.create_token(name, kind, policies)).await?;
+    Ok(Reply::json(&token_json(&token, true), false, Some(index)))
 }
 
 fn accessor(text: &str) -> Result<uuid::Uuid, ApiError> {
@@ -429,29 +385,17 @@ async fn update_token(State(state): State<ApiState>, Path(id): Path<String>, bod
     enabled(&state)?;
     let id = accessor(&id)?;
     let body: TokenBody = serde_json::from_slice(&body).map_err(|error| ApiError::BadRequest(error.to_string()))?;
-    let snapshot = state.leadership.store().snapshot();
-    let mut token =
-        snapshot.acl().tokens.get(&id).cloned().ok_or_else(|| ApiError::NotFound("ACL token not found".into()))?;
-    if let Some(name) = body.name {
-        token.name = name;
-    }
-    if body.token_type.is_some() {
-        token.token_type = token_type(body.token_type.as_deref())?;
-    }
-    if let Some(policies) = body.policies {
-        token.policies = policies;
-    }
-    check_token(&token)?;
-    let index = write(&state, Command::UpsertAclTokens { tokens: vec![token.clone()] }).await?;
-    let stored = state.leadership.store().snapshot().acl().tokens.get(&id).cloned().unwrap_or(token);
-    Ok(Reply::json(&token_json(&stored, true), false, Some(index)))
+    let token_type = body.token_type.as_deref().map(|text| token_type(Some(text))).transpose()?;
+    let change = TokenChange { name: body.name, token_type, policies: body.policies };
+    let (token, index) = on_acl(&state, move |acl| acl.update_token(id, change)).await?;
+    Ok(Reply::json(&token_json(&token, true), false, Some(index)))
 }
 
 /// `DELETE /v1/acl/token/:accessor`: revokes it.
 async fn delete_token(State(state): State<ApiState>, Path(id): Path<String>) -> Result<Reply, ApiError> {
     enabled(&state)?;
     let id = accessor(&id)?;
-    let index = write(&state, Command::DeleteAclTokens { accessor_ids: vec![id] }).await?;
+    let index = on_acl(&state, move |acl| acl.delete_token(id)).await?;
     tracing::info!(accessor = %id, "ACL token revoked");
     Ok(Reply::json(&Value::Null, false, Some(index)))
 }

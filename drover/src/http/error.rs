@@ -4,6 +4,7 @@
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use engine::acl_endpoint::AclError;
 use engine::job_endpoint::JobError;
 use engine::state::StateError;
 
@@ -57,9 +58,31 @@ impl From<JobError> for ApiError {
         match error {
             JobError::UnknownJob(_) => ApiError::NotFound("job not found".to_string()),
             JobError::UnknownGroup { .. } => ApiError::BadRequest(error.to_string()),
-            JobError::State(StateError::ShuttingDown) => ApiError::Internal("the server is shutting down".to_string()),
-            JobError::State(StateError::Log(why)) => ApiError::NoLeader(why),
+            JobError::State(error @ (StateError::ShuttingDown | StateError::Log(_))) => error.into(),
             other => ApiError::Internal(other.to_string()),
+        }
+    }
+}
+
+impl From<StateError> for ApiError {
+    fn from(error: StateError) -> Self {
+        match error {
+            StateError::ShuttingDown => ApiError::Internal("the server is shutting down".to_string()),
+            StateError::Log(why) => ApiError::NoLeader(why),
+            other => ApiError::Internal(other.to_string()),
+        }
+    }
+}
+
+impl From<AclError> for ApiError {
+    fn from(error: AclError) -> Self {
+        match error {
+            AclError::Write(StateError::UnknownAclToken(_)) => ApiError::NotFound(error.to_string()),
+            AclError::Write(
+                StateError::AclBootstrapped(_) | StateError::UnknownAclPolicy(_) | StateError::DuplicateAclSecret(_),
+            ) => ApiError::BadRequest(error.to_string()),
+            AclError::Write(other) => other.into(),
+            refused => ApiError::BadRequest(refused.to_string()),
         }
     }
 }

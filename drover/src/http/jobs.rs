@@ -193,8 +193,7 @@ async fn register_job(
         }
         other => ApiError::from(other),
     })?;
-    let job_modify_index =
-        state.leadership.store().snapshot().job(&key).map_or(written.index, |job| job.job_modify_index);
+    let job_modify_index = written.job_modify_index;
     for warning in &converted.warnings {
         tracing::info!(job = %key, %warning, "job registered with a field Drover ignores");
     }

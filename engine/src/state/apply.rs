@@ -43,10 +43,11 @@ impl Snapshot {
             Command::RegisterJob { job, eval } => {
                 let job = self.register_job(index, job);
                 self.upsert_evals(index, eval.into_iter().map(|eval| with_job_index(eval, &job)).collect(), applied);
+                applied.job = Some(job);
                 Ok(())
             }
             Command::DeregisterJob { job, purge, eval } => {
-                self.deregister_job(index, &job, purge)?;
+                applied.job = self.deregister_job(index, &job, purge)?;
                 self.upsert_evals(index, eval.into_iter().collect(), applied);
                 Ok(())
             }
@@ -280,17 +281,22 @@ impl Snapshot {
         job
     }
 
-    fn deregister_job(&mut self, index: u64, key: &JobKey, purge: bool) -> Result<(), StateError> {
-        let existing = self.jobs.get(key).ok_or_else(|| StateError::UnknownJob(key.clone()))?;
-        if purge {
+    /// Stops the job (or removes it with `purge`) and returns it as stored
+    /// (none when purged).
+    fn deregister_job(&mut self, index: u64, key: &JobKey, purge: bool) -> Result<Option<Arc<Job>>, StateError> {
+        let existing = self.jobs.get(key).ok_or_else(|| StateError::UnknownJob(key.clone()))?.clone();
+        let stored = if purge {
             self.jobs.remove(key);
-        } else if !existing.stop {
-            let mut stopped = Job::clone(existing);
+            None
+        } else if existing.stop {
+            Some(existing)
+        } else {
+            let mut stopped = Job::clone(&existing);
             stopped.stop = true;
-            self.register_job(index, stopped);
-        }
+            Some(self.register_job(index, stopped))
+        };
         self.table_indexes.jobs = index;
-        Ok(())
+        Ok(stored)
     }
 
     fn upsert_evals(&mut self, index: u64, evals: Vec<Evaluation>, applied: &mut Applied) {

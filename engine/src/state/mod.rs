@@ -61,7 +61,7 @@ pub use writer::{CommandLog, PendingWrite, Writer};
 
 use watch::NodeWatches;
 
-use crate::structs::{AllocId, ComputedClass, EvalId, Evaluation, JobKey, Node, NodeId};
+use crate::structs::{AllocId, ComputedClass, EvalId, Evaluation, Job, JobKey, Node, NodeId};
 
 /// Why a command was refused. The state is unchanged.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
@@ -201,6 +201,10 @@ pub struct Applied {
     pub refused_placements: Vec<AllocId>,
     /// Client alloc updates left out, with why.
     pub refused_updates: Vec<(AllocId, StateError)>,
+    /// The job a job write left stored (`RegisterJob`, `DeregisterJob`
+    /// without purge), with its version and indexes as applied.
+    #[serde(default)]
+    pub job: Option<Arc<Job>>,
 }
 
 impl Applied {
