@@ -17,6 +17,9 @@
 //! cargo build --release -p drover && cargo run --release -p drover --example raw_exec_latency
 //! ```
 
+#[path = "../tests/common/agent.rs"]
+mod agent;
+
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
@@ -114,18 +117,9 @@ async fn measure() -> Result<()> {
 }
 
 fn spawn_agent(bin: &Path, dir: &Path, server: SocketAddr) -> Result<std::process::Child> {
-    Ok(std::process::Command::new(bin)
-        .args(["agent", "--raw-exec", "--http-addr", "127.0.0.1:0", "--log-level", "warn", "--servers"])
-        .arg(server.to_string())
-        .arg("--data-dir")
-        .arg(dir.join("data"))
-        .arg("--ca-file")
-        .arg(dir.join("ca.pem"))
-        .arg("--cert-file")
-        .arg(dir.join("client.pem"))
-        .arg("--key-file")
-        .arg(dir.join("client-key.pem"))
-        .spawn()?)
+    let tls = [dir.join("ca.pem"), dir.join("client.pem"), dir.join("client-key.pem")];
+    let mut command = agent::agent_command_of(bin, &server.to_string(), &tls, &dir.join("data"), "127.0.0.1:0");
+    Ok(command.args(["--raw-exec", "--log-level", "warn"]).spawn()?)
 }
 
 fn sleep_job(id: &str, count: u32) -> Job {

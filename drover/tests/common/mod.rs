@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+pub mod agent;
+
 use drover::server::{RunningServer, ServerOptions};
 use engine::server::ServerConfig;
 use engine::state::Snapshot;
@@ -70,13 +72,7 @@ pub fn drover() -> std::process::Command {
 /// files `tls`, keeping its data in `data_dir`, its HTTP listener on
 /// `http_addr` (`127.0.0.1:0`: a port it picks); more flags may follow.
 pub fn agent_command(servers: &str, tls: &[PathBuf; 3], data_dir: &Path, http_addr: &str) -> std::process::Command {
-    let mut command = drover();
-    command.args(["agent", "--http-addr", http_addr, "--servers", servers]);
-    for (flag, file) in ["--ca-file", "--cert-file", "--key-file"].into_iter().zip(tls) {
-        command.arg(flag).arg(file);
-    }
-    command.arg("--data-dir").arg(data_dir);
-    command
+    agent::agent_command_of(Path::new(env!("CARGO_BIN_EXE_drover")), servers, tls, data_dir, http_addr)
 }
 
 /// `drover agent --dev` (mock and raw_exec) against the `drover server
