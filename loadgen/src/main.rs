@@ -101,7 +101,7 @@ struct Args {
     /// the node marked, and drops longer than max_client_disconnect).
     #[arg(long, default_value = "1s-5s@0.5,25s-50s@0.3,70s-90s@0.2")]
     flap_duration: network::FlapDurations,
-    /// AT:FRACTION[:AWAY]: drop that fraction of clients at once, AT after
+    /// `AT:FRACTION[:AWAY]`: drop that fraction of clients at once, AT after
     /// the run starts, and bring them back together after AWAY (45 s).
     #[arg(long)]
     storm: Option<network::Storm>,

@@ -129,7 +129,7 @@ pub enum DurableError {
     #[error("raft: {0}")]
     Raft(String),
     /// The log's servers do not fit how this server was started
-    /// ([`check_membership`]).
+    /// (`check_membership`).
     #[error("{0}")]
     Membership(String),
 }

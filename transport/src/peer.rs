@@ -4,7 +4,7 @@
 //! AppendEntries and cause an election.
 //!
 //! Both sides are servers of the cluster: mutual TLS with the cluster CA,
-//! [`PEER_ALPN`], and the peer's certificate must name
+//! [`crate::tls::PEER_ALPN`], and the peer's certificate must name
 //! [`crate::tls::SERVER_NAME`] (a client or operator certificate is
 //! refused at the handshake's end).
 //!

@@ -274,7 +274,7 @@ impl Service {
 }
 
 impl ClientListener {
-    /// Accepts connections until [`ClientListener::shutdown`] is called.
+    /// Accepts connections until `ClientListener::shutdown` is called.
     pub async fn run(&self) {
         let mut shutdown = self.shutdown.subscribe();
         loop {

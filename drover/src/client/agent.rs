@@ -3,7 +3,7 @@
 //! It connects (capped, jittered backoff between attempts, over the server
 //! list it is handed), registers once, heartbeats at the TTL the server
 //! hands it, keeps its allocation watch open and runs what the servers
-//! place on it with the [`mock`](crate::client::drivers::mock) driver, reporting every
+//! place on it with the `mock` driver, reporting every
 //! status change. Tasks keep running while the servers are unreachable, as
 //! a Nomad client's do; what changed meanwhile is reported once it is back.
 //!

@@ -47,7 +47,7 @@ use engine::server::Server;
 use crate::server::leadership::Leadership;
 
 /// The largest request body the API reads (a job with many groups fits
-/// well inside); larger ones are refused with 413 (see [`refuse_oversized`]).
+/// well inside); larger ones are refused with 413 (see `refuse_oversized`).
 pub const MAX_BODY: usize = 4 * 1024 * 1024;
 
 /// What the handlers share.

@@ -12,8 +12,8 @@
 //!
 //! What a follower cannot serve goes to the leader: client calls through
 //! [`ClusterRoute`](super::routing::ClusterRoute), HTTP requests through
-//! `http::forward`; both find it with [`leader_peer`] and give up with
-//! [`while_it_leads`].
+//! `http::forward`; both find it with `leader_peer` and give up with
+//! `while_it_leads`.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -56,7 +56,7 @@ pub struct Leadership {
 pub enum Settled {
     /// This server, with its leader services.
     Leads(Arc<Server>),
-    /// Another server ([`leader_peer`] finds it).
+    /// Another server (`leader_peer` finds it).
     Follows,
 }
 

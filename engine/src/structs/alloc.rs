@@ -87,7 +87,7 @@ pub struct AllocMetric {
     /// Exhausted nodes per node class.
     pub class_exhausted: BTreeMap<String, u64>,
     /// Exhausted nodes per dimension ("cpu", "memory", "disk", and for ports
-    /// Nomad's "network: reserved port collision <label>=<port>" and
+    /// Nomad's `network: reserved port collision <label>=<port>` and
     /// "network: dynamic port selection failed").
     pub dimension_exhausted: BTreeMap<String, u64>,
     /// Allocations that could not be placed with these metrics.

@@ -25,7 +25,7 @@ struct Held {
 const PLANNING: u64 = u64::MAX;
 
 /// The node claims workers share ([`NodeClaims`]): node → (worker, the index
-/// its plan was committed at, or [`PLANNING`]). A committed claim stays
+/// its plan was committed at, or `PLANNING`). A committed claim stays
 /// visible to workers whose snapshot is older than the commit, and is dropped
 /// when its worker commits its next plan.
 #[derive(Debug)]
