@@ -26,11 +26,11 @@ pub mod server;
 pub mod tls;
 
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use serde_json::Value;
-use std::process::ExitCode;
 
 use crate::api::client::ApiClient;
 use crate::config::ConfigError;
@@ -42,10 +42,12 @@ use server::ServerCli;
 #[derive(Debug, Parser)]
 #[command(version, about)]
 pub struct Cli {
+    /// What to run.
     #[command(subcommand)]
     pub command: Top,
 }
 
+/// The commands.
 #[derive(Debug, Subcommand)]
 pub enum Top {
     /// Runs a server: the scheduler behind its QUIC endpoint (UDP 4647) and
