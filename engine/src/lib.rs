@@ -3,9 +3,11 @@
 //! (heartbeats and the reconnect protocol). The engine opens no socket and
 //! starts no runtime; time comes from an injected [`clock::Clock`].
 //!
-//! Layers, lowest first (nothing imports a layer above it): `clock`,
-//! `timing`, `structs`, `state`, `scheduler`, `eval`, `plan`, `node`, `worker`,
-//! `router`, `job_endpoint`, `operator_endpoint`, `server`, `testing`.
+//! Layers, lowest first (nothing imports a layer above it; `LAYERS` in
+//! `tests/layers.rs` checks them on the source): `clock`, `sync`, `structs`,
+//! `state`, `scheduler`, `eval`, `plan`, `router`, `node`, `worker`,
+//! `job_endpoint`, `acl_endpoint`, `operator_endpoint`, `server`, `testing`.
+//! `timing` imports nothing from the engine and is outside the list.
 #![forbid(unsafe_code)]
 
 pub mod acl_endpoint;

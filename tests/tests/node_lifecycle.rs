@@ -1,4 +1,4 @@
-//! The node lifecycle on a stepped server (DESIGN.md "Node lifecycle"):
+//! The node lifecycle on a stepped server (`docs/node-lifecycle.md`):
 //! down or disconnected, the strict reconnect steps, disconnect expiry, a
 //! second disconnect, a job stopped meanwhile, system jobs on a flapping
 //! node, and heartbeats of 10,000 nodes.

@@ -1,4 +1,4 @@
-//! The reconnect race, every interleaving (DESIGN.md "Node lifecycle"), in
+//! The reconnect race, every interleaving (`docs/node-lifecycle.md`), in
 //! two set-ups.
 //!
 //! A client with a disconnect-tolerant allocation misses its heartbeat and

@@ -2,7 +2,7 @@
 //! reason it has the value it has. quinn's defaults suit a few fat
 //! connections (a browser, a file transfer); a server's client endpoint has
 //! many thin ones, so every per-connection allowance is multiplied by
-//! 10,000 (`../shared/reference/transport-durability-ha.md` §2).
+//! 10,000 (`docs/transport.md`).
 
 use std::sync::Arc;
 use std::time::Duration;

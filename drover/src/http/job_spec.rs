@@ -1,8 +1,8 @@
 //! The job a client submits in Nomad's JSON (`{"Job": {...}}`, as the
 //! `nomad` CLI and python-nomad send it), read leniently as Go's decoder
-//! reads it, and turned into Drover's job with Nomad's defaults (§7 of
-//! `../shared/reference/nomad-http-api.md`); every field Drover does not
-//! implement is named in a warning of the register answer.
+//! reads it, and turned into Drover's job with Nomad's defaults
+//! (`docs/nomad-http-api.md`, "Reading a submitted job"); every field
+//! Drover does not implement is named in a warning of the register answer.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

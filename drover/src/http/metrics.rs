@@ -7,7 +7,7 @@
 //! the recorder in `timers.rs`. Names follow Nomad's where the
 //! meaning is the same, `nomad.nomad.broker.total_ready` becoming
 //! `drover.broker.total_ready` in JSON and `drover_broker_total_ready` in
-//! Prometheus; the README lists them.
+//! Prometheus; `docs/http-api.md` lists them.
 
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};

@@ -1,6 +1,6 @@
 //! The HTTP API: Nomad's `/v1/` API, for the parts Drover implements, so
 //! the `nomad` CLI, python-nomad and scripts written for Nomad work against
-//! a Drover server (`../shared/reference/nomad-http-api.md` is the contract).
+//! a Drover server (`docs/nomad-http-api.md` is the contract).
 //!
 //! The contract every handler keeps:
 //! 1. Success is 200 with a JSON body (`[]` for an empty list, `null` when

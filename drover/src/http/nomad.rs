@@ -1,6 +1,7 @@
 //! Nomad's JSON shapes of what the API answers: jobs, job summaries,
 //! evaluations, allocations and nodes, with every field Nomad's clients
-//! dereference present (`../shared/reference/nomad-http-api.md` §6 and §10).
+//! dereference present (`docs/nomad-http-api.md`, "Object shapes" and
+//! "What breaks the clients").
 
 use std::collections::BTreeMap;
 

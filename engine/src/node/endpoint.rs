@@ -1,5 +1,5 @@
 //! The node endpoint, transport-free: what clients call. It carries the
-//! strict reconnect protocol (DESIGN.md "Node lifecycle"):
+//! strict reconnect protocol (`docs/node-lifecycle.md`):
 //!
 //! 1. `register` stores the node's information; a known node keeps its
 //!    status. A new node gets a heartbeat deadline, and a new ready node

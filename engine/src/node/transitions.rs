@@ -1,5 +1,5 @@
-//! The pure decisions of the reconnect protocol (DESIGN.md "Node
-//! lifecycle"): the status a node moves to when it asks for one, which
+//! The pure decisions of the reconnect protocol
+//! (`docs/node-lifecycle.md`): the status a node moves to when it asks for one, which
 //! moves need its jobs evaluated, and the evals that follow. No I/O, no
 //! clock: the caller passes the snapshot and the time.
 

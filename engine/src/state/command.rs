@@ -18,8 +18,8 @@ use crate::structs::{
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Command {
     /// Register a node or update its information. The status is taken only
-    /// when the node is new; a known node keeps its status (DESIGN.md: Register
-    /// never sets the status of a known node).
+    /// when the node is new; a known node keeps its status (the reconnect
+    /// protocol, `docs/node-lifecycle.md`).
     UpsertNode {
         /// The node as the client describes it.
         node: Node,

@@ -217,7 +217,7 @@ impl Allocation {
 
     /// Whether the servers marked it `unknown` and have not yet settled its
     /// return: the last client-status entry of the history is `unknown`
-    /// (DESIGN.md: decided from the history, never from client timestamps).
+    /// (decided from the history, never from client timestamps).
     pub fn needs_reconnect(&self) -> bool {
         self.last_recorded_client_status() == Some(ClientStatus::Unknown)
     }

@@ -8,7 +8,7 @@ use uuid::Uuid;
 
 use super::{NodeId, NodeNetwork, Resources};
 
-/// A node's lifecycle status (DESIGN.md "Node lifecycle").
+/// A node's lifecycle status (`docs/node-lifecycle.md`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum NodeStatus {

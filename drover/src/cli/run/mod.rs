@@ -20,7 +20,7 @@ use crate::config::{ConfigError, FileConfig};
 /// Options both agents share.
 #[derive(Debug, Args)]
 pub struct Common {
-    /// The configuration file (TOML; see the README).
+    /// The configuration file (TOML; see `docs/running.md`).
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// Dev mode: a throwaway CA in memory (server) or the mock driver and
