@@ -74,12 +74,8 @@ fn write_pair(dir: &Path, cert: &str, key: &str, identity: &Identity) -> Result<
 }
 
 fn write(path: &Path, text: &str, mode: u32) -> Result<(), TlsFilesError> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let failed = |source| TlsFilesError::Write { path: path.to_path_buf(), source };
-    let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(mode).open(path).map_err(failed)?;
-    file.write_all(text.as_bytes()).map_err(failed)?;
-    file.sync_all().map_err(failed)
+    storage::write_atomic(path, text.as_bytes(), mode)
+        .map_err(|source| TlsFilesError::Write { path: path.to_path_buf(), source })
 }
 
 /// Writes a key to `path`, replacing the file if there is one (a dev

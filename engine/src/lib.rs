@@ -4,10 +4,10 @@
 //! starts no runtime; time comes from an injected [`clock::Clock`].
 //!
 //! Layers, lowest first (nothing imports a layer above it; `LAYERS` in
-//! `tests/layers.rs` checks them on the source): `clock`, `sync`, `structs`,
-//! `state`, `scheduler`, `eval`, `plan`, `router`, `node`, `worker`,
-//! `job_endpoint`, `acl_endpoint`, `operator_endpoint`, `server`, `testing`.
-//! `timing` imports nothing from the engine and is outside the list.
+//! `tests/layers.rs` checks them on the source): `clock`, `sync`, `timing`,
+//! `structs`, `state`, `scheduler`, `eval`, `plan`, `router`, `node`,
+//! `worker`, `job_endpoint`, `acl_endpoint`, `operator_endpoint`, `server`,
+//! `testing`.
 #![forbid(unsafe_code)]
 
 pub mod acl_endpoint;

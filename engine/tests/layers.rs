@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[&str] = &[
     "clock",
     "sync",
+    "timing",
     "structs",
     "state",
     "scheduler",

@@ -1,6 +1,9 @@
-//! Drover's durable files, and the only crate that calls fsync: the raft
-//! log, its vote and committed position in redb ([`LogFile`]), and
-//! checksummed snapshot files ([`SnapshotDir`]). It knows bytes and log
+//! Drover's durable files: the raft log, its vote and committed position
+//! in redb ([`LogFile`]), checksummed snapshot files ([`SnapshotDir`]), and
+//! [`write_atomic`] for the small files the other crates keep (identities,
+//! certificates, the agent's records). Every fsync goes through here but
+//! one: `replication` syncs a snapshot it receives from the leader before
+//! [`SnapshotDir::import`] takes it in. It knows bytes and log
 //! positions, not commands and not openraft; the `replication` crate puts
 //! openraft on top and the engine encodes what goes in.
 //!

@@ -16,7 +16,7 @@
 //!   leadership.
 //! - `routing.rs`: the client endpoint's route (serve here or forward).
 //! - `peer.rs`: the server-to-server calls this server answers.
-//! - `timers.rs`: the server's periodic work outside the engine.
+//! - `timers.rs`: the process's `metrics` recorder for the engine's timers.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
