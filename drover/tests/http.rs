@@ -562,3 +562,146 @@ async fn namespaces_other_than_default_are_refused_and_task_logs_need_read_logs(
     let allowed = at_agent(Some(writer_secret)).get(&logs_path).await.expect("answer");
     assert_eq!((allowed.status, allowed.body.as_str()), (200, "hello from the task\n"));
 }
+
+/// `answer` read into `T`, the `api` model's struct for it: written back,
+/// it is the JSON the server sent, so the struct names every field the
+/// server writes, with Nomad's names and the same `null`s.
+fn round_trip<T: serde::de::DeserializeOwned + serde::Serialize>(what: &str, answer: &ApiResponse) -> T {
+    let sent = answer.json().unwrap_or_else(|error| panic!("{what}: {error:#}"));
+    let typed: T = answer.decode().unwrap_or_else(|error| panic!("{what}: {error:#}"));
+    let again = serde_json::to_value(&typed).expect("serializes");
+    assert_eq!(again, sent, "{what}: the api struct does not write back what the server sent");
+    typed
+}
+
+/// Every answer of the API reads into its struct of `drover::api` and
+/// writes back unchanged: the model the CLI reads is the model the server
+/// writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_answer_reads_into_its_api_struct_and_back() {
+    use drover::api::{acl, agent, allocations, evaluations, jobs, metrics, nodes, operator, search};
+
+    transport::install_crypto_provider();
+    let server = start_server_with("model", &["--acl-enabled"]).await;
+    let address = format!("http://{}", anonymous_address(&server));
+    let bootstrap = server.api.request("POST", "/v1/acl/bootstrap", None).await.expect("answer");
+    let token: acl::AclToken = round_trip("bootstrap", &bootstrap);
+    let api = &ApiClient::new(&address, Some(token.secret_id.clone()), None).expect("client");
+    let _agent = start_agent(&server, 9);
+    let (nodes, _) = until(api, "/v1/nodes", "the node ready", |nodes| {
+        nodes.as_array().is_some_and(|nodes| nodes.iter().any(|node| node["Status"] == "ready"))
+    })
+    .await;
+    let node_id = nodes[0]["ID"].as_str().expect("node id").to_string();
+
+    // A job that runs, with the optional parts set, and one that cannot be placed.
+    let mut job = cli_job("web", 2);
+    job["Job"]["Affinities"] = json!([{"LTarget": "${node.datacenter}", "RTarget": "dc1", "Operand": "="}]);
+    job["Job"]["Spreads"] =
+        json!([{"Attribute": "${node.datacenter}", "SpreadTarget": [{"Value": "dc1", "Percent": 100}]}]);
+    job["Job"]["TaskGroups"][0]["Networks"] = json!([{"DynamicPorts": [{"Label": "http", "To": 8080}]}]);
+    job["Job"]["TaskGroups"][0]["MaxClientDisconnect"] = json!(60_000_000_000u64);
+    job["Job"]["TaskGroups"][0]["Update"] = json!({"MaxParallel": 1});
+    let registered = api.request("PUT", "/v1/jobs", Some(&job)).await.expect("register");
+    let registered: jobs::JobRegisterResponse = round_trip("register", &registered);
+    let mut stuck = cli_job("stuck", 1);
+    stuck["Job"]["Constraints"] = json!([{"LTarget": "${attr.kernel.name}", "RTarget": "plan9", "Operand": "="}]);
+    let stuck: jobs::JobRegisterResponse =
+        round_trip("register stuck", &api.request("PUT", "/v1/jobs", Some(&stuck)).await.expect("register"));
+    until(api, "/v1/job/web/allocations", "both allocations running", |allocs| {
+        allocs.as_array().is_some_and(|list| list.len() == 2 && list.iter().all(|a| a["ClientStatus"] == "running"))
+    })
+    .await;
+    until(api, &format!("/v1/evaluation/{}", stuck.eval_id), "the stuck eval done", |eval| {
+        eval["Status"] == "complete" || eval["Status"] == "blocked"
+    })
+    .await;
+
+    let get = |path: String| async move { api.get(&path).await.expect("answer") };
+    round_trip::<Vec<jobs::JobListStub>>("jobs", &get("/v1/jobs".into()).await);
+    let web: jobs::Job = round_trip("job", &get("/v1/job/web".into()).await);
+    assert!(web.task_groups[0].networks.is_some() && web.affinities.is_some() && web.spreads.is_some());
+    round_trip::<jobs::JobSummary>("summary", &get("/v1/job/web/summary".into()).await);
+    round_trip::<jobs::JobScaleStatusResponse>("scale status", &get("/v1/job/web/scale".into()).await);
+    round_trip::<()>("deployment", &get("/v1/job/web/deployment".into()).await);
+    let stubs: Vec<allocations::AllocationListStub> =
+        round_trip("job allocations", &get("/v1/job/web/allocations".into()).await);
+    round_trip::<Vec<evaluations::Evaluation>>("job evaluations", &get("/v1/job/web/evaluations".into()).await);
+    round_trip::<Vec<evaluations::Evaluation>>("evaluations", &get("/v1/evaluations".into()).await);
+    round_trip::<evaluations::Evaluation>("eval", &get(format!("/v1/evaluation/{}", registered.eval_id)).await);
+    let failed: evaluations::Evaluation =
+        round_trip("failed eval", &get(format!("/v1/evaluation/{}", stuck.eval_id)).await);
+    assert!(failed.failed_tg_allocs.is_some(), "{failed:?}");
+    round_trip::<Vec<allocations::AllocationListStub>>(
+        "eval allocations",
+        &get(format!("/v1/evaluation/{}/allocations", registered.eval_id)).await,
+    );
+    round_trip::<Vec<allocations::AllocationListStub>>("allocations", &get("/v1/allocations".into()).await);
+    let alloc: allocations::Allocation = round_trip("alloc", &get(format!("/v1/allocation/{}", stubs[0].id)).await);
+    assert_eq!(alloc.allocated_resources.shared.ports.len(), 1);
+    round_trip::<Vec<nodes::NodeListStub>>("nodes", &get("/v1/nodes".into()).await);
+    round_trip::<nodes::Node>("node", &get(format!("/v1/node/{node_id}")).await);
+    round_trip::<Vec<allocations::Allocation>>(
+        "node allocations",
+        &get(format!("/v1/node/{node_id}/allocations")).await,
+    );
+    round_trip::<agent::AgentSelf>("agent self", &get("/v1/agent/self".into()).await);
+    round_trip::<agent::ServerMembers>("members", &get("/v1/agent/members".into()).await);
+    round_trip::<agent::AgentHealthResponse>("health", &get("/v1/agent/health".into()).await);
+    round_trip::<agent::AgentSchedulerWorkersInfo>("workers", &get("/v1/agent/schedulers".into()).await);
+    round_trip::<agent::AgentSchedulerWorkerConfigResponse>("config", &get("/v1/agent/schedulers/config".into()).await);
+    round_trip::<metrics::MetricsSummary>("metrics", &get("/v1/metrics".into()).await);
+    round_trip::<operator::RaftConfiguration>("raft", &get("/v1/operator/raft/configuration".into()).await);
+    round_trip::<String>("leader", &get("/v1/status/leader".into()).await);
+
+    let body = search::SearchRequest { prefix: "we".into(), context: "all".into(), namespace: None };
+    let found: search::SearchResponse =
+        round_trip("search", &api.request("PUT", "/v1/search", Some(&json!(body))).await.expect("answer"));
+    assert_eq!(found.matches["jobs"], ["web"]);
+    let scale = json!(jobs::ScalingRequest {
+        count: Some(3),
+        target: Some([("Group".into(), "web".into())].into()),
+        message: None
+    });
+    round_trip::<jobs::JobRegisterResponse>(
+        "scale",
+        &api.request("POST", "/v1/job/web/scale", Some(&scale)).await.expect("answer"),
+    );
+    let eligibility = json!(nodes::NodeUpdateEligibilityRequest { eligibility: Some("ineligible".into()) });
+    let path = format!("/v1/node/{node_id}/eligibility");
+    round_trip::<nodes::NodeEligibilityUpdateResponse>(
+        "eligibility",
+        &api.request("PUT", &path, Some(&eligibility)).await.expect("answer"),
+    );
+
+    let policy = json!(acl::AclPolicyRequest {
+        name: None,
+        description: Some("reads".into()),
+        rules: Some("node { policy = \"read\" }".into())
+    });
+    round_trip::<()>(
+        "policy write",
+        &api.request("PUT", "/v1/acl/policy/reader", Some(&policy)).await.expect("answer"),
+    );
+    round_trip::<Vec<acl::AclPolicyListStub>>("policies", &get("/v1/acl/policies".into()).await);
+    round_trip::<acl::AclPolicy>("policy", &get("/v1/acl/policy/reader".into()).await);
+    let request = json!(acl::AclTokenRequest {
+        name: Some("ci".into()),
+        token_type: None,
+        policies: Some(vec!["reader".into()])
+    });
+    let created: acl::AclToken =
+        round_trip("token", &api.request("POST", "/v1/acl/token", Some(&request)).await.expect("answer"));
+    round_trip::<Vec<acl::AclTokenListStub>>("tokens", &get("/v1/acl/tokens".into()).await);
+    round_trip::<acl::AclToken>("token read", &get(format!("/v1/acl/token/{}", created.accessor_id)).await);
+    round_trip::<acl::AclToken>("token self", &get("/v1/acl/token/self".into()).await);
+
+    round_trip::<jobs::JobDeregisterResponse>(
+        "stop",
+        &api.request("DELETE", "/v1/job/web", None).await.expect("answer"),
+    );
+    round_trip::<jobs::JobDeregisterResponse>(
+        "stop nothing",
+        &api.request("DELETE", "/v1/job/nothing", None).await.expect("answer"),
+    );
+}

@@ -2,6 +2,8 @@
 //! HTTP/1.1 request per connection, over HTTPS with the cluster CA or
 //! plain HTTP, with the ACL token when one is set. Addresses, token and CA
 //! come from flags or `DROVER_ADDR`, `DROVER_TOKEN` and `DROVER_CACERT`.
+//! As Nomad's `api.Client`, [`ApiClient::query`] and [`ApiClient::write`]
+//! read an answer into its struct of this model.
 
 use std::sync::Arc;
 
@@ -12,6 +14,8 @@ use hyper::Request;
 use hyper_util::rt::TokioIo;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 use serde_json::Value;
 
 /// Where the API is and how to reach it.
@@ -46,6 +50,16 @@ impl ApiResponse {
         }
         serde_json::from_str(&self.body).with_context(|| format!("the answer is not JSON: {:?}", self.body))
     }
+
+    /// The body as `T`, or an error with the status and body when the
+    /// status is not 200.
+    pub fn decode<T: DeserializeOwned>(&self) -> Result<T> {
+        if self.status != 200 {
+            bail!("Unexpected response code: {} ({})", self.status, self.body.trim());
+        }
+        serde_json::from_str(&self.body)
+            .with_context(|| format!("the answer is not a {}: {:?}", std::any::type_name::<T>(), self.body))
+    }
 }
 
 impl ApiClient {
@@ -73,6 +87,29 @@ impl ApiClient {
     /// `GET path`.
     pub async fn get(&self, path: &str) -> Result<ApiResponse> {
         self.request("GET", path, None).await
+    }
+
+    /// `GET path`, its answer read as `T` (Nomad's `query`).
+    pub async fn query<T: DeserializeOwned>(&self, path: &str) -> Result<T> {
+        self.get(path).await?.decode()
+    }
+
+    /// `GET path`, its answer read as `T`, with its `X-Nomad-Index` (for
+    /// the next blocking query).
+    pub async fn query_indexed<T: DeserializeOwned>(&self, path: &str) -> Result<(T, Option<u64>)> {
+        let answer = self.get(path).await?;
+        Ok((answer.decode()?, answer.index))
+    }
+
+    /// `method path` with `body` as JSON, its answer read as `T` (Nomad's
+    /// `put` and `delete`).
+    pub async fn write<T: DeserializeOwned>(&self, method: &str, path: &str, body: &impl Serialize) -> Result<T> {
+        self.send(method, path, Bytes::from(serde_json::to_vec(body)?)).await?.decode()
+    }
+
+    /// `method path` without a body, its answer read as `T`.
+    pub async fn write_empty<T: DeserializeOwned>(&self, method: &str, path: &str) -> Result<T> {
+        self.send(method, path, Bytes::new()).await?.decode()
     }
 
     /// Sends one request; `body` is sent as JSON.

@@ -12,6 +12,17 @@ pub fn rfc3339(time: Timestamp) -> String {
     humantime::format_rfc3339_nanos(std::time::UNIX_EPOCH + Duration::from_nanos(time.0)).to_string()
 }
 
+/// A timestamp as RFC 3339, `None` for none (zero), as Nomad's answers
+/// write an unset time as `null`.
+pub fn rfc3339_or_none(time: Timestamp) -> Option<String> {
+    (time != Timestamp::ZERO).then(|| rfc3339(time))
+}
+
+/// A duration as Nomad's JSON carries it: integer nanoseconds.
+pub fn nanos(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
+}
+
 /// A timestamp as Nomad's CLI shows dates: `2006-01-02T15:04:05Z`.
 pub fn date(time: Timestamp) -> String {
     humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_nanos(time.0)).to_string()
@@ -73,5 +84,10 @@ mod tests {
         assert_eq!(rfc3339(Timestamp(1_700_000_000_123_456_789)), "2023-11-14T22:13:20.123456789Z");
         assert_eq!(rfc3339(Timestamp(951_782_400_000_000_000)), "2000-02-29T00:00:00.000000000Z");
         assert_eq!(date(Timestamp(1_700_000_000_123_456_789)), "2023-11-14T22:13:20Z");
+        assert_eq!(rfc3339_or_none(Timestamp::ZERO), None);
+        assert_eq!(
+            rfc3339_or_none(Timestamp(951_782_400_000_000_000)).as_deref(),
+            Some("2000-02-29T00:00:00.000000000Z")
+        );
     }
 }

@@ -1,11 +1,102 @@
-//! What the HTTP API's users share with the server: the API client, the
-//! job file reader (HCL) and the formats of durations and times.
+//! The HTTP API's typed model, shared by the server's handlers (which
+//! serialize its answers), the CLI and the API client (which read them
+//! back): Nomad's `api` package, one file per resource, every struct
+//! serialized with Nomad's field names.
+//!
+//! - `jobs.rs`: the job as answered, its stub, summary and scale status,
+//!   the answers to job writes; `job_spec.rs`: the job as clients submit
+//!   it, read leniently and converted into the engine's job with Nomad's
+//!   defaults (the server's register, `job validate` and `dev --job` all
+//!   use it); `hcl.rs`: Nomad HCL2 job files into that JSON.
+//! - `allocations.rs`, `evaluations.rs`, `nodes.rs`, `resources.rs`.
+//! - `agent.rs` (agent, members, health, the scheduling workers),
+//!   `search.rs`, `operator.rs` (raft), `metrics.rs`, `acl.rs`.
+//! - `client.rs`: the API client; `format.rs`: times and Go durations.
+//!
+//! Answers are built from the engine's types by `From` impls here where
+//! the engine's value is all they need, and by `http/nomad.rs` where they
+//! read the state (a job's status, an allocation's node name). Unset
+//! fields keep Nomad's "unset" values (`null`, `""`, `0`, `false`)
+//! because Nomad's clients dereference them.
 
+pub mod acl;
+pub mod agent;
+pub mod allocations;
 pub mod client;
+pub mod evaluations;
 pub mod format;
 pub mod hcl;
+pub mod job_spec;
+pub mod jobs;
+pub mod metrics;
+pub mod nodes;
+pub mod operator;
+pub mod resources;
+pub mod search;
 
 use axum::http::HeaderMap;
+use serde::{Deserialize, Serialize};
+
+/// The region Drover serves (one region).
+pub const REGION: &str = "global";
+
+/// Why a namespace was refused ([`known_namespace`]).
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NamespaceError {
+    /// `*` on a write, which needs one namespace.
+    #[error("namespace \"*\" names every namespace: a write needs one")]
+    EveryOnWrite,
+    /// Any namespace but `default`.
+    #[error("namespace {0:?} does not exist: Drover has one namespace, \"default\"")]
+    Unknown(String),
+}
+
+/// Refuses a namespace other than `default` (and `*`, every namespace,
+/// on reads, as Nomad): Drover has one namespace until namespaces exist,
+/// and an ACL rule for `default` must not be escaped by naming another.
+/// Nomad refuses a job in a namespace that does not exist the same way.
+pub fn known_namespace(namespace: &str, read: bool) -> Result<(), NamespaceError> {
+    match namespace {
+        engine::structs::DEFAULT_NAMESPACE => Ok(()),
+        "*" if read => Ok(()),
+        "*" => Err(NamespaceError::EveryOnWrite),
+        other => Err(NamespaceError::Unknown(other.to_string())),
+    }
+}
+
+/// What a write's answer carries besides its result (Nomad's
+/// `WriteMeta`/`QueryMeta` as the server writes them in the body).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+pub struct WriteMeta {
+    /// The index the write committed at.
+    pub index: u64,
+    /// Milliseconds since the leader was last heard from: 0.
+    pub last_contact: u64,
+    /// Whether a leader is known: true.
+    pub known_leader: bool,
+}
+
+impl WriteMeta {
+    /// The meta of a write at `index`.
+    pub fn at(index: u64) -> WriteMeta {
+        WriteMeta { index, last_contact: 0, known_leader: true }
+    }
+}
+
+/// An optional id as Nomad writes it: `""` for none.
+pub fn id_or_empty(id: Option<impl std::fmt::Display>) -> String {
+    id.map(|id| id.to_string()).unwrap_or_default()
+}
+
+/// An engine enum's word, as its serde name is Nomad's (`running`,
+/// `service`, `=`, `fail`).
+pub fn word(value: impl Serialize) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(word)) => word,
+        other => unreachable!("an engine enum serializes to its name, not {other:?}"),
+    }
+}
 
 /// The node attribute that carries the agent's HTTP address.
 pub const ADVERTISE_ATTRIBUTE: &str = "unique.advertise.http";

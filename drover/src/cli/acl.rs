@@ -4,31 +4,27 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use serde_json::{json, Value};
-
-use super::{fields, print_json, table, text};
-use crate::api::client::ApiClient;
 use clap::Subcommand;
 
 use super::{client_command, ApiArgs, Failure};
+use super::{fields, print_json, table};
+use crate::api::acl::{AclPolicyListStub, AclPolicyRequest, AclToken, AclTokenListStub, AclTokenRequest};
+use crate::api::client::ApiClient;
 
-fn print_token(token: &Value) {
-    let policies = token["Policies"].as_array().filter(|list| !list.is_empty()).map_or_else(
-        || "n/a".to_string(),
-        |list| list.iter().map(|policy| policy.as_str().unwrap_or_default()).collect::<Vec<_>>().join(", "),
-    );
+fn print_token(token: &AclToken) {
+    let policies = if token.policies.is_empty() { "n/a".to_string() } else { token.policies.join(", ") };
     print!(
         "{}",
         fields(&[
-            ("Accessor ID", text(token, "AccessorID")),
-            ("Secret ID", text(token, "SecretID")),
-            ("Name", text(token, "Name")),
-            ("Type", text(token, "Type")),
-            ("Global", text(token, "Global")),
-            ("Create Time", text(token, "CreateTime")),
+            ("Accessor ID", token.accessor_id.clone()),
+            ("Secret ID", token.secret_id.clone()),
+            ("Name", token.name.clone()),
+            ("Type", token.token_type.clone()),
+            ("Global", token.global.to_string()),
+            ("Create Time", token.create_time.clone()),
             ("Expiry Time", "<none>".to_string()),
-            ("Create Index", text(token, "CreateIndex")),
-            ("Modify Index", text(token, "ModifyIndex")),
+            ("Create Index", token.create_index.to_string()),
+            ("Modify Index", token.modify_index.to_string()),
             ("Policies", policies),
             ("Roles", "n/a".to_string()),
         ])
@@ -36,7 +32,7 @@ fn print_token(token: &Value) {
 }
 
 /// A token as fields, or JSON.
-fn show_token(token: &Value, json_out: bool) -> Result<i32> {
+fn show_token(token: &AclToken, json_out: bool) -> Result<i32> {
     if json_out {
         print_json(token)?;
     } else {
@@ -45,71 +41,78 @@ fn show_token(token: &Value, json_out: bool) -> Result<i32> {
     Ok(0)
 }
 
-/// A list as a table of `columns` (header, JSON key), or JSON.
-fn show_list(list: &Value, json_out: bool, columns: &[(&str, &str)]) -> Result<i32> {
+/// `rows` as a table under `header`, or `list` as JSON.
+fn show_list<T: serde::Serialize>(list: &[T], json_out: bool, header: &[&str], rows: Vec<Vec<String>>) -> Result<i32> {
     if json_out {
-        print_json(list)?;
+        print_json(&list)?;
         return Ok(0);
     }
-    let rows: Vec<Vec<String>> = list
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|item| columns.iter().map(|(_, key)| text(item, key)).collect())
-        .collect();
-    let header: Vec<&str> = columns.iter().map(|(header, _)| *header).collect();
-    print!("{}", table(&header, &rows));
+    print!("{}", table(header, &rows));
     Ok(0)
 }
 
 /// `drover acl bootstrap`: the management token, once.
 pub async fn bootstrap(api: &ApiClient, json_out: bool) -> Result<i32> {
-    show_token(&api.request("POST", "/v1/acl/bootstrap", None).await?.json()?, json_out)
+    show_token(&api.write_empty("POST", "/v1/acl/bootstrap").await?, json_out)
 }
 
 /// `drover acl policy apply [--description D] NAME FILE`.
 pub async fn policy_apply(api: &ApiClient, name: &str, description: Option<&str>, file: &Path) -> Result<i32> {
     let rules = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
-    let body = json!({"Name": name, "Description": description.unwrap_or_default(), "Rules": rules});
-    api.request("PUT", &format!("/v1/acl/policy/{name}"), Some(&body)).await?.json()?;
+    let body = AclPolicyRequest {
+        name: Some(name.to_string()),
+        description: Some(description.unwrap_or_default().to_string()),
+        rules: Some(rules),
+    };
+    api.write::<()>("PUT", &format!("/v1/acl/policy/{name}"), &body).await?;
     println!("Successfully wrote {name:?} ACL policy!");
     Ok(0)
 }
 
 /// `drover acl policy list`.
 pub async fn policy_list(api: &ApiClient, json_out: bool) -> Result<i32> {
-    let list = api.get("/v1/acl/policies").await?.json()?;
-    show_list(&list, json_out, &[("Name", "Name"), ("Description", "Description")])
+    let list: Vec<AclPolicyListStub> = api.query("/v1/acl/policies").await?;
+    let rows = list.iter().map(|policy| vec![policy.name.clone(), policy.description.clone()]).collect();
+    show_list(&list, json_out, &["Name", "Description"], rows)
 }
 
 /// `drover acl policy delete NAME`.
 pub async fn policy_delete(api: &ApiClient, name: &str) -> Result<i32> {
-    api.request("DELETE", &format!("/v1/acl/policy/{name}"), None).await?.json()?;
+    api.write_empty::<()>("DELETE", &format!("/v1/acl/policy/{name}")).await?;
     println!("Successfully deleted {name:?} ACL policy!");
     Ok(0)
 }
 
 /// `drover acl token create [--name N] [--type T] [--policy P]...`.
 pub async fn token_create(api: &ApiClient, name: &str, kind: &str, policies: &[String], json_out: bool) -> Result<i32> {
-    let body = json!({"Name": name, "Type": kind, "Policies": policies});
-    show_token(&api.request("POST", "/v1/acl/token", Some(&body)).await?.json()?, json_out)
+    let body = AclTokenRequest {
+        name: Some(name.to_string()),
+        token_type: Some(kind.to_string()),
+        policies: Some(policies.to_vec()),
+    };
+    show_token(&api.write("POST", "/v1/acl/token", &body).await?, json_out)
 }
 
 /// `drover acl token list`.
 pub async fn token_list(api: &ApiClient, json_out: bool) -> Result<i32> {
-    let list = api.get("/v1/acl/tokens").await?.json()?;
-    let columns = [("Name", "Name"), ("Type", "Type"), ("Global", "Global"), ("Accessor ID", "AccessorID")];
-    show_list(&list, json_out, &columns)
+    let list: Vec<AclTokenListStub> = api.query("/v1/acl/tokens").await?;
+    let rows = list
+        .iter()
+        .map(|token| {
+            vec![token.name.clone(), token.token_type.clone(), token.global.to_string(), token.accessor_id.clone()]
+        })
+        .collect();
+    show_list(&list, json_out, &["Name", "Type", "Global", "Accessor ID"], rows)
 }
 
 /// `drover acl token self`: the token this command runs with.
 pub async fn token_self(api: &ApiClient, json_out: bool) -> Result<i32> {
-    show_token(&api.get("/v1/acl/token/self").await?.json()?, json_out)
+    show_token(&api.query("/v1/acl/token/self").await?, json_out)
 }
 
 /// `drover acl token delete ACCESSOR`: revokes it.
 pub async fn token_delete(api: &ApiClient, accessor: &str) -> Result<i32> {
-    api.request("DELETE", &format!("/v1/acl/token/{accessor}"), None).await?.json()?;
+    api.write_empty::<()>("DELETE", &format!("/v1/acl/token/{accessor}")).await?;
     println!("Token {accessor} successfully deleted");
     Ok(0)
 }

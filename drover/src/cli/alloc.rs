@@ -1,60 +1,60 @@
 //! `drover alloc status ID` and `drover alloc logs ID [TASK]`.
 
 use anyhow::{bail, Result};
-
-use super::{ago, fields, print_json, table, text};
-use crate::api::client::ApiClient;
 use clap::Subcommand;
+
+use super::{ago, fields, print_json, table};
+use crate::api::allocations::{Allocation, AllocationListStub};
+use crate::api::client::ApiClient;
+use crate::api::nodes::Node;
 
 use super::{client_command, ApiArgs, Failure};
 
 /// `drover alloc status ID`: the allocation, then its tasks' states and
 /// recent events when the agent reports them.
 pub async fn status(api: &ApiClient, prefix: &str, json_out: bool) -> Result<i32> {
-    let matches = api.get(&format!("/v1/allocations?prefix={prefix}")).await?.json()?;
-    let id = match matches.as_array().map(Vec::as_slice).unwrap_or_default() {
+    let matches: Vec<AllocationListStub> = api.query(&format!("/v1/allocations?prefix={prefix}")).await?;
+    let id = match matches.as_slice() {
         [] => bail!("No allocation(s) with prefix or id \"{prefix}\" found"),
-        [only] => text(only, "ID"),
+        [only] => only.id.clone(),
         _ => {
             println!("Prefix matched multiple allocations");
             return Ok(0);
         }
     };
-    let alloc = api.get(&format!("/v1/allocation/{id}")).await?.json()?;
+    let alloc: Allocation = api.query(&format!("/v1/allocation/{id}")).await?;
     if json_out {
         print_json(&alloc)?;
         return Ok(0);
     }
+    let stub = &alloc.stub;
     let mut pairs = vec![
-        ("ID", text(&alloc, "ID")),
-        ("Eval ID", text(&alloc, "EvalID")),
-        ("Name", text(&alloc, "Name")),
-        ("Node ID", text(&alloc, "NodeID")),
-        ("Node Name", text(&alloc, "NodeName")),
-        ("Job ID", text(&alloc, "JobID")),
-        ("Job Version", text(&alloc["Job"], "Version")),
-        ("Client Status", text(&alloc, "ClientStatus")),
-        ("Client Description", text(&alloc, "ClientDescription")),
-        ("Desired Status", text(&alloc, "DesiredStatus")),
-        ("Desired Description", text(&alloc, "DesiredDescription")),
-        ("Created", ago(alloc["CreateTime"].as_u64().unwrap_or(0))),
-        ("Modified", ago(alloc["ModifyTime"].as_u64().unwrap_or(0))),
+        ("ID", stub.id.clone()),
+        ("Eval ID", stub.eval_id.clone()),
+        ("Name", stub.name.clone()),
+        ("Node ID", stub.node_id.clone()),
+        ("Node Name", stub.node_name.clone()),
+        ("Job ID", stub.job_id.clone()),
+        ("Job Version", alloc.job.version.to_string()),
+        ("Client Status", stub.client_status.clone()),
+        ("Client Description", stub.client_description.clone()),
+        ("Desired Status", stub.desired_status.clone()),
+        ("Desired Description", stub.desired_description.clone()),
+        ("Created", ago(stub.create_time)),
+        ("Modified", ago(stub.modify_time)),
     ];
-    if !text(&alloc, "NextAllocation").is_empty() {
-        pairs.push(("Replacement Alloc ID", text(&alloc, "NextAllocation")));
+    if !alloc.next_allocation.is_empty() {
+        pairs.push(("Replacement Alloc ID", alloc.next_allocation.clone()));
     }
     print!("{}", fields(&pairs));
-    for (task, state) in alloc["TaskStates"].as_object().into_iter().flatten() {
-        println!("\nTask \"{task}\" is \"{}\"", text(state, "State"));
-        let events: Vec<Vec<String>> = state["Events"]
-            .as_array()
-            .into_iter()
-            .flatten()
+    for (task, state) in &stub.task_states {
+        println!("\nTask \"{task}\" is \"{}\"", state.state);
+        let events: Vec<Vec<String>> = state
+            .events
+            .iter()
             .rev()
             .take(10)
-            .map(|event| {
-                vec![ago(event["Time"].as_u64().unwrap_or(0)), text(event, "Type"), text(event, "DisplayMessage")]
-            })
+            .map(|event| vec![ago(event.time), event.event_type.clone(), event.display_message.clone()])
             .collect();
         println!("Recent Events:");
         print!("{}", table(&["Time", "Type", "Description"], &events));
@@ -67,21 +67,19 @@ pub async fn status(api: &ApiClient, prefix: &str, json_out: bool) -> Result<i32
 /// `unique.advertise.http` attribute), streamed to stdout as it comes;
 /// with `-f` it follows until the task is dead or the reader stops.
 pub async fn logs(api: &ApiClient, prefix: &str, task: Option<&str>, stderr: bool, follow: bool) -> Result<i32> {
-    let matches = api.get(&format!("/v1/allocations?prefix={prefix}")).await?.json()?;
-    let id = match matches.as_array().map(Vec::as_slice).unwrap_or_default() {
+    let matches: Vec<AllocationListStub> = api.query(&format!("/v1/allocations?prefix={prefix}")).await?;
+    let id = match matches.as_slice() {
         [] => bail!("No allocation(s) with prefix or id \"{prefix}\" found"),
-        [only] => text(only, "ID"),
+        [only] => only.id.clone(),
         _ => bail!("Prefix \"{prefix}\" matched multiple allocations: give more of the id"),
     };
-    let alloc = api.get(&format!("/v1/allocation/{id}")).await?.json()?;
-    let group = text(&alloc, "TaskGroup");
-    let tasks: Vec<String> = alloc["Job"]["TaskGroups"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|candidate| text(candidate, "Name") == group)
-        .flat_map(|candidate| candidate["Tasks"].as_array().cloned().unwrap_or_default())
-        .map(|candidate| text(&candidate, "Name"))
+    let alloc: Allocation = api.query(&format!("/v1/allocation/{id}")).await?;
+    let tasks: Vec<String> = alloc
+        .job
+        .task_groups
+        .iter()
+        .filter(|candidate| candidate.name == alloc.stub.task_group)
+        .flat_map(|candidate| candidate.tasks.iter().map(|task| task.name.clone()))
         .collect();
     let task = match (task, tasks.as_slice()) {
         (Some(task), _) if tasks.iter().any(|name| name == task) => task.to_string(),
@@ -89,14 +87,13 @@ pub async fn logs(api: &ApiClient, prefix: &str, task: Option<&str>, stderr: boo
         (None, [only]) => only.clone(),
         (None, _) => bail!("Allocation {id} runs several tasks ({}): name one", tasks.join(", ")),
     };
-    let node = api.get(&format!("/v1/node/{}", text(&alloc, "NodeID"))).await?.json()?;
-    let agent = text(&node["Attributes"], crate::api::ADVERTISE_ATTRIBUTE);
-    if agent.is_empty() {
-        bail!("node {} does not advertise an HTTP listener for logs (is raw_exec enabled on it?)", text(&node, "Name"));
-    }
+    let node: Node = api.query(&format!("/v1/node/{}", alloc.stub.node_id)).await?;
+    let Some(agent) = node.attributes.get(crate::api::ADVERTISE_ATTRIBUTE).filter(|agent| !agent.is_empty()) else {
+        bail!("node {} does not advertise an HTTP listener for logs (is raw_exec enabled on it?)", node.name);
+    };
     let kind = if stderr { "stderr" } else { "stdout" };
     let path = format!("/v1/client/fs/logs/{id}?task={task}&type={kind}&plain=true&follow={follow}");
-    stream_to_stdout(&agent, &path).await?;
+    stream_to_stdout(agent, &path).await?;
     Ok(0)
 }
 

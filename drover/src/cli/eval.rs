@@ -2,45 +2,47 @@
 
 use anyhow::{bail, Result};
 
-use super::{date, fields, print_json, text};
-use crate::api::client::ApiClient;
 use clap::Subcommand;
+
+use super::{date, fields, print_json};
+use crate::api::client::ApiClient;
+use crate::api::evaluations::Evaluation;
 
 use super::{client_command, ApiArgs, Failure};
 
 /// `drover eval status [--monitor] ID`.
 pub async fn status(api: &ApiClient, prefix: &str, monitor: bool, json_out: bool) -> Result<i32> {
-    let matches = api.get(&format!("/v1/evaluations?prefix={prefix}")).await?.json()?;
-    let id = match matches.as_array().map(Vec::as_slice).unwrap_or_default() {
+    let matches: Vec<Evaluation> = api.query(&format!("/v1/evaluations?prefix={prefix}")).await?;
+    let id = match matches.as_slice() {
         [] => bail!("No evaluation(s) with prefix or id \"{prefix}\" found"),
-        [only] => text(only, "ID"),
+        [only] => only.id.clone(),
         _ => bail!("Prefix matched multiple evaluations"),
     };
     if monitor {
         return super::job::monitor(api, &id).await;
     }
-    let eval = api.get(&format!("/v1/evaluation/{id}")).await?.json()?;
+    let eval: Evaluation = api.query(&format!("/v1/evaluation/{id}")).await?;
     if json_out {
         print_json(&eval)?;
         return Ok(0);
     }
-    let status = text(&eval, "Status");
-    let description = Some(text(&eval, "StatusDescription")).filter(|d| !d.is_empty()).unwrap_or(status.clone());
-    let failures = eval["FailedTGAllocs"].as_object().is_some_and(|failed| !failed.is_empty());
+    let status = eval.status.clone();
+    let description = Some(eval.status_description.clone()).filter(|d| !d.is_empty()).unwrap_or(status.clone());
+    let failures = eval.failed_tg_allocs.as_ref().is_some_and(|failed| !failed.is_empty());
     let mut pairs = vec![
-        ("ID", text(&eval, "ID")),
-        ("Create Time", date(eval["CreateTime"].as_u64().unwrap_or(0))),
-        ("Modify Time", date(eval["ModifyTime"].as_u64().unwrap_or(0))),
+        ("ID", eval.id.clone()),
+        ("Create Time", date(eval.create_time)),
+        ("Modify Time", date(eval.modify_time)),
         ("Status", status.clone()),
         ("Status Description", description),
-        ("Type", text(&eval, "Type")),
-        ("TriggeredBy", text(&eval, "TriggeredBy")),
-        ("Job ID", text(&eval, "JobID")),
+        ("Type", eval.eval_type.clone()),
+        ("TriggeredBy", eval.triggered_by.clone()),
+        ("Job ID", eval.job_id.clone()),
     ];
-    if !text(&eval, "NodeID").is_empty() {
-        pairs.push(("Node ID", text(&eval, "NodeID")));
+    if !eval.node_id.is_empty() {
+        pairs.push(("Node ID", eval.node_id.clone()));
     }
-    pairs.push(("Priority", text(&eval, "Priority")));
+    pairs.push(("Priority", eval.priority.to_string()));
     let placement = if status == "blocked" { "N/A - In Progress".to_string() } else { failures.to_string() };
     pairs.push(("Placement Failures", placement));
     print!("{}", fields(&pairs));

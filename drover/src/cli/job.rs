@@ -1,19 +1,19 @@
-//! `drover job run|status|stop|scale`, printed as Nomad's `nomad job ...`.
+//! `drover job run|status|stop|scale|validate`, printed as Nomad's `nomad job ...`.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Subcommand;
 use serde_json::{json, Value};
 
-use super::{ago, date, fields, print_json, short, table, text};
-use crate::api::client::ApiClient;
-use std::path::PathBuf;
-
-use clap::Subcommand;
-use engine::structs::Job;
-
+use super::{ago, date, fields, print_json, short, table};
 use super::{client_command, ApiArgs, Failure};
+use crate::api::allocations::AllocationListStub;
+use crate::api::client::ApiClient;
+use crate::api::evaluations::Evaluation;
+use crate::api::job_spec::{self, Converted, JobRegisterRequest};
+use crate::api::jobs::{Job, JobDeregisterResponse, JobListStub, JobRegisterResponse, JobSummary, ScalingRequest};
 
 /// Reads a job file: Nomad HCL2 (`.hcl`, `.nomad`), or Nomad's JSON,
 /// `{"Job": {...}}` as `nomad job run -output` writes it, or the bare job
@@ -27,22 +27,44 @@ pub fn read_job_file(path: &Path) -> Result<Value> {
     Ok(if value.get("Job").is_some() { value } else { json!({ "Job": value }) })
 }
 
+/// Reads a job file as `job run` sends it and converts it into the
+/// engine's job as the server does on register (Nomad's defaults, a
+/// warning per field Drover ignores), then checks it: what `job validate`
+/// and `dev --job` read.
+pub fn read_job(path: &Path) -> Result<Converted> {
+    let body = read_job_file(path)?;
+    let request: JobRegisterRequest =
+        serde_json::from_value(body).with_context(|| format!("{}: not a Nomad job", path.display()))?;
+    let spec = request.job.ok_or_else(|| anyhow!("{}: Job must be specified", path.display()))?;
+    let converted = job_spec::convert_job(spec, None).with_context(|| format!("checking {}", path.display()))?;
+    converted.job.validate().with_context(|| format!("checking {}", path.display()))?;
+    Ok(converted)
+}
+
+/// `drover job validate FILE`: reads the job as the server would and lists
+/// every problem in it.
+pub fn validate(path: &Path) -> Result<()> {
+    let Converted { job, warnings } = read_job(path)?;
+    if !warnings.is_empty() {
+        println!("Job Warnings:\n{}\n", warnings.join("\n"));
+    }
+    println!("job {:?} ({}, {} task groups) is valid", job.id, job.job_type, job.task_groups.len());
+    Ok(())
+}
+
 /// `drover job run FILE`: registers the job, then monitors its eval unless
 /// `detach`. The exit code is the monitor's: 2 when placements failed.
 pub async fn run(api: &ApiClient, path: &Path, detach: bool) -> Result<i32> {
     let body = read_job_file(path)?;
-    let answer = api.request("PUT", "/v1/jobs", Some(&body)).await?;
-    let registered = answer.json().context("Error submitting job")?;
-    let warnings = text(&registered, "Warnings");
-    if !warnings.is_empty() {
-        println!("Job Warnings:\n{warnings}\n");
+    let registered: JobRegisterResponse = api.write("PUT", "/v1/jobs", &body).await.context("Error submitting job")?;
+    if !registered.warnings.is_empty() {
+        println!("Job Warnings:\n{}\n", registered.warnings);
     }
-    let eval_id = text(&registered, "EvalID");
     if detach {
-        println!("Job registration successful\nEvaluation ID: {eval_id}");
+        println!("Job registration successful\nEvaluation ID: {}", registered.eval_id);
         return Ok(0);
     }
-    monitor(api, &eval_id).await
+    monitor(api, &registered.eval_id).await
 }
 
 /// Nomad's eval monitor: follows the eval and the allocations it places,
@@ -54,53 +76,51 @@ pub async fn monitor(api: &ApiClient, eval_id: &str) -> Result<i32> {
     let mut seen: BTreeMap<String, String> = BTreeMap::new();
     let mut index = 0;
     loop {
-        let eval = api.get(&format!("/v1/evaluation/{eval_id}")).await?;
-        let eval = eval.json().with_context(|| format!("No evaluation with id \"{eval_id}\" found"))?;
-        if !said_job && !text(&eval, "JobID").is_empty() {
-            println!("    Evaluation triggered by job \"{}\"", text(&eval, "JobID"));
+        let eval: Evaluation = api
+            .query(&format!("/v1/evaluation/{eval_id}"))
+            .await
+            .with_context(|| format!("No evaluation with id \"{eval_id}\" found"))?;
+        if !said_job && !eval.job_id.is_empty() {
+            println!("    Evaluation triggered by job \"{}\"", eval.job_id);
             said_job = true;
         }
-        let allocs = api.get(&format!("/v1/evaluation/{eval_id}/allocations?index={index}&wait=1s")).await?;
-        index = allocs.index.unwrap_or(index);
-        for alloc in allocs.json()?.as_array().cloned().unwrap_or_default() {
-            let id = text(&alloc, "ID");
-            let status = text(&alloc, "ClientStatus");
-            match seen.get(&id) {
+        let path = format!("/v1/evaluation/{eval_id}/allocations?index={index}&wait=1s");
+        let (allocs, answered_index) = api.query_indexed::<Vec<AllocationListStub>>(&path).await?;
+        index = answered_index.unwrap_or(index);
+        for alloc in allocs {
+            match seen.get(&alloc.id) {
                 None => {
-                    let verb = if alloc["CreateIndex"].as_u64() < eval["CreateIndex"].as_u64() {
-                        "modified"
-                    } else {
-                        "created"
-                    };
+                    let verb = if alloc.create_index < eval.create_index { "modified" } else { "created" };
                     println!(
                         "    Allocation \"{}\" {verb}: node \"{}\", group \"{}\"",
-                        short(&id),
-                        short(&text(&alloc, "NodeID")),
-                        text(&alloc, "TaskGroup")
+                        short(&alloc.id),
+                        short(&alloc.node_id),
+                        alloc.task_group
                     );
                 }
-                Some(old) if *old != status => {
-                    println!("    Allocation \"{}\" status changed: \"{old}\" -> \"{status}\"", short(&id))
-                }
+                Some(old) if *old != alloc.client_status => println!(
+                    "    Allocation \"{}\" status changed: \"{old}\" -> \"{}\"",
+                    short(&alloc.id),
+                    alloc.client_status
+                ),
                 Some(_) => {}
             }
-            seen.insert(id, status);
+            seen.insert(alloc.id, alloc.client_status);
         }
-        let status = text(&eval, "Status");
-        if status != last_status && status != "pending" {
-            println!("    Evaluation status changed: \"{last_status}\" -> \"{status}\"");
-            last_status = status.clone();
+        if eval.status != last_status && eval.status != "pending" {
+            println!("    Evaluation status changed: \"{last_status}\" -> \"{}\"", eval.status);
+            last_status = eval.status.clone();
         }
-        if matches!(status.as_str(), "complete" | "failed" | "canceled") {
-            return Ok(finished(eval_id, &status, &eval));
+        if matches!(eval.status.as_str(), "complete" | "failed" | "canceled") {
+            return Ok(finished(eval_id, &eval));
         }
     }
 }
 
 /// The monitor's last lines; 2 when placements failed.
-fn finished(eval_id: &str, status: &str, eval: &Value) -> i32 {
-    let failed = eval["FailedTGAllocs"].as_object().filter(|failed| !failed.is_empty());
-    let Some(failed) = failed else {
+fn finished(eval_id: &str, eval: &Evaluation) -> i32 {
+    let status = &eval.status;
+    let Some(failed) = eval.failed_tg_allocs.as_ref().filter(|failed| !failed.is_empty()) else {
         println!("==> Evaluation \"{}\" finished with status \"{status}\"", short(eval_id));
         return 0;
     };
@@ -109,24 +129,24 @@ fn finished(eval_id: &str, status: &str, eval: &Value) -> i32 {
         short(eval_id)
     );
     for (group, metric) in failed {
-        let count = metric["CoalescedFailures"].as_u64().unwrap_or(0) + 1;
+        let count = metric.coalesced_failures + 1;
         println!("    Task Group \"{group}\" (failed to place {count} allocation(s)):");
-        if metric["NodesEvaluated"].as_u64() == Some(0) {
+        if metric.nodes_evaluated == 0 {
             println!("      * No nodes were eligible for evaluation");
         }
-        for (key, label) in [("ConstraintFiltered", "Constraint"), ("ClassFiltered", "Class")] {
-            for (name, nodes) in metric[key].as_object().into_iter().flatten() {
+        for (filtered, label) in [(&metric.constraint_filtered, "Constraint"), (&metric.class_filtered, "Class")] {
+            for (name, nodes) in filtered {
                 println!("      * {label} \"{name}\": {nodes} nodes excluded by filter");
             }
         }
-        if let Some(exhausted) = metric["NodesExhausted"].as_u64().filter(|n| *n > 0) {
-            println!("      * Resources exhausted on {exhausted} nodes");
+        if metric.nodes_exhausted > 0 {
+            println!("      * Resources exhausted on {} nodes", metric.nodes_exhausted);
         }
-        for (dimension, nodes) in metric["DimensionExhausted"].as_object().into_iter().flatten() {
+        for (dimension, nodes) in &metric.dimension_exhausted {
             println!("      * Dimension \"{dimension}\" exhausted on {nodes} nodes");
         }
     }
-    if !text(eval, "BlockedEval").is_empty() {
+    if !eval.blocked_eval.is_empty() {
         println!("    Evaluation \"{}\" waiting for additional capacity to place remainder", short(eval_id));
     }
     2
@@ -135,26 +155,25 @@ fn finished(eval_id: &str, status: &str, eval: &Value) -> i32 {
 /// `drover job status [ID]`.
 pub async fn status(api: &ApiClient, id: Option<&str>, json_out: bool) -> Result<i32> {
     let Some(id) = id else {
-        let jobs = api.get("/v1/jobs").await?.json()?;
+        let jobs: Vec<JobListStub> = api.query("/v1/jobs").await?;
         if json_out {
             print_json(&jobs)?;
             return Ok(0);
         }
-        let list = jobs.as_array().cloned().unwrap_or_default();
-        if list.is_empty() {
+        if jobs.is_empty() {
             println!("No running jobs");
             return Ok(0);
         }
-        let rows: Vec<Vec<String>> = list
+        let rows: Vec<Vec<String>> = jobs
             .iter()
             .map(|job| {
-                let stopped = if job["Stop"] == true { " (stopped)" } else { "" };
+                let stopped = if job.stop { " (stopped)" } else { "" };
                 vec![
-                    text(job, "ID"),
-                    text(job, "Type"),
-                    text(job, "Priority"),
-                    format!("{}{stopped}", text(job, "Status")),
-                    date(job["SubmitTime"].as_u64().unwrap_or(0)),
+                    job.id.clone(),
+                    job.job_type.clone(),
+                    job.priority.to_string(),
+                    format!("{}{stopped}", job.status),
+                    date(job.submit_time),
                 ]
             })
             .collect();
@@ -162,39 +181,36 @@ pub async fn status(api: &ApiClient, id: Option<&str>, json_out: bool) -> Result
         return Ok(0);
     };
     let job_id = resolve(api, id).await?;
-    let job = api.get(&format!("/v1/job/{job_id}")).await?.json()?;
-    let allocs = api.get(&format!("/v1/job/{job_id}/allocations")).await?.json()?;
-    let summary = api.get(&format!("/v1/job/{job_id}/summary")).await?.json()?;
+    let job: Job = api.query(&format!("/v1/job/{job_id}")).await?;
+    let allocs: Vec<AllocationListStub> = api.query(&format!("/v1/job/{job_id}/allocations")).await?;
+    let summary: JobSummary = api.query(&format!("/v1/job/{job_id}/summary")).await?;
     if json_out {
         print_json(&job)?;
         return Ok(0);
     }
-    let stopped = if job["Stop"] == true { " (stopped)" } else { "" };
-    let datacenters: Vec<String> =
-        job["Datacenters"].as_array().into_iter().flatten().filter_map(|dc| dc.as_str().map(str::to_string)).collect();
+    let stopped = if job.stop { " (stopped)" } else { "" };
     print!(
         "{}",
         fields(&[
-            ("ID", text(&job, "ID")),
-            ("Name", text(&job, "Name")),
-            ("Submit Date", date(job["SubmitTime"].as_u64().unwrap_or(0))),
-            ("Type", text(&job, "Type")),
-            ("Priority", text(&job, "Priority")),
-            ("Datacenters", datacenters.join(",")),
-            ("Namespace", text(&job, "Namespace")),
-            ("Status", format!("{}{stopped}", text(&job, "Status"))),
+            ("ID", job.id.clone()),
+            ("Name", job.name.clone()),
+            ("Submit Date", date(job.submit_time)),
+            ("Type", job.job_type.clone()),
+            ("Priority", job.priority.to_string()),
+            ("Datacenters", job.datacenters.join(",")),
+            ("Namespace", job.namespace.clone()),
+            ("Status", format!("{}{stopped}", job.status)),
             ("Periodic", "false".to_string()),
             ("Parameterized", "false".to_string()),
         ])
     );
     println!("\nSummary");
-    let counts: Vec<Vec<String>> = summary["Summary"]
-        .as_object()
-        .into_iter()
-        .flatten()
+    let counts: Vec<Vec<String>> = summary
+        .summary
+        .iter()
         .map(|(group, c)| {
             let mut row = vec![group.clone()];
-            row.extend(["Queued", "Starting", "Running", "Failed", "Complete", "Lost"].map(|key| text(c, key)));
+            row.extend([c.queued, c.starting, c.running, c.failed, c.complete, c.lost].map(|n| n.to_string()));
             row
         })
         .collect();
@@ -205,24 +221,23 @@ pub async fn status(api: &ApiClient, id: Option<&str>, json_out: bool) -> Result
 }
 
 /// The `Allocations` table of `job status` and `node status`.
-pub fn print_allocs(allocs: &Value) {
-    let list = allocs.as_array().cloned().unwrap_or_default();
-    if list.is_empty() {
+pub fn print_allocs(allocs: &[AllocationListStub]) {
+    if allocs.is_empty() {
         println!("No allocations placed");
         return;
     }
-    let rows: Vec<Vec<String>> = list
+    let rows: Vec<Vec<String>> = allocs
         .iter()
         .map(|alloc| {
             vec![
-                short(&text(alloc, "ID")),
-                short(&text(alloc, "NodeID")),
-                text(alloc, "TaskGroup"),
-                text(alloc, "JobVersion"),
-                text(alloc, "DesiredStatus"),
-                text(alloc, "ClientStatus"),
-                ago(alloc["CreateTime"].as_u64().unwrap_or(0)),
-                ago(alloc["ModifyTime"].as_u64().unwrap_or(0)),
+                short(&alloc.id),
+                short(&alloc.node_id),
+                alloc.task_group.clone(),
+                alloc.job_version.to_string(),
+                alloc.desired_status.clone(),
+                alloc.client_status.clone(),
+                ago(alloc.create_time),
+                ago(alloc.modify_time),
             ]
         })
         .collect();
@@ -232,12 +247,11 @@ pub fn print_allocs(allocs: &Value) {
 
 /// The job id a prefix names, as Nomad resolves it.
 async fn resolve(api: &ApiClient, prefix: &str) -> Result<String> {
-    let jobs = api.get(&format!("/v1/jobs?prefix={prefix}")).await?.json()?;
-    let list = jobs.as_array().cloned().unwrap_or_default();
-    match list.as_slice() {
+    let jobs: Vec<JobListStub> = api.query(&format!("/v1/jobs?prefix={prefix}")).await?;
+    match jobs.as_slice() {
         [] => bail!("No job(s) with prefix or id \"{prefix}\" found"),
-        [only] => Ok(text(only, "ID")),
-        [first, ..] if text(first, "ID") == prefix => Ok(prefix.to_string()),
+        [only] => Ok(only.id.clone()),
+        [first, ..] if first.id == prefix => Ok(prefix.to_string()),
         _ => bail!("Prefix matched multiple jobs"),
     }
 }
@@ -245,48 +259,53 @@ async fn resolve(api: &ApiClient, prefix: &str) -> Result<String> {
 /// `drover job stop [--purge] ID`.
 pub async fn stop(api: &ApiClient, id: &str, purge: bool, detach: bool) -> Result<i32> {
     let job_id = resolve(api, id).await?;
-    let answer = api.request("DELETE", &format!("/v1/job/{job_id}?purge={purge}"), None).await?;
-    let stopped = answer.json().context("Error deregistering job")?;
-    let eval_id = text(&stopped, "EvalID");
-    if eval_id.is_empty() {
+    let stopped: JobDeregisterResponse = api
+        .write_empty("DELETE", &format!("/v1/job/{job_id}?purge={purge}"))
+        .await
+        .context("Error deregistering job")?;
+    if stopped.eval_id.is_empty() {
         return Ok(0);
     }
     if detach {
-        println!("{eval_id}");
+        println!("{}", stopped.eval_id);
         return Ok(0);
     }
-    monitor(api, &eval_id).await
+    monitor(api, &stopped.eval_id).await
 }
 
 /// `drover job scale ID [GROUP] COUNT`.
 pub async fn scale(api: &ApiClient, id: &str, group: Option<&str>, count: u32, detach: bool) -> Result<i32> {
-    let job = api.get(&format!("/v1/job/{id}")).await?.json()?;
+    let job: Job = api.query(&format!("/v1/job/{id}")).await?;
     let group = match group {
         Some(group) => group.to_string(),
-        None => match job["TaskGroups"].as_array().map(Vec::as_slice) {
-            Some([only]) => text(only, "Name"),
+        None => match job.task_groups.as_slice() {
+            [only] => only.name.clone(),
             _ => bail!("Job {id:?} has several task groups: name the one to scale"),
         },
     };
-    let body = json!({"Count": count, "Target": {"Group": group}});
-    let scaled = api.request("POST", &format!("/v1/job/{id}/scale"), Some(&body)).await?.json()?;
-    let eval_id = text(&scaled, "EvalID");
+    let body = ScalingRequest {
+        count: Some(i64::from(count)),
+        target: Some(BTreeMap::from([("Group".to_string(), group)])),
+        message: None,
+    };
+    let scaled: JobRegisterResponse = api.write("POST", &format!("/v1/job/{id}/scale"), &body).await?;
     if detach {
-        println!("Job scale successful\nEvaluation ID: {eval_id}");
+        println!("Job scale successful\nEvaluation ID: {}", scaled.eval_id);
         return Ok(0);
     }
-    monitor(api, &eval_id).await
+    monitor(api, &scaled.eval_id).await
 }
 
 #[derive(Debug, Subcommand)]
 pub enum JobCommand {
-    /// Reads a JSON job spec and lists every problem in it.
+    /// Reads a job file (Nomad's HCL or JSON, as `job run` takes) as the
+    /// server would, and lists every problem in it.
     Validate {
-        /// Path to the job spec (JSON).
+        /// The job file.
         path: PathBuf,
     },
-    /// Registers a job from a file of Nomad's job JSON and follows its
-    /// evaluation (exit 2 when placements failed).
+    /// Registers a job from a file of Nomad's job HCL or JSON and follows
+    /// its evaluation (exit 2 when placements failed).
     Run {
         /// The job file.
         path: PathBuf,
@@ -350,15 +369,46 @@ pub fn command(command: JobCommand, api: &ApiArgs) -> Result<(), Failure> {
     })
 }
 
-pub fn read_job(path: &Path) -> Result<Job> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let job: Job = serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
-    job.validate().with_context(|| format!("checking {}", path.display()))?;
-    Ok(job)
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-pub fn validate(path: &Path) -> Result<()> {
-    let job = read_job(path)?;
-    println!("job {:?} ({}, {} task groups) is valid", job.id, job.job_type, job.task_groups.len());
-    Ok(())
+    fn file(dir: &tempfile::TempDir, name: &str, text: &str) -> PathBuf {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).expect("job file");
+        path
+    }
+
+    #[test]
+    fn a_job_file_reads_as_the_server_reads_it_whatever_its_form() {
+        let dir = tempfile::tempdir().expect("dir");
+        let bare = r#"{"ID": "web", "Datacenters": ["dc1"], "TaskGroups": [{"Name": "web", "Tasks":
+            [{"Name": "server", "Driver": "mock", "Config": {"run_for": "1h"}, "Resources": {"CPU": 100}}]}]}"#;
+        let wrapped = format!("{{\"Job\": {bare}}}");
+        let hcl = "job \"web\" {\n  datacenters = [\"dc1\"]\n  group \"web\" {\n    task \"server\" {\n      driver = \"mock\"\n      config { run_for = \"1h\" }\n      resources { cpu = 100 }\n    }\n  }\n}\n";
+        let jobs: Vec<Converted> = [("bare.json", bare), ("wrapped.json", wrapped.as_str()), ("web.hcl", hcl)]
+            .into_iter()
+            .map(|(name, text)| read_job(&file(&dir, name, text)).expect(name))
+            .collect();
+        assert_eq!(jobs[0].job, jobs[1].job);
+        assert_eq!(jobs[0].job, jobs[2].job);
+        let job = &jobs[0].job;
+        assert_eq!((&*job.id, job.priority), ("web", 50), "Nomad's defaults");
+        assert_eq!(job.task_groups[0].tasks[0].resources.memory_mb, 300, "Nomad's default memory");
+    }
+
+    #[test]
+    fn a_job_file_is_refused_with_what_is_wrong() {
+        let dir = tempfile::tempdir().expect("dir");
+        let refused = |name: &str, text: &str| format!("{:#}", read_job(&file(&dir, name, text)).expect_err(name));
+        let engine_form = r#"{"id": "web", "datacenters": ["dc1"], "task_groups": []}"#;
+        assert!(refused("engine.json", engine_form).contains("Job ID hasn't been provided"));
+        let bad_type = r#"{"Job": {"ID": "web", "Type": "daemon"}}"#;
+        assert!(refused("type.json", bad_type).contains("daemon"));
+        let no_datacenters = r#"{"Job": {"ID": "web", "TaskGroups": [{"Name": "web", "Tasks":
+            [{"Name": "server", "Driver": "mock"}]}]}}"#;
+        assert!(refused("dc.json", no_datacenters).contains("no datacenters"));
+        let hcl = refused("bad.hcl", "job \"web\" {\n  vault {}\n}\n");
+        assert!(hcl.contains("bad.hcl:2"), "{hcl}");
+    }
 }

@@ -30,7 +30,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
-use serde_json::Value;
+use serde::Serialize;
 
 use crate::api::client::ApiClient;
 use crate::config::ConfigError;
@@ -265,15 +265,6 @@ pub fn fields(pairs: &[(&str, String)]) -> String {
     pairs.iter().map(|(key, value)| format!("{key:<width$} = {value}\n")).collect()
 }
 
-/// A JSON string field, or "".
-pub fn text(value: &Value, key: &str) -> String {
-    match &value[key] {
-        Value::String(text) => text.clone(),
-        Value::Null => String::new(),
-        other => other.to_string(),
-    }
-}
-
 /// The first 8 characters of an id, as Nomad's short ids.
 pub fn short(id: &str) -> String {
     id.chars().take(8).collect()
@@ -300,7 +291,7 @@ pub fn ago(nanos: u64) -> String {
 }
 
 /// Prints `value` as indented JSON (`--json`).
-pub fn print_json(value: &Value) -> Result<()> {
+pub fn print_json(value: &impl Serialize) -> Result<()> {
     println!("{}", serde_json::to_string_pretty(value)?);
     Ok(())
 }

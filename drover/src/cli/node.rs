@@ -1,21 +1,21 @@
 //! `drover node status [ID]` and `drover node eligibility`.
 
 use anyhow::{bail, Result};
-use serde_json::{json, Value};
-
-use super::job::print_allocs;
-use super::{fields, print_json, short, table, text};
-use crate::api::client::ApiClient;
 use clap::Subcommand;
 
+use super::job::print_allocs;
 use super::{client_command, ApiArgs, Failure};
+use super::{fields, print_json, short, table};
+use crate::api::allocations::{Allocation, AllocationListStub};
+use crate::api::client::ApiClient;
+use crate::api::nodes::{Node, NodeEligibilityUpdateResponse, NodeListStub, NodeUpdateEligibilityRequest};
 
 /// The node id a prefix names.
 async fn resolve(api: &ApiClient, prefix: &str) -> Result<String> {
-    let nodes = api.get(&format!("/v1/nodes?prefix={prefix}")).await?.json()?;
-    match nodes.as_array().map(Vec::as_slice).unwrap_or_default() {
+    let nodes: Vec<NodeListStub> = api.query(&format!("/v1/nodes?prefix={prefix}")).await?;
+    match nodes.as_slice() {
         [] => bail!("No node(s) with prefix \"{prefix}\" found"),
-        [only] => Ok(text(only, "ID")),
+        [only] => Ok(only.id.clone()),
         _ => bail!("Prefix matched multiple nodes"),
     }
 }
@@ -23,24 +23,22 @@ async fn resolve(api: &ApiClient, prefix: &str) -> Result<String> {
 /// `drover node status [ID]`.
 pub async fn status(api: &ApiClient, id: Option<&str>, json_out: bool) -> Result<i32> {
     let Some(id) = id else {
-        let nodes = api.get("/v1/nodes").await?.json()?;
+        let nodes: Vec<NodeListStub> = api.query("/v1/nodes").await?;
         if json_out {
             print_json(&nodes)?;
             return Ok(0);
         }
         let rows: Vec<Vec<String>> = nodes
-            .as_array()
-            .into_iter()
-            .flatten()
+            .iter()
             .map(|node| {
                 vec![
-                    short(&text(node, "ID")),
-                    text(node, "Datacenter"),
-                    text(node, "Name"),
-                    text(node, "NodeClass"),
-                    text(node, "Drain"),
-                    text(node, "SchedulingEligibility"),
-                    text(node, "Status"),
+                    short(&node.id),
+                    node.datacenter.clone(),
+                    node.name.clone(),
+                    node.node_class.clone(),
+                    node.drain.to_string(),
+                    node.scheduling_eligibility.clone(),
+                    node.status.clone(),
                 ]
             })
             .collect();
@@ -50,63 +48,47 @@ pub async fn status(api: &ApiClient, id: Option<&str>, json_out: bool) -> Result
         return Ok(0);
     };
     let node_id = resolve(api, id).await?;
-    let node = api.get(&format!("/v1/node/{node_id}")).await?.json()?;
-    let allocs = api.get(&format!("/v1/node/{node_id}/allocations")).await?.json()?;
+    let node: Node = api.query(&format!("/v1/node/{node_id}")).await?;
+    let allocs: Vec<Allocation> = api.query(&format!("/v1/node/{node_id}/allocations")).await?;
     if json_out {
         print_json(&node)?;
         return Ok(0);
     }
-    let drivers: Vec<String> = node["Drivers"]
-        .as_object()
-        .into_iter()
-        .flatten()
-        .filter(|(_, driver)| driver["Detected"] == true)
-        .map(|(name, _)| name.clone())
-        .collect();
+    let drivers: Vec<&str> =
+        node.drivers.iter().filter(|(_, driver)| driver.detected).map(|(name, _)| name.as_str()).collect();
     print!(
         "{}",
         fields(&[
-            ("ID", text(&node, "ID")),
-            ("Name", text(&node, "Name")),
-            ("Class", text(&node, "NodeClass")),
-            ("DC", text(&node, "Datacenter")),
-            ("Drain", text(&node, "Drain")),
-            ("Eligibility", text(&node, "SchedulingEligibility")),
-            ("Status", text(&node, "Status")),
+            ("ID", node.id.clone()),
+            ("Name", node.name.clone()),
+            ("Class", node.node_class.clone()),
+            ("DC", node.datacenter.clone()),
+            ("Drain", node.drain.to_string()),
+            ("Eligibility", node.scheduling_eligibility.clone()),
+            ("Status", node.status.clone()),
             ("Driver Status", drivers.join(",")),
         ])
     );
-    let used = |key: &str| -> u64 {
-        allocs
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|alloc| alloc["ClientStatus"] == "running" || alloc["ClientStatus"] == "pending")
-            .filter(|alloc| alloc["DesiredStatus"] == "run")
-            .filter_map(|alloc| alloc["Resources"][key].as_u64())
-            .sum()
+    let live: Vec<&Allocation> = allocs
+        .iter()
+        .filter(|alloc| matches!(alloc.stub.client_status.as_str(), "running" | "pending"))
+        .filter(|alloc| alloc.stub.desired_status == "run")
+        .collect();
+    let used = |of: fn(&crate::api::resources::Resources) -> u64| -> u64 {
+        live.iter().map(|alloc| of(&alloc.resources)).sum()
     };
-    let total = |key: &str| node["Resources"][key].as_u64().unwrap_or(0) - node["Reserved"][key].as_u64().unwrap_or(0);
+    let total =
+        |of: fn(&crate::api::resources::Resources) -> u64| of(&node.resources).saturating_sub(of(&node.reserved));
     println!("\nAllocated Resources");
     let row = vec![
-        format!("{}/{} MHz", used("CPU"), total("CPU")),
-        format!("{} MiB/{} MiB", used("MemoryMB"), total("MemoryMB")),
-        format!("{} MiB/{} MiB", used("DiskMB"), total("DiskMB")),
+        format!("{}/{} MHz", used(|r| r.cpu), total(|r| r.cpu)),
+        format!("{} MiB/{} MiB", used(|r| r.memory_mb), total(|r| r.memory_mb)),
+        format!("{} MiB/{} MiB", used(|r| r.disk_mb), total(|r| r.disk_mb)),
     ];
     print!("{}", table(&["CPU", "Memory", "Disk"], &[row]));
     println!("\nAllocations");
-    let stubs = Value::Array(
-        allocs
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|alloc| {
-                let mut stub = alloc.clone();
-                stub["JobVersion"] = alloc["Job"]["Version"].clone();
-                stub
-            })
-            .collect(),
-    );
+    let stubs: Vec<AllocationListStub> =
+        allocs.into_iter().map(|alloc| AllocationListStub { job_version: alloc.job.version, ..alloc.stub }).collect();
     print_allocs(&stubs);
     Ok(0)
 }
@@ -115,8 +97,8 @@ pub async fn status(api: &ApiClient, id: Option<&str>, json_out: bool) -> Result
 pub async fn eligibility(api: &ApiClient, id: &str, eligible: bool) -> Result<i32> {
     let node_id = resolve(api, id).await?;
     let word = if eligible { "eligible" } else { "ineligible" };
-    let body = json!({"Eligibility": word});
-    api.request("PUT", &format!("/v1/node/{node_id}/eligibility"), Some(&body)).await?.json()?;
+    let body = NodeUpdateEligibilityRequest { eligibility: Some(word.to_string()) };
+    let _: NodeEligibilityUpdateResponse = api.write("PUT", &format!("/v1/node/{node_id}/eligibility"), &body).await?;
     println!("Node \"{node_id}\" scheduling eligibility set: {word} for scheduling");
     Ok(0)
 }

@@ -5,8 +5,9 @@ use std::path::Path;
 use anyhow::{bail, Context, Result};
 use replication::RaftInfo;
 
-use super::{fields, print_json, table, text};
+use super::{fields, print_json, table};
 use crate::api::client::ApiClient;
+use crate::api::operator::{RaftConfiguration, RaftPeerRemoved, RaftVoterAdded};
 use std::path::PathBuf;
 
 use clap::Subcommand;
@@ -37,20 +38,15 @@ pub async fn snapshot_save(api: &ApiClient, file: &Path) -> Result<i32> {
 
 /// `drover operator raft info` of a running server.
 pub async fn raft_info(api: &ApiClient, json_out: bool) -> Result<i32> {
-    let value = api.get("/v1/operator/raft/info").await?.json()?;
-    if json_out {
-        print_json(&value)?;
-        return Ok(0);
-    }
-    let info: RaftInfo = serde_json::from_value(value).context("the server's raft info")?;
-    print_raft_info(&info, false)?;
+    let info: RaftInfo = api.query("/v1/operator/raft/info").await.context("the server's raft info")?;
+    print_raft_info(&info, json_out)?;
     Ok(0)
 }
 
 /// Prints `info` as fields (or JSON).
 pub fn print_raft_info(info: &RaftInfo, json_out: bool) -> Result<()> {
     if json_out {
-        return print_json(&serde_json::to_value(info)?);
+        return print_json(info);
     }
     let or_none = |value: Option<u64>| value.map_or_else(|| "none".to_string(), |value| value.to_string());
     let newest = info.snapshots.first();
@@ -82,20 +78,19 @@ pub fn print_raft_info(info: &RaftInfo, json_out: bool) -> Result<()> {
 
 /// `drover operator raft list-peers`: Nomad's table.
 pub async fn list_peers(api: &ApiClient) -> Result<i32> {
-    let configuration = api.get("/v1/operator/raft/configuration").await?.json()?;
-    let rows: Vec<Vec<String>> = configuration["Servers"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    let configuration: RaftConfiguration = api.query("/v1/operator/raft/configuration").await?;
+    let rows: Vec<Vec<String>> = configuration
+        .servers
+        .iter()
         .map(|server| {
-            let state = if server["Leader"].as_bool() == Some(true) { "leader" } else { "follower" };
+            let state = if server.leader { "leader" } else { "follower" };
             vec![
-                text(server, "Node"),
-                text(server, "ID"),
-                text(server, "Address"),
+                server.node.clone(),
+                server.id.clone(),
+                server.address.clone(),
                 state.to_string(),
-                server["Voter"].as_bool().unwrap_or(false).to_string(),
-                text(server, "RaftProtocol"),
+                server.voter.to_string(),
+                server.raft_protocol.clone(),
             ]
         })
         .collect();
@@ -106,15 +101,15 @@ pub async fn list_peers(api: &ApiClient) -> Result<i32> {
 /// `drover operator raft add-voter ADDRESS`.
 pub async fn add_voter(api: &ApiClient, address: &str) -> Result<i32> {
     let path = format!("/v1/operator/raft/peer?address={address}");
-    let added = api.request("PUT", &path, None).await?.json()?;
-    println!("Added server {} ({}) as a voter", text(&added, "Node"), text(&added, "Added"));
+    let added: RaftVoterAdded = api.write_empty("PUT", &path).await?;
+    println!("Added server {} ({}) as a voter", added.node, added.added);
     Ok(0)
 }
 
 /// `drover operator raft remove-peer -peer-id ID`.
 pub async fn remove_peer(api: &ApiClient, id: &str) -> Result<i32> {
-    let removed = api.request("DELETE", &format!("/v1/operator/raft/peer?id={id}"), None).await?.json()?;
-    println!("Removed peer with id {:?}", text(&removed, "Removed"));
+    let removed: RaftPeerRemoved = api.write_empty("DELETE", &format!("/v1/operator/raft/peer?id={id}")).await?;
+    println!("Removed peer with id {:?}", removed.removed);
     Ok(0)
 }
 

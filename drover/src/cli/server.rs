@@ -2,47 +2,47 @@
 //! `drover status [PREFIX]`.
 
 use anyhow::{bail, Result};
-use serde_json::json;
-
-use super::{print_json, table, text};
-use crate::api::client::ApiClient;
 use clap::{Args, Subcommand};
+
+use super::{print_json, table};
+use crate::api::agent::{
+    AgentSchedulerWorkerConfigRequest, AgentSchedulerWorkerConfigResponse, AgentSchedulerWorkersInfo, ServerMembers,
+};
+use crate::api::client::ApiClient;
+use crate::api::search::{SearchRequest, SearchResponse};
 
 use super::run::server::ServerArgs;
 use super::{client_command, ApiArgs, Failure};
 
 /// `drover server members`.
 pub async fn members(api: &ApiClient, json_out: bool) -> Result<i32> {
-    let members = api.get("/v1/agent/members").await?.json()?;
-    let leader = api.get("/v1/status/leader").await?.json()?;
+    let members: ServerMembers = api.query("/v1/agent/members").await?;
+    let leader: String = api.query("/v1/status/leader").await?;
     if json_out {
         print_json(&members)?;
         return Ok(0);
     }
-    let leader = leader.as_str().unwrap_or_default().to_string();
     // A cluster's members carry Drover's raft view too (Nomad shows none).
-    let clustered =
-        members["Members"].as_array().into_iter().flatten().any(|member| member["Tags"]["raft_role"].is_string());
-    let rows: Vec<Vec<String>> = members["Members"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    let clustered = members.members.iter().any(|member| member.tags.contains_key("raft_role"));
+    let rows: Vec<Vec<String>> = members
+        .members
+        .iter()
         .map(|member| {
-            let tags = &member["Tags"];
-            let address = format!("{}:{}", text(member, "Addr"), text(tags, "port"));
+            let tag = |name: &str| member.tags.get(name).cloned().unwrap_or_default();
+            let address = format!("{}:{}", member.addr, tag("port"));
             let mut row = vec![
-                text(member, "Name"),
-                text(member, "Addr"),
-                text(member, "Port"),
-                text(member, "Status"),
+                member.name.clone(),
+                member.addr.clone(),
+                member.port.to_string(),
+                member.status.clone(),
                 (address == leader).to_string(),
-                text(member, "ProtocolCur"),
-                text(tags, "build"),
-                text(tags, "dc"),
-                text(tags, "region"),
+                member.protocol_cur.to_string(),
+                tag("build"),
+                tag("dc"),
+                tag("region"),
             ];
             if clustered {
-                row.extend(["raft_role", "term", "last_index", "health"].map(|tag| text(tags, tag)));
+                row.extend(["raft_role", "term", "last_index", "health"].map(tag));
             }
             row
         })
@@ -71,37 +71,40 @@ pub enum WorkersAction {
 /// `drover operator scheduler workers [set N | pause [ID] | resume [ID]]`.
 pub async fn workers(api: &ApiClient, action: WorkersAction, json_out: bool) -> Result<i32> {
     if let WorkersAction::Set(count) = action {
-        let config = api.get("/v1/agent/schedulers/config").await?.json()?;
-        let body = json!({"num_schedulers": count, "enabled_schedulers": config["enabled_schedulers"]});
-        api.request("PUT", "/v1/agent/schedulers/config", Some(&body)).await?.json()?;
+        let config: AgentSchedulerWorkerConfigResponse = api.query("/v1/agent/schedulers/config").await?;
+        let body = AgentSchedulerWorkerConfigRequest {
+            num_schedulers: i64::try_from(count)?,
+            enabled_schedulers: config.enabled_schedulers,
+        };
+        let _: AgentSchedulerWorkerConfigResponse = api.write("PUT", "/v1/agent/schedulers/config", &body).await?;
     }
     let one = |id: Option<usize>| id.map_or_else(String::new, |id| format!("?id={id}"));
     match action {
         WorkersAction::Pause(id) => {
-            api.request("PUT", &format!("/v1/agent/schedulers/pause{}", one(id)), None).await?.json()?;
+            let path = format!("/v1/agent/schedulers/pause{}", one(id));
+            let _: AgentSchedulerWorkersInfo = api.write_empty("PUT", &path).await?;
         }
         WorkersAction::Resume(id) => {
-            api.request("PUT", &format!("/v1/agent/schedulers/resume{}", one(id)), None).await?.json()?;
+            let path = format!("/v1/agent/schedulers/resume{}", one(id));
+            let _: AgentSchedulerWorkersInfo = api.write_empty("PUT", &path).await?;
         }
         WorkersAction::List | WorkersAction::Set(_) => {}
     }
-    let workers = api.get("/v1/agent/schedulers").await?.json()?;
+    let workers: AgentSchedulerWorkersInfo = api.query("/v1/agent/schedulers").await?;
     if json_out {
         print_json(&workers)?;
         return Ok(0);
     }
-    let rows: Vec<Vec<String>> = workers["schedulers"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    let rows: Vec<Vec<String>> = workers
+        .schedulers
+        .iter()
         .map(|worker| {
-            let types: Vec<String> = worker["enabled_schedulers"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|name| name.as_str().map(str::to_string))
-                .collect();
-            vec![text(worker, "id"), text(worker, "status"), text(worker, "workload_status"), types.join(",")]
+            vec![
+                worker.id.clone(),
+                worker.status.clone(),
+                worker.workload_status.clone(),
+                worker.enabled_schedulers.join(","),
+            ]
         })
         .collect();
     print!("{}", table(&["ID", "Status", "Workload Status", "Schedulers"], &rows));
@@ -111,14 +114,10 @@ pub async fn workers(api: &ApiClient, action: WorkersAction, json_out: bool) -> 
 /// `drover status [PREFIX]`: the job list, or whatever the prefix names.
 pub async fn status(api: &ApiClient, prefix: Option<&str>, json_out: bool) -> Result<i32> {
     let Some(prefix) = prefix else { return super::job::status(api, None, json_out).await };
-    let found = api.request("PUT", "/v1/search", Some(&json!({"Prefix": prefix, "Context": "all"}))).await?.json()?;
-    let matches = found["Matches"].as_object().cloned().unwrap_or_default();
-    let hits: Vec<(String, String)> = matches
-        .iter()
-        .flat_map(|(context, ids)| {
-            ids.as_array().into_iter().flatten().filter_map(|id| Some((context.clone(), id.as_str()?.to_string())))
-        })
-        .collect();
+    let request = SearchRequest { prefix: prefix.to_string(), context: "all".to_string(), namespace: None };
+    let found: SearchResponse = api.write("PUT", "/v1/search", &request).await?;
+    let hits: Vec<(String, String)> =
+        found.matches.iter().flat_map(|(context, ids)| ids.iter().map(|id| (context.clone(), id.clone()))).collect();
     let exact: Vec<&(String, String)> = hits.iter().filter(|(_, id)| id == prefix).collect();
     let (context, id) = match (exact.as_slice(), hits.as_slice()) {
         ([one], _) => (*one).clone(),

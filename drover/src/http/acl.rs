@@ -33,13 +33,13 @@ use axum::routing::{get, post};
 use axum::Router;
 use engine::acl_endpoint::{AclEndpoint, AclError, TokenChange};
 use engine::structs::{AclLevel, AclPolicy, AclRules, AclState, AclToken, AclTokenType};
-use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 use transport::log_limit::RateLimited;
 
 use super::error::ApiError;
 use super::query::{Params, Reply};
 use super::ApiState;
+use crate::api::acl::{AclPolicyListStub, AclPolicyRequest, AclTokenListStub, AclTokenRequest};
 
 /// The routes of this file.
 pub fn routes() -> Router<ApiState> {
@@ -213,26 +213,9 @@ async fn on_acl<T: Send + 'static>(
     answer.map_err(ApiError::from)
 }
 
-/// A token as Nomad answers it; the secret only when `with_secret`.
-fn token_json(token: &AclToken, with_secret: bool) -> Value {
-    let mut value = json!({
-        "AccessorID": token.accessor_id.to_string(), "Name": token.name, "Type": token.token_type.as_str(),
-        "Policies": token.policies, "Roles": null, "Global": true, "CreateTime": crate::api::format::rfc3339(token.create_time),
-        "ExpirationTime": null, "CreateIndex": token.create_index, "ModifyIndex": token.modify_index,
-    });
-    if with_secret {
-        value["SecretID"] = json!(token.secret_id.to_string());
-    }
-    value
-}
-
-fn policy_json(policy: &AclPolicy, with_rules: bool) -> Value {
-    let mut value = json!({"Name": policy.name, "Description": policy.description,
-                           "CreateIndex": policy.create_index, "ModifyIndex": policy.modify_index});
-    if with_rules {
-        value["Rules"] = json!(policy.rules_text);
-    }
-    value
+/// A token as Nomad answers it, with its secret.
+fn token_json(token: &AclToken) -> crate::api::acl::AclToken {
+    crate::api::acl::AclToken::from(token)
 }
 
 /// Every ACL endpoint answers 400 while ACLs are off, as Nomad's do.
@@ -252,7 +235,7 @@ async fn bootstrap(State(state): State<ApiState>) -> Result<Reply, ApiError> {
     let reset_index = reset_index(&state)?;
     let (token, index) = on_acl(&state, move |acl| acl.bootstrap(reset_index)).await?;
     tracing::info!(accessor = %token.accessor_id, "ACL bootstrapped: a management token was made");
-    Ok(Reply::json(&token_json(&token, true), false, Some(index)))
+    Ok(Reply::json(&token_json(&token), false, Some(index)))
 }
 
 /// The reset index in the bootstrap reset file, if the server has one.
@@ -273,7 +256,7 @@ fn reset_index(state: &ApiState) -> Result<Option<u64>, ApiError> {
 async fn policies(State(state): State<ApiState>, params: Params) -> Result<Reply, ApiError> {
     enabled(&state)?;
     let snapshot = state.leadership.store().snapshot();
-    let list: Vec<Value> = snapshot.acl().policies.values().map(|policy| policy_json(policy, false)).collect();
+    let list: Vec<AclPolicyListStub> = snapshot.acl().policies.values().map(AclPolicyListStub::from).collect();
     Ok(Reply::json(&list, params.pretty(), Some(snapshot.index())))
 }
 
@@ -282,21 +265,14 @@ async fn policy(State(state): State<ApiState>, Path(name): Path<String>, params:
     enabled(&state)?;
     let snapshot = state.leadership.store().snapshot();
     let policy = snapshot.acl().policies.get(&name).ok_or_else(|| ApiError::NotFound("ACL policy not found".into()))?;
-    Ok(Reply::json(&policy_json(policy, true), params.pretty(), Some(snapshot.index())))
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "PascalCase")]
-struct PolicyBody {
-    name: Option<String>,
-    description: Option<String>,
-    rules: Option<String>,
+    Ok(Reply::json(&crate::api::acl::AclPolicy::from(policy), params.pretty(), Some(snapshot.index())))
 }
 
 /// `PUT /v1/acl/policy/:name`: creates or replaces it.
 async fn put_policy(State(state): State<ApiState>, Path(name): Path<String>, body: Bytes) -> Result<Reply, ApiError> {
     enabled(&state)?;
-    let body: PolicyBody = serde_json::from_slice(&body).map_err(|error| ApiError::BadRequest(error.to_string()))?;
+    let body: AclPolicyRequest =
+        serde_json::from_slice(&body).map_err(|error| ApiError::BadRequest(error.to_string()))?;
     if body.name.as_deref().is_some_and(|named| named != name) {
         return Err(ApiError::BadRequest(format!("policy name {:?} does not match the path's {name:?}", body.name)));
     }
@@ -325,17 +301,8 @@ async fn delete_policy(State(state): State<ApiState>, Path(name): Path<String>) 
 async fn tokens(State(state): State<ApiState>, params: Params) -> Result<Reply, ApiError> {
     enabled(&state)?;
     let snapshot = state.leadership.store().snapshot();
-    let list: Vec<Value> = snapshot.acl().tokens.values().map(|token| token_json(token, false)).collect();
+    let list: Vec<AclTokenListStub> = snapshot.acl().tokens.values().map(AclTokenListStub::from).collect();
     Ok(Reply::json(&list, params.pretty(), Some(snapshot.index())))
-}
-
-#[derive(Deserialize, Default)]
-#[serde(rename_all = "PascalCase")]
-struct TokenBody {
-    name: Option<String>,
-    #[serde(rename = "Type")]
-    token_type: Option<String>,
-    policies: Option<Vec<String>>,
 }
 
 fn token_type(text: Option<&str>) -> Result<AclTokenType, ApiError> {
@@ -349,11 +316,12 @@ fn token_type(text: Option<&str>) -> Result<AclTokenType, ApiError> {
 /// `POST /v1/acl/token`: a new token, answered with its secret.
 async fn create_token(State(state): State<ApiState>, body: Bytes) -> Result<Reply, ApiError> {
     enabled(&state)?;
-    let body: TokenBody = serde_json::from_slice(&body).map_err(|error| ApiError::BadRequest(error.to_string()))?;
+    let body: AclTokenRequest =
+        serde_json::from_slice(&body).map_err(|error| ApiError::BadRequest(error.to_string()))?;
     let kind = token_type(body.token_type.as_deref())?;
     let (name, policies) = (body.name.unwrap_or_default(), body.policies.unwrap_or_default());
     let (token, index) = on_acl(&state, move |acl| acl.create_token(name, kind, policies)).await?;
-    Ok(Reply::json(&token_json(&token, true), false, Some(index)))
+    Ok(Reply::json(&token_json(&token), false, Some(index)))
 }
 
 fn accessor(text: &str) -> Result<uuid::Uuid, ApiError> {
@@ -366,7 +334,7 @@ async fn token(State(state): State<ApiState>, Path(id): Path<String>, params: Pa
     let id = accessor(&id)?;
     let snapshot = state.leadership.store().snapshot();
     let token = snapshot.acl().tokens.get(&id).ok_or_else(|| ApiError::NotFound("ACL token not found".into()))?;
-    Ok(Reply::json(&token_json(token, true), params.pretty(), Some(snapshot.index())))
+    Ok(Reply::json(&token_json(token), params.pretty(), Some(snapshot.index())))
 }
 
 /// `GET /v1/acl/token/self`: the caller's own token.
@@ -377,18 +345,19 @@ async fn token_self(
 ) -> Result<Reply, ApiError> {
     enabled(&state)?;
     let token = caller.and_then(|axum::Extension(Caller(token))| token).ok_or(ApiError::Forbidden)?;
-    Ok(Reply::json(&token_json(&token, true), params.pretty(), Some(state.leadership.store().latest_index())))
+    Ok(Reply::json(&token_json(&token), params.pretty(), Some(state.leadership.store().latest_index())))
 }
 
 /// `POST /v1/acl/token/:accessor`: changes its name, type or policies.
 async fn update_token(State(state): State<ApiState>, Path(id): Path<String>, body: Bytes) -> Result<Reply, ApiError> {
     enabled(&state)?;
     let id = accessor(&id)?;
-    let body: TokenBody = serde_json::from_slice(&body).map_err(|error| ApiError::BadRequest(error.to_string()))?;
+    let body: AclTokenRequest =
+        serde_json::from_slice(&body).map_err(|error| ApiError::BadRequest(error.to_string()))?;
     let token_type = body.token_type.as_deref().map(|text| token_type(Some(text))).transpose()?;
     let change = TokenChange { name: body.name, token_type, policies: body.policies };
     let (token, index) = on_acl(&state, move |acl| acl.update_token(id, change)).await?;
-    Ok(Reply::json(&token_json(&token, true), false, Some(index)))
+    Ok(Reply::json(&token_json(&token), false, Some(index)))
 }
 
 /// `DELETE /v1/acl/token/:accessor`: revokes it.

@@ -11,13 +11,17 @@ use axum::routing::{get, post};
 use axum::Router;
 use engine::structs::JobType;
 use engine::worker::{WorkerActivity, WorkerStatus};
-use serde::Deserialize;
-use serde_json::{json, Value};
 
 use super::error::ApiError;
-use super::nomad::REGION;
 use super::query::{blocking, matches_uuid_prefix, Params, Reply};
 use super::ApiState;
+use crate::api::agent::{
+    AgentConfig, AgentHealth, AgentHealthResponse, AgentMember, AgentPorts, AgentSchedulerWorkerConfigRequest,
+    AgentSchedulerWorkerConfigResponse, AgentSchedulerWorkerInfo, AgentSchedulerWorkersInfo, AgentSelf,
+    AgentServerConfig, AgentVersion, ServerMembers,
+};
+use crate::api::search::{SearchRequest, SearchResponse};
+use crate::api::{WriteMeta, REGION};
 
 /// The routes of this file.
 pub fn routes() -> Router<ApiState> {
@@ -41,15 +45,43 @@ pub fn routes() -> Router<ApiState> {
 /// The version every agent reports.
 const VERSION: &str = env!("CARGO_PKG_VERSION");
 
-fn member(state: &ApiState) -> Value {
+/// String pairs, for a member's tags and the agent's stats.
+fn strings<const N: usize>(pairs: [(&str, String); N]) -> BTreeMap<String, String> {
+    pairs.into_iter().map(|(key, value)| (key.to_string(), value)).collect()
+}
+
+/// A member with Nomad's protocol versions.
+fn nomad_member(name: String, addr: String, port: u16, status: &str, tags: BTreeMap<String, String>) -> AgentMember {
+    AgentMember {
+        name,
+        addr,
+        port,
+        status: status.to_string(),
+        tags,
+        protocol_min: 1,
+        protocol_max: 5,
+        protocol_cur: 2,
+        delegate_min: 2,
+        delegate_max: 5,
+        delegate_cur: 4,
+    }
+}
+
+fn member(state: &ApiState) -> AgentMember {
     let agent = &state.agent;
-    json!({"Name": format!("{}.{}", agent.name, agent.region), "Addr": agent.rpc_addr.ip().to_string(),
-           "Port": agent.rpc_addr.port(), "Status": "alive",
-           "Tags": {"role": "nomad", "region": agent.region, "dc": agent.datacenter, "vsn": "1", "mvn": "1",
-                    "build": VERSION, "port": agent.rpc_addr.port().to_string(), "bootstrap": "1",
-                    "rpc_addr": agent.rpc_addr.ip().to_string()},
-           "ProtocolMin": 1, "ProtocolMax": 5, "ProtocolCur": 2, "DelegateMin": 2, "DelegateMax": 5,
-           "DelegateCur": 4})
+    let ip = agent.rpc_addr.ip().to_string();
+    let tags = strings([
+        ("role", "nomad".to_string()),
+        ("region", agent.region.clone()),
+        ("dc", agent.datacenter.clone()),
+        ("vsn", "1".to_string()),
+        ("mvn", "1".to_string()),
+        ("build", VERSION.to_string()),
+        ("port", agent.rpc_addr.port().to_string()),
+        ("bootstrap", "1".to_string()),
+        ("rpc_addr", ip.clone()),
+    ]);
+    nomad_member(format!("{}.{}", agent.name, agent.region), ip, agent.rpc_addr.port(), "alive", tags)
 }
 
 /// `GET /v1/agent/self`: `config`, `member` and `stats` (every stats leaf a string).
@@ -58,25 +90,43 @@ async fn agent_self(State(state): State<ApiState>, params: Params) -> Reply {
     let leader = state.leadership.leader();
     let stats = leader.as_ref().map(|server| server.stats()).unwrap_or_default();
     let workers = leader.as_ref().map_or(0, |server| server.workers().workers().len());
-    let leader_addr = leader_rpc(&state);
-    let body = json!({
-        "config": {"Region": agent.region, "Datacenter": agent.datacenter, "NodeName": agent.name,
-                   "Version": {"Version": VERSION}, "Server": {"Enabled": true},
-                   "Ports": {"HTTP": agent.http_addr.port(), "RPC": agent.rpc_addr.port()}},
-        "member": member(&state),
-        "stats": {
-            "nomad": {"server": "true", "leader": leader.is_some().to_string(), "leader_addr": leader_addr,
-                      "bootstrap": "true", "known_regions": "1"},
-            "drover": {"version": VERSION, "index": stats.index.to_string(),
-                       "broker_ready": stats.broker.total_ready.to_string(),
-                       "broker_unacked": stats.broker.total_unacked.to_string(),
-                       "blocked_evals": stats.blocked.total_blocked.to_string(),
-                       "workers": workers.to_string(),
-                       "index_waiters": state.leadership.store().waiters().to_string()},
-            "runtime": {"os": std::env::consts::OS, "arch": std::env::consts::ARCH, "version": VERSION,
-                        "cpu_count": std::thread::available_parallelism().map_or(1, usize::from).to_string()},
+    let nomad = strings([
+        ("server", "true".to_string()),
+        ("leader", leader.is_some().to_string()),
+        ("leader_addr", leader_rpc(&state)),
+        ("bootstrap", "true".to_string()),
+        ("known_regions", "1".to_string()),
+    ]);
+    let drover = strings([
+        ("version", VERSION.to_string()),
+        ("index", stats.index.to_string()),
+        ("broker_ready", stats.broker.total_ready.to_string()),
+        ("broker_unacked", stats.broker.total_unacked.to_string()),
+        ("blocked_evals", stats.blocked.total_blocked.to_string()),
+        ("workers", workers.to_string()),
+        ("index_waiters", state.leadership.store().waiters().to_string()),
+    ]);
+    let runtime = strings([
+        ("os", std::env::consts::OS.to_string()),
+        ("arch", std::env::consts::ARCH.to_string()),
+        ("version", VERSION.to_string()),
+        ("cpu_count", std::thread::available_parallelism().map_or(1, usize::from).to_string()),
+    ]);
+    let body = AgentSelf {
+        config: AgentConfig {
+            region: agent.region.clone(),
+            datacenter: agent.datacenter.clone(),
+            node_name: agent.name.clone(),
+            version: AgentVersion { version: VERSION.to_string() },
+            server: AgentServerConfig { enabled: true },
+            ports: AgentPorts { http: agent.http_addr.port(), rpc: agent.rpc_addr.port() },
         },
-    });
+        member: member(&state),
+        stats: [("nomad", nomad), ("drover", drover), ("runtime", runtime)]
+            .into_iter()
+            .map(|(name, stats)| (name.to_string(), stats))
+            .collect(),
+    };
     Reply::json(&body, params.pretty(), None)
 }
 
@@ -91,15 +141,19 @@ async fn members(State(state): State<ApiState>, params: Params) -> Reply {
         Some(durable) => cluster_members(&state, durable),
         None => vec![member(&state)],
     };
-    let body = json!({"ServerName": state.agent.name, "ServerRegion": state.agent.region,
-                      "ServerDC": state.agent.datacenter, "Members": members});
+    let body = ServerMembers {
+        server_name: state.agent.name.clone(),
+        server_region: state.agent.region.clone(),
+        server_dc: state.agent.datacenter.clone(),
+        members,
+    };
     Reply::json(&body, params.pretty(), None)
 }
 
 /// How far behind the leader's log a member may be and still be healthy.
 const HEALTHY_LAG: u64 = 1_000;
 
-fn cluster_members(state: &ApiState, durable: &replication::Durable) -> Vec<Value> {
+fn cluster_members(state: &ApiState, durable: &replication::Durable) -> Vec<AgentMember> {
     let metrics = durable.metrics();
     let membership = metrics.membership_config.membership();
     let voters: Vec<u64> = membership.voter_ids().collect();
@@ -125,15 +179,25 @@ fn cluster_members(state: &ApiState, durable: &replication::Durable) -> Vec<Valu
         };
         let rpc: Option<std::net::SocketAddr> = node.rpc.parse().ok();
         let (ip, port) = rpc.map_or((String::new(), 0), |addr| (addr.ip().to_string(), addr.port()));
-        members.push(json!({
-            "Name": format!("{}.{}", node.name, state.agent.region), "Addr": ip, "Port": port,
-            "Status": if health == "lagging" { "failed" } else { "alive" },
-            "Tags": {"role": "nomad", "region": state.agent.region, "dc": state.agent.datacenter, "vsn": "1",
-                     "mvn": "1", "build": VERSION, "port": port.to_string(), "rpc_addr": ip,
-                     "raft_id": id.to_string(), "raft_role": role, "term": metrics.current_term.to_string(),
-                     "last_index": index.to_string(), "health": health, "peer_addr": node.peer,
-                     "http_addr": node.http}
-        }));
+        let tags = strings([
+            ("role", "nomad".to_string()),
+            ("region", state.agent.region.clone()),
+            ("dc", state.agent.datacenter.clone()),
+            ("vsn", "1".to_string()),
+            ("mvn", "1".to_string()),
+            ("build", VERSION.to_string()),
+            ("port", port.to_string()),
+            ("rpc_addr", ip.clone()),
+            ("raft_id", id.to_string()),
+            ("raft_role", role.to_string()),
+            ("term", metrics.current_term.to_string()),
+            ("last_index", index.to_string()),
+            ("health", health.to_string()),
+            ("peer_addr", node.peer.clone()),
+            ("http_addr", node.http.clone()),
+        ]);
+        let status = if health == "lagging" { "failed" } else { "alive" };
+        members.push(nomad_member(format!("{}.{}", node.name, state.agent.region), ip, port, status, tags));
     }
     members
 }
@@ -151,7 +215,7 @@ async fn health(State(state): State<ApiState>, params: Params) -> Result<Reply, 
     if state.leadership.store().is_shutting_down() {
         return Err(ApiError::Internal("the server is shutting down".to_string()));
     }
-    let body = json!({"server": {"ok": true, "message": "ok"}});
+    let body = AgentHealthResponse { server: AgentHealth { ok: true, message: "ok".to_string() } };
     Ok(Reply::json(&body, params.pretty(), None))
 }
 
@@ -213,25 +277,31 @@ fn scheduler_names(types: &[JobType]) -> Vec<String> {
 /// `GET /v1/agent/schedulers`.
 async fn schedulers(State(state): State<ApiState>, params: Params) -> Reply {
     let workers = state.leadership.leader().map(|server| server.workers().workers()).unwrap_or_default();
-    let workers: Vec<Value> = workers
+    let schedulers = workers
         .iter()
-        .map(|worker| {
-            json!({"id": worker.id.to_string(), "enabled_schedulers": scheduler_names(&worker.types),
-                   "started": Value::Null, "status": status_name(worker.status),
-                   "workload_status": activity_name(worker.status, worker.activity)})
+        .map(|worker| AgentSchedulerWorkerInfo {
+            id: worker.id.to_string(),
+            enabled_schedulers: scheduler_names(&worker.types),
+            started: None,
+            status: status_name(worker.status).to_string(),
+            workload_status: activity_name(worker.status, worker.activity).to_string(),
         })
         .collect();
-    Reply::json(&json!({"server_id": server_id(&state), "schedulers": workers}), params.pretty(), None)
+    Reply::json(&AgentSchedulerWorkersInfo { server_id: server_id(&state), schedulers }, params.pretty(), None)
 }
 
 fn server_id(state: &ApiState) -> String {
     format!("{}.{}", state.agent.name, state.agent.region)
 }
 
-fn current_config(state: &ApiState) -> Value {
+fn current_config(state: &ApiState) -> AgentSchedulerWorkerConfigResponse {
     let workers = state.leadership.leader().map(|server| server.workers().workers()).unwrap_or_default();
     let types = workers.first().map(|worker| worker.types.clone()).unwrap_or_default();
-    json!({"server_id": server_id(state), "num_schedulers": workers.len(), "enabled_schedulers": scheduler_names(&types)})
+    AgentSchedulerWorkerConfigResponse {
+        server_id: server_id(state),
+        num_schedulers: workers.len() as u64,
+        enabled_schedulers: scheduler_names(&types),
+    }
 }
 
 /// `GET /v1/agent/schedulers/config`.
@@ -239,17 +309,9 @@ async fn scheduler_config(State(state): State<ApiState>, params: Params) -> Repl
     Reply::json(&current_config(&state), params.pretty(), None)
 }
 
-/// `PUT /v1/agent/schedulers/config` body (`server_id` is ignored, so a
-/// GET answer can be sent back as it is).
-#[derive(Debug, Deserialize)]
-struct SchedulerConfig {
-    num_schedulers: i64,
-    enabled_schedulers: Vec<String>,
-}
-
 /// Resizes the worker pool and retargets it at run time.
 async fn set_scheduler_config(State(state): State<ApiState>, params: Params, body: Bytes) -> Result<Reply, ApiError> {
-    let request: SchedulerConfig =
+    let request: AgentSchedulerWorkerConfigRequest =
         serde_json::from_slice(&body).map_err(|error| ApiError::BadRequest(format!("Invalid request: {error}")))?;
     let invalid = || ApiError::BadRequest("Invalid request".to_string());
     let count = usize::try_from(request.num_schedulers).map_err(|_| invalid())?;
@@ -303,15 +365,6 @@ async fn resume_workers(State(state): State<ApiState>, params: Params) -> Result
     Ok(schedulers(State(state), params).await)
 }
 
-/// `PUT /v1/search` body.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default, rename_all = "PascalCase")]
-struct SearchRequest {
-    prefix: String,
-    context: String,
-    namespace: Option<String>,
-}
-
 /// At most this many ids per context, as Nomad.
 const SEARCH_LIMIT: usize = 20;
 
@@ -336,8 +389,8 @@ async fn search(State(state): State<ApiState>, params: Params, body: Bytes) -> R
         &params,
         |snapshot| Ok(snapshot.index()),
         move |snapshot| {
-            let mut matches: BTreeMap<&str, Vec<String>> = BTreeMap::new();
-            let mut truncations: BTreeMap<&str, bool> = BTreeMap::new();
+            let mut matches: BTreeMap<String, Vec<String>> = BTreeMap::new();
+            let mut truncations: BTreeMap<String, bool> = BTreeMap::new();
             for context in &wanted {
                 let mut ids: Vec<String> = match *context {
                     "jobs" => snapshot
@@ -363,13 +416,11 @@ async fn search(State(state): State<ApiState>, params: Params, body: Bytes) -> R
                     _ => Vec::new(),
                 };
                 ids.sort();
-                truncations.insert(context, ids.len() > SEARCH_LIMIT);
+                truncations.insert(context.to_string(), ids.len() > SEARCH_LIMIT);
                 ids.truncate(SEARCH_LIMIT);
-                matches.insert(context, ids);
+                matches.insert(context.to_string(), ids);
             }
-            let index = snapshot.index();
-            Ok(json!({"Matches": matches, "Truncations": truncations, "Index": index, "LastContact": 0,
-                  "KnownLeader": true}))
+            Ok(SearchResponse { matches, truncations, meta: WriteMeta::at(snapshot.index()) })
         },
     )
     .await

@@ -7,12 +7,12 @@ use std::sync::Arc;
 
 use engine::state::Snapshot;
 use engine::structs::{EvalId, Evaluation};
-use serde_json::Value;
 
 use super::error::ApiError;
 use super::nomad;
 use super::query::{blocking, exact_uuid, matches_uuid_prefix, Params, Reply};
 use super::ApiState;
+use crate::api;
 
 /// The routes of this file.
 pub fn routes() -> Router<ApiState> {
@@ -32,7 +32,7 @@ async fn list(State(state): State<ApiState>, params: Params) -> Result<Reply, Ap
         |snapshot| {
             let mut evals: Vec<_> = snapshot.evals().filter(|eval| matches_uuid_prefix(&eval.id.0, &prefix)).collect();
             evals.sort_by_key(|eval| (std::cmp::Reverse(eval.create_index), eval.id));
-            Ok(evals.iter().map(|eval| nomad::eval(eval)).collect::<Vec<_>>())
+            Ok(evals.iter().map(|eval| api::evaluations::Evaluation::from(&***eval)).collect::<Vec<_>>())
         },
     )
     .await
@@ -48,7 +48,7 @@ async fn read(State(state): State<ApiState>, Path(id): Path<String>, params: Par
         &state,
         &params,
         |snapshot| Ok(find(snapshot)?.modify_index),
-        |snapshot| Ok(nomad::eval(&*find(snapshot)?)),
+        |snapshot| Ok(api::evaluations::Evaluation::from(&*find(snapshot)?)),
     )
     .await
 }
@@ -61,7 +61,7 @@ async fn allocations(State(state): State<ApiState>, Path(id): Path<String>, para
         &params,
         |snapshot| Ok(snapshot.table_indexes().allocs),
         |snapshot| {
-            let stubs: Vec<Value> = match snapshot.eval(id) {
+            let stubs: Vec<_> = match snapshot.eval(id) {
                 Some(eval) => snapshot
                     .allocs_by_job(&eval.job_key())
                     .filter(|alloc| alloc.eval_id == id)

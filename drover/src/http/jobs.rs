@@ -12,14 +12,17 @@ use axum::Router;
 use engine::job_endpoint::{JobError, JobWriteResponse};
 use engine::state::Snapshot;
 use engine::structs::{Job, JobKey};
-use serde::Deserialize;
-use serde_json::{json, Value};
 
 use super::error::ApiError;
-use super::job_spec::{self, RegisterRequest};
 use super::nomad;
 use super::query::{blocking, Params, Reply};
 use super::ApiState;
+use crate::api::evaluations::Evaluation;
+use crate::api::job_spec::{self, JobRegisterRequest};
+use crate::api::jobs::{
+    JobDeregisterResponse, JobRegisterResponse, JobScaleStatusResponse, ScalingRequest, TaskGroupScaleStatus,
+};
+use crate::api::WriteMeta;
 
 /// The routes of this file.
 pub fn routes() -> Router<ApiState> {
@@ -39,7 +42,7 @@ async fn list(State(state): State<ApiState>, params: Params) -> Result<Reply, Ap
             .filter(|job| job.id.starts_with(&prefix))
             .collect();
         jobs.sort_by(|a, b| (&a.id, &a.namespace).cmp(&(&b.id, &b.namespace)));
-        Ok(jobs.iter().map(|job| nomad::job_stub(job, snapshot)).collect::<Vec<Value>>())
+        Ok(jobs.iter().map(|job| nomad::job_stub(job, snapshot)).collect::<Vec<_>>())
     })
     .await
 }
@@ -72,7 +75,7 @@ async fn job(
         ("/summary", Method::GET) => summary(&state, &params, key).await,
         ("/deployment", Method::GET) => {
             // Drover has no deployments: `null` tells the CLI there is none.
-            blocking(&state, &params, |snapshot| Ok(snapshot.table_indexes().jobs), |_| Ok(Value::Null)).await
+            blocking(&state, &params, |snapshot| Ok(snapshot.table_indexes().jobs), |_| Ok(())).await
         }
         ("/scale", Method::PUT | Method::POST) => scale(state, params, key, body).await,
         ("/scale", Method::GET) => scale_status(&state, &params, key).await,
@@ -100,7 +103,7 @@ async fn allocations(state: &ApiState, params: &Params, key: JobKey) -> Result<R
         |snapshot| {
             let mut allocs: Vec<_> = snapshot.allocs_by_job(&key).collect();
             allocs.sort_by_key(|alloc| std::cmp::Reverse(alloc.create_index));
-            Ok(allocs.iter().map(|alloc| nomad::alloc_stub(alloc, snapshot)).collect::<Vec<Value>>())
+            Ok(allocs.iter().map(|alloc| nomad::alloc_stub(alloc, snapshot)).collect::<Vec<_>>())
         },
     )
     .await
@@ -114,7 +117,7 @@ async fn evaluations(state: &ApiState, params: &Params, key: JobKey) -> Result<R
         |snapshot| {
             let mut evals: Vec<_> = snapshot.evals_by_job(&key).collect();
             evals.sort_by_key(|eval| std::cmp::Reverse(eval.create_index));
-            Ok(evals.iter().map(|eval| nomad::eval(eval)).collect::<Vec<_>>())
+            Ok(evals.iter().map(|eval| Evaluation::from(&***eval)).collect::<Vec<_>>())
         },
     )
     .await
@@ -130,21 +133,30 @@ async fn scale_status(state: &ApiState, params: &Params, key: JobKey) -> Result<
     blocking(state, params, index, |snapshot| {
         let job = find(snapshot, &key)?;
         let counts = nomad::summary_counts(job, snapshot);
-        let groups: serde_json::Map<String, Value> = job
+        let task_groups = job
             .task_groups
             .iter()
             .map(|group| {
-                let running = counts[&group.name]["Running"].clone();
-                (
-                    group.name.clone(),
-                    json!({"Desired": group.count, "Placed": running, "Running": running,
-                                            "Healthy": running, "Unhealthy": 0, "Events": null}),
-                )
+                let running = counts.get(&group.name).map_or(0, |counts| counts.running);
+                let status = TaskGroupScaleStatus {
+                    desired: u64::from(group.count),
+                    placed: running,
+                    running,
+                    healthy: running,
+                    unhealthy: 0,
+                    events: None,
+                };
+                (group.name.clone(), status)
             })
             .collect();
-        let status = json!({"JobID": &*job.id, "Namespace": &*job.namespace, "JobCreateIndex": job.create_index,
-                            "JobModifyIndex": job.job_modify_index, "JobStopped": job.stop, "TaskGroups": groups});
-        Ok(status)
+        Ok(JobScaleStatusResponse {
+            job_id: job.id.to_string(),
+            namespace: job.namespace.to_string(),
+            job_create_index: job.create_index,
+            job_modify_index: job.job_modify_index,
+            job_stopped: job.stop,
+            task_groups,
+        })
     })
     .await
 }
@@ -156,9 +168,13 @@ async fn on_engine<T: Send + 'static>(call: impl FnOnce() -> T + Send + 'static)
 
 /// The answer to a job write, as Nomad's `JobRegisterResponse`.
 fn write_reply(written: &JobWriteResponse, job_modify_index: u64, warnings: &[String], pretty: bool) -> Reply {
-    let body = json!({"EvalID": written.eval_id.to_string(), "EvalCreateIndex": written.index,
-                      "JobModifyIndex": job_modify_index, "Warnings": warnings.join("\n"),
-                      "Index": written.index, "LastContact": 0, "KnownLeader": true});
+    let body = JobRegisterResponse {
+        eval_id: written.eval_id.to_string(),
+        eval_create_index: written.index,
+        job_modify_index,
+        warnings: warnings.join("\n"),
+        meta: WriteMeta::at(written.index),
+    };
     Reply::json(&body, pretty, Some(written.index))
 }
 
@@ -171,11 +187,12 @@ async fn register_job(
     if body.is_empty() {
         return Err(ApiError::BadRequest("Request body is empty".to_string()));
     }
-    let request: RegisterRequest =
+    let request: JobRegisterRequest =
         serde_json::from_slice(&body).map_err(|error| ApiError::BadRequest(error.to_string()))?;
-    let api_job = request.job.ok_or_else(|| ApiError::BadRequest("Job must be specified".to_string()))?;
+    let spec = request.job.ok_or_else(|| ApiError::BadRequest("Job must be specified".to_string()))?;
     let query_namespace = params.get("namespace").or(request.namespace.as_deref().filter(|ns| !ns.is_empty()));
-    let converted = job_spec::convert_job(api_job, query_namespace)?;
+    let converted =
+        job_spec::convert_job(spec, query_namespace).map_err(|refused| ApiError::BadRequest(refused.to_string()))?;
     if let Some(path_id) = path_id {
         if *converted.job.id != *path_id {
             return Err(ApiError::BadRequest("Job ID does not match name".to_string()));
@@ -221,36 +238,30 @@ async fn deregister(state: ApiState, params: Params, key: JobKey) -> Result<Repl
     let lookup = key.clone();
     match on_engine(move || engine.jobs().deregister(&lookup, purge)).await? {
         Ok(written) => {
-            let body = json!({"EvalID": written.eval_id.to_string(), "EvalCreateIndex": written.index,
-                              "JobModifyIndex": written.index, "VolumeEvalID": "", "VolumeEvalIndex": 0,
-                              "Index": written.index, "LastContact": 0, "KnownLeader": true});
+            let body = JobDeregisterResponse {
+                eval_id: written.eval_id.to_string(),
+                eval_create_index: written.index,
+                job_modify_index: written.index,
+                meta: WriteMeta::at(written.index),
+                ..JobDeregisterResponse::default()
+            };
             Ok(Reply::json(&body, params.pretty(), Some(written.index)))
         }
         // As Nomad 1.6: stopping a job that does not exist changes nothing.
         Err(JobError::UnknownJob(_)) => {
             let index = state.leadership.store().latest_index();
-            let body = json!({"EvalID": "", "EvalCreateIndex": 0, "JobModifyIndex": 0, "VolumeEvalID": "",
-                              "VolumeEvalIndex": 0, "Index": index, "LastContact": 0, "KnownLeader": true});
+            let body = JobDeregisterResponse { meta: WriteMeta::at(index), ..JobDeregisterResponse::default() };
             Ok(Reply::json(&body, params.pretty(), Some(index)))
         }
         Err(error) => Err(error.into()),
     }
 }
 
-/// `PUT /v1/job/<id>/scale` body.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default, rename_all = "PascalCase")]
-struct ScaleRequest {
-    count: Option<i64>,
-    target: Option<std::collections::BTreeMap<String, String>>,
-    message: Option<String>,
-}
-
 async fn scale(state: ApiState, params: Params, key: JobKey, body: Bytes) -> Result<Reply, ApiError> {
     if body.is_empty() {
         return Err(ApiError::BadRequest("Request body is empty".to_string()));
     }
-    let request: ScaleRequest =
+    let request: ScalingRequest =
         serde_json::from_slice(&body).map_err(|error| ApiError::BadRequest(error.to_string()))?;
     let group = request
         .target

@@ -14,7 +14,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use engine::clock::SystemClock;
-use serde_json::{json, Value};
+
+use crate::api::format::rfc3339_or_none;
+use crate::api::metrics::{GaugeValue, MetricsSummary, SampledValue};
 
 use super::query::{Params, Reply};
 use super::ApiState;
@@ -106,39 +108,51 @@ async fn metrics(State(state): State<ApiState>, params: Params) -> Response {
     if params.get("format") == Some("prometheus") {
         return ([("content-type", "text/plain; version=0.0.4")], prometheus(&all)).into_response();
     }
-    let labels = |metric: &Metric| -> Value {
-        metric
-            .labels
-            .iter()
-            .map(|(key, value)| (key.to_string(), Value::from(value.clone())))
-            .collect::<serde_json::Map<_, _>>()
-            .into()
-    };
-    let gauges: Vec<Value> = all
+    let labels = |metric: &Metric| metric.labels.iter().map(|(key, value)| (key.to_string(), value.clone())).collect();
+    let gauges = all
         .iter()
         .filter(|metric| metric.kind == Kind::Gauge)
-        .map(|metric| json!({"Name": metric.name, "Value": metric.value, "Labels": labels(metric)}))
+        .map(|metric| GaugeValue { name: metric.name.to_string(), value: metric.value, labels: labels(metric) })
         .collect();
-    let counters: Vec<Value> = all
+    // A counter is one value: its count (a whole number, as Nomad's `int`),
+    // sum, min, max and mean.
+    let counters = all
         .iter()
         .filter(|metric| metric.kind == Kind::Counter)
-        .map(|metric| {
-            json!({"Name": metric.name, "Count": metric.value, "Rate": 0, "Sum": metric.value, "Min": metric.value,
-                   "Max": metric.value, "Mean": metric.value, "Stddev": 0, "Labels": labels(metric)})
+        .map(|metric| SampledValue {
+            name: metric.name.to_string(),
+            count: metric.value as u64,
+            rate: 0.0,
+            sum: metric.value,
+            min: metric.value,
+            max: metric.value,
+            mean: metric.value,
+            stddev: 0.0,
+            labels: labels(metric),
         })
         .collect();
-    let samples: Vec<Value> = crate::server::timers::installed()
+    let samples = crate::server::timers::installed()
         .read()
         .into_iter()
-        .map(|timer| {
-            let labels: serde_json::Map<String, Value> =
-                timer.labels.into_iter().map(|(key, value)| (key, Value::from(value))).collect();
-            json!({"Name": timer.name, "Count": timer.count, "Rate": 0, "Sum": timer.sum, "Min": timer.min,
-                   "Max": timer.max, "Mean": timer.mean, "Stddev": timer.stddev, "Labels": labels})
+        .map(|timer| SampledValue {
+            name: timer.name,
+            count: timer.count,
+            rate: 0.0,
+            sum: timer.sum,
+            min: timer.min,
+            max: timer.max,
+            mean: timer.mean,
+            stddev: timer.stddev,
+            labels: timer.labels.into_iter().collect(),
         })
         .collect();
-    let body = json!({"Timestamp": super::nomad::rfc3339(SystemClock::shared().now()),
-                      "Gauges": gauges, "Points": [], "Counters": counters, "Samples": samples});
+    let body = MetricsSummary {
+        timestamp: rfc3339_or_none(SystemClock::shared().now()),
+        gauges,
+        points: Vec::new(),
+        counters,
+        samples,
+    };
     Reply::json(&body, params.pretty(), None).into_response()
 }
 

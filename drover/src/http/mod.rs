@@ -19,9 +19,11 @@
 //! One file per resource: `jobs.rs`, `evals.rs`, `allocs.rs`, `nodes.rs`,
 //! `agent.rs` (agent, status, workers, search), `operator.rs` (snapshots,
 //! raft), `acl.rs` (the ACL check in front of them all, tokens and
-//! policies), `forward.rs` (a follower's relay to the leader); `job_spec.rs` reads the
-//! submitted job, `nomad.rs` shapes the answers, `query.rs` holds the query
-//! parameters, blocking queries and the read headers.
+//! policies), `forward.rs` (a follower's relay to the leader); `nomad.rs`
+//! builds the answers that read the state beyond their object, `query.rs`
+//! holds the query parameters, blocking queries and the read headers. The
+//! bodies read and answered are the structs of `crate::api`, and a
+//! submitted job is converted by `crate::api::job_spec`.
 
 pub mod acl;
 pub mod agent;
@@ -29,7 +31,6 @@ pub mod allocs;
 pub mod error;
 pub mod evals;
 pub mod forward;
-pub mod job_spec;
 pub mod jobs;
 pub mod metrics;
 pub mod nodes;

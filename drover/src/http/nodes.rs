@@ -6,15 +6,14 @@ use axum::routing::{get, post};
 use axum::Router;
 use std::sync::Arc;
 
-use engine::state::Snapshot;
-use engine::structs::{Node, NodeEligibility, NodeId};
-use serde::Deserialize;
-use serde_json::json;
-
 use super::error::ApiError;
 use super::nomad;
 use super::query::{blocking, exact_uuid, matches_uuid_prefix, Params, Reply};
 use super::ApiState;
+use crate::api::nodes::{self as api_nodes, NodeEligibilityUpdateResponse, NodeListStub, NodeUpdateEligibilityRequest};
+use crate::api::WriteMeta;
+use engine::state::Snapshot;
+use engine::structs::{Node, NodeEligibility, NodeId};
 
 /// The routes of this file.
 pub fn routes() -> Router<ApiState> {
@@ -38,7 +37,7 @@ async fn list(State(state): State<ApiState>, params: Params) -> Result<Reply, Ap
         |snapshot| {
             let mut nodes: Vec<_> = snapshot.nodes().filter(|node| matches_uuid_prefix(&node.id.0, &prefix)).collect();
             nodes.sort_by_key(|node| node.id);
-            Ok(nodes.iter().map(|node| nomad::node_stub(node)).collect::<Vec<_>>())
+            Ok(nodes.iter().map(|node| NodeListStub::from(&***node)).collect::<Vec<_>>())
         },
     )
     .await
@@ -54,7 +53,7 @@ async fn read(State(state): State<ApiState>, Path(id): Path<String>, params: Par
         &state,
         &params,
         |snapshot| Ok(find(snapshot)?.modify_index),
-        |snapshot| Ok(nomad::node(&*find(snapshot)?)),
+        |snapshot| Ok(api_nodes::Node::from(&*find(snapshot)?)),
     )
     .await
 }
@@ -71,13 +70,6 @@ async fn allocations(State(state): State<ApiState>, Path(id): Path<String>, para
     .await
 }
 
-/// `PUT /v1/node/<id>/eligibility` body.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default, rename_all = "PascalCase")]
-struct EligibilityRequest {
-    eligibility: Option<String>,
-}
-
 /// Marks a node eligible or ineligible for new placements.
 async fn eligibility(
     State(state): State<ApiState>,
@@ -86,7 +78,7 @@ async fn eligibility(
     body: Bytes,
 ) -> Result<Reply, ApiError> {
     let id = NodeId(exact_uuid(&id, "node")?);
-    let request: EligibilityRequest =
+    let request: NodeUpdateEligibilityRequest =
         serde_json::from_slice(&body).map_err(|error| ApiError::BadRequest(error.to_string()))?;
     let eligibility = match request.eligibility.as_deref() {
         Some("eligible") => NodeEligibility::Eligible,
@@ -106,8 +98,12 @@ async fn eligibility(
             engine::node::NodeError::UnknownNode(_) => ApiError::NotFound("node not found".to_string()),
             other => ApiError::Internal(other.to_string()),
         })?;
-    let body = json!({"EvalIDs": [], "EvalCreateIndex": index, "NodeModifyIndex": index, "Index": index,
-                      "LastContact": 0, "KnownLeader": true});
+    let body = NodeEligibilityUpdateResponse {
+        eval_ids: Vec::new(),
+        eval_create_index: index,
+        node_modify_index: index,
+        meta: WriteMeta::at(index),
+    };
     Ok(Reply::json(&body, params.pretty(), Some(index)))
 }
 

@@ -24,11 +24,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use replication::Durable;
-use serde_json::json;
 
 use super::error::ApiError;
 use super::query::{Params, Reply};
 use super::ApiState;
+use crate::api::operator::{RaftConfiguration, RaftPeerRemoved, RaftServer, RaftVoterAdded};
 
 const INDEX_HEADER: header::HeaderName = header::HeaderName::from_static("x-nomad-index");
 
@@ -93,19 +93,26 @@ async fn configuration(State(state): State<ApiState>, params: Params) -> Result<
             let voters: Vec<u64> = membership.voter_ids().collect();
             membership
                 .nodes()
-                .map(|(id, node)| {
-                    json!({"ID": id.to_string(), "Node": format!("{}.{}", node.name, agent.region),
-                           "Address": node.rpc, "Leader": metrics.current_leader == Some(*id),
-                           "Voter": voters.contains(id), "RaftProtocol": "3"})
+                .map(|(id, node)| RaftServer {
+                    id: id.to_string(),
+                    node: format!("{}.{}", node.name, agent.region),
+                    address: node.rpc.clone(),
+                    leader: metrics.current_leader == Some(*id),
+                    voter: voters.contains(id),
+                    raft_protocol: "3".to_string(),
                 })
                 .collect()
         }
-        None => {
-            vec![json!({"ID": replication::NODE_ID.to_string(), "Node": format!("{}.{}", agent.name, agent.region),
-                            "Address": agent.rpc_addr.to_string(), "Leader": true, "Voter": true, "RaftProtocol": "3"})]
-        }
+        None => vec![RaftServer {
+            id: replication::NODE_ID.to_string(),
+            node: format!("{}.{}", agent.name, agent.region),
+            address: agent.rpc_addr.to_string(),
+            leader: true,
+            voter: true,
+            raft_protocol: "3".to_string(),
+        }],
     };
-    let body = json!({"Index": info.last_applied.map_or(0, |log_id| log_id.index), "Servers": servers});
+    let body = RaftConfiguration { index: info.last_applied.map_or(0, |log_id| log_id.index), servers };
     Ok(Reply::json(&body, params.pretty(), Some(state.leadership.store().latest_index())))
 }
 
@@ -136,7 +143,7 @@ async fn remove_peer(State(state): State<ApiState>, params: Params) -> Result<Re
         .map_err(|error| ApiError::Internal(error.to_string()))?
         .map_err(membership_error)?;
     tracing::info!(id, "server removed from the cluster");
-    Ok(Reply::json(&json!({"Removed": id.to_string()}), params.pretty(), None))
+    Ok(Reply::json(&RaftPeerRemoved { removed: id.to_string() }, params.pretty(), None))
 }
 
 /// `PUT /v1/operator/raft/peer?address=HOST:PORT` (Drover's): adds the
@@ -153,7 +160,7 @@ async fn add_voter(State(state): State<ApiState>, params: Params) -> Result<Repl
         .map_err(|error| ApiError::Internal(error.to_string()))?
         .map_err(membership_error)?;
     tracing::info!(id, %name, "server added to the cluster as a voter");
-    Ok(Reply::json(&json!({"Added": id.to_string(), "Node": name}), params.pretty(), None))
+    Ok(Reply::json(&RaftVoterAdded { added: id.to_string(), node: name }, params.pretty(), None))
 }
 
 /// `GET /v1/operator/raft/info`: the log range, the snapshots and the

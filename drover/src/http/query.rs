@@ -26,19 +26,9 @@ use crate::api::format::{parse_bool, parse_go_duration};
 /// The longest (and the default) blocking wait.
 pub const MAX_WAIT: Duration = Duration::from_secs(300);
 
-/// Refuses a namespace other than `default` (and `*`, every namespace,
-/// on reads, as Nomad): Drover has one namespace until namespaces exist,
-/// and an ACL rule for `default` must not be escaped by naming another.
-/// Nomad refuses a job in a namespace that does not exist the same way.
+/// [`crate::api::known_namespace`], refused with 400.
 pub fn known_namespace(namespace: &str, read: bool) -> Result<(), ApiError> {
-    match namespace {
-        DEFAULT_NAMESPACE => Ok(()),
-        "*" if read => Ok(()),
-        "*" => Err(ApiError::BadRequest("namespace \"*\" names every namespace: a write needs one".to_string())),
-        other => Err(ApiError::BadRequest(format!(
-            "namespace {other:?} does not exist: Drover has one namespace, {DEFAULT_NAMESPACE:?}"
-        ))),
-    }
+    crate::api::known_namespace(namespace, read).map_err(|refused| ApiError::BadRequest(refused.to_string()))
 }
 
 /// The `?namespace=` check in front of every endpoint ([`known_namespace`]).

@@ -38,7 +38,8 @@ pub struct DevArgs {
     /// in memory; the agent's allocation directories go here too.
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
-    /// Job specs (JSON) to register once the agent is up.
+    /// Job files (Nomad's HCL or JSON, as `job run` takes) to register
+    /// once the agent is up.
     #[arg(long)]
     pub job: Vec<PathBuf>,
     /// Address of the dev agent's own HTTP listener (task logs,
@@ -53,7 +54,14 @@ pub struct DevArgs {
 pub fn run(args: DevArgs) -> Result<(), Failure> {
     crate::logging::init(&args.log_level, false)?;
     raise_open_files_limit();
-    let jobs = args.job.iter().map(|path| read_job(path)).collect::<Result<Vec<_>>>()?;
+    let mut jobs = Vec::new();
+    for path in &args.job {
+        let converted = read_job(path)?;
+        for warning in &converted.warnings {
+            tracing::warn!(file = %path.display(), %warning, "job file: a field Drover ignores");
+        }
+        jobs.push(converted.job);
+    }
     let http_addr: SocketAddr = args
         .agent_http_addr
         .parse()

@@ -1,8 +1,10 @@
 //! The job a client submits in Nomad's JSON (`{"Job": {...}}`, as the
-//! `nomad` CLI and python-nomad send it), read leniently as Go's decoder
-//! reads it, and turned into Drover's job with Nomad's defaults
-//! (`docs/nomad-http-api.md`, "Reading a submitted job"); every field
-//! Drover does not implement is named in a warning of the register answer.
+//! `nomad` CLI and python-nomad send it, and as `hcl.rs` reads a job
+//! file), read leniently as Go's decoder reads it, and turned into Drover's
+//! job with Nomad's defaults (`docs/nomad-http-api.md`, "Reading a submitted job");
+//! every field Drover does not implement is named in a warning. The
+//! server's register, `drover job validate` and `drover dev --job` all
+//! convert through [`convert_job`], so a file is read the same everywhere.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -14,10 +16,21 @@ use engine::structs::{
     UpdateStrategy,
 };
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 
-use super::error::ApiError;
-use super::nomad::REGION;
+use super::{known_namespace, NamespaceError, REGION};
+
+/// Why a submitted job was refused: what is wrong, and where (the API
+/// answers it with 400).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct JobSpecError(String);
+
+impl From<NamespaceError> for JobSpecError {
+    fn from(error: NamespaceError) -> Self {
+        JobSpecError(error.to_string())
+    }
+}
 
 /// Nomad's default task resources, for what a task leaves out.
 const DEFAULT_CPU: u64 = 100;
@@ -34,9 +47,9 @@ const DEFAULT_DISK_MB: u64 = 300;
 /// `PUT /v1/jobs` and `PUT /v1/job/:id` bodies.
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, rename_all = "PascalCase")]
-pub struct RegisterRequest {
+pub struct JobRegisterRequest {
     /// The job.
-    pub job: Option<ApiJob>,
+    pub job: Option<JobSpec>,
     /// Namespace, when the query does not name one.
     pub namespace: Option<String>,
     /// Region (only `global`).
@@ -51,7 +64,7 @@ pub struct RegisterRequest {
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, rename_all = "PascalCase")]
 #[allow(missing_docs)]
-pub struct ApiJob {
+pub struct JobSpec {
     pub region: Option<String>,
     pub namespace: Option<String>,
     #[serde(rename = "ID")]
@@ -61,15 +74,15 @@ pub struct ApiJob {
     pub job_type: Option<String>,
     pub priority: Option<i64>,
     pub datacenters: Option<Vec<String>>,
-    pub constraints: Option<Vec<ApiConstraint>>,
-    pub task_groups: Option<Vec<ApiTaskGroup>>,
-    pub update: Option<ApiUpdate>,
-    pub reschedule: Option<ApiReschedule>,
+    pub constraints: Option<Vec<ConstraintSpec>>,
+    pub task_groups: Option<Vec<TaskGroupSpec>>,
+    pub update: Option<UpdateSpec>,
+    pub reschedule: Option<RescheduleSpec>,
     pub stop: Option<bool>,
     pub all_at_once: Option<bool>,
     pub meta: Option<BTreeMap<String, String>>,
-    pub affinities: Option<Vec<ApiAffinity>>,
-    pub spreads: Option<Vec<ApiSpread>>,
+    pub affinities: Option<Vec<AffinitySpec>>,
+    pub spreads: Option<Vec<SpreadSpec>>,
     pub multiregion: Option<Value>,
     pub periodic: Option<Value>,
     pub parameterized_job: Option<Value>,
@@ -81,7 +94,7 @@ pub struct ApiJob {
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 #[allow(missing_docs)]
-pub struct ApiConstraint {
+pub struct ConstraintSpec {
     #[serde(rename = "LTarget")]
     pub l_target: Option<String>,
     #[serde(rename = "RTarget")]
@@ -94,24 +107,24 @@ pub struct ApiConstraint {
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, rename_all = "PascalCase")]
 #[allow(missing_docs)]
-pub struct ApiTaskGroup {
+pub struct TaskGroupSpec {
     pub name: Option<String>,
     pub count: Option<i64>,
-    pub constraints: Option<Vec<ApiConstraint>>,
-    pub tasks: Option<Vec<ApiTask>>,
-    pub restart_policy: Option<ApiRestart>,
-    pub reschedule_policy: Option<ApiReschedule>,
-    pub update: Option<ApiUpdate>,
-    pub ephemeral_disk: Option<ApiEphemeralDisk>,
+    pub constraints: Option<Vec<ConstraintSpec>>,
+    pub tasks: Option<Vec<TaskSpec>>,
+    pub restart_policy: Option<RestartSpec>,
+    pub reschedule_policy: Option<RescheduleSpec>,
+    pub update: Option<UpdateSpec>,
+    pub ephemeral_disk: Option<EphemeralDiskSpec>,
     pub max_client_disconnect: Option<i64>,
     pub stop_after_client_disconnect: Option<i64>,
-    pub disconnect: Option<ApiDisconnect>,
+    pub disconnect: Option<DisconnectSpec>,
     pub meta: Option<BTreeMap<String, String>>,
-    pub affinities: Option<Vec<ApiAffinity>>,
-    pub spreads: Option<Vec<ApiSpread>>,
+    pub affinities: Option<Vec<AffinitySpec>>,
+    pub spreads: Option<Vec<SpreadSpec>>,
     pub volumes: Option<Value>,
     pub migrate: Option<Value>,
-    pub networks: Option<Vec<ApiNetwork>>,
+    pub networks: Option<Vec<NetworkSpec>>,
     pub services: Option<Value>,
     pub scaling: Option<Value>,
     pub consul: Option<Value>,
@@ -122,20 +135,20 @@ pub struct ApiTaskGroup {
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, rename_all = "PascalCase")]
 #[allow(missing_docs)]
-pub struct ApiTask {
+pub struct TaskSpec {
     pub name: Option<String>,
     pub driver: Option<String>,
     pub config: Option<BTreeMap<String, Value>>,
-    pub constraints: Option<Vec<ApiConstraint>>,
-    pub resources: Option<ApiResources>,
-    pub restart_policy: Option<ApiRestart>,
+    pub constraints: Option<Vec<ConstraintSpec>>,
+    pub resources: Option<ResourcesSpec>,
+    pub restart_policy: Option<RestartSpec>,
     pub user: Option<String>,
     pub env: Option<BTreeMap<String, String>>,
     pub meta: Option<BTreeMap<String, String>>,
     pub kill_timeout: Option<i64>,
     pub kill_signal: Option<String>,
     pub log_config: Option<Value>,
-    pub affinities: Option<Vec<ApiAffinity>>,
+    pub affinities: Option<Vec<AffinitySpec>>,
     pub services: Option<Value>,
     pub vault: Option<Value>,
     pub templates: Option<Value>,
@@ -151,7 +164,7 @@ pub struct ApiTask {
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 #[allow(missing_docs)]
-pub struct ApiAffinity {
+pub struct AffinitySpec {
     #[serde(rename = "LTarget")]
     pub l_target: Option<String>,
     #[serde(rename = "RTarget")]
@@ -166,17 +179,17 @@ pub struct ApiAffinity {
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, rename_all = "PascalCase")]
 #[allow(missing_docs)]
-pub struct ApiSpread {
+pub struct SpreadSpec {
     pub attribute: Option<String>,
     pub weight: Option<i64>,
-    pub spread_target: Option<Vec<ApiSpreadTarget>>,
+    pub spread_target: Option<Vec<SpreadTargetSpec>>,
 }
 
 /// A spread target (`api.SpreadTarget`).
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, rename_all = "PascalCase")]
 #[allow(missing_docs)]
-pub struct ApiSpreadTarget {
+pub struct SpreadTargetSpec {
     pub value: Option<String>,
     pub percent: Option<i64>,
 }
@@ -185,10 +198,10 @@ pub struct ApiSpreadTarget {
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, rename_all = "PascalCase")]
 #[allow(missing_docs)]
-pub struct ApiNetwork {
+pub struct NetworkSpec {
     pub mode: Option<String>,
-    pub reserved_ports: Option<Vec<ApiPort>>,
-    pub dynamic_ports: Option<Vec<ApiPort>>,
+    pub reserved_ports: Option<Vec<PortSpec>>,
+    pub dynamic_ports: Option<Vec<PortSpec>>,
     #[serde(rename = "MBits")]
     pub mbits: Option<i64>,
 }
@@ -197,7 +210,7 @@ pub struct ApiNetwork {
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, rename_all = "PascalCase")]
 #[allow(missing_docs)]
-pub struct ApiPort {
+pub struct PortSpec {
     pub label: Option<String>,
     pub value: Option<i64>,
     pub to: Option<i64>,
@@ -207,7 +220,7 @@ pub struct ApiPort {
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 #[allow(missing_docs)]
-pub struct ApiResources {
+pub struct ResourcesSpec {
     #[serde(rename = "CPU")]
     pub cpu: Option<i64>,
     #[serde(rename = "MemoryMB")]
@@ -228,7 +241,7 @@ pub struct ApiResources {
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, rename_all = "PascalCase")]
 #[allow(missing_docs)]
-pub struct ApiRestart {
+pub struct RestartSpec {
     pub attempts: Option<i64>,
     pub interval: Option<i64>,
     pub delay: Option<i64>,
@@ -239,7 +252,7 @@ pub struct ApiRestart {
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, rename_all = "PascalCase")]
 #[allow(missing_docs)]
-pub struct ApiReschedule {
+pub struct RescheduleSpec {
     pub attempts: Option<i64>,
     pub interval: Option<i64>,
     pub delay: Option<i64>,
@@ -252,7 +265,7 @@ pub struct ApiReschedule {
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, rename_all = "PascalCase")]
 #[allow(missing_docs)]
-pub struct ApiUpdate {
+pub struct UpdateSpec {
     pub max_parallel: Option<i64>,
 }
 
@@ -260,7 +273,7 @@ pub struct ApiUpdate {
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, rename_all = "PascalCase")]
 #[allow(missing_docs)]
-pub struct ApiEphemeralDisk {
+pub struct EphemeralDiskSpec {
     #[serde(rename = "SizeMB")]
     pub size_mb: Option<i64>,
     pub sticky: Option<bool>,
@@ -271,7 +284,7 @@ pub struct ApiEphemeralDisk {
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, rename_all = "PascalCase")]
 #[allow(missing_docs)]
-pub struct ApiDisconnect {
+pub struct DisconnectSpec {
     pub lost_after: Option<i64>,
     pub stop_on_client_after: Option<i64>,
     pub replace: Option<bool>,
@@ -315,25 +328,25 @@ impl Ignored<'_> {
 }
 
 /// Converts a submitted job (`namespace` from the query wins over the body's).
-pub fn convert_job(api: ApiJob, query_namespace: Option<&str>) -> Result<Converted, ApiError> {
+pub fn convert_job(api: JobSpec, query_namespace: Option<&str>) -> Result<Converted, JobSpecError> {
     let mut warnings = Vec::new();
     let id = api.id.clone().unwrap_or_default();
     if id.is_empty() {
-        return Err(ApiError::BadRequest("Job ID hasn't been provided".to_string()));
+        return Err(JobSpecError("Job ID hasn't been provided".to_string()));
     }
     if let Some(region) = api.region.as_deref().filter(|region| !region.is_empty() && *region != REGION) {
-        return Err(ApiError::BadRequest(format!("No path to region {region:?}: Drover serves only {REGION:?}")));
+        return Err(JobSpecError(format!("No path to region {region:?}: Drover serves only {REGION:?}")));
     }
     let job_type = match api.job_type.as_deref().unwrap_or("service") {
         "" | "service" => JobType::Service,
         "batch" => JobType::Batch,
         "system" => JobType::System,
         "sysbatch" => JobType::Sysbatch,
-        other => return Err(ApiError::BadRequest(format!("Invalid job type {other:?}"))),
+        other => return Err(JobSpecError(format!("Invalid job type {other:?}"))),
     };
     let priority = api.priority.unwrap_or(50);
     let priority = u8::try_from(priority)
-        .map_err(|_| ApiError::BadRequest(format!("job priority must be between 1 and 100 (got {priority})")))?;
+        .map_err(|_| JobSpecError(format!("job priority must be between 1 and 100 (got {priority})")))?;
     let mut ignored = Ignored { warnings: &mut warnings };
     let place = "Job.";
     ignored.check(place, "Multiregion", &api.multiregion);
@@ -353,7 +366,7 @@ pub fn convert_job(api: ApiJob, query_namespace: Option<&str>) -> Result<Convert
     let query_namespace = query_namespace.filter(|namespace| !namespace.is_empty());
     let body_namespace = api.namespace.filter(|namespace| !namespace.is_empty());
     for namespace in query_namespace.iter().copied().chain(body_namespace.as_deref()) {
-        super::query::known_namespace(namespace, false)?;
+        known_namespace(namespace, false)?;
     }
     let namespace = query_namespace
         .map(str::to_string)
@@ -380,12 +393,12 @@ pub fn convert_job(api: ApiJob, query_namespace: Option<&str>) -> Result<Convert
 }
 
 fn convert_group(
-    api: ApiTaskGroup,
+    api: TaskGroupSpec,
     job_type: JobType,
-    job_update: &Option<ApiUpdate>,
-    job_reschedule: &Option<ApiReschedule>,
+    job_update: &Option<UpdateSpec>,
+    job_reschedule: &Option<RescheduleSpec>,
     warnings: &mut Vec<String>,
-) -> Result<TaskGroup, ApiError> {
+) -> Result<TaskGroup, JobSpecError> {
     let name = api.name.unwrap_or_default();
     let place = format!("TaskGroup {name:?}: ");
     let mut ignored = Ignored { warnings };
@@ -404,7 +417,7 @@ fn convert_group(
         ignored.check(&place, "EphemeralDisk.Migrate", &disk.migrate.map(Value::Bool));
     }
     let count = api.count.unwrap_or(1);
-    let count = u32::try_from(count).map_err(|_| ApiError::BadRequest(format!("{place}Count {count} is invalid")))?;
+    let count = u32::try_from(count).map_err(|_| JobSpecError(format!("{place}Count {count} is invalid")))?;
     let disk_mb = api.ephemeral_disk.as_ref().and_then(|disk| disk.size_mb).unwrap_or(DEFAULT_DISK_MB as i64);
     let restart = restart_policy(api.restart_policy.as_ref(), job_type)?;
     let mut tasks = Vec::new();
@@ -438,7 +451,12 @@ fn convert_group(
     })
 }
 
-fn convert_task(api: ApiTask, disk_mb: u64, group_place: &str, warnings: &mut Vec<String>) -> Result<Task, ApiError> {
+fn convert_task(
+    api: TaskSpec,
+    disk_mb: u64,
+    group_place: &str,
+    warnings: &mut Vec<String>,
+) -> Result<Task, JobSpecError> {
     let name = api.name.unwrap_or_default();
     let place = format!("{group_place}Task {name:?}: ");
     let mut ignored = Ignored { warnings };
@@ -452,7 +470,7 @@ fn convert_task(api: ApiTask, disk_mb: u64, group_place: &str, warnings: &mut Ve
         ("DispatchPayload", &api.dispatch_payload),
         ("ScalingPolicies", &api.scaling_policies),
         ("Leader", &api.leader.map(Value::Bool)),
-        ("RestartPolicy", &api.restart_policy.as_ref().map(|_| json!({"set": true}))),
+        ("RestartPolicy", &api.restart_policy.as_ref().map(|_| Value::Bool(true))),
     ] {
         ignored.check(&place, field, value);
     }
@@ -471,8 +489,8 @@ fn convert_task(api: ApiTask, disk_mb: u64, group_place: &str, warnings: &mut Ve
         if value.is_null() {
             continue;
         }
-        let value = ConfigValue::deserialize(value)
-            .map_err(|error| ApiError::BadRequest(format!("{place}Config.{key}: {error}")))?;
+        let value =
+            ConfigValue::deserialize(value).map_err(|error| JobSpecError(format!("{place}Config.{key}: {error}")))?;
         config.insert(key, value);
     }
     let mut task = Task::new(&name, &api.driver.unwrap_or_default(), Resources::new(cpu, memory, disk_mb));
@@ -486,11 +504,11 @@ fn convert_task(api: ApiTask, disk_mb: u64, group_place: &str, warnings: &mut Ve
         task.kill_timeout = nanos(timeout)?;
     }
     if let Some(logs) = api.log_config.filter(|logs| !logs.is_null()) {
-        let field = |name: &str, default: u32| -> Result<u32, ApiError> {
+        let field = |name: &str, default: u32| -> Result<u32, JobSpecError> {
             match logs.get(name) {
                 None | Some(Value::Null) => Ok(default),
                 Some(value) => value.as_u64().and_then(|n| u32::try_from(n).ok()).ok_or_else(|| {
-                    ApiError::BadRequest(format!("{place}LogConfig.{name} must be a whole number (got {value})"))
+                    JobSpecError(format!("{place}LogConfig.{name} must be a whole number (got {value})"))
                 }),
             }
         };
@@ -502,19 +520,19 @@ fn convert_task(api: ApiTask, disk_mb: u64, group_place: &str, warnings: &mut Ve
     Ok(task)
 }
 
-fn non_negative(value: i64, place: &str, field: &str) -> Result<u64, ApiError> {
-    u64::try_from(value).map_err(|_| ApiError::BadRequest(format!("{place}{field} must not be negative (got {value})")))
+fn non_negative(value: i64, place: &str, field: &str) -> Result<u64, JobSpecError> {
+    u64::try_from(value).map_err(|_| JobSpecError(format!("{place}{field} must not be negative (got {value})")))
 }
 
 /// Integer nanoseconds, as Nomad's JSON carries durations.
-fn nanos(value: i64) -> Result<Duration, ApiError> {
+fn nanos(value: i64) -> Result<Duration, JobSpecError> {
     u64::try_from(value)
         .map(Duration::from_nanos)
-        .map_err(|_| ApiError::BadRequest(format!("a duration must not be negative (got {value} ns)")))
+        .map_err(|_| JobSpecError(format!("a duration must not be negative (got {value} ns)")))
 }
 
 /// A constraint or affinity operand by Nomad's name.
-fn operand(text: &str, level: &str, what: &str) -> Result<ConstraintOperand, ApiError> {
+fn operand(text: &str, level: &str, what: &str) -> Result<ConstraintOperand, JobSpecError> {
     Ok(match text {
         "=" | "==" | "is" => ConstraintOperand::Equal,
         "!=" | "not" => ConstraintOperand::NotEqual,
@@ -528,14 +546,12 @@ fn operand(text: &str, level: &str, what: &str) -> Result<ConstraintOperand, Api
         "is_not_set" => ConstraintOperand::IsNotSet,
         "distinct_hosts" => ConstraintOperand::DistinctHosts,
         "distinct_property" => ConstraintOperand::DistinctProperty,
-        "" => return Err(ApiError::BadRequest(format!("{level} {what}: Missing {what} operand"))),
-        other => {
-            return Err(ApiError::BadRequest(format!("{level} {what}: operand {other:?} is not supported by Drover")))
-        }
+        "" => return Err(JobSpecError(format!("{level} {what}: Missing {what} operand"))),
+        other => return Err(JobSpecError(format!("{level} {what}: operand {other:?} is not supported by Drover"))),
     })
 }
 
-fn convert_constraints(constraints: Vec<ApiConstraint>, level: &str) -> Result<Vec<Constraint>, ApiError> {
+fn convert_constraints(constraints: Vec<ConstraintSpec>, level: &str) -> Result<Vec<Constraint>, JobSpecError> {
     constraints
         .into_iter()
         .map(|constraint| {
@@ -548,7 +564,7 @@ fn convert_constraints(constraints: Vec<ApiConstraint>, level: &str) -> Result<V
         .collect()
 }
 
-fn convert_affinities(affinities: Vec<ApiAffinity>, level: &str) -> Result<Vec<Affinity>, ApiError> {
+fn convert_affinities(affinities: Vec<AffinitySpec>, level: &str) -> Result<Vec<Affinity>, JobSpecError> {
     affinities
         .into_iter()
         .map(|affinity| {
@@ -558,16 +574,15 @@ fn convert_affinities(affinities: Vec<ApiAffinity>, level: &str) -> Result<Vec<A
                 l_target: affinity.l_target.unwrap_or_default(),
                 r_target: affinity.r_target.unwrap_or_default(),
                 weight: i8::try_from(weight)
-                    .map_err(|_| ApiError::BadRequest(format!("{level} affinity: weight {weight} is out of range")))?,
+                    .map_err(|_| JobSpecError(format!("{level} affinity: weight {weight} is out of range")))?,
             })
         })
         .collect()
 }
 
-fn convert_spreads(spreads: Vec<ApiSpread>, level: &str) -> Result<Vec<Spread>, ApiError> {
+fn convert_spreads(spreads: Vec<SpreadSpec>, level: &str) -> Result<Vec<Spread>, JobSpecError> {
     let percent = |value: i64| {
-        u8::try_from(value)
-            .map_err(|_| ApiError::BadRequest(format!("{level} spread: percent {value} is out of range")))
+        u8::try_from(value).map_err(|_| JobSpecError(format!("{level} spread: percent {value} is out of range")))
     };
     spreads
         .into_iter()
@@ -583,27 +598,26 @@ fn convert_spreads(spreads: Vec<ApiSpread>, level: &str) -> Result<Vec<Spread>, 
                         percent: percent(target.percent.unwrap_or(0))?,
                     })
                 })
-                .collect::<Result<_, ApiError>>()?;
+                .collect::<Result<_, JobSpecError>>()?;
             Ok(Spread {
                 attribute: spread.attribute.unwrap_or_default(),
                 weight: u8::try_from(weight)
-                    .map_err(|_| ApiError::BadRequest(format!("{level} spread: weight {weight} is out of range")))?,
+                    .map_err(|_| JobSpecError(format!("{level} spread: weight {weight} is out of range")))?,
                 targets,
             })
         })
         .collect()
 }
 
-fn convert_networks(networks: Vec<ApiNetwork>, place: &str) -> Result<Vec<NetworkResource>, ApiError> {
-    let ports = |ports: Option<Vec<ApiPort>>| -> Result<Vec<Port>, ApiError> {
+fn convert_networks(networks: Vec<NetworkSpec>, place: &str) -> Result<Vec<NetworkResource>, JobSpecError> {
+    let ports = |ports: Option<Vec<PortSpec>>| -> Result<Vec<Port>, JobSpecError> {
         ports
             .unwrap_or_default()
             .into_iter()
             .map(|port| {
                 let number = |value: Option<i64>, field: &str| {
-                    u16::try_from(value.unwrap_or(0)).map_err(|_| {
-                        ApiError::BadRequest(format!("{place}port {field} {value:?} is not a port number"))
-                    })
+                    u16::try_from(value.unwrap_or(0))
+                        .map_err(|_| JobSpecError(format!("{place}port {field} {value:?} is not a port number")))
                 };
                 Ok(Port {
                     label: Arc::from(port.label.unwrap_or_default().as_str()),
@@ -617,7 +631,7 @@ fn convert_networks(networks: Vec<ApiNetwork>, place: &str) -> Result<Vec<Networ
         .into_iter()
         .map(|network| {
             if network.mode.as_deref().is_some_and(|mode| !mode.is_empty() && mode != "host") {
-                return Err(ApiError::BadRequest(format!(
+                return Err(JobSpecError(format!(
                     "{place}network mode {:?} is not supported by Drover (host only)",
                     network.mode.unwrap_or_default()
                 )));
@@ -631,7 +645,7 @@ fn convert_networks(networks: Vec<ApiNetwork>, place: &str) -> Result<Vec<Networ
 }
 
 /// The group's restart policy: the user's fields over the job type's defaults.
-fn restart_policy(api: Option<&ApiRestart>, job_type: JobType) -> Result<RestartPolicy, ApiError> {
+fn restart_policy(api: Option<&RestartSpec>, job_type: JobType) -> Result<RestartPolicy, JobSpecError> {
     let mut policy = RestartPolicy::default();
     if job_type.is_batch_like() {
         policy.attempts = 3;
@@ -640,7 +654,7 @@ fn restart_policy(api: Option<&ApiRestart>, job_type: JobType) -> Result<Restart
     let Some(api) = api else { return Ok(policy) };
     if let Some(attempts) = api.attempts {
         policy.attempts = u32::try_from(attempts)
-            .map_err(|_| ApiError::BadRequest(format!("RestartPolicy.Attempts {attempts} is invalid")))?;
+            .map_err(|_| JobSpecError(format!("RestartPolicy.Attempts {attempts} is invalid")))?;
     }
     if let Some(interval) = api.interval {
         policy.interval = nanos(interval)?;
@@ -652,18 +666,21 @@ fn restart_policy(api: Option<&ApiRestart>, job_type: JobType) -> Result<Restart
         None | Some("") => policy.mode,
         Some("fail") => RestartMode::Fail,
         Some("delay") => RestartMode::Delay,
-        Some(other) => return Err(ApiError::BadRequest(format!("RestartPolicy.Mode {other:?} is not fail or delay"))),
+        Some(other) => return Err(JobSpecError(format!("RestartPolicy.Mode {other:?} is not fail or delay"))),
     };
     Ok(policy)
 }
 
 /// The group's reschedule policy: the user's fields over the type's defaults.
-fn reschedule_policy(api: Option<&ApiReschedule>, job_type: JobType) -> Result<Option<ReschedulePolicy>, ApiError> {
+fn reschedule_policy(
+    api: Option<&RescheduleSpec>,
+    job_type: JobType,
+) -> Result<Option<ReschedulePolicy>, JobSpecError> {
     let Some(api) = api else { return Ok(None) };
     let Some(mut policy) = ReschedulePolicy::default_for(job_type) else { return Ok(None) };
     if let Some(attempts) = api.attempts {
         policy.attempts = u32::try_from(attempts)
-            .map_err(|_| ApiError::BadRequest(format!("ReschedulePolicy.Attempts {attempts} is invalid")))?;
+            .map_err(|_| JobSpecError(format!("ReschedulePolicy.Attempts {attempts} is invalid")))?;
     }
     if let Some(interval) = api.interval {
         policy.interval = nanos(interval)?;
@@ -682,9 +699,7 @@ fn reschedule_policy(api: Option<&ApiReschedule>, job_type: JobType) -> Result<O
         Some("constant") => DelayFunction::Constant,
         Some("exponential") => DelayFunction::Exponential,
         Some("fibonacci") => DelayFunction::Fibonacci,
-        Some(other) => {
-            return Err(ApiError::BadRequest(format!("ReschedulePolicy.DelayFunction {other:?} is not known")))
-        }
+        Some(other) => return Err(JobSpecError(format!("ReschedulePolicy.DelayFunction {other:?} is not known"))),
     };
     Ok(Some(policy))
 }
@@ -703,7 +718,7 @@ mod tests {
                 "KillTimeout": null, "Env": null}],
               "Networks": [{"DynamicPorts": [{"Label": "db", "Value": 0}]}], "NewerNomadField": {"x": 1}}],
             "Dispatched": false, "NodePool": "default"}, "Region": "", "Namespace": "", "SecretID": ""});
-        let request: RegisterRequest = serde_json::from_value(body).expect("lenient");
+        let request: JobRegisterRequest = serde_json::from_value(body).expect("lenient");
         let Converted { job, warnings } = convert_job(request.job.expect("job"), None).expect("converts");
         assert_eq!((job.job_type, job.priority, &*job.namespace), (JobType::Service, 50, "default"));
         let group = &job.task_groups[0];

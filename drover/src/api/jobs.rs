@@ -1,0 +1,528 @@
+//! Jobs as the server answers them (Nomad's `api/jobs.go`, `api/tasks.go`):
+//! the job with its groups and tasks, its list stub and summary, its scale
+//! status, and the answers to job writes. What a client submits is read by
+//! `job_spec.rs`, leniently, into the engine's job.
+//!
+//! Fields Drover does not implement are still sent, with the value Nomad
+//! sends for "unset" (`null`, `false`, `""`, `0`), because Nomad's clients
+//! dereference them; they are typed `Option<Value>` when Drover never fills
+//! them.
+
+use std::collections::BTreeMap;
+
+use engine::structs::ConfigValue;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::format::nanos;
+use super::resources::{NetworkResource, Resources};
+use super::{word, WriteMeta};
+
+/// A job (`GET /v1/job/:id`, and `Allocation.Job`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+#[allow(missing_docs)]
+pub struct Job {
+    pub stop: bool,
+    pub region: String,
+    pub namespace: String,
+    #[serde(rename = "ID")]
+    pub id: String,
+    #[serde(rename = "ParentID")]
+    pub parent_id: String,
+    pub name: String,
+    #[serde(rename = "Type")]
+    pub job_type: String,
+    pub priority: u64,
+    pub all_at_once: bool,
+    pub datacenters: Vec<String>,
+    pub constraints: Vec<Constraint>,
+    /// `null` when there are none.
+    pub affinities: Option<Vec<Affinity>>,
+    /// `null` when there are none.
+    pub spreads: Option<Vec<Spread>>,
+    pub task_groups: Vec<TaskGroup>,
+    /// The job's update block: always `{"Stagger": 0, "MaxParallel": 0}`
+    /// (Drover keeps `MaxParallel` per group).
+    pub update: Option<UpdateStrategy>,
+    pub multiregion: Option<Value>,
+    pub periodic: Option<Value>,
+    pub parameterized_job: Option<Value>,
+    pub dispatched: bool,
+    pub payload: Option<Value>,
+    pub meta: Option<BTreeMap<String, String>>,
+    pub consul_token: String,
+    pub vault_token: String,
+    pub vault_namespace: String,
+    #[serde(rename = "NomadTokenID")]
+    pub nomad_token_id: String,
+    /// `pending`, `running` or `dead`.
+    pub status: String,
+    pub status_description: String,
+    pub stable: bool,
+    pub version: u64,
+    /// When this version was submitted, Unix nanoseconds.
+    pub submit_time: u64,
+    pub create_index: u64,
+    pub modify_index: u64,
+    pub job_modify_index: u64,
+}
+
+/// A task group (`TaskGroup`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+#[allow(missing_docs)]
+pub struct TaskGroup {
+    pub name: String,
+    pub count: u64,
+    /// `{"MaxParallel": n}`, or `null` without an update block.
+    pub update: Option<UpdateStrategy>,
+    pub migrate: Option<Value>,
+    pub constraints: Vec<Constraint>,
+    pub scaling: Option<Value>,
+    pub restart_policy: RestartPolicy,
+    pub tasks: Vec<Task>,
+    pub ephemeral_disk: EphemeralDisk,
+    pub meta: Option<BTreeMap<String, String>>,
+    /// `null` for system and sysbatch jobs.
+    pub reschedule_policy: Option<ReschedulePolicy>,
+    /// `null` when there are none.
+    pub affinities: Option<Vec<Affinity>>,
+    /// `null` when there are none.
+    pub spreads: Option<Vec<Spread>>,
+    /// `null` when there are none.
+    pub networks: Option<Vec<NetworkResource>>,
+    pub services: Option<Value>,
+    pub volumes: Option<Value>,
+    /// Nanoseconds; always `null`.
+    pub shutdown_delay: Option<u64>,
+    /// Nanoseconds.
+    pub stop_after_client_disconnect: Option<u64>,
+    /// Nanoseconds.
+    pub max_client_disconnect: Option<u64>,
+    /// Nomad 1.8's form of `MaxClientDisconnect`, present with it.
+    pub disconnect: Option<DisconnectStrategy>,
+}
+
+/// A task (`Task`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+#[allow(missing_docs)]
+pub struct Task {
+    pub name: String,
+    pub driver: String,
+    pub user: String,
+    /// The driver's config, as plain JSON values.
+    pub config: BTreeMap<String, ConfigValue>,
+    pub env: BTreeMap<String, String>,
+    pub services: Option<Value>,
+    pub vault: Option<Value>,
+    pub templates: Option<Value>,
+    pub constraints: Vec<Constraint>,
+    /// `null` when there are none.
+    pub affinities: Option<Vec<Affinity>>,
+    pub resources: Resources,
+    /// The group's policy (Drover has one per group).
+    pub restart_policy: RestartPolicy,
+    pub dispatch_payload: Option<Value>,
+    pub lifecycle: Option<Value>,
+    pub meta: Option<BTreeMap<String, String>>,
+    /// Nanoseconds.
+    pub kill_timeout: u64,
+    pub log_config: LogConfig,
+    pub artifacts: Option<Value>,
+    pub leader: bool,
+    /// Nanoseconds.
+    pub shutdown_delay: u64,
+    pub volume_mounts: Option<Value>,
+    pub scaling_policies: Option<Value>,
+    /// `""`: the task's default, SIGINT.
+    pub kill_signal: String,
+    pub kind: String,
+}
+
+/// A constraint (`Constraint`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+#[allow(missing_docs)]
+pub struct Constraint {
+    #[serde(rename = "LTarget")]
+    pub l_target: String,
+    #[serde(rename = "RTarget")]
+    pub r_target: String,
+    #[serde(rename = "Operand")]
+    pub operand: String,
+}
+
+impl From<&engine::structs::Constraint> for Constraint {
+    fn from(constraint: &engine::structs::Constraint) -> Self {
+        Constraint {
+            l_target: constraint.l_target.clone(),
+            r_target: constraint.r_target.clone(),
+            operand: word(constraint.operand),
+        }
+    }
+}
+
+/// An affinity (`Affinity`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+#[allow(missing_docs)]
+pub struct Affinity {
+    #[serde(rename = "LTarget")]
+    pub l_target: String,
+    #[serde(rename = "RTarget")]
+    pub r_target: String,
+    #[serde(rename = "Operand")]
+    pub operand: String,
+    #[serde(rename = "Weight")]
+    pub weight: i64,
+}
+
+impl From<&engine::structs::Affinity> for Affinity {
+    fn from(affinity: &engine::structs::Affinity) -> Self {
+        Affinity {
+            l_target: affinity.l_target.clone(),
+            r_target: affinity.r_target.clone(),
+            operand: word(affinity.operand),
+            weight: i64::from(affinity.weight),
+        }
+    }
+}
+
+/// A spread (`Spread`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+#[allow(missing_docs)]
+pub struct Spread {
+    pub attribute: String,
+    pub weight: i64,
+    pub spread_target: Vec<SpreadTarget>,
+}
+
+/// One value a spread aims at (`SpreadTarget`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+#[allow(missing_docs)]
+pub struct SpreadTarget {
+    pub value: String,
+    pub percent: u64,
+}
+
+impl From<&engine::structs::Spread> for Spread {
+    fn from(spread: &engine::structs::Spread) -> Self {
+        Spread {
+            attribute: spread.attribute.clone(),
+            weight: i64::from(spread.weight),
+            spread_target: spread
+                .targets
+                .iter()
+                .map(|target| SpreadTarget { value: target.value.clone(), percent: u64::from(target.percent) })
+                .collect(),
+        }
+    }
+}
+
+/// `None` for an empty list, as Nomad answers unset lists.
+pub fn none_if_empty<T, U: for<'a> From<&'a T>>(list: &[T]) -> Option<Vec<U>> {
+    (!list.is_empty()).then(|| list.iter().map(U::from).collect())
+}
+
+/// `RestartPolicy`: durations in nanoseconds.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+#[allow(missing_docs)]
+pub struct RestartPolicy {
+    pub attempts: u64,
+    pub interval: u64,
+    pub delay: u64,
+    /// `fail` or `delay`.
+    pub mode: String,
+}
+
+impl From<&engine::structs::RestartPolicy> for RestartPolicy {
+    fn from(policy: &engine::structs::RestartPolicy) -> Self {
+        RestartPolicy {
+            attempts: u64::from(policy.attempts),
+            interval: nanos(policy.interval),
+            delay: nanos(policy.delay),
+            mode: word(policy.mode),
+        }
+    }
+}
+
+/// `ReschedulePolicy`: durations in nanoseconds.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+#[allow(missing_docs)]
+pub struct ReschedulePolicy {
+    pub attempts: u64,
+    pub interval: u64,
+    pub delay: u64,
+    /// `constant`, `exponential` or `fibonacci`.
+    pub delay_function: String,
+    pub max_delay: u64,
+    pub unlimited: bool,
+}
+
+impl From<&engine::structs::ReschedulePolicy> for ReschedulePolicy {
+    fn from(policy: &engine::structs::ReschedulePolicy) -> Self {
+        ReschedulePolicy {
+            attempts: u64::from(policy.attempts),
+            interval: nanos(policy.interval),
+            delay: nanos(policy.delay),
+            delay_function: word(policy.delay_function),
+            max_delay: nanos(policy.max_delay),
+            unlimited: policy.unlimited,
+        }
+    }
+}
+
+/// `UpdateStrategy`: the job's carries `Stagger`, a group's only
+/// `MaxParallel`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+#[allow(missing_docs)]
+pub struct UpdateStrategy {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stagger: Option<u64>,
+    pub max_parallel: u64,
+}
+
+/// `EphemeralDisk`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+#[allow(missing_docs)]
+pub struct EphemeralDisk {
+    pub sticky: bool,
+    pub migrate: bool,
+    #[serde(rename = "SizeMB")]
+    pub size_mb: u64,
+}
+
+/// `LogConfig`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+#[allow(missing_docs)]
+pub struct LogConfig {
+    #[serde(rename = "MaxFiles")]
+    pub max_files: u32,
+    #[serde(rename = "MaxFileSizeMB")]
+    pub max_file_size_mb: u32,
+}
+
+/// Nomad 1.8's `Disconnect` block; durations in nanoseconds.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+#[allow(missing_docs)]
+pub struct DisconnectStrategy {
+    pub lost_after: u64,
+    pub replace: bool,
+    /// Always `best_score`.
+    pub reconcile: String,
+    /// Always `null`.
+    pub stop_on_client_after: Option<u64>,
+}
+
+impl Task {
+    /// The task as the server answers it, with its group's restart policy.
+    pub fn new(task: &engine::structs::Task, restart_policy: RestartPolicy) -> Task {
+        Task {
+            name: task.name.clone(),
+            driver: task.driver.clone(),
+            user: task.user.clone().unwrap_or_default(),
+            config: task.config.clone(),
+            env: task.env.clone(),
+            constraints: task.constraints.iter().map(Constraint::from).collect(),
+            affinities: none_if_empty(&task.affinities),
+            resources: Resources::from(task.resources),
+            restart_policy,
+            kill_timeout: nanos(task.kill_timeout),
+            log_config: LogConfig { max_files: task.logs.max_files, max_file_size_mb: task.logs.max_file_size_mb },
+            kill_signal: task.kill_signal.clone().unwrap_or_default(),
+            ..Task::default()
+        }
+    }
+}
+
+impl TaskGroup {
+    /// The group as the server answers it; `reschedule_policy` is the
+    /// job's effective one for it (`Job::reschedule_policy`).
+    pub fn new(
+        group: &engine::structs::TaskGroup,
+        reschedule_policy: Option<&engine::structs::ReschedulePolicy>,
+    ) -> TaskGroup {
+        let restart_policy = RestartPolicy::from(&group.restart_policy);
+        TaskGroup {
+            name: group.name.clone(),
+            count: u64::from(group.count),
+            update: group
+                .update
+                .as_ref()
+                .map(|update| UpdateStrategy { stagger: None, max_parallel: u64::from(update.max_parallel) }),
+            constraints: group.constraints.iter().map(Constraint::from).collect(),
+            tasks: group.tasks.iter().map(|task| Task::new(task, restart_policy.clone())).collect(),
+            restart_policy,
+            ephemeral_disk: EphemeralDisk {
+                size_mb: group.tasks.iter().map(|task| task.resources.disk_mb).sum(),
+                ..EphemeralDisk::default()
+            },
+            reschedule_policy: reschedule_policy.map(ReschedulePolicy::from),
+            affinities: none_if_empty(&group.affinities),
+            spreads: none_if_empty(&group.spreads),
+            networks: none_if_empty(&group.networks),
+            stop_after_client_disconnect: group.stop_after_client_disconnect.map(nanos),
+            max_client_disconnect: group.max_client_disconnect.map(nanos),
+            disconnect: group.max_client_disconnect.map(|lost_after| DisconnectStrategy {
+                lost_after: nanos(lost_after),
+                replace: group.replace_on_disconnect,
+                reconcile: "best_score".to_string(),
+                stop_on_client_after: None,
+            }),
+            ..TaskGroup::default()
+        }
+    }
+}
+
+/// A job in `GET /v1/jobs` (`JobListStub`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+#[allow(missing_docs)]
+pub struct JobListStub {
+    #[serde(rename = "ID")]
+    pub id: String,
+    #[serde(rename = "ParentID")]
+    pub parent_id: String,
+    pub name: String,
+    pub namespace: String,
+    pub datacenters: Vec<String>,
+    pub multiregion: Option<Value>,
+    #[serde(rename = "Type")]
+    pub job_type: String,
+    pub priority: u64,
+    pub periodic: bool,
+    pub parameterized_job: bool,
+    pub stop: bool,
+    pub status: String,
+    pub status_description: String,
+    pub job_summary: JobSummary,
+    pub create_index: u64,
+    pub modify_index: u64,
+    pub job_modify_index: u64,
+    /// Unix nanoseconds.
+    pub submit_time: u64,
+}
+
+/// `GET /v1/job/:id/summary`, and in every list stub (`JobSummary`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+#[allow(missing_docs)]
+pub struct JobSummary {
+    #[serde(rename = "JobID")]
+    pub job_id: String,
+    pub namespace: String,
+    /// Per task group.
+    pub summary: BTreeMap<String, TaskGroupSummary>,
+    pub children: JobChildrenSummary,
+    pub create_index: u64,
+    pub modify_index: u64,
+}
+
+/// One group's allocations by status (`TaskGroupSummary`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+#[allow(missing_docs)]
+pub struct TaskGroupSummary {
+    pub queued: u64,
+    pub complete: u64,
+    pub failed: u64,
+    pub running: u64,
+    pub starting: u64,
+    pub lost: u64,
+    pub unknown: u64,
+}
+
+/// A parent job's children (`JobChildrenSummary`): Drover's jobs have none.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+#[allow(missing_docs)]
+pub struct JobChildrenSummary {
+    pub pending: u64,
+    pub running: u64,
+    pub dead: u64,
+}
+
+/// `GET /v1/job/:id/scale` (`JobScaleStatusResponse`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+#[allow(missing_docs)]
+pub struct JobScaleStatusResponse {
+    #[serde(rename = "JobID")]
+    pub job_id: String,
+    pub namespace: String,
+    pub job_create_index: u64,
+    pub job_modify_index: u64,
+    pub job_stopped: bool,
+    pub task_groups: BTreeMap<String, TaskGroupScaleStatus>,
+}
+
+/// One group's scale status (`TaskGroupScaleStatus`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+#[allow(missing_docs)]
+pub struct TaskGroupScaleStatus {
+    pub desired: u64,
+    pub placed: u64,
+    pub running: u64,
+    pub healthy: u64,
+    pub unhealthy: u64,
+    /// Always `null`: Drover records no scaling events.
+    pub events: Option<Value>,
+}
+
+/// `PUT /v1/job/:id/scale` body (`ScalingRequest`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+pub struct ScalingRequest {
+    /// The group's new count.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub count: Option<i64>,
+    /// `{"Group": name}`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target: Option<BTreeMap<String, String>>,
+    /// Why, for the log.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// The answer to a job register, scale or evaluate (`JobRegisterResponse`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+#[allow(missing_docs)]
+pub struct JobRegisterResponse {
+    #[serde(rename = "EvalID")]
+    pub eval_id: String,
+    pub eval_create_index: u64,
+    pub job_modify_index: u64,
+    /// The fields Drover ignored, one per line.
+    pub warnings: String,
+    #[serde(flatten)]
+    pub meta: WriteMeta,
+}
+
+/// The answer to a job stop (`JobDeregisterResponse`); `EvalID` is empty
+/// when there was no such job.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+#[allow(missing_docs)]
+pub struct JobDeregisterResponse {
+    #[serde(rename = "EvalID")]
+    pub eval_id: String,
+    pub eval_create_index: u64,
+    pub job_modify_index: u64,
+    #[serde(rename = "VolumeEvalID")]
+    pub volume_eval_id: String,
+    pub volume_eval_index: u64,
+    #[serde(flatten)]
+    pub meta: WriteMeta,
+}
