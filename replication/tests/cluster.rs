@@ -82,8 +82,9 @@ fn three_servers(runtime: &tokio::runtime::Runtime) -> Vec<Member> {
             join: addrs.clone(),
         };
         let dir = tempfile::tempdir().expect("a temp dir");
-        let durable = Durable::open_cluster(&DataDir::new(dir.path()), &DurableConfig::default(), fatal_handler(), setup)
-            .expect("opens");
+        let durable =
+            Durable::open_cluster(&DataDir::new(dir.path()), &DurableConfig::default(), fatal_handler(), setup)
+                .expect("opens");
         let durable = Arc::new(durable);
         let _ = handler.0.set(durable.clone());
         members.push(Member { durable, node, peers, _dir: dir });
