@@ -19,16 +19,16 @@
 //! leadership it stops them at once, leaving the store to raft.
 
 use std::collections::BTreeMap;
-use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::Duration;
 
+use openraft::error::{ChangeMembershipError, ClientWriteError, Fatal, RaftError};
 use openraft::{ChangeMembers, Raft, ServerState};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use transport::peer::Peers;
 
-use crate::network::kinds;
+use crate::network::{kinds, resolve, ServeError};
 use crate::types::{ServerNode, TypeConfig};
 
 /// How long a hello or a join may take.
@@ -37,13 +37,6 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 const HELLO_EVERY: Duration = Duration::from_millis(500);
 /// How long adding a server waits for it to catch up as a learner.
 const JOIN_TIMEOUT: Duration = Duration::from_secs(120);
-
-/// The first address `addr` (`host:port`) resolves to.
-pub fn resolve(addr: &str) -> std::io::Result<SocketAddr> {
-    addr.to_socket_addrs()?
-        .next()
-        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, format!("{addr} resolves to no address")))
-}
 
 /// What a server says in a hello, and answers to one.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -110,25 +103,27 @@ impl Membership {
 
 /// Answers another server's hello (`kinds::HELLO`): learns of it and of
 /// those it knows, says who this server is.
-pub fn answer_hello(membership: &Membership, raft: &Raft<TypeConfig>, request: &[u8]) -> Result<Vec<u8>, String> {
-    let theirs: Hello = postcard::from_bytes(request).map_err(|error| format!("a malformed hello: {error}"))?;
+pub fn answer_hello(membership: &Membership, raft: &Raft<TypeConfig>, request: &[u8]) -> Result<Vec<u8>, ServeError> {
+    const WHAT: &str = "hello";
+    let theirs: Hello = postcard::from_bytes(request).map_err(|source| ServeError::Malformed { what: WHAT, source })?;
     if !theirs.initialized {
         membership.learn(theirs.known.into_iter().chain([(theirs.id, theirs.node)]));
     }
-    postcard::to_allocvec(&membership.hello(raft)).map_err(|error| error.to_string())
+    postcard::to_allocvec(&membership.hello(raft)).map_err(|source| ServeError::Encode { what: WHAT, source })
 }
 
 /// Answers a server's request to join (`kinds::JOIN`): the leader adds it
 /// as a learner, waits until it has caught up, then makes it a voter.
-pub async fn answer_join(raft: &Raft<TypeConfig>, request: &[u8]) -> Result<Vec<u8>, String> {
+pub async fn answer_join(raft: &Raft<TypeConfig>, request: &[u8]) -> Result<Vec<u8>, ServeError> {
+    const WHAT: &str = "join";
     let (id, node): (u64, ServerNode) =
-        postcard::from_bytes(request).map_err(|error| format!("a malformed join: {error}"))?;
+        postcard::from_bytes(request).map_err(|source| ServeError::Malformed { what: WHAT, source })?;
     let answer = match add_voter(raft, id, node).await {
         Ok(()) => JoinAnswer::Joined,
         Err(AddError::NotLeader(leader)) => JoinAnswer::NotLeader(leader),
-        Err(AddError::Failed(why)) => return Err(why),
+        Err(error) => return Err(ServeError::Failed { what: WHAT, source: Box::new(error) }),
     };
-    postcard::to_allocvec(&answer).map_err(|error| error.to_string())
+    postcard::to_allocvec(&answer).map_err(|source| ServeError::Encode { what: WHAT, source })
 }
 
 /// Why a membership change was not made.
@@ -137,19 +132,30 @@ pub enum AddError {
     /// This server does not lead; the leader it knows.
     #[error("this server is not the leader")]
     NotLeader(Option<ServerNode>),
-    /// raft refused or failed.
-    #[error("{0}")]
-    Failed(String),
+    /// The server to remove is not a member of the cluster.
+    #[error("server {0} is not a member")]
+    NotMember(u64),
+    /// The server being added did not catch up as a learner in time.
+    #[error("server {id} did not catch up within {after:?}")]
+    CatchUp {
+        /// The server being added.
+        id: u64,
+        /// How long it was given.
+        after: Duration,
+    },
+    /// raft refused the change (another one is in progress, say).
+    #[error("raft refused the change: {0}")]
+    Refused(Box<ChangeMembershipError<u64>>),
+    /// raft has stopped on this server.
+    #[error("raft has stopped on this server: {0}")]
+    Stopped(Box<Fatal<u64>>),
 }
 
-fn change_error(
-    error: openraft::error::RaftError<u64, openraft::error::ClientWriteError<u64, ServerNode>>,
-) -> AddError {
+fn change_error(error: RaftError<u64, ClientWriteError<u64, ServerNode>>) -> AddError {
     match error {
-        openraft::error::RaftError::APIError(openraft::error::ClientWriteError::ForwardToLeader(forward)) => {
-            AddError::NotLeader(forward.leader_node)
-        }
-        other => AddError::Failed(other.to_string()),
+        RaftError::APIError(ClientWriteError::ForwardToLeader(forward)) => AddError::NotLeader(forward.leader_node),
+        RaftError::APIError(ClientWriteError::ChangeMembershipError(refused)) => AddError::Refused(Box::new(refused)),
+        RaftError::Fatal(fatal) => AddError::Stopped(Box::new(fatal)),
     }
 }
 
@@ -163,7 +169,7 @@ pub async fn add_voter(raft: &Raft<TypeConfig>, id: u64, node: ServerNode) -> Re
     match added {
         Ok(Ok(_)) => {}
         Ok(Err(error)) => return Err(change_error(error)),
-        Err(_) => return Err(AddError::Failed(format!("server {id} did not catch up within {JOIN_TIMEOUT:?}"))),
+        Err(_) => return Err(AddError::CatchUp { id, after: JOIN_TIMEOUT }),
     }
     raft.change_membership(ChangeMembers::AddVoterIds([id].into()), false).await.map(|_| ()).map_err(change_error)
 }
@@ -172,7 +178,7 @@ pub async fn add_voter(raft: &Raft<TypeConfig>, id: u64, node: ServerNode) -> Re
 pub async fn remove_peer(raft: &Raft<TypeConfig>, id: u64) -> Result<(), AddError> {
     let membership = raft.metrics().borrow().membership_config.clone();
     if !membership.nodes().any(|(member, _)| *member == id) {
-        return Err(AddError::Failed(format!("server {id} is not a member")));
+        return Err(AddError::NotMember(id));
     }
     let voters = membership.voter_ids().filter(|voter| *voter == id).collect();
     raft.change_membership(ChangeMembers::RemoveVoters(voters), false).await.map_err(change_error)?;
@@ -257,8 +263,7 @@ pub async fn watch_leadership(raft: Raft<TypeConfig>, id: u64, on_change: Arc<dy
     loop {
         let now_leading = {
             let now = metrics.borrow_and_update();
-            let failed =
-                now.running_state.as_ref().err().filter(|fatal| !matches!(fatal, openraft::error::Fatal::Stopped));
+            let failed = now.running_state.as_ref().err().filter(|fatal| !matches!(fatal, Fatal::Stopped));
             if let Some(fatal) = failed {
                 tracing::error!(%fatal, "raft stopped on an error: this server no longer takes part in the cluster");
             }

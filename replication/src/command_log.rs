@@ -11,12 +11,17 @@
 //!    next entry: concurrent writers share one fsync.
 //! 3. Each submission is answered once its entry was committed (durable)
 //!    and applied, with its own command's result. A write the log could
-//!    not take is answered with [`StateError::Log`], never acknowledged.
+//!    not take is answered with [`StateError::Log`], never acknowledged:
+//!    [`LogError::NotLeader`] (with the leader raft knows of) when this
+//!    server does not lead or lost the leadership before the entry
+//!    committed, [`LogError::Stopped`] when raft has stopped or failed
+//!    (openraft's `Fatal`), which no retry here can cure.
 
-use engine::state::{Applied, Command, CommandLog, PendingWrite, StateError};
+use engine::state::{Applied, Command, CommandLog, LeaderHint, LogError, PendingWrite, StateError};
+use openraft::error::{ClientWriteError, RaftError};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::types::{CommandBatch, TypeConfig};
+use crate::types::{CommandBatch, ServerNode, TypeConfig};
 
 /// The most commands one raft entry carries.
 pub const MAX_BATCH: usize = 1_024;
@@ -70,10 +75,33 @@ async fn propose(raft: openraft::Raft<TypeConfig>, mut queued: mpsc::UnboundedRe
             }
             Err(error) => {
                 tracing::warn!(%error, writes = answers.len(), "the raft log did not take a batch of writes");
+                let refused = log_error(error);
                 for answer in answers.drain(..) {
-                    let _ = answer.send(Err(StateError::Log(error.to_string())));
+                    let _ = answer.send(Err(StateError::Log(refused.clone())));
                 }
             }
         }
     }
+}
+
+/// What a write the raft log did not take is answered with (module docs,
+/// step 3).
+pub fn log_error(error: RaftError<u64, ClientWriteError<u64, ServerNode>>) -> LogError {
+    match error {
+        RaftError::APIError(ClientWriteError::ForwardToLeader(forward)) => {
+            let leader = forward.leader_id.map(|id| leader_hint(id, forward.leader_node.as_ref()));
+            LogError::NotLeader { leader }
+        }
+        RaftError::APIError(ClientWriteError::ChangeMembershipError(refused)) => {
+            LogError::Refused { reason: refused.to_string() }
+        }
+        RaftError::Fatal(fatal) => LogError::Stopped { reason: fatal.to_string() },
+    }
+}
+
+/// The leader `id` at `node` (if its addresses are known), as a refused
+/// write names it.
+pub fn leader_hint(id: u64, node: Option<&ServerNode>) -> LeaderHint {
+    let (rpc, http) = node.map(|node| (node.rpc.clone(), node.http.clone())).unwrap_or_default();
+    LeaderHint { id, rpc, http }
 }

@@ -134,6 +134,28 @@ pub enum DurableError {
     Membership(String),
 }
 
+/// Why asking a server who it is ([`Durable::hello`]) failed.
+#[derive(Debug, thiserror::Error)]
+pub enum HelloError {
+    /// This server runs alone: it has no server-to-server endpoint.
+    #[error("this server is not one of a cluster")]
+    NotClustered,
+    /// The address does not resolve.
+    #[error(transparent)]
+    Resolve(#[from] network::ResolveError),
+    /// The call got no answer, or a refusal.
+    #[error(transparent)]
+    Call(#[from] transport::peer::PeerError),
+    /// The answer was not a hello.
+    #[error("{addr} answered a malformed hello: {source}")]
+    Malformed {
+        /// The server asked.
+        addr: String,
+        /// What postcard found wrong.
+        source: postcard::Error,
+    },
+}
+
 /// Says why no snapshot could be used.
 fn unusable(refused: &[String]) -> String {
     match refused {
@@ -306,6 +328,12 @@ impl Durable {
         Some((leader, node.unwrap_or_default()))
     }
 
+    /// Whether raft has stopped on this server (shut down, or failed): it
+    /// takes no part in the cluster any more, and its log no writes.
+    pub fn has_stopped(&self) -> bool {
+        self.raft.metrics().borrow().running_state.is_err()
+    }
+
     /// Whether this server is the raft leader now.
     pub fn is_leader(&self) -> bool {
         let metrics = self.raft.metrics();
@@ -323,7 +351,7 @@ impl Durable {
     /// Answers a call another server made on the server-to-server endpoint
     /// (raft's RPCs, hellos and joins); `None` when `kind` is not one of
     /// these.
-    pub async fn serve_peer(&self, kind: u8, request: &[u8]) -> Option<Result<Vec<u8>, String>> {
+    pub async fn serve_peer(&self, kind: u8, request: &[u8]) -> Option<Result<Vec<u8>, network::ServeError>> {
         match kind {
             network::kinds::HELLO => {
                 let membership = &self.cluster.as_ref()?.membership;
@@ -335,17 +363,13 @@ impl Durable {
     }
 
     /// Asks the server at server-to-server address `addr` who it is.
-    pub async fn hello(&self, addr: &str) -> Result<(u64, ServerNode), String> {
-        let cluster = self.cluster.as_ref().ok_or("this server is not one of a cluster")?;
-        let target = cluster::resolve(addr).map_err(|error| format!("{addr}: {error}"))?;
-        let hello = postcard::to_allocvec(&cluster.membership.hello(&self.raft)).map_err(|error| error.to_string())?;
-        let answer = cluster
-            .peers
-            .call(target, network::kinds::HELLO, &hello, Duration::from_secs(5))
-            .await
-            .map_err(|error| error.to_string())?;
+    pub async fn hello(&self, addr: &str) -> Result<(u64, ServerNode), HelloError> {
+        let cluster = self.cluster.as_ref().ok_or(HelloError::NotClustered)?;
+        let target = network::resolve(addr)?;
+        let hello = postcard::to_allocvec(&cluster.membership.hello(&self.raft)).expect("a hello encodes");
+        let answer = cluster.peers.call(target, network::kinds::HELLO, &hello, Duration::from_secs(5)).await?;
         let theirs: cluster::Hello =
-            postcard::from_bytes(&answer).map_err(|error| format!("{addr} answered a malformed hello: {error}"))?;
+            postcard::from_bytes(&answer).map_err(|source| HelloError::Malformed { addr: addr.to_string(), source })?;
         Ok((theirs.id, theirs.node))
     }
 
@@ -353,14 +377,14 @@ impl Durable {
     pub fn add_voter(&self, id: u64, node: ServerNode) -> Result<(), cluster::AddError> {
         let raft = self.raft.clone();
         self.run(async move { cluster::add_voter(&raft, id, node).await })
-            .map_err(|error| cluster::AddError::Failed(error.to_string()))?
+            .unwrap_or_else(|_| Err(cluster::AddError::Stopped(Box::new(openraft::error::Fatal::Stopped))))
     }
 
     /// Removes server `id` from the cluster (leader only).
     pub fn remove_peer(&self, id: u64) -> Result<(), cluster::AddError> {
         let raft = self.raft.clone();
         self.run(async move { cluster::remove_peer(&raft, id).await })
-            .map_err(|error| cluster::AddError::Failed(error.to_string()))?
+            .unwrap_or_else(|_| Err(cluster::AddError::Stopped(Box::new(openraft::error::Fatal::Stopped))))
     }
 
     /// raft's view now: role, term, log, leader, members, replication.

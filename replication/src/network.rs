@@ -14,6 +14,7 @@
 //! (openraft backs off); a call that failed or timed out is a network error
 //! (retried at the next heartbeat).
 
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -37,10 +38,66 @@ pub mod kinds {
     pub const VOTE: u8 = 2;
     /// One chunk of InstallSnapshot.
     pub const SNAPSHOT: u8 = 3;
-    /// A forming server's hello ([`crate::cluster`]).
+    /// A forming server's hello (formation, in `cluster.rs`).
     pub const HELLO: u8 = 4;
     /// A server asking the leader to be added as a voter.
     pub const JOIN: u8 = 5;
+}
+
+/// Why a server's `host:port` gives no socket address.
+#[derive(Debug, thiserror::Error)]
+pub enum ResolveError {
+    /// The name lookup failed (or the text is not `host:port`).
+    #[error("{addr} does not resolve: {source}")]
+    Lookup {
+        /// The address as written.
+        addr: String,
+        /// Why the lookup failed.
+        source: std::io::Error,
+    },
+    /// The name resolves to no address.
+    #[error("{addr} resolves to no address")]
+    Empty {
+        /// The address as written.
+        addr: String,
+    },
+}
+
+/// The first address `addr` (`host:port`) resolves to.
+pub fn resolve(addr: &str) -> Result<SocketAddr, ResolveError> {
+    let mut found = addr.to_socket_addrs().map_err(|source| ResolveError::Lookup { addr: addr.to_string(), source })?;
+    found.next().ok_or_else(|| ResolveError::Empty { addr: addr.to_string() })
+}
+
+/// Why a call another server made here was not answered (the caller gets
+/// the message as the refusal's reason).
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The request did not decode.
+    #[error("a malformed {what}: {source}")]
+    Malformed {
+        /// What the request should have been.
+        what: &'static str,
+        /// What postcard found wrong.
+        source: postcard::Error,
+    },
+    /// The answer did not encode.
+    #[error("encoding the answer to a {what}: {source}")]
+    Encode {
+        /// What the request was.
+        what: &'static str,
+        /// What postcard found wrong.
+        source: postcard::Error,
+    },
+    /// The call was understood but could not be carried out (a join the
+    /// leader could not make).
+    #[error("the {what} failed: {source}")]
+    Failed {
+        /// What the request was.
+        what: &'static str,
+        /// Why it failed.
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
 }
 
 /// Why a call to another server was refused.
@@ -119,7 +176,7 @@ impl PeerNetworkFactory {
 pub struct PeerNetwork {
     peers: Arc<Peers>,
     target: u64,
-    addr: Result<std::net::SocketAddr, String>,
+    addr: Result<SocketAddr, Arc<ResolveError>>,
 }
 
 impl RaftNetworkFactory<TypeConfig> for PeerNetworkFactory {
@@ -127,7 +184,7 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetworkFactory {
 
     /// Does not connect: the first call does (openraft's contract).
     async fn new_client(&mut self, target: u64, node: &ServerNode) -> PeerNetwork {
-        let addr = crate::cluster::resolve(&node.peer).map_err(|error| error.to_string());
+        let addr = resolve(&node.peer).map_err(Arc::new);
         PeerNetwork { peers: self.peers.clone(), target, addr }
     }
 }
@@ -142,10 +199,8 @@ impl PeerNetwork {
         let addr = match &self.addr {
             Ok(addr) => *addr,
             Err(why) => {
-                return Err(RPCError::Unreachable(Unreachable::new(&NoAddress {
-                    target: self.target,
-                    why: why.clone(),
-                })))
+                let unusable = NoAddress { target: self.target, why: why.clone() };
+                return Err(RPCError::Unreachable(Unreachable::new(&unusable)));
             }
         };
         let bytes = postcard::to_allocvec(request).map_err(|error| RPCError::Network(NetworkError::new(&error)))?;
@@ -162,7 +217,7 @@ impl PeerNetwork {
 #[error("server {target} has no usable peer address: {why}")]
 struct NoAddress {
     target: u64,
-    why: String,
+    why: Arc<ResolveError>,
 }
 
 /// What a raft call answered, as sent back: openraft's own result.
@@ -206,12 +261,13 @@ impl RaftNetwork<TypeConfig> for PeerNetwork {
 
 /// Answers a raft call another server made (module docs): `None` when
 /// `kind` is not raft's.
-pub async fn serve(raft: &openraft::Raft<TypeConfig>, kind: u8, request: &[u8]) -> Option<Result<Vec<u8>, String>> {
-    fn decode<T: DeserializeOwned>(request: &[u8]) -> Result<T, String> {
-        postcard::from_bytes(request).map_err(|error| format!("a malformed raft call: {error}"))
+pub async fn serve(raft: &openraft::Raft<TypeConfig>, kind: u8, request: &[u8]) -> Option<Result<Vec<u8>, ServeError>> {
+    const WHAT: &str = "raft call";
+    fn decode<T: DeserializeOwned>(request: &[u8]) -> Result<T, ServeError> {
+        postcard::from_bytes(request).map_err(|source| ServeError::Malformed { what: WHAT, source })
     }
-    fn encode<T: Serialize>(answer: &T) -> Result<Vec<u8>, String> {
-        postcard::to_allocvec(answer).map_err(|error| format!("encoding a raft answer: {error}"))
+    fn encode<T: Serialize>(answer: &T) -> Result<Vec<u8>, ServeError> {
+        postcard::to_allocvec(answer).map_err(|source| ServeError::Encode { what: WHAT, source })
     }
     Some(match kind {
         kinds::APPEND => match decode(request) {

@@ -292,8 +292,13 @@ pub enum RefusalCode {
     Internal,
     /// The cluster has no leader right now (an election), or the server
     /// lost the leadership while writing: try again shortly; the call may
-    /// have taken effect and is safe to repeat.
+    /// have taken effect and is safe to repeat. The message names the
+    /// leader when the server knows one.
     NoLeader,
+    /// The server's raft log has stopped (shut down, or failed on a
+    /// storage error): it takes no more writes. Retrying on this server
+    /// cannot succeed; another server of the cluster may take the call.
+    LogStopped,
 }
 
 /// An operator registers (or updates) a job. Only connections presenting
@@ -374,7 +379,7 @@ pub struct ClusterReport {
     /// The engine's counters.
     pub engine: engine::server::ServerStats,
     /// The client listener's counters.
-    pub listener: crate::server::ListenerStats,
+    pub listener: ListenerStats,
     /// The server process's resident memory now and at its peak.
     pub rss_bytes: u64,
     /// See `rss_bytes`.
@@ -385,6 +390,31 @@ pub struct ClusterReport {
     /// The client address of the server that made the report: the
     /// leader (a follower forwards the call to it).
     pub leader: String,
+}
+
+/// A reading of a client listener's counters, in a [`ClusterReport`] (the
+/// listener, `crate::server`, fills it).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListenerStats {
+    /// Connections whose handshake completed.
+    pub connections_accepted: u64,
+    /// Connections open now.
+    pub connections_open: u64,
+    /// Connection attempts refused because too many handshakes were in
+    /// progress (`crate::settings::MAX_HANDSHAKES`).
+    pub handshakes_refused: u64,
+    /// Handshakes that failed (a bad certificate, a timeout).
+    pub handshakes_failed: u64,
+    /// Calls served (refused ones included).
+    pub calls: u64,
+    /// Calls refused.
+    pub refusals: u64,
+    /// Calls refused for a wrong secret.
+    pub wrong_secrets: u64,
+    /// Streams closed for a malformed, oversized or unknown frame.
+    pub malformed: u64,
+    /// Allocation pushes sent on watches.
+    pub pushes: u64,
 }
 
 /// One job in a [`ClusterReport`].

@@ -45,8 +45,12 @@ pub const PEER_KEEP_ALIVE: Duration = Duration::from_secs(2);
 /// How long connecting to a peer may take.
 pub const PEER_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
+/// Why a [`PeerHandler`] did not answer a call: the handler's own error,
+/// whose message is sent back as the refusal's reason.
+pub type PeerRefusal = Box<dyn std::error::Error + Send + Sync>;
+
 /// A boxed answer of a [`PeerHandler`].
-pub type PeerAnswer = Pin<Box<dyn Future<Output = Result<Vec<u8>, String>> + Send>>;
+pub type PeerAnswer = Pin<Box<dyn Future<Output = Result<Vec<u8>, PeerRefusal>> + Send>>;
 
 /// Serves the calls other servers make: `kind` says what `request` is.
 /// An `Err` is sent back as the refusal's reason.
@@ -162,9 +166,9 @@ impl Peers {
         let failed = |reason: String| PeerError::Failed { addr, reason };
         let answer = match called {
             Ok(Ok(answer)) => answer,
-            Ok(Err(reason)) => {
+            Ok(Err(error)) => {
                 self.forget(addr, &connection);
-                return Err(failed(reason));
+                return Err(failed(error.to_string()));
             }
             Err(_) => {
                 self.forget(addr, &connection);
@@ -227,14 +231,36 @@ pub enum PeerSetupError {
     },
 }
 
-/// One call on `connection` (module docs); the raw answer with its status byte.
-async fn exchange(connection: &Connection, kind: u8, request: &[u8]) -> Result<Vec<u8>, String> {
-    let (mut send, mut recv) = connection.open_bi().await.map_err(|error| error.to_string())?;
-    send.write_all(&[kind]).await.map_err(|error| error.to_string())?;
-    send.write_all(request).await.map_err(|error| error.to_string())?;
-    send.finish().map_err(|error| error.to_string())?;
-    recv.read_to_end(MAX_PEER_MESSAGE + 1).await.map_err(|error| error.to_string())
+/// Why a call's stream failed ([`PeerError::Failed`]).
+#[derive(Debug, thiserror::Error)]
+enum ExchangeError {
+    /// No stream could be opened: the connection is gone.
+    #[error(transparent)]
+    Open(#[from] quinn::ConnectionError),
+    /// The request could not be written.
+    #[error(transparent)]
+    Write(#[from] quinn::WriteError),
+    /// The request's end could not be sent.
+    #[error(transparent)]
+    Finish(#[from] quinn::ClosedStream),
+    /// The answer could not be read (or was larger than [`MAX_PEER_MESSAGE`]).
+    #[error(transparent)]
+    Read(#[from] quinn::ReadToEndError),
 }
+
+/// One call on `connection` (module docs); the raw answer with its status byte.
+async fn exchange(connection: &Connection, kind: u8, request: &[u8]) -> Result<Vec<u8>, ExchangeError> {
+    let (mut send, mut recv) = connection.open_bi().await?;
+    send.write_all(&[kind]).await?;
+    send.write_all(request).await?;
+    send.finish()?;
+    Ok(recv.read_to_end(MAX_PEER_MESSAGE + 1).await?)
+}
+
+/// A call without even a kind byte.
+#[derive(Debug, thiserror::Error)]
+#[error("an empty call")]
+struct EmptyCall;
 
 /// Accepts servers' connections until the endpoint closes.
 async fn accept(endpoint: Endpoint, handler: Arc<dyn PeerHandler>) {
@@ -266,11 +292,11 @@ async fn serve(connection: Connection, handler: Arc<dyn PeerHandler>) {
             };
             let answer = match request.split_first() {
                 Some((&kind, request)) => handler.call(kind, request.to_vec()).await,
-                None => Err("an empty call".to_string()),
+                None => Err(EmptyCall.into()),
             };
             let (status, body) = match answer {
                 Ok(body) => (0u8, body),
-                Err(reason) => (1u8, reason.into_bytes()),
+                Err(reason) => (1u8, reason.to_string().into_bytes()),
             };
             if send.write_all(&[status]).await.is_ok() && send.write_all(&body).await.is_ok() {
                 let _ = send.finish();
@@ -291,7 +317,7 @@ mod tests {
             Box::pin(async move {
                 match kind {
                     1 => Ok(request),
-                    _ => Err(format!("unknown kind {kind}")),
+                    _ => Err(format!("unknown kind {kind}").into()),
                 }
             })
         }

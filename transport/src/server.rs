@@ -22,8 +22,9 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use engine::job_endpoint::JobError;
 use engine::node::endpoint::{NodeEndpoint, NodeError};
-use engine::state::{StateError, WaitError};
+use engine::state::{LogError, StateError, WaitError};
 use engine::structs::{AllocId, NodeId};
 use quinn::{Connection, Endpoint, Incoming, RecvStream, SendStream};
 use tokio::sync::{watch, Semaphore};
@@ -31,8 +32,8 @@ use tokio::sync::{watch, Semaphore};
 use crate::frame::{Frame, MAX_PAYLOAD};
 use crate::log_limit::RateLimited;
 use crate::message::{
-    AllocsPush, AnyMessage, ClusterReport, HeartbeatRequest, IndexReply, Kind, LogsAccessRequest, Message,
-    MessageError, NodeReply, Refusal, RefusalCode, RegisterRequest, ReportRequest, SubmitJobRequest,
+    AllocsPush, AnyMessage, ClusterReport, HeartbeatRequest, IndexReply, Kind, ListenerStats, LogsAccessRequest,
+    Message, MessageError, NodeReply, Refusal, RefusalCode, RegisterRequest, ReportRequest, SubmitJobRequest,
     UpdateAllocsRequest, WatchAllocsRequest,
 };
 use crate::settings::{self, MAX_HANDSHAKES, MAX_REQUEST};
@@ -56,35 +57,13 @@ struct Counters {
     pushes: AtomicU64,
 }
 
-/// A reading of the listener's counters.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct ListenerStats {
-    /// Connections whose handshake completed.
-    pub connections_accepted: u64,
-    /// Connections open now.
-    pub connections_open: u64,
-    /// Connection attempts refused because [`MAX_HANDSHAKES`] were in progress.
-    pub handshakes_refused: u64,
-    /// Handshakes that failed (a bad certificate, a timeout).
-    pub handshakes_failed: u64,
-    /// Calls served (refused ones included).
-    pub calls: u64,
-    /// Calls refused.
-    pub refusals: u64,
-    /// Calls refused for a wrong secret.
-    pub wrong_secrets: u64,
-    /// Streams closed for a malformed, oversized or unknown frame.
-    pub malformed: u64,
-    /// Allocation pushes sent on watches.
-    pub pushes: u64,
-}
-
 /// The operator calls a server offers (registering jobs, the cluster
 /// report); the server binary implements them over its engine. They may
 /// block: the listener runs them on the blocking pool.
 pub trait Operations: Send + Sync + 'static {
-    /// Registers `job`; the index it was written at, or why not.
-    fn submit_job(&self, job: engine::structs::Job) -> Result<u64, String>;
+    /// Registers `job`; the index it was written at, or why not (a job
+    /// that is not valid, or a write refused as a node call's would be).
+    fn submit_job(&self, job: engine::structs::Job) -> Result<u64, JobError>;
     /// The cluster report.
     fn report(&self) -> ClusterReport;
     /// Whether the ACL token `token` (none: anonymous) may read the logs
@@ -92,7 +71,28 @@ pub trait Operations: Send + Sync + 'static {
     /// its own allocation): the index of the state it was decided at, or
     /// why not. Unlike the calls above, agents make it, from this
     /// server's own state (ACLs are replicated to every server).
-    fn logs_access(&self, node_id: NodeId, alloc_id: AllocId, token: Option<&str>) -> Result<u64, String>;
+    fn logs_access(&self, node_id: NodeId, alloc_id: AllocId, token: Option<&str>) -> Result<u64, LogsDenied>;
+}
+
+/// Why a token may not read an allocation's logs ([`Operations::logs_access`]);
+/// answered with a [`RefusalCode::Forbidden`] refusal saying so.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum LogsDenied {
+    /// The allocation is not one of the asking node's.
+    #[error("allocation {alloc_id} is not on node {node_id}")]
+    NotOnNode {
+        /// The allocation asked for.
+        alloc_id: AllocId,
+        /// The node that asked.
+        node_id: NodeId,
+    },
+    /// The ACL check refused the token; its message is what the agent
+    /// answers its caller with (Nomad's "Permission denied").
+    #[error("{message}")]
+    Denied {
+        /// The check's answer.
+        message: String,
+    },
 }
 
 /// How a server of a cluster serves node calls (module docs).
@@ -494,7 +494,7 @@ impl Service {
             Ok(Kind::SubmitJob) => match SubmitJobRequest::from_frame(frame) {
                 Ok(request) => match self.operation(remote, operator, move |ops| ops.submit_job(request.job)).await {
                     Ok(Ok(index)) => Ok(IndexReply { index }.to_frame(request_id)),
-                    Ok(Err(why)) => Ok(Refusal { code: RefusalCode::Invalid, message: why }.to_frame(request_id)),
+                    Ok(Err(error)) => Ok(self.job_refusal(&error).to_frame(request_id)),
                     Err(refusal) => Ok(refusal.to_frame(request_id)),
                 },
                 Err(error) => Err(Failure::Malformed(error)),
@@ -635,9 +635,9 @@ impl Service {
         };
         match operations.logs_access(request.node_id, request.alloc_id, request.token.as_deref()) {
             Ok(index) => AnyMessage::IndexReply(IndexReply { index }),
-            Err(message) => {
+            Err(denied) => {
                 self.counters.refusals.fetch_add(1, Ordering::Relaxed);
-                AnyMessage::Refusal(Refusal { code: RefusalCode::Forbidden, message })
+                AnyMessage::Refusal(Refusal { code: RefusalCode::Forbidden, message: denied.to_string() })
             }
         }
     }
@@ -670,15 +670,34 @@ impl Service {
             NodeError::StatusNotAllowed { .. } => RefusalCode::StatusNotAllowed,
             NodeError::NotItsAllocation { .. } => RefusalCode::NotItsAllocation,
             NodeError::EmptyUpdate { .. } => RefusalCode::EmptyUpdate,
-            NodeError::Wait(WaitError::Shutdown { .. }) | NodeError::State(StateError::ShuttingDown) => {
-                RefusalCode::ShuttingDown
-            }
-            // The log did not take the write: in a cluster, this server
-            // lost the leadership or its quorum while writing. The write
-            // may still commit; every node call is safe to repeat.
-            NodeError::State(StateError::Log(_)) => RefusalCode::NoLeader,
-            NodeError::State(_) | NodeError::Wait(_) => RefusalCode::Internal,
+            NodeError::Wait(WaitError::Shutdown { .. }) => RefusalCode::ShuttingDown,
+            NodeError::State(error) => state_refusal_code(error),
+            NodeError::Wait(_) => RefusalCode::Internal,
         };
         Refusal { code, message: error.to_string() }
+    }
+
+    /// The refusal for an operator's job that was not registered.
+    fn job_refusal(&self, error: &JobError) -> Refusal {
+        let code = match error {
+            JobError::State(error) => state_refusal_code(error),
+            _ => RefusalCode::Invalid,
+        };
+        Refusal { code, message: error.to_string() }
+    }
+}
+
+/// How a write the state or its log refused is answered.
+fn state_refusal_code(error: &StateError) -> RefusalCode {
+    match error {
+        StateError::ShuttingDown => RefusalCode::ShuttingDown,
+        // This server does not lead (any more): in a cluster, it lost the
+        // leadership or its quorum while writing. The write may still
+        // commit; every call is safe to repeat, on the leader the message
+        // names or here after the election.
+        StateError::Log(LogError::NotLeader { .. }) => RefusalCode::NoLeader,
+        // raft stopped or failed here: no retry on this server helps.
+        StateError::Log(LogError::Stopped { .. }) => RefusalCode::LogStopped,
+        _ => RefusalCode::Internal,
     }
 }

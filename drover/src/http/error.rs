@@ -6,7 +6,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use engine::acl_endpoint::AclError;
 use engine::job_endpoint::JobError;
-use engine::state::StateError;
+use engine::state::{LogError, StateError};
 
 /// Why a request was not served.
 #[derive(Debug, thiserror::Error)]
@@ -32,6 +32,14 @@ pub enum ApiError {
     /// reached (500, as Nomad's "No cluster leader"); safe to retry.
     #[error("No cluster leader: {0}")]
     NoLeader(String),
+    /// This server lost the leadership while writing; the message names
+    /// the leader if it knows one (500); safe to retry there.
+    #[error("{0}")]
+    NotLeader(String),
+    /// raft's log has stopped on this server (shut down, or failed): it
+    /// takes no more writes (500); retrying on this server cannot succeed.
+    #[error("The raft log has stopped on this server: {0}")]
+    LogStopped(String),
 }
 
 impl ApiError {
@@ -41,7 +49,9 @@ impl ApiError {
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::Forbidden => StatusCode::FORBIDDEN,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            ApiError::Internal(_) | ApiError::NoLeader(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::Internal(_) | ApiError::NoLeader(_) | ApiError::NotLeader(_) | ApiError::LogStopped(_) => {
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
         }
     }
 }
@@ -68,7 +78,10 @@ impl From<StateError> for ApiError {
     fn from(error: StateError) -> Self {
         match error {
             StateError::ShuttingDown => ApiError::Internal("the server is shutting down".to_string()),
-            StateError::Log(why) => ApiError::NoLeader(why),
+            StateError::Log(LogError::NotLeader { leader }) => {
+                ApiError::NotLeader(LogError::NotLeader { leader }.to_string())
+            }
+            StateError::Log(LogError::Stopped { reason }) => ApiError::LogStopped(reason),
             other => ApiError::Internal(other.to_string()),
         }
     }

@@ -15,8 +15,9 @@ use axum::response::{IntoResponse, Response};
 use replication::Durable;
 use transport::peer::Peers;
 
+use super::error::ApiError;
 use super::ApiState;
-use crate::server::leadership::{leader_peer, while_it_leads, Settled};
+use crate::server::leadership::{leader_peer, while_it_leads, LeaderError, Settled};
 use crate::server::peer::{kinds, ForwardedRequest, ForwardedResponse};
 
 /// How long a forwarded HTTP request may take: a blocking query waits up
@@ -50,11 +51,42 @@ pub async fn forward_http(State(state): State<ApiState>, request: Request, next:
         Ok(Settled::Leads(_)) => return next.run(request).await,
         Ok(Settled::Follows) => match leader_peer(durable) {
             Ok(leader) => relay(durable, &peers, leader, request).await,
-            Err(why) => Err(why),
+            Err(error) => Err(RelayError::Leader(error)),
         },
-        Err(why) => Err(why),
+        Err(error) => Err(RelayError::Leader(error)),
     };
-    relayed.unwrap_or_else(|why| super::error::ApiError::NoLeader(why).into_response())
+    relayed.unwrap_or_else(|error| error.into_response())
+}
+
+/// Why a request was not relayed to the leader.
+#[derive(Debug, thiserror::Error)]
+enum RelayError {
+    /// There is no leader to relay to, or it could not be reached.
+    #[error(transparent)]
+    Leader(#[from] LeaderError),
+    /// The request's body could not be read.
+    #[error("reading the request's body: {0}")]
+    Body(axum::Error),
+    /// The leader's answer did not decode.
+    #[error("the leader's answer is malformed: {0}")]
+    Answer(postcard::Error),
+    /// The leader's answer is not a valid HTTP response.
+    #[error("the leader's answer is not a valid response: {0}")]
+    Response(axum::http::Error),
+}
+
+impl IntoResponse for RelayError {
+    /// raft stopped on this server: what it is. Anything else: "no
+    /// leader", which a client retries.
+    fn into_response(self) -> Response {
+        match self {
+            RelayError::Leader(LeaderError::Stopped) => {
+                ApiError::LogStopped("it takes no part in the cluster any more".to_string())
+            }
+            _ => ApiError::NoLeader(self.to_string()),
+        }
+        .into_response()
+    }
 }
 
 /// Sends `request` to the leader at `leader` and rebuilds its answer.
@@ -63,21 +95,21 @@ async fn relay(
     peers: &Peers,
     leader: (u64, SocketAddr),
     request: Request,
-) -> Result<Response, String> {
+) -> Result<Response, RelayError> {
     let (parts, body) = request.into_parts();
-    let body = axum::body::to_bytes(body, super::MAX_BODY).await.map_err(|error| error.to_string())?;
+    let body = axum::body::to_bytes(body, super::MAX_BODY).await.map_err(RelayError::Body)?;
     let forwarded = ForwardedRequest {
         method: parts.method.to_string(),
         uri: parts.uri.to_string(),
         headers: parts.headers.iter().map(|(name, value)| (name.to_string(), value.as_bytes().to_vec())).collect(),
         body: body.to_vec(),
     };
-    let bytes = postcard::to_allocvec(&forwarded).map_err(|error| error.to_string())?;
+    let bytes = postcard::to_allocvec(&forwarded).expect("a forwarded request encodes");
     let answer = while_it_leads(durable, leader.0, peers.call(leader.1, kinds::HTTP, &bytes, HTTP_TIMEOUT)).await?;
-    let answer: ForwardedResponse = postcard::from_bytes(&answer).map_err(|error| error.to_string())?;
+    let answer: ForwardedResponse = postcard::from_bytes(&answer).map_err(RelayError::Answer)?;
     let mut response = Response::builder().status(answer.status);
     for (name, value) in answer.headers {
         response = response.header(name, value);
     }
-    response.body(Body::from(answer.body)).map_err(|error| error.to_string())
+    response.body(Body::from(answer.body)).map_err(RelayError::Response)
 }

@@ -129,7 +129,7 @@ fn clustered(state: &ApiState) -> Result<Arc<Durable>, ApiError> {
 fn membership_error(error: replication::cluster::AddError) -> ApiError {
     match error {
         replication::cluster::AddError::NotLeader(_) => ApiError::NoLeader(error.to_string()),
-        replication::cluster::AddError::Failed(why) => ApiError::BadRequest(why),
+        other => ApiError::BadRequest(other.to_string()),
     }
 }
 
@@ -153,7 +153,7 @@ async fn add_voter(State(state): State<ApiState>, params: Params) -> Result<Repl
     let address = params
         .get("address")
         .ok_or_else(|| ApiError::BadRequest("missing address (the new server's server-to-server host:port)".into()))?;
-    let (id, node) = durable.hello(address).await.map_err(ApiError::BadRequest)?;
+    let (id, node) = durable.hello(address).await.map_err(|error| ApiError::BadRequest(error.to_string()))?;
     let name = node.name.clone();
     tokio::task::spawn_blocking(move || durable.add_voter(id, node))
         .await

@@ -13,7 +13,10 @@
 //! What a follower cannot serve goes to the leader: client calls through
 //! [`ClusterRoute`](super::routing::ClusterRoute), HTTP requests through
 //! `http::forward`; both find it with `leader_peer` and give up with
-//! `while_it_leads`.
+//! `while_it_leads`. When there is no leader to go to, a [`LeaderError`]
+//! says why, keeping apart what a caller may retry (an election, a leader
+//! that changed) from raft having stopped on this server
+//! ([`LeaderError::Stopped`]), which no retry here cures.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -24,7 +27,9 @@ use engine::clock::SystemClock;
 use engine::server::{Server, ServerConfig};
 use engine::state::StateStore;
 use parking_lot::RwLock;
+use replication::network::ResolveError;
 use replication::Durable;
+use transport::peer::PeerError;
 
 /// How long a call waits for a leader before it is refused with "no
 /// cluster leader", the default of
@@ -49,6 +54,41 @@ pub struct Leadership {
     closed: std::sync::atomic::AtomicBool,
     /// How long [`Leadership::settle`] waits for a leader.
     hold: Duration,
+}
+
+/// Why no leader serves a call (module docs).
+#[derive(Debug, thiserror::Error)]
+pub enum LeaderError {
+    /// The cluster has no leader now (an election): retry shortly.
+    #[error("no cluster leader; try again")]
+    NoLeader,
+    /// raft names this server the leader, but its leader services have not
+    /// started yet (the read barrier): retry shortly.
+    #[error("this server is taking over the leadership")]
+    TakingOver,
+    /// This server runs alone and its leader services are gone (it is
+    /// shutting down).
+    #[error("this server does not lead")]
+    NotLeading,
+    /// The leader's server-to-server address does not resolve.
+    #[error("the leader, server {id}, cannot be reached: {source}")]
+    Unresolvable {
+        /// The leader's raft id.
+        id: u64,
+        /// Why its address does not resolve.
+        source: ResolveError,
+    },
+    /// The call to the leader failed or got no answer in time.
+    #[error("forwarding to the leader: {0}")]
+    Forward(#[from] PeerError),
+    /// raft stopped naming the server the call was forwarded to the leader
+    /// (it was killed, or lost an election); the call may have taken effect.
+    #[error("the leader changed while the call was forwarded to it")]
+    LeaderChanged,
+    /// raft has stopped on this server (shut down, or failed): it takes no
+    /// part in the cluster any more, and a retry here cannot succeed.
+    #[error("raft has stopped on this server")]
+    Stopped,
 }
 
 /// Who serves a call, once the cluster has a leader.
@@ -121,11 +161,15 @@ impl Leadership {
     /// Who serves a call: this server once its leader services run, or
     /// the server raft names the leader. During an election, or while
     /// this server passes its read barrier, it waits for either, at most
-    /// the hold; then the error says why there is no leader.
-    pub async fn settle(&self) -> Result<Settled, String> {
+    /// the hold; then the error says why there is no leader. Once raft has
+    /// stopped here, it answers [`LeaderError::Stopped`] at once.
+    pub async fn settle(&self) -> Result<Settled, LeaderError> {
         let Some(durable) = &self.durable else {
-            return self.leader().map(Settled::Leads).ok_or_else(|| "this server does not lead".to_string());
+            return self.leader().map(Settled::Leads).ok_or(LeaderError::NotLeading);
         };
+        if durable.has_stopped() {
+            return Err(LeaderError::Stopped);
+        }
         let settled = || match self.leader() {
             Some(server) => Some(Settled::Leads(server)),
             None => durable.leader().filter(|(id, _)| *id != durable.id()).map(|_| Settled::Follows),
@@ -146,7 +190,7 @@ impl Leadership {
                     _ = leading.changed() => {}
                     changed = metrics.changed() => {
                         if changed.is_err() {
-                            return Err("raft has stopped on this server".to_string());
+                            return Err(LeaderError::Stopped);
                         }
                     }
                 }
@@ -154,10 +198,7 @@ impl Leadership {
         };
         match tokio::time::timeout(self.hold, wait).await {
             Ok(settled) => settled,
-            Err(_) => Err(match leader_peer(durable) {
-                Err(why) => format!("{why} (waited {:?})", self.hold),
-                Ok(_) => "no cluster leader; try again".to_string(),
-            }),
+            Err(_) => Err(leader_peer(durable).err().unwrap_or(LeaderError::NoLeader)),
         }
     }
 
@@ -228,11 +269,17 @@ impl Leadership {
 
 /// The leader's raft id and server-to-server address, unless this server
 /// is the leader or none is known (an election).
-pub(crate) fn leader_peer(durable: &Durable) -> Result<(u64, SocketAddr), String> {
+pub(crate) fn leader_peer(durable: &Durable) -> Result<(u64, SocketAddr), LeaderError> {
+    if durable.has_stopped() {
+        return Err(LeaderError::Stopped);
+    }
     match durable.leader() {
-        Some((id, _)) if id == durable.id() => Err("this server is taking over the leadership".to_string()),
-        Some((id, node)) => Ok((id, replication::cluster::resolve(&node.peer).map_err(|error| error.to_string())?)),
-        None => Err("no cluster leader".to_string()),
+        Some((id, _)) if id == durable.id() => Err(LeaderError::TakingOver),
+        Some((id, node)) => match replication::network::resolve(&node.peer) {
+            Ok(addr) => Ok((id, addr)),
+            Err(source) => Err(LeaderError::Unresolvable { id, source }),
+        },
+        None => Err(LeaderError::NoLeader),
     }
 }
 
@@ -243,13 +290,15 @@ pub(crate) fn leader_peer(durable: &Durable) -> Result<(u64, SocketAddr), String
 pub(crate) async fn while_it_leads<T>(
     durable: &Durable,
     leader: u64,
-    call: impl std::future::Future<Output = Result<T, transport::peer::PeerError>>,
-) -> Result<T, String> {
+    call: impl std::future::Future<Output = Result<T, PeerError>>,
+) -> Result<T, LeaderError> {
     let mut metrics = durable.raft().metrics();
     tokio::select! {
-        answer = call => answer.map_err(|error| format!("forwarding to the leader: {error}")),
-        _ = metrics.wait_for(|now| now.current_leader != Some(leader)) => {
-            Err("the leader changed while the call was forwarded to it".to_string())
-        }
+        answer = call => Ok(answer?),
+        changed = metrics.wait_for(|now| now.current_leader != Some(leader)) => match changed {
+            Ok(_) => Err(LeaderError::LeaderChanged),
+            // raft's metrics end only when raft stops.
+            Err(_) => Err(LeaderError::Stopped),
+        },
     }
 }

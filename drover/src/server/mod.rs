@@ -24,17 +24,18 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use engine::clock::{SystemClock, Timestamp};
+use engine::job_endpoint::JobError;
 use engine::node::endpoint::NodeEndpoint;
 use engine::node::heartbeat::Heartbeats;
 use engine::scheduler::reconcile::stop_reason;
 use engine::server::{Server, ServerConfig};
-use engine::state::{Command, CommandLog, PendingWrite, Snapshot, StateError, Writer};
+use engine::state::{Command, CommandLog, LeaderHint, LogError, PendingWrite, Snapshot, StateError, Writer};
 use engine::structs::{AllocId, Allocation, ClientStatus, DesiredStatus, EvalId, EvalStatus, Job, NodeId, NodeStatus};
 use hdrhistogram::Histogram;
 use replication::{ClusterSetup, Durable, DurableConfig, ServerNode};
-use transport::message::{ClusterReport, JobCounts};
+use transport::message::{ClusterReport, JobCounts, ListenerStats};
 use transport::peer::Peers;
-use transport::server::{ClientListener, ListenError, ListenerStats, Operations};
+use transport::server::{ClientListener, ListenError, LogsDenied, Operations};
 
 use transport::tls::TlsMaterial;
 
@@ -212,7 +213,7 @@ impl RunningServer {
         let clock = SystemClock::shared();
         // The follower's endpoint serves allocation watches from the
         // replicated store; it never writes (the route forwards writes).
-        let reads = Writer::through(Arc::new(NotLeader), durable.store().clone());
+        let reads = Writer::through(Arc::new(NotLeader(durable.clone())), durable.store().clone());
         let heartbeats = Heartbeats::new(options.engine.heartbeat.clone(), clock.clone());
         let nodes = NodeEndpoint::new(reads, clock, heartbeats, None);
         let running =
@@ -390,14 +391,22 @@ fn stop_engine(leadership: &Leadership, durable: Option<&Durable>) {
     leadership.store().shutdown();
 }
 
-/// A command log that takes no write: a follower's endpoint reads only.
+/// A command log that takes no write: a follower's endpoint reads only
+/// (its calls go to the leader).
 #[derive(Debug)]
-struct NotLeader;
+struct NotLeader(Arc<Durable>);
 
 impl CommandLog for NotLeader {
     fn submit(&self, _command: Command) -> PendingWrite {
-        PendingWrite::done(Err(StateError::Log("this server does not lead; its calls go to the leader".into())))
+        PendingWrite::done(Err(StateError::Log(LogError::NotLeader { leader: leader_hint(&self.0) })))
     }
+}
+
+/// The leader a write refused on this server names: the one raft knows of,
+/// unless that is this server.
+fn leader_hint(durable: &Durable) -> Option<LeaderHint> {
+    let (id, node) = durable.leader().filter(|(id, _)| *id != durable.id())?;
+    Some(replication::command_log::leader_hint(id, Some(&node)))
 }
 
 /// This server as the cluster's membership records it.
@@ -558,9 +567,12 @@ struct EngineOperations {
 }
 
 impl Operations for EngineOperations {
-    fn submit_job(&self, job: Job) -> Result<u64, String> {
-        let engine = self.leadership.leader().ok_or("this server lost the leadership; try again")?;
-        engine.jobs().register(job).map(|written| written.index).map_err(|error| error.to_string())
+    fn submit_job(&self, job: Job) -> Result<u64, JobError> {
+        let Some(engine) = self.leadership.leader() else {
+            let leader = self.leadership.durable().and_then(|durable| leader_hint(durable));
+            return Err(JobError::State(StateError::Log(LogError::NotLeader { leader })));
+        };
+        engine.jobs().register(job).map(|written| written.index)
     }
 
     fn report(&self) -> ClusterReport {
@@ -576,13 +588,13 @@ impl Operations for EngineOperations {
         report
     }
 
-    fn logs_access(&self, node_id: NodeId, alloc_id: AllocId, token: Option<&str>) -> Result<u64, String> {
+    fn logs_access(&self, node_id: NodeId, alloc_id: AllocId, token: Option<&str>) -> Result<u64, LogsDenied> {
         let snapshot = self.leadership.store().snapshot();
         let alloc = snapshot.alloc(alloc_id).filter(|alloc| alloc.node_id == node_id);
-        let Some(alloc) = alloc else { return Err(format!("allocation {alloc_id} is not on node {node_id}")) };
+        let Some(alloc) = alloc else { return Err(LogsDenied::NotOnNode { alloc_id, node_id }) };
         if self.acl_enabled {
             crate::http::acl::may_read_logs(snapshot.acl(), token, &alloc.namespace)
-                .map_err(|denied| denied.message().to_string())?;
+                .map_err(|denied| LogsDenied::Denied { message: denied.message().to_string() })?;
         }
         Ok(snapshot.index())
     }

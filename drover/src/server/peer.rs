@@ -6,7 +6,7 @@ use std::sync::{Arc, OnceLock};
 use axum::body::Body;
 use replication::Durable;
 use serde::{Deserialize, Serialize};
-use transport::peer::{PeerAnswer, PeerHandler};
+use transport::peer::{PeerAnswer, PeerHandler, PeerRefusal};
 use transport::server::ClientListener;
 
 /// The kinds of server-to-server calls Drover makes besides raft's
@@ -37,21 +37,45 @@ impl PeerHandler for PeerService {
         let listener = self.listener.get().cloned();
         let http = self.http.get().cloned();
         Box::pin(async move {
-            let starting = || "this server is starting".to_string();
             match kind {
                 kinds::CLIENT_CALL => {
-                    let listener = listener.ok_or_else(starting)?;
-                    let (operator, frame) = request.split_first().ok_or("an empty forwarded call")?;
+                    let listener = listener.ok_or(PeerServiceError::Starting)?;
+                    let (operator, frame) = request.split_first().ok_or(PeerServiceError::EmptyCall)?;
                     Ok(listener.serve_forwarded(frame, *operator == 1).await)
                 }
-                kinds::HTTP => serve_forwarded(http.ok_or_else(starting)?, &request).await,
-                _ => match durable.ok_or_else(starting)?.serve_peer(kind, &request).await {
-                    Some(answer) => answer,
-                    None => Err(format!("unknown call kind {kind}")),
+                kinds::HTTP => Ok(serve_forwarded(http.ok_or(PeerServiceError::Starting)?, &request).await?),
+                _ => match durable.ok_or(PeerServiceError::Starting)?.serve_peer(kind, &request).await {
+                    Some(answer) => Ok(answer?),
+                    None => Err(PeerRefusal::from(PeerServiceError::UnknownKind(kind))),
                 },
             }
         })
     }
+}
+
+/// Why this server did not answer another server's call (sent back as the
+/// refusal's reason).
+#[derive(Debug, thiserror::Error)]
+pub enum PeerServiceError {
+    /// The part of the server that answers this kind of call is not set
+    /// up yet (the endpoint is bound before raft starts).
+    #[error("this server is starting")]
+    Starting,
+    /// A forwarded client call without even its operator byte.
+    #[error("an empty forwarded call")]
+    EmptyCall,
+    /// A kind of call this server does not know.
+    #[error("unknown call kind {0}")]
+    UnknownKind(u8),
+    /// A forwarded HTTP request that did not decode.
+    #[error("a malformed forwarded request: {0}")]
+    Malformed(postcard::Error),
+    /// A forwarded HTTP request that is not a valid request.
+    #[error("a forwarded request that is not valid HTTP: {0}")]
+    Request(axum::http::Error),
+    /// The answer's body could not be read.
+    #[error("reading the answer to a forwarded request: {0}")]
+    Body(axum::Error),
 }
 
 /// An HTTP request a follower forwards, as it travels.
@@ -80,22 +104,21 @@ pub struct ForwardedResponse {
 
 /// Serves a forwarded HTTP request with this server's API (the leader's
 /// side of `http::forward`).
-async fn serve_forwarded(router: axum::Router, request: &[u8]) -> Result<Vec<u8>, String> {
+async fn serve_forwarded(router: axum::Router, request: &[u8]) -> Result<Vec<u8>, PeerServiceError> {
     use tower::ServiceExt;
-    let forwarded: ForwardedRequest =
-        postcard::from_bytes(request).map_err(|error| format!("a malformed forwarded request: {error}"))?;
+    let forwarded: ForwardedRequest = postcard::from_bytes(request).map_err(PeerServiceError::Malformed)?;
     let mut builder = axum::http::Request::builder().method(forwarded.method.as_str()).uri(forwarded.uri.as_str());
     for (name, value) in &forwarded.headers {
         builder = builder.header(name.as_str(), value.as_slice());
     }
-    let request = builder.body(Body::from(forwarded.body)).map_err(|error| error.to_string())?;
+    let request = builder.body(Body::from(forwarded.body)).map_err(PeerServiceError::Request)?;
     let Ok(response) = router.oneshot(request).await;
     let (parts, body) = response.into_parts();
-    let body = axum::body::to_bytes(body, usize::MAX).await.map_err(|error| error.to_string())?;
+    let body = axum::body::to_bytes(body, usize::MAX).await.map_err(PeerServiceError::Body)?;
     let answer = ForwardedResponse {
         status: parts.status.as_u16(),
         headers: parts.headers.iter().map(|(name, value)| (name.to_string(), value.as_bytes().to_vec())).collect(),
         body: body.to_vec(),
     };
-    postcard::to_allocvec(&answer).map_err(|error| error.to_string())
+    Ok(postcard::to_allocvec(&answer).expect("a forwarded response encodes"))
 }

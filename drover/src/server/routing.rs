@@ -14,7 +14,7 @@ use transport::message::{AnyMessage, Refusal, RefusalCode};
 use transport::peer::Peers;
 use transport::server::{HoldAnswer, Route, RouteAnswer};
 
-use super::leadership::{leader_peer, while_it_leads, Leadership, Settled};
+use super::leadership::{leader_peer, while_it_leads, LeaderError, Leadership, Settled};
 use super::peer::kinds;
 
 /// How long a forwarded client call may take.
@@ -48,13 +48,12 @@ impl Route for ClusterRoute {
         let peers = self.peers.clone();
         let store = self.leadership.store().clone();
         Box::pin(async move {
-            let no_leader = |message: String| Refusal { code: RefusalCode::NoLeader, message };
-            let (leader, addr) = leader_peer(&durable).map_err(no_leader)?;
+            let (leader, addr) = leader_peer(&durable).map_err(refusal)?;
             let mut call = Vec::with_capacity(request.len() + 1);
             call.push(u8::from(operator));
             call.extend_from_slice(&request);
             let forwarded = peers.call(addr, kinds::CLIENT_CALL, &call, CLIENT_CALL_TIMEOUT);
-            let answer = while_it_leads(&durable, leader, forwarded).await.map_err(no_leader)?;
+            let answer = while_it_leads(&durable, leader, forwarded).await.map_err(refusal)?;
             if let Some(index) = written_index(&answer) {
                 let _ = tokio::time::timeout(CATCH_UP, store.wait_for_index(index)).await;
             }
@@ -68,7 +67,7 @@ impl Route for ClusterRoute {
             match leadership.settle().await {
                 Ok(Settled::Leads(server)) => Ok(Some(server.nodes())),
                 Ok(Settled::Follows) => Ok(None),
-                Err(message) => Err(Refusal { code: RefusalCode::NoLeader, message }),
+                Err(error) => Err(refusal(error)),
             }
         })
     }
@@ -76,6 +75,16 @@ impl Route for ClusterRoute {
     fn servers(&self) -> Vec<String> {
         client_addresses(&self.durable)
     }
+}
+
+/// A client's call that no leader serves: "no leader", to retry, unless
+/// raft has stopped on this server (module docs of `leadership`).
+fn refusal(error: LeaderError) -> Refusal {
+    let code = match error {
+        LeaderError::Stopped => RefusalCode::LogStopped,
+        _ => RefusalCode::NoLeader,
+    };
+    Refusal { code, message: error.to_string() }
 }
 
 /// The index a forwarded write's reply names, if it is a write's reply.

@@ -57,7 +57,7 @@ pub use persist::{PersistError, MAX_RECORD, SNAPSHOT_FORMAT_VERSION};
 pub use snapshot::{NodeList, Snapshot, StateDump, TableIndexes};
 pub use table::{Iter as TableIter, Table};
 pub use watch::{wait_until, wait_until_async, NodeWatch};
-pub use writer::{CommandLog, PendingWrite, Writer};
+pub use writer::{CommandLog, LeaderHint, LogError, PendingWrite, Writer};
 
 use watch::NodeWatches;
 
@@ -126,10 +126,10 @@ pub enum StateError {
     /// Two tokens would share a secret.
     #[error("ACL token {0}: its secret is another token's")]
     DuplicateAclSecret(uuid::Uuid),
-    /// The command log did not take the write (it stopped, or this server
-    /// no longer leads); it was not acknowledged.
-    #[error("the command log did not take the write: {0}")]
-    Log(String),
+    /// The command log did not take the write (this server does not lead,
+    /// or the log stopped); it was not acknowledged.
+    #[error(transparent)]
+    Log(#[from] LogError),
     /// A log position at or before one already applied.
     #[error("log position {index} is not after the last applied position {last}")]
     StaleIndex {

@@ -7,11 +7,19 @@
 //! A submission answers in both worlds: [`PendingWrite::wait`] blocks a
 //! thread (engine threads), `.await` parks no thread (a network server's
 //! tasks). The engine starts no runtime for either.
+//!
+//! A write the log does not take is answered with a [`LogError`], which
+//! keeps apart what a caller must act on differently (openraft's
+//! `RaftError { APIError, Fatal }`): [`LogError::NotLeader`] (retry on the
+//! leader, or here after an election) and [`LogError::Stopped`] (this
+//! server takes no more writes; retrying here cannot succeed).
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+
+use serde::{Deserialize, Serialize};
 
 use super::{Applied, Command, StateError, StateStore};
 
@@ -27,6 +35,67 @@ impl CommandLog for StateStore {
     /// The store as its own log: applied at once, at the next position.
     fn submit(&self, command: Command) -> PendingWrite {
         PendingWrite::done(self.apply(command))
+    }
+}
+
+/// Why a [`CommandLog`] did not take a write (module docs). Nothing was
+/// acknowledged, though a write a leader lost its leadership over may still
+/// take effect: every command is safe to repeat.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+pub enum LogError {
+    /// This server does not lead, so its log takes no writes: retry on the
+    /// leader, when one is known, or here after the election.
+    #[error("{}", not_leader(.leader.as_ref()))]
+    NotLeader {
+        /// The leader this server knows of, if any.
+        leader: Option<LeaderHint>,
+    },
+    /// The log has stopped (shut down) or failed (a storage error, a
+    /// panic): this server takes no more writes, and retrying here cannot
+    /// succeed.
+    #[error("the command log has stopped: {reason}")]
+    Stopped {
+        /// What stopped it, for people.
+        reason: String,
+    },
+    /// The log refused the write for another reason (raft's
+    /// membership-change refusals, which a command does not cause).
+    #[error("the command log refused the write: {reason}")]
+    Refused {
+        /// Why, for people.
+        reason: String,
+    },
+}
+
+/// The leader a server that does not lead knows of, as a refused write
+/// names it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaderHint {
+    /// Its id in the cluster.
+    pub id: u64,
+    /// Its client (agent) address, `host:port`; empty when unknown.
+    pub rpc: String,
+    /// Its HTTP API address, `host:port`; empty when unknown.
+    pub http: String,
+}
+
+impl std::fmt::Display for LeaderHint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "server {}", self.id)?;
+        match (self.rpc.is_empty(), self.http.is_empty()) {
+            (true, true) => Ok(()),
+            (false, true) => write!(f, " (client address {})", self.rpc),
+            (true, false) => write!(f, " (HTTP address {})", self.http),
+            (false, false) => write!(f, " (client address {}, HTTP address {})", self.rpc, self.http),
+        }
+    }
+}
+
+/// The message of [`LogError::NotLeader`].
+fn not_leader(leader: Option<&LeaderHint>) -> String {
+    match leader {
+        Some(leader) => format!("this server is not the leader; the leader is {leader}"),
+        None => "this server is not the leader, and knows of no leader (an election)".to_string(),
     }
 }
 
