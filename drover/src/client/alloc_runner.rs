@@ -23,21 +23,9 @@ use tokio::sync::{mpsc, watch};
 
 use crate::client::alloc_dir::{write_private, AllocDir};
 use crate::client::drivers::raw_exec::{HandleState, RawExec, Reattached};
+use crate::client::state::AllocEvent;
 use crate::client::task_env::TaskEnv;
 use crate::client::task_runner::{self, now, KillReason, TaskContext, TaskUpdate};
-
-/// An allocation's new status, for the agent to report.
-#[derive(Debug)]
-pub struct AllocEvent {
-    /// The allocation.
-    pub alloc_id: AllocId,
-    /// Its client status.
-    pub status: ClientStatus,
-    /// Why, in a few words.
-    pub description: String,
-    /// Every task's state (empty for the mock driver's light path).
-    pub task_states: BTreeMap<String, TaskState>,
-}
 
 /// What every allocation runner of an agent shares.
 #[derive(Debug)]

@@ -1,7 +1,11 @@
 //! The client agent: it registers its node, heartbeats, watches its
 //! allocations and runs them with its task drivers.
 //!
-//! - `agent.rs`: the agent loop over the QUIC client endpoint.
+//! - `state.rs`: the client core (`ClientState`): what to connect, call,
+//!   start, stop, report and resync, as events in and actions out; no I/O,
+//!   no clock. The agent, loadgen's clients and the simulation run it.
+//! - `agent.rs`: the agent, the runtime around that core: QUIC calls, the
+//!   allocation watch, the runners, the clock.
 //! - `alloc_runner.rs`, `task_runner.rs`, `restarts.rs`: an allocation's
 //!   tasks, their lifecycle and restart policy.
 //! - `alloc_dir.rs`, `task_env.rs`, `logs.rs`: an allocation's directory,
@@ -18,5 +22,6 @@ pub mod fs;
 pub mod identity;
 pub mod logs;
 pub mod restarts;
+pub mod state;
 pub mod task_env;
 pub mod task_runner;

@@ -1,0 +1,1015 @@
+//! The client agent's core: what to start, stop, destroy, report and
+//! resync, and when to connect, call and heartbeat, decided by a state
+//! machine that takes events and returns actions. It does no I/O, reads
+//! no clock and draws its jitter from a seeded source, as quinn-proto's
+//! connections and the engine's `HeartbeatTimers` do. The agent
+//! (`agent.rs`), loadgen's network clients (which are agents) and the
+//! deterministic simulation (`tests/`) all run it; each is a runtime that
+//! performs the actions and hands back what came of them.
+//!
+//! The contract with a runtime:
+//!
+//! 1. Every event carries `now`, a [`Timestamp`] on any monotonic clock
+//!    the runtime likes. When nothing else happens the runtime hands in
+//!    [`Event::Tick`] at [`ClientState::deadline`].
+//! 2. At most one call is out at a time. The runtime answers every
+//!    [`Action::Call`] with [`Event::Answered`] or [`Event::CallFailed`];
+//!    pushes, runner updates and ticks that come meanwhile are taken, and
+//!    what they need sent goes once the call is answered.
+//! 3. [`Action::Connect`] is answered with [`Event::Connected`] or
+//!    [`Event::Disconnected`]; a connection lost later (the watch ended,
+//!    the network went away) is [`Event::Disconnected`] too.
+//!
+//! The session protocol, each step one call:
+//!
+//! 1. Connect to the next server (those the last heartbeat listed, else
+//!    the configured ones), after a jittered backoff when the last session
+//!    was lost, its ceiling doubling from `backoff_base` up to
+//!    `backoff_cap` and never above half the heartbeat TTL last handed
+//!    (back before the servers give up on the node).
+//! 2. Register, when the servers do not know the node yet (the first
+//!    session) or said they do not (`UnknownNode`). A server that did not
+//!    know the node never knew what the agent ran: it is all destroyed,
+//!    and the watch starts over.
+//! 3. Heartbeat; a heartbeat that times out is sent again after 0.5-1.5 s,
+//!    three tries in all. A success resets the backoff.
+//! 4. Open the allocation watch after the last push applied.
+//! 5. When the heartbeat said `initializing` (the node was marked while the
+//!    agent was away), resync: report every allocation held, changed or
+//!    not, then heartbeat again. Otherwise report what changed.
+//! 6. The session runs: heartbeats at the TTL handed (or the override);
+//!    an `initializing` answer is a resync and a heartbeat at once; a
+//!    heartbeat not answered is retried after 0.5-1.5 s, and the third in a
+//!    row unanswered ends the session. Pushes and runner updates are
+//!    applied and what changed is reported. Any other failed call ends
+//!    the session (a report naming an allocation the servers no longer
+//!    place here also restarts the watch from the beginning).
+//!
+//! The allocation rules:
+//!
+//! - A push lists every allocation placed on the node. One this agent does
+//!   not hold is started if the servers want it running and its client
+//!   status has not ended; otherwise it is only held as the servers have
+//!   it. One the agent holds is never started again: if the servers stop
+//!   it, its tasks are stopped and it is reported `complete` (at once for
+//!   the mock driver, when the runner says so for real tasks). One the
+//!   push no longer lists is destroyed and forgotten.
+//! - An allocation restored from the data dir after an agent restart
+//!   ([`ClientState::restored`]) is held, so it too is never started
+//!   again: the servers' first push stops it or keeps it.
+//! - A runner's update replaces the allocation's status and task states;
+//!   one for an allocation that has ended here is dropped, unless real
+//!   tasks report it (their runner has the last word).
+//! - With `raw_exec` on, the directories of the oldest ended allocations
+//!   beyond `gc_max_allocs` are destroyed.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use engine::clock::Timestamp;
+use engine::state::ClientAllocUpdate;
+use engine::structs::{AllocId, Allocation, ClientStatus, DesiredStatus, NodeId, NodeStatus, TaskState, RAW_EXEC};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use crate::client::drivers::mock::{self, MockEnd};
+
+/// Tries of a session's first heartbeat before the session is given up.
+const GREETING_TRIES: u32 = 3;
+/// Heartbeats in a row a session may leave unanswered (or refused for
+/// want of a leader) before it is given up for the next server.
+const MAX_UNANSWERED: u32 = 3;
+
+/// How a client behaves.
+#[derive(Clone, Debug)]
+pub struct ClientConfig {
+    /// The node the client is.
+    pub node_id: NodeId,
+    /// The servers to try, in order, until a heartbeat lists them.
+    pub servers: Vec<SocketAddr>,
+    /// First reconnect delay ceiling.
+    pub backoff_base: Duration,
+    /// Largest reconnect delay ceiling.
+    pub backoff_cap: Duration,
+    /// Whether allocations of `raw_exec` tasks run (an allocation runner
+    /// each); otherwise they fail at once.
+    pub raw_exec: bool,
+    /// Ended `raw_exec` allocations whose directories are kept.
+    pub gc_max_allocs: usize,
+    /// The seed of the reconnect and retry jitter.
+    pub seed: u64,
+}
+
+/// What a client counts, for logs and loadgen.
+#[derive(Debug, Default)]
+pub struct AgentCounters {
+    /// Connections established (the first included).
+    pub connections: AtomicU64,
+    /// Connections lost and re-established.
+    pub reconnects: AtomicU64,
+    /// Heartbeats answered.
+    pub heartbeats: AtomicU64,
+    /// Heartbeats sent again on the same connection after a timeout or a
+    /// failed stream.
+    pub heartbeat_retries: AtomicU64,
+    /// Calls refused because the cluster had no leader (an election) or
+    /// the server lost the leadership while writing; each was made again
+    /// (on the same connection, or on the next server).
+    pub writes_retried: AtomicU64,
+    /// Full resyncs sent after the server answered `initializing`.
+    pub resyncs: AtomicU64,
+    /// Alloc updates the server accepted.
+    pub reports: AtomicU64,
+    /// Allocation pushes received.
+    pub pushes: AtomicU64,
+    /// Allocations this agent ran that a push showed `unknown` (the
+    /// servers lost touch with the node).
+    pub allocs_seen_unknown: AtomicU64,
+    /// Of those, the ones a later push showed running again (reconnected).
+    pub allocs_reconnected: AtomicU64,
+    /// Times the agent learned the servers had given its node up: a
+    /// heartbeat answered `initializing` (the node was disconnected), or a
+    /// push showing an allocation it runs `lost` (the node was down; a down
+    /// node's heartbeat is answered `ready` at once).
+    pub marked_away: AtomicU64,
+}
+
+fn count(counter: &AtomicU64, by: u64) {
+    counter.fetch_add(by, Ordering::Relaxed);
+}
+
+/// An allocation's new status, from its runner.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AllocEvent {
+    /// The allocation.
+    pub alloc_id: AllocId,
+    /// Its client status.
+    pub status: ClientStatus,
+    /// Why, in a few words.
+    pub description: String,
+    /// Every task's state (empty for the mock driver's light path).
+    pub task_states: BTreeMap<String, TaskState>,
+}
+
+/// What happened, as the runtime hands it in.
+#[derive(Clone, Debug)]
+pub enum Event {
+    /// Time passed; whatever is due by `now` happens.
+    Tick,
+    /// The connection [`Action::Connect`] asked for is open.
+    Connected,
+    /// The connection could not be opened, or the open one is gone.
+    Disconnected(Failure),
+    /// The call out was answered.
+    Answered(Answer),
+    /// The call out failed.
+    CallFailed(Failure),
+    /// The servers pushed the node's allocations on the watch.
+    Push {
+        /// The state index the list is current at.
+        index: u64,
+        /// Every allocation placed on the node.
+        allocs: Vec<Arc<Allocation>>,
+    },
+    /// Runners changed allocations' statuses.
+    AllocsUpdated(Vec<AllocEvent>),
+    /// Heartbeat at this period instead of the TTL handed (`None`: at the TTL).
+    HeartbeatPeriod(Option<Duration>),
+}
+
+/// A call's answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Answer {
+    /// [`Call::Register`] succeeded.
+    Registered,
+    /// [`Call::Heartbeat`]'s answer.
+    Heartbeat(HeartbeatReply),
+    /// [`Call::Watch`] opened the watch; pushes follow.
+    Watching,
+    /// [`Call::Report`] was accepted.
+    Reported,
+}
+
+/// What a heartbeat learns.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HeartbeatReply {
+    /// The node's status as the servers have it.
+    pub status: NodeStatus,
+    /// Heartbeat again within this (zero: at once).
+    pub ttl: Duration,
+    /// The servers' client addresses, the leader's first.
+    pub servers: Vec<String>,
+}
+
+/// Why a call or a connection failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Failure {
+    /// The call may be made again on the same connection (it timed out,
+    /// its stream failed, or the cluster had no leader).
+    pub transient: bool,
+    /// The server's refusal, when it refused.
+    pub refusal: Option<Refusal>,
+    /// What happened, for the log.
+    pub message: String,
+}
+
+impl Failure {
+    /// A connection that could not be made or is gone.
+    pub fn lost(message: impl Into<String>) -> Failure {
+        Failure { transient: false, refusal: None, message: message.into() }
+    }
+}
+
+/// The refusals the client acts upon.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// The servers do not know the node: register.
+    UnknownNode,
+    /// The node is down or disconnected: heartbeat first.
+    NotConnected,
+    /// A report named an allocation not placed on the node.
+    NotItsAllocation,
+    /// The cluster has no leader right now.
+    NoLeader,
+    /// Any other.
+    Other,
+}
+
+/// What the runtime is asked to do.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Action {
+    /// Open a connection to this server.
+    Connect(SocketAddr),
+    /// The session is over: close the connection and its watch, if open.
+    /// The next attempt is at [`ClientState::deadline`].
+    Disconnect {
+        /// Why, for the log.
+        why: String,
+    },
+    /// Make this call on the open connection.
+    Call(Call),
+    /// Start a runner for an allocation new to this agent.
+    Start {
+        /// The allocation.
+        alloc: Arc<Allocation>,
+        /// What runs it.
+        runner: RunnerKind,
+    },
+    /// Stop the allocation's tasks (its end is reported by the runner for
+    /// real tasks; the mock driver's ends now).
+    Stop(AllocId),
+    /// Stop the allocation's tasks, remove its directories and forget it.
+    Destroy(AllocId),
+    /// The servers' view of the node's allocations was applied for the
+    /// first time since the agent started: restored runners may restart
+    /// tasks they found dead. Once per agent.
+    FirstPushApplied,
+}
+
+/// A call to the servers.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Call {
+    /// Register the node, as `initializing`.
+    Register,
+    /// Heartbeat, asking for `ready`.
+    Heartbeat,
+    /// Open the allocation watch, pushing what changed after this index
+    /// (everything, at 0).
+    Watch {
+        /// The index of the last push applied.
+        after: u64,
+    },
+    /// Send these allocation updates.
+    Report(Vec<ClientAllocUpdate>),
+}
+
+/// What runs an allocation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunnerKind {
+    /// An allocation runner with real tasks (`raw_exec`).
+    Tasks,
+    /// The mock driver's light path, ending by itself when it says.
+    Mock(Option<MockEnd>),
+}
+
+/// An allocation as the client holds it, for a runtime to read.
+#[derive(Clone, Copy, Debug)]
+pub struct HeldAlloc<'a> {
+    /// The allocation as last pushed.
+    pub alloc: &'a Arc<Allocation>,
+    /// Its status here.
+    pub status: ClientStatus,
+    /// Whether the servers have that status.
+    pub reported: bool,
+}
+
+/// One client's state; see the module docs.
+#[derive(Debug)]
+pub struct ClientState {
+    config: ClientConfig,
+    counters: Arc<AgentCounters>,
+    rng: SmallRng,
+    backoff: Backoff,
+    allocs: BTreeMap<AllocId, Held>,
+    /// The index of the last push applied; the watch resumes after it.
+    last_index: u64,
+    /// Whether the servers know this node.
+    registered: bool,
+    /// The heartbeat TTL last handed (not zero).
+    heartbeat_ttl: Option<Duration>,
+    /// The servers as the last heartbeat listed them.
+    servers: Vec<SocketAddr>,
+    /// Which server the next connection tries.
+    server: usize,
+    /// The heartbeat period override.
+    period: Option<Duration>,
+    first_push_applied: bool,
+    link: Link,
+}
+
+/// One allocation on the client.
+#[derive(Debug)]
+struct Held {
+    alloc: Arc<Allocation>,
+    status: ClientStatus,
+    description: String,
+    /// Every task's state (real tasks only).
+    task_states: BTreeMap<String, TaskState>,
+    /// Bumped whenever what is reported changes.
+    version: u64,
+    /// Whether the servers have `version`.
+    reported: bool,
+    runner: Runner,
+    /// A push showed it `unknown` since it last ran.
+    seen_unknown: bool,
+    /// When it ended here (garbage collection order).
+    terminal_since: Option<Timestamp>,
+}
+
+/// What runs an allocation, as the core tracks it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Runner {
+    /// Nothing (ended, or never run here).
+    None,
+    /// The mock driver.
+    Mock,
+    /// An allocation runner with real tasks.
+    Tasks,
+}
+
+impl Held {
+    /// An allocation with nothing running and nothing to report.
+    fn new(alloc: Arc<Allocation>, status: ClientStatus, runner: Runner) -> Held {
+        Held {
+            task_states: BTreeMap::new(),
+            alloc,
+            status,
+            description: String::new(),
+            version: 0,
+            reported: true,
+            runner,
+            seen_unknown: false,
+            terminal_since: None,
+        }
+    }
+
+    /// The servers must hear of it (again).
+    fn changed(&mut self) {
+        self.version += 1;
+        self.reported = false;
+    }
+}
+
+/// The connection.
+#[derive(Debug)]
+enum Link {
+    /// None: connect at `at`.
+    Down { at: Timestamp },
+    /// [`Action::Connect`] is out.
+    Connecting,
+    /// Open: a session.
+    Up(Session),
+}
+
+#[derive(Debug)]
+struct Session {
+    step: Step,
+    /// The call out.
+    call: Option<Out>,
+}
+
+/// A session's progress (module docs, steps 2-6).
+#[derive(Debug)]
+enum Step {
+    /// Registering; `again` after the servers said they did not know the node.
+    Register { again: bool },
+    /// The first heartbeat: `tries` made; after a transient failure the next
+    /// goes at `retry_at`.
+    Greet { tries: u32, retry_at: Option<Timestamp>, again: bool },
+    /// Opening the watch, with the greeting's answer.
+    Watch { initializing: bool, ttl: Duration },
+    /// The resync's report is out; a heartbeat follows.
+    Resync,
+    /// The heartbeat after the resync is out.
+    Confirm,
+    /// The report of what changed is out.
+    Report { ttl: Duration },
+    /// The session runs.
+    Ready { next_heartbeat: Timestamp, unanswered: u32, ttl: Duration },
+}
+
+/// The call out.
+#[derive(Debug)]
+enum Out {
+    Register,
+    Heartbeat,
+    Watch,
+    /// The allocations sent, each at the version sent.
+    Report(Vec<(AllocId, u64)>),
+}
+
+impl ClientState {
+    /// A client that has not connected yet; it connects at the first event.
+    pub fn new(config: ClientConfig, counters: Arc<AgentCounters>) -> ClientState {
+        ClientState {
+            rng: SmallRng::seed_from_u64(config.seed),
+            backoff: Backoff::new(config.backoff_base, config.backoff_cap),
+            config,
+            counters,
+            allocs: BTreeMap::new(),
+            last_index: 0,
+            registered: false,
+            heartbeat_ttl: None,
+            servers: Vec::new(),
+            server: 0,
+            period: None,
+            first_push_applied: false,
+            link: Link::Down { at: Timestamp::ZERO },
+        }
+    }
+
+    /// Holds an allocation whose runner a restarted agent re-attached to
+    /// (real tasks, from the data dir): `pending` until the runner reports,
+    /// nothing to report before, never started again. Before any event.
+    pub fn restored(&mut self, alloc: Arc<Allocation>) {
+        let mut held = Held::new(alloc, ClientStatus::Pending, Runner::Tasks);
+        held.description = "re-attaching after an agent restart".to_string();
+        self.allocs.insert(held.alloc.id, held);
+    }
+
+    /// What the client counted.
+    pub fn counters(&self) -> &Arc<AgentCounters> {
+        &self.counters
+    }
+
+    /// When the runtime must hand in [`Event::Tick`] if nothing else
+    /// happens; `None` while it owes an answer.
+    pub fn deadline(&self) -> Option<Timestamp> {
+        match &self.link {
+            Link::Down { at } => Some(*at),
+            Link::Connecting => None,
+            Link::Up(Session { call: Some(_), .. }) => None,
+            Link::Up(Session { step: Step::Greet { retry_at, .. }, .. }) => *retry_at,
+            Link::Up(Session { step: Step::Ready { next_heartbeat, .. }, .. }) => Some(*next_heartbeat),
+            Link::Up(_) => None,
+        }
+    }
+
+    /// Whether the session runs (past its handshake): runner updates are
+    /// reported as they come.
+    pub fn is_ready(&self) -> bool {
+        matches!(&self.link, Link::Up(Session { step: Step::Ready { .. }, .. }))
+    }
+
+    /// Whether a connection is open.
+    pub fn is_connected(&self) -> bool {
+        matches!(self.link, Link::Up(_))
+    }
+
+    /// The index of the last push applied.
+    pub fn last_index(&self) -> u64 {
+        self.last_index
+    }
+
+    /// The allocation held under `id`.
+    pub fn alloc(&self, id: AllocId) -> Option<HeldAlloc<'_>> {
+        self.allocs.get(&id).map(Held::view)
+    }
+
+    /// Every allocation held, by id.
+    pub fn allocs(&self) -> impl Iterator<Item = HeldAlloc<'_>> {
+        self.allocs.values().map(Held::view)
+    }
+
+    /// Takes `event` at `now`; returns what the runtime must do, in order.
+    pub fn handle(&mut self, now: Timestamp, event: Event) -> Vec<Action> {
+        let mut out = Vec::new();
+        match event {
+            Event::Tick => {}
+            Event::Connected => self.connected(&mut out),
+            Event::Disconnected(failure) => {
+                if !matches!(self.link, Link::Down { .. }) {
+                    self.lose(now, failure, &mut out);
+                }
+            }
+            Event::Answered(answer) => self.answered(now, answer, &mut out),
+            Event::CallFailed(failure) => self.call_failed(now, failure, &mut out),
+            Event::Push { index, allocs } => self.push(now, index, allocs, &mut out),
+            Event::AllocsUpdated(events) => {
+                for event in events {
+                    self.alloc_event(now, event);
+                }
+                self.collect_garbage(&mut out);
+            }
+            Event::HeartbeatPeriod(period) => self.set_period(now, period),
+        }
+        self.pump(now, &mut out);
+        out
+    }
+
+    /// Starts what is due: a connection, a retried greeting, a report of
+    /// what changed, a heartbeat.
+    fn pump(&mut self, now: Timestamp, out: &mut Vec<Action>) {
+        match &self.link {
+            Link::Down { at } if *at <= now => {
+                let servers = if self.servers.is_empty() { &self.config.servers } else { &self.servers };
+                if let Some(addr) = servers.get(self.server % servers.len().max(1)) {
+                    out.push(Action::Connect(*addr));
+                    self.link = Link::Connecting;
+                }
+            }
+            Link::Up(Session { call: None, step: Step::Greet { retry_at: Some(at), tries, again } }) if *at <= now => {
+                let step = Step::Greet { tries: *tries, retry_at: None, again: *again };
+                self.set_step(step);
+                self.call(Out::Heartbeat, Call::Heartbeat, out);
+            }
+            Link::Up(Session { call: None, step: Step::Ready { next_heartbeat, .. } }) => {
+                let due = *next_heartbeat <= now;
+                if !self.report(out) && due {
+                    self.call(Out::Heartbeat, Call::Heartbeat, out);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn connected(&mut self, out: &mut Vec<Action>) {
+        if !matches!(self.link, Link::Connecting) {
+            return;
+        }
+        if self.counters.connections.fetch_add(1, Ordering::Relaxed) > 0 {
+            count(&self.counters.reconnects, 1);
+        }
+        if self.registered {
+            self.link = Link::Up(Session { step: greeting(false), call: None });
+            self.call(Out::Heartbeat, Call::Heartbeat, out);
+        } else {
+            self.link = Link::Up(Session { step: Step::Register { again: false }, call: None });
+            self.call(Out::Register, Call::Register, out);
+        }
+    }
+
+    /// The session is lost: the next connection goes to the next server
+    /// after the backoff.
+    fn lose(&mut self, now: Timestamp, failure: Failure, out: &mut Vec<Action>) {
+        if failure.refusal == Some(Refusal::NoLeader) {
+            count(&self.counters.writes_retried, 1);
+        }
+        out.push(Action::Disconnect { why: failure.message });
+        self.server = self.server.wrapping_add(1);
+        let cap = self.config.backoff_cap;
+        self.backoff.set_cap(self.heartbeat_ttl.map_or(cap, |ttl| (ttl / 2).min(cap)));
+        let delay = self.backoff.next_delay(&mut self.rng);
+        self.link = Link::Down { at: now.plus(delay) };
+    }
+
+    /// Sends `call`, remembering it as `what`.
+    fn call(&mut self, what: Out, call: Call, out: &mut Vec<Action>) {
+        if let Link::Up(session) = &mut self.link {
+            session.call = Some(what);
+            out.push(Action::Call(call));
+        }
+    }
+
+    /// The call out, taken; `None` when none is (the answer is dropped).
+    fn take_call(&mut self) -> Option<Out> {
+        match &mut self.link {
+            Link::Up(session) => session.call.take(),
+            _ => None,
+        }
+    }
+
+    fn answered(&mut self, now: Timestamp, answer: Answer, out: &mut Vec<Action>) {
+        let Some(call) = self.take_call() else { return };
+        match (call, answer) {
+            (Out::Register, Answer::Registered) => {
+                let again = matches!(self.step(), Some(Step::Register { again: true }));
+                self.set_step(greeting(again));
+                self.registered_now(out);
+                self.call(Out::Heartbeat, Call::Heartbeat, out);
+            }
+            (Out::Heartbeat, Answer::Heartbeat(reply)) => self.heard(now, reply, out),
+            (Out::Watch, Answer::Watching) => {
+                let Some(&mut Step::Watch { initializing, ttl }) = self.step() else { return };
+                if initializing {
+                    self.set_step(Step::Resync);
+                    count(&self.counters.marked_away, u64::from(self.last_index > 0));
+                    self.resync();
+                    if !self.report(out) {
+                        self.confirm(out);
+                    }
+                } else {
+                    self.set_step(Step::Report { ttl });
+                    if !self.report(out) {
+                        self.enter_ready(now, ttl);
+                    }
+                }
+            }
+            (Out::Report(sent), Answer::Reported) => {
+                count(&self.counters.reports, 1);
+                for (id, version) in sent {
+                    if let Some(held) = self.allocs.get_mut(&id).filter(|held| held.version == version) {
+                        held.reported = true;
+                    }
+                }
+                match self.step() {
+                    Some(Step::Resync) => self.confirm(out),
+                    Some(&mut Step::Report { ttl }) => self.enter_ready(now, ttl),
+                    _ => {}
+                }
+            }
+            (call, answer) => {
+                debug_assert!(false, "{answer:?} does not answer {call:?}");
+            }
+        }
+    }
+
+    /// The servers took the registration: a re-registration drops what
+    /// the agent ran for the state they forgot.
+    fn registered_now(&mut self, out: &mut Vec<Action>) {
+        if self.registered {
+            tracing::warn!(node = %self.config.node_id, "the server did not know this node; registered again and dropped its old allocations");
+            for id in std::mem::take(&mut self.allocs).into_keys() {
+                out.push(Action::Destroy(id));
+            }
+        }
+        self.last_index = 0;
+        self.registered = true;
+    }
+
+    /// A heartbeat's answer, in whichever step it was sent.
+    fn heard(&mut self, now: Timestamp, reply: HeartbeatReply, out: &mut Vec<Action>) {
+        count(&self.counters.heartbeats, 1);
+        if !reply.ttl.is_zero() {
+            self.heartbeat_ttl = Some(reply.ttl);
+        }
+        let servers: Vec<SocketAddr> = reply
+            .servers
+            .iter()
+            .filter_map(|addr| addr.parse::<SocketAddr>().ok())
+            .filter(|addr| !addr.ip().is_unspecified() && addr.port() != 0)
+            .collect();
+        if !servers.is_empty() {
+            self.servers = servers;
+        }
+        let initializing = reply.status == NodeStatus::Initializing;
+        match self.step() {
+            Some(Step::Greet { .. }) => {
+                self.backoff.reset();
+                self.set_step(Step::Watch { initializing, ttl: reply.ttl });
+                self.call(Out::Watch, Call::Watch { after: self.last_index }, out);
+            }
+            Some(Step::Confirm) => self.enter_ready(now, reply.ttl),
+            Some(&mut Step::Ready { unanswered, ttl, .. }) if initializing => {
+                count(&self.counters.marked_away, 1);
+                self.resync();
+                // Reported first (pump), then a heartbeat makes it ready.
+                self.set_step(Step::Ready { next_heartbeat: now, unanswered, ttl });
+            }
+            Some(Step::Ready { .. }) => self.enter_ready(now, reply.ttl),
+            _ => {}
+        }
+    }
+
+    fn call_failed(&mut self, now: Timestamp, failure: Failure, out: &mut Vec<Action>) {
+        let Some(call) = self.take_call() else { return };
+        let heartbeat = matches!(call, Out::Heartbeat);
+        match self.step() {
+            Some(&mut Step::Greet { tries, again, .. }) if heartbeat && failure.transient && tries < GREETING_TRIES => {
+                let retry_at = now.plus(retry_pause(&mut self.rng));
+                self.set_step(Step::Greet { tries: tries + 1, retry_at: Some(retry_at), again });
+                count(&self.counters.heartbeat_retries, 1);
+            }
+            Some(Step::Greet { again: false, .. }) if heartbeat && failure.refusal == Some(Refusal::UnknownNode) => {
+                self.set_step(Step::Register { again: true });
+                self.call(Out::Register, Call::Register, out);
+            }
+            Some(&mut Step::Ready { unanswered, ttl, .. })
+                if heartbeat && failure.transient && unanswered + 1 < MAX_UNANSWERED =>
+            {
+                // A slow server or a reset stream: the connection lives, so
+                // try again on it rather than queue for a new handshake. A
+                // server that answers nothing several times in a row is gone
+                // (a killed process sends no close): try the next one.
+                // Refusals for want of a leader count too: a server that
+                // stays without one is left for another.
+                let next_heartbeat = now.plus(retry_pause(&mut self.rng));
+                self.set_step(Step::Ready { next_heartbeat, unanswered: unanswered + 1, ttl });
+                tracing::debug!(node = %self.config.node_id, error = %failure.message, "heartbeat not answered; retrying");
+                if failure.refusal == Some(Refusal::NoLeader) {
+                    count(&self.counters.writes_retried, 1);
+                }
+                count(&self.counters.heartbeat_retries, 1);
+            }
+            _ => {
+                if matches!(call, Out::Report(_)) && failure.refusal == Some(Refusal::NotItsAllocation) {
+                    // The servers' state moved on (an allocation was
+                    // removed): start the watch over to learn the whole list.
+                    self.last_index = 0;
+                }
+                self.lose(now, failure, out);
+            }
+        }
+    }
+
+    fn step(&mut self) -> Option<&mut Step> {
+        match &mut self.link {
+            Link::Up(session) => Some(&mut session.step),
+            _ => None,
+        }
+    }
+
+    fn set_step(&mut self, step: Step) {
+        if let Some(current) = self.step() {
+            *current = step;
+        }
+    }
+
+    /// The heartbeat after a handshake's resync.
+    fn confirm(&mut self, out: &mut Vec<Action>) {
+        self.set_step(Step::Confirm);
+        self.call(Out::Heartbeat, Call::Heartbeat, out);
+    }
+
+    fn enter_ready(&mut self, now: Timestamp, ttl: Duration) {
+        let next_heartbeat = now.plus(self.period.unwrap_or(ttl));
+        self.set_step(Step::Ready { next_heartbeat, unanswered: 0, ttl });
+    }
+
+    fn set_period(&mut self, now: Timestamp, period: Option<Duration>) {
+        self.period = period;
+        let known_ttl = self.heartbeat_ttl;
+        if let Some(Step::Ready { next_heartbeat, ttl, .. }) = self.step() {
+            let every = period.unwrap_or(known_ttl.unwrap_or(*ttl));
+            *next_heartbeat = (*next_heartbeat).min(now.plus(every));
+        }
+    }
+
+    /// Every allocation held must be reported again (the resync).
+    fn resync(&mut self) {
+        for held in self.allocs.values_mut() {
+            held.changed();
+        }
+        count(&self.counters.resyncs, 1);
+    }
+
+    /// Sends every status the servers do not have yet; whether a report went.
+    fn report(&mut self, out: &mut Vec<Action>) -> bool {
+        let node_id = self.config.node_id;
+        let mut sent = Vec::new();
+        let updates: Vec<ClientAllocUpdate> = self
+            .allocs
+            .values()
+            .filter(|held| !held.reported)
+            .map(|held| {
+                sent.push((held.alloc.id, held.version));
+                ClientAllocUpdate {
+                    alloc_id: held.alloc.id,
+                    node_id,
+                    client_status: held.status,
+                    client_description: held.description.clone(),
+                    task_states: held.task_states.clone(),
+                }
+            })
+            .collect();
+        if updates.is_empty() {
+            return false;
+        }
+        self.call(Out::Report(sent), Call::Report(updates), out);
+        true
+    }
+
+    /// Brings the allocations in line with a push (module docs).
+    fn push(&mut self, now: Timestamp, index: u64, allocs: Vec<Arc<Allocation>>, out: &mut Vec<Action>) {
+        count(&self.counters.pushes, 1);
+        self.last_index = index;
+        let listed: std::collections::BTreeSet<AllocId> = allocs.iter().map(|alloc| alloc.id).collect();
+        self.allocs.retain(|id, _| {
+            let keep = listed.contains(id);
+            if !keep {
+                out.push(Action::Destroy(*id));
+            }
+            keep
+        });
+        let mut lost_here = false;
+        for alloc in allocs {
+            match self.allocs.get_mut(&alloc.id) {
+                Some(held) => {
+                    lost_here |= alloc.client_status == ClientStatus::Lost
+                        && held.alloc.client_status != ClientStatus::Lost
+                        && !held.status.is_terminal();
+                    seen(&self.counters, held, &alloc);
+                    if alloc.desired_status != DesiredStatus::Run && !held.status.is_terminal() {
+                        stop(now, held, out);
+                    }
+                    held.alloc = alloc;
+                }
+                None if alloc.desired_status == DesiredStatus::Run && !alloc.client_status.is_terminal() => {
+                    let held = self.start(now, alloc, out);
+                    self.allocs.insert(held.alloc.id, held);
+                }
+                None => {
+                    // Stopped or finished before this agent ran it: hold it
+                    // as the servers have it, nothing to run or report.
+                    let mut held = Held::new(alloc.clone(), alloc.client_status, Runner::None);
+                    held.task_states.clone_from(&alloc.task_states);
+                    held.terminal_since = Some(now);
+                    self.allocs.insert(alloc.id, held);
+                }
+            }
+        }
+        if lost_here {
+            count(&self.counters.marked_away, 1);
+        }
+        if !self.first_push_applied {
+            self.first_push_applied = true;
+            out.push(Action::FirstPushApplied);
+        }
+        self.collect_garbage(out);
+    }
+
+    /// Starts an allocation new to this agent with the driver its tasks
+    /// name: real tasks through an allocation runner, the mock driver's
+    /// light path, or failed when this agent does not offer the driver.
+    fn start(&mut self, now: Timestamp, alloc: Arc<Allocation>, out: &mut Vec<Action>) -> Held {
+        let tasks = alloc.job.group(&alloc.task_group).map(|group| group.tasks.as_slice()).unwrap_or_default();
+        let real = tasks.iter().any(|task| task.driver == RAW_EXEC);
+        let mut held = Held::new(alloc.clone(), ClientStatus::Pending, Runner::None);
+        held.changed();
+        if real && self.config.raw_exec && tasks.iter().all(|task| task.driver == RAW_EXEC) {
+            held.description = "starting tasks".to_string();
+            held.runner = Runner::Tasks;
+            out.push(Action::Start { alloc, runner: RunnerKind::Tasks });
+        } else if real {
+            held.status = ClientStatus::Failed;
+            held.description = match tasks.iter().find(|task| task.driver != RAW_EXEC) {
+                Some(other) if self.config.raw_exec => {
+                    format!("driver {:?} cannot run beside raw_exec in one group", other.driver)
+                }
+                _ => "driver \"raw_exec\" is not enabled on this node".to_string(),
+            };
+            held.terminal_since = Some(now);
+        } else {
+            held.runner = Runner::Mock;
+            match mock::plan(&alloc) {
+                Ok(end) => {
+                    held.status = ClientStatus::Running;
+                    held.description = "tasks started".to_string();
+                    out.push(Action::Start { alloc, runner: RunnerKind::Mock(end) });
+                }
+                Err(why) => {
+                    held.status = ClientStatus::Failed;
+                    held.description = why;
+                }
+            }
+        }
+        held
+    }
+
+    /// Records a runner's news; reported with the next report.
+    fn alloc_event(&mut self, now: Timestamp, event: AllocEvent) {
+        let Some(held) = self.allocs.get_mut(&event.alloc_id) else { return };
+        if held.status.is_terminal() && held.runner != Runner::Tasks {
+            return;
+        }
+        if held.runner == Runner::Mock {
+            held.runner = Runner::None;
+        }
+        if held.status != event.status && event.status.is_terminal() {
+            held.terminal_since = Some(now);
+        }
+        held.status = event.status;
+        held.description = event.description;
+        held.task_states = event.task_states;
+        held.changed();
+    }
+
+    /// Destroys the oldest ended allocations with real tasks beyond
+    /// `gc_max_allocs` (their runners stop any task still running first).
+    fn collect_garbage(&mut self, out: &mut Vec<Action>) {
+        if !self.config.raw_exec {
+            return;
+        }
+        let mut ended: Vec<(Timestamp, AllocId)> = self
+            .allocs
+            .iter()
+            .filter(|(_, held)| held.runner == Runner::Tasks && held.status.is_terminal())
+            .filter_map(|(id, held)| Some((held.terminal_since?, *id)))
+            .collect();
+        if ended.len() <= self.config.gc_max_allocs {
+            return;
+        }
+        ended.sort_unstable();
+        let excess = ended.len() - self.config.gc_max_allocs;
+        for (_, id) in ended.into_iter().take(excess) {
+            if let Some(held) = self.allocs.get_mut(&id) {
+                held.runner = Runner::None;
+                out.push(Action::Destroy(id));
+            }
+        }
+    }
+}
+
+impl Held {
+    fn view(&self) -> HeldAlloc<'_> {
+        HeldAlloc { alloc: &self.alloc, status: self.status, reported: self.reported }
+    }
+}
+
+/// How long to wait before sending an unanswered heartbeat again: 0.5-1.5 s.
+fn retry_pause(rng: &mut SmallRng) -> Duration {
+    Duration::from_millis(500).mul_f64(1.0 + 2.0 * rng.random::<f64>())
+}
+
+/// Counts an allocation this agent runs that the servers showed
+/// `unknown`, and its return.
+fn seen(counters: &AgentCounters, held: &mut Held, alloc: &Allocation) {
+    if alloc.client_status == ClientStatus::Unknown && !held.seen_unknown && !held.status.is_terminal() {
+        held.seen_unknown = true;
+        count(&counters.allocs_seen_unknown, 1);
+    } else if alloc.client_status == ClientStatus::Running && held.seen_unknown {
+        held.seen_unknown = false;
+        count(&counters.allocs_reconnected, 1);
+    }
+}
+
+/// The first heartbeat's step.
+fn greeting(again: bool) -> Step {
+    Step::Greet { tries: 1, retry_at: None, again }
+}
+
+/// The servers stopped an allocation that has not ended here: its tasks
+/// are stopped; the mock driver's (or nothing) ends now, real tasks when
+/// their runner says.
+fn stop(now: Timestamp, held: &mut Held, out: &mut Vec<Action>) {
+    match held.runner {
+        Runner::Tasks => {
+            out.push(Action::Stop(held.alloc.id));
+            return;
+        }
+        Runner::Mock => out.push(Action::Stop(held.alloc.id)),
+        Runner::None => {}
+    }
+    held.runner = Runner::None;
+    held.status = ClientStatus::Complete;
+    held.description = "stopped by the servers".to_string();
+    held.terminal_since = Some(now);
+    held.changed();
+}
+
+/// The reconnect backoff: full jitter under a ceiling that doubles from
+/// `base` up to `cap`.
+#[derive(Debug)]
+struct Backoff {
+    base: Duration,
+    cap: Duration,
+    attempt: u32,
+}
+
+impl Backoff {
+    fn new(base: Duration, cap: Duration) -> Backoff {
+        Backoff { base, cap, attempt: 0 }
+    }
+
+    /// How long to wait before the next attempt.
+    fn next_delay(&mut self, rng: &mut SmallRng) -> Duration {
+        let ceiling = self.base.saturating_mul(1 << self.attempt.min(20)).min(self.cap);
+        self.attempt = self.attempt.saturating_add(1);
+        ceiling.mul_f64(rng.random::<f64>())
+    }
+
+    fn set_cap(&mut self, cap: Duration) {
+        self.cap = cap;
+    }
+
+    fn reset(&mut self) {
+        self.attempt = 0;
+    }
+}
+
+#[cfg(test)]
+#[path = "state_test.rs"]
+mod state_test;
