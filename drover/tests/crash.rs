@@ -181,8 +181,9 @@ fn check(report: &ClusterReport, ledger: &Ledger, restart: usize) {
     }
     let nodes = report.nodes_ready + report.nodes_initializing + report.nodes_down + report.nodes_disconnected;
     assert_eq!(nodes, NODES as u64, "restart {restart}: nodes");
-    assert!(report.nodes_oversubscribed.is_empty(), "restart {restart}: {:?}", report.nodes_oversubscribed);
-    assert!(report.port_collisions.is_empty(), "restart {restart}: {:?}", report.port_collisions);
+    let audit = report.audit.as_ref().expect("a full report");
+    assert!(audit.nodes_oversubscribed.is_empty(), "restart {restart}: {:?}", audit.nodes_oversubscribed);
+    assert!(audit.port_collisions.is_empty(), "restart {restart}: {:?}", audit.port_collisions);
     assert_eq!(report.evals_pending, 0, "restart {restart}: pending evals");
 }
 

@@ -286,8 +286,9 @@ fn check(report: &ClusterReport, ledger: &Ledger) {
     }
     let statuses = (report.nodes_ready, report.nodes_initializing, report.nodes_down, report.nodes_disconnected);
     assert_eq!(statuses, (NODES as u64, 0, 0, 0), "every node is ready (ready, initializing, down, disconnected)");
-    assert!(report.nodes_oversubscribed.is_empty(), "{:?}", report.nodes_oversubscribed);
-    assert!(report.port_collisions.is_empty(), "{:?}", report.port_collisions);
+    let audit = report.audit.as_ref().expect("a full report");
+    assert!(audit.nodes_oversubscribed.is_empty(), "{:?}", audit.nodes_oversubscribed);
+    assert!(audit.port_collisions.is_empty(), "{:?}", audit.port_collisions);
     assert_eq!(report.evals_pending, 0, "pending evals");
 }
 

@@ -30,6 +30,7 @@ use engine::structs::{
 };
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
+use transport::message::ReportScope;
 
 use report::Report;
 
@@ -261,7 +262,8 @@ fn in_process(args: &Args, workers: usize, nodes: Vec<Node>, jobs: &[Job], repor
         (placed_in, outcome)
     });
     outcome?;
-    let mut cluster = drover::server::cluster_report(&server.store().snapshot(), SystemClock::shared().now());
+    let mut cluster =
+        drover::server::cluster_report(&server.store().snapshot(), SystemClock::shared().now(), ReportScope::Full);
     cluster.engine = server.stats();
     report.record(&cluster, placed_in);
     report.check_invariants(&cluster);

@@ -151,9 +151,10 @@ pub struct Report {
 }
 
 impl Report {
-    /// Records the run's counters and eval latencies from the cluster
-    /// report taken once every allocation was placed.
+    /// Records the run's counters and eval latencies from the (full)
+    /// cluster report taken once every allocation was placed.
     pub fn record(&mut self, cluster: &ClusterReport, placed_in: Duration) {
+        let audit = cluster.audit.clone().unwrap_or_default();
         let stats = &cluster.engine;
         self.allocs_placed = cluster.jobs.iter().map(|job| job.live).sum();
         self.placement_secs = placed_in.as_secs_f64();
@@ -175,13 +176,13 @@ impl Report {
         self.alloc_updates = stats.alloc_updates.updates;
         self.largest_alloc_update_batch = stats.alloc_updates.largest_batch;
         self.state_index = cluster.index;
-        self.largest_plan_allocs = cluster.largest_plan_allocs as usize;
-        self.largest_plan_bytes = cluster.largest_plan_bytes as usize;
-        self.largest_plan_bytes_jobs_inline = cluster.largest_plan_bytes_jobs_inline as usize;
+        self.largest_plan_allocs = audit.largest_plan_allocs as usize;
+        self.largest_plan_bytes = audit.largest_plan_bytes as usize;
+        self.largest_plan_bytes_jobs_inline = audit.largest_plan_bytes_jobs_inline as usize;
         self.allocs_with_ports = cluster.allocs_with_ports;
         self.ports_held = cluster.ports_held;
         self.allocs_preempted = stats.plan_applier.allocs_preempted;
-        let [p50, p90, p99, max] = cluster.eval_latency_us.map(|micros| micros as f64 / 1000.0);
+        let [p50, p90, p99, max] = audit.eval_latency_us.map(|micros| micros as f64 / 1000.0);
         self.eval_latency_ms = Latency { p50, p90, p99, max };
     }
 
@@ -209,10 +210,14 @@ impl Report {
     /// a node, every job at its desired count, every eval finished, no
     /// allocation left unknown on a node that is back, every node ready.
     pub fn check_invariants(&mut self, cluster: &ClusterReport) {
-        for node in &cluster.nodes_oversubscribed {
+        let Some(audit) = &cluster.audit else {
+            self.invariant_violations.push("the server's report has no audit to check (not a full report)".into());
+            return;
+        };
+        for node in &audit.nodes_oversubscribed {
             self.invariant_violations.push(format!("node oversubscribed: {node}"));
         }
-        for collision in &cluster.port_collisions {
+        for collision in &audit.port_collisions {
             self.invariant_violations.push(format!("port used twice on a node (or reserved): {collision}"));
         }
         for job in &cluster.jobs {

@@ -27,6 +27,7 @@
 //!    cover.
 
 use std::io::SeekFrom;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -132,7 +133,7 @@ impl StateMachine {
                 Err(why) => {
                     tracing::error!(snapshot = %info.path.display(), %why, "refusing a snapshot; falling back to the one before it and the longer log");
                     snapshots.refuse(&info);
-                    recovery.refused.push(why);
+                    recovery.refused.push(why.to_string());
                 }
             }
         }
@@ -195,19 +196,48 @@ impl StateMachine {
     }
 }
 
-/// Verifies and decodes one snapshot file; an error names the file.
-fn load(info: &SnapshotInfo) -> Result<(SnapshotHeader, Snapshot), String> {
-    let mut verified = storage::verify(info).map_err(|error| error.to_string())?;
-    let path = info.path.display();
-    let header =
-        SnapshotHeader::decode(&verified.meta).map_err(|error| format!("snapshot {path}: its header: {error}"))?;
-    let snapshot = Snapshot::decode(verified.body()).map_err(|error| format!("snapshot {path}: its body: {error}"))?;
+/// Why a snapshot file was not loaded; the message names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The file could not be read, or did not verify (its checksum, its format).
+    #[error(transparent)]
+    File(#[from] storage::SnapshotError),
+    /// Its header did not decode.
+    #[error("snapshot {path}: its header: {source}")]
+    Header {
+        /// The file.
+        path: PathBuf,
+        /// What postcard found wrong.
+        source: postcard::Error,
+    },
+    /// Its body did not decode.
+    #[error("snapshot {path}: its body: {source}")]
+    Body {
+        /// The file.
+        path: PathBuf,
+        /// What the engine's decoder found wrong.
+        source: engine::state::PersistError,
+    },
+    /// Its body and its header name different store indexes.
+    #[error("snapshot {path}: its body is at index {body} but its header says {header}")]
+    IndexMismatch {
+        /// The file.
+        path: PathBuf,
+        /// The body's store index.
+        body: u64,
+        /// The header's.
+        header: u64,
+    },
+}
+
+/// Verifies and decodes one snapshot file.
+fn load(info: &SnapshotInfo) -> Result<(SnapshotHeader, Snapshot), LoadError> {
+    let mut verified = storage::verify(info)?;
+    let path = || info.path.clone();
+    let header = SnapshotHeader::decode(&verified.meta).map_err(|source| LoadError::Header { path: path(), source })?;
+    let snapshot = Snapshot::decode(verified.body()).map_err(|source| LoadError::Body { path: path(), source })?;
     if snapshot.index() != header.store_index {
-        return Err(format!(
-            "snapshot {path}: its body is at index {} but its header says {}",
-            snapshot.index(),
-            header.store_index
-        ));
+        return Err(LoadError::IndexMismatch { path: path(), body: snapshot.index(), header: header.store_index });
     }
     Ok((header, snapshot))
 }
@@ -293,8 +323,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         copy.await.map_err(|error| snapshot_error(&header, error))?;
         let machine = self.clone();
         let index = meta.last_log_id.map_or(0, |log_id| log_id.index);
-        let installed = tokio::task::spawn_blocking(move || -> Result<CurrentSnapshot, String> {
-            let info = machine.shared.snapshots.import(&received, index).map_err(|error| error.to_string())?;
+        let installed = tokio::task::spawn_blocking(move || -> Result<CurrentSnapshot, LoadError> {
+            let info = machine.shared.snapshots.import(&received, index)?;
             let _ = std::fs::remove_file(&received);
             let (header, state) = load(&info)?;
             machine.shared.store.install(state);

@@ -19,7 +19,8 @@ use uuid::Uuid;
 use crate::frame::MAX_PAYLOAD;
 use crate::message::{
     AllocsPush, ClusterReport, HeartbeatRequest, IndexReply, Kind, LogsAccessRequest, Message, MessageError, NodeReply,
-    Refusal, RefusalCode, RegisterRequest, ReportRequest, SubmitJobRequest, UpdateAllocsRequest, WatchAllocsRequest,
+    Refusal, RefusalCode, RegisterRequest, ReportRequest, ReportScope, SubmitJobRequest, UpdateAllocsRequest,
+    WatchAllocsRequest,
 };
 use crate::settings;
 use crate::stream::{codes, write_frame, FrameReader, StreamError};
@@ -220,9 +221,16 @@ impl ClientConnection {
         Ok(reply.index)
     }
 
-    /// The cluster report (operator certificates only).
+    /// The full cluster report, with its audit (operator certificates
+    /// only): for the end of a run; poll with [`ClientConnection::progress`].
     pub async fn report(&self) -> Result<ClusterReport, CallError> {
-        self.call(&ReportRequest).await
+        self.call(&ReportRequest { scope: ReportScope::Full }).await
+    }
+
+    /// The cluster report without its audit (operator certificates only):
+    /// cheap enough to poll.
+    pub async fn progress(&self) -> Result<ClusterReport, CallError> {
+        self.call(&ReportRequest { scope: ReportScope::Progress }).await
     }
 
     /// The round-trip time quinn estimates for the connection.

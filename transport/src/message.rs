@@ -311,10 +311,27 @@ pub struct SubmitJobRequest {
 
 /// An operator asks for the [`ClusterReport`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ReportRequest;
+pub struct ReportRequest {
+    /// How much of the report to make.
+    pub scope: ReportScope,
+}
 
-/// The cluster as a server sees it: what load tests check their
-/// invariants against, and what they report.
+/// How much of a [`ClusterReport`] the server makes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReportScope {
+    /// What a poller watches, cheap enough to ask for every second: one
+    /// pass over the nodes, the allocations and the evals, and the
+    /// counters. [`ClusterReport::audit`] is `None`.
+    #[default]
+    Progress,
+    /// The progress and the [`ClusterAudit`], which walks every node's
+    /// allocations again and re-encodes the largest plan: for the end of a
+    /// run, not for polling.
+    Full,
+}
+
+/// The cluster as a server sees it: what load tests wait on, check their
+/// invariants against, and report.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClusterReport {
     /// The state index it is current at.
@@ -330,11 +347,6 @@ pub struct ClusterReport {
     pub nodes_down: u64,
     /// See `nodes_ready`.
     pub nodes_disconnected: u64,
-    /// Nodes whose allocations ask for more than they have.
-    pub nodes_oversubscribed: Vec<String>,
-    /// Ports held twice on one node by live allocations, or held although
-    /// the node reserves them, as `node: port`.
-    pub port_collisions: Vec<String>,
     /// Live allocations that hold ports, and the ports they hold.
     pub allocs_with_ports: u64,
     /// See `allocs_with_ports`.
@@ -359,9 +371,6 @@ pub struct ClusterReport {
     /// Live allocations whose client status is unknown although their
     /// node is ready and has reported since it returned.
     pub unknown_on_ready_nodes: u64,
-    /// Eval latency (creation to completion) of completed evals, in
-    /// microseconds: p50, p90, p99, max.
-    pub eval_latency_us: [u64; 4],
     /// Evals canceled (superseded before they ran).
     pub evals_canceled: u64,
     /// Evals not yet finished that are due.
@@ -369,13 +378,6 @@ pub struct ClusterReport {
     /// Follow-up evals waiting for a later time (a disconnect expiry, a
     /// reschedule delay): scheduled work, not work left undone.
     pub evals_waiting: u64,
-    /// The plan that placed the most allocations: how many, and its size
-    /// in the log format with each job once and with jobs inline.
-    pub largest_plan_allocs: u64,
-    /// See `largest_plan_allocs`.
-    pub largest_plan_bytes: u64,
-    /// See `largest_plan_allocs`.
-    pub largest_plan_bytes_jobs_inline: u64,
     /// The engine's counters.
     pub engine: engine::server::ServerStats,
     /// The client listener's counters.
@@ -390,6 +392,30 @@ pub struct ClusterReport {
     /// The client address of the server that made the report: the
     /// leader (a follower forwards the call to it).
     pub leader: String,
+    /// The audit, in a report of [`ReportScope::Full`] only.
+    pub audit: Option<ClusterAudit>,
+}
+
+/// What a full [`ClusterReport`] adds: the invariant audits, which read the
+/// allocations themselves rather than trust the state's indexes, and the
+/// figures of a run that cost as much.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterAudit {
+    /// Nodes whose allocations ask for more than they have.
+    pub nodes_oversubscribed: Vec<String>,
+    /// Ports held twice on one node by live allocations, or held although
+    /// the node reserves them, as `node: port`.
+    pub port_collisions: Vec<String>,
+    /// Eval latency (creation to completion) of completed evals, in
+    /// microseconds: p50, p90, p99, max.
+    pub eval_latency_us: [u64; 4],
+    /// The plan that placed the most allocations: how many, and its size
+    /// in the log format with each job once and with jobs inline.
+    pub largest_plan_allocs: u64,
+    /// See `largest_plan_allocs`.
+    pub largest_plan_bytes: u64,
+    /// See `largest_plan_allocs`.
+    pub largest_plan_bytes_jobs_inline: u64,
 }
 
 /// A reading of a client listener's counters, in a [`ClusterReport`] (the

@@ -33,8 +33,8 @@ use crate::frame::{Frame, MAX_PAYLOAD};
 use crate::log_limit::RateLimited;
 use crate::message::{
     AllocsPush, AnyMessage, ClusterReport, HeartbeatRequest, IndexReply, Kind, ListenerStats, LogsAccessRequest,
-    Message, MessageError, NodeReply, Refusal, RefusalCode, RegisterRequest, ReportRequest, SubmitJobRequest,
-    UpdateAllocsRequest, WatchAllocsRequest,
+    Message, MessageError, NodeReply, Refusal, RefusalCode, RegisterRequest, ReportRequest, ReportScope,
+    SubmitJobRequest, UpdateAllocsRequest, WatchAllocsRequest,
 };
 use crate::settings::{self, MAX_HANDSHAKES, MAX_REQUEST};
 use crate::stream::{abandon, codes, write_frame, write_last_frame, FrameReader, StreamError};
@@ -64,8 +64,9 @@ pub trait Operations: Send + Sync + 'static {
     /// Registers `job`; the index it was written at, or why not (a job
     /// that is not valid, or a write refused as a node call's would be).
     fn submit_job(&self, job: engine::structs::Job) -> Result<u64, JobError>;
-    /// The cluster report.
-    fn report(&self) -> ClusterReport;
+    /// The cluster report, as much of it as `scope` asks for (the listener
+    /// adds its own counters).
+    fn report(&self, scope: ReportScope) -> ClusterReport;
     /// Whether the ACL token `token` (none: anonymous) may read the logs
     /// of `alloc_id`, which must be on `node_id` (an agent asking for
     /// its own allocation): the index of the state it was decided at, or
@@ -500,13 +501,15 @@ impl Service {
                 Err(error) => Err(Failure::Malformed(error)),
             },
             Ok(Kind::Report) => match ReportRequest::from_frame(frame) {
-                Ok(ReportRequest) => match self.operation(remote, operator, |ops| ops.report()).await {
-                    Ok(mut report) => {
-                        report.listener = self.stats_without_endpoint();
-                        Ok(report.to_frame(request_id))
+                Ok(ReportRequest { scope }) => {
+                    match self.operation(remote, operator, move |ops| ops.report(scope)).await {
+                        Ok(mut report) => {
+                            report.listener = self.stats_without_endpoint();
+                            Ok(report.to_frame(request_id))
+                        }
+                        Err(refusal) => Ok(refusal.to_frame(request_id)),
                     }
-                    Err(refusal) => Ok(refusal.to_frame(request_id)),
-                },
+                }
                 Err(error) => Err(Failure::Malformed(error)),
             },
             Ok(other) => {

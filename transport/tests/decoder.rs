@@ -11,8 +11,9 @@ use engine::structs::{Allocation, ClientStatus, EvalId, Job, JobType, NodeStatus
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use transport::message::{
-    decode_all, AllocsPush, ClusterReport, HeartbeatRequest, IndexReply, JobCounts, Message, NodeReply, Refusal,
-    RefusalCode, RegisterRequest, ReportRequest, SubmitJobRequest, UpdateAllocsRequest, WatchAllocsRequest,
+    decode_all, AllocsPush, ClusterAudit, ClusterReport, HeartbeatRequest, IndexReply, JobCounts, Message, NodeReply,
+    Refusal, RefusalCode, RegisterRequest, ReportRequest, ReportScope, SubmitJobRequest, UpdateAllocsRequest,
+    WatchAllocsRequest,
 };
 
 /// Inputs per run: half random, half mutations of valid streams.
@@ -47,8 +48,9 @@ fn corpus() -> Vec<Vec<u8>> {
         AllocsPush { index: 7, allocs }.to_frame(7),
         Refusal { code: RefusalCode::Malformed, message: "bad".into() }.to_frame(8),
         SubmitJobRequest { job: Job::clone(&job) }.to_frame(9),
-        ReportRequest.to_frame(10),
+        ReportRequest { scope: ReportScope::Full }.to_frame(10),
         ClusterReport { index: 11, jobs: vec![JobCounts::default()], ..ClusterReport::default() }.to_frame(11),
+        ClusterReport { index: 12, audit: Some(ClusterAudit::default()), ..ClusterReport::default() }.to_frame(12),
     ];
     let encoded: Vec<Vec<u8>> = frames
         .iter()

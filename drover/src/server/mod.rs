@@ -16,24 +16,22 @@
 //!   leadership.
 //! - `routing.rs`: the client endpoint's route (serve here or forward).
 //! - `peer.rs`: the server-to-server calls this server answers.
+//! - `report.rs`: the cluster report operators and load tests ask for.
 //! - `timers.rs`: the process's `metrics` recorder for the engine's timers.
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use engine::clock::{SystemClock, Timestamp};
+use engine::clock::SystemClock;
 use engine::job_endpoint::JobError;
 use engine::node::endpoint::NodeEndpoint;
 use engine::node::heartbeat::Heartbeats;
-use engine::scheduler::reconcile::stop_reason;
 use engine::server::{Server, ServerConfig};
-use engine::state::{Command, CommandLog, LeaderHint, LogError, PendingWrite, Snapshot, StateError, Writer};
-use engine::structs::{AllocId, Allocation, ClientStatus, DesiredStatus, EvalId, EvalStatus, Job, NodeId, NodeStatus};
-use hdrhistogram::Histogram;
+use engine::state::{Command, CommandLog, LeaderHint, LogError, PendingWrite, StateError, Writer};
+use engine::structs::{AllocId, Job, NodeId};
 use replication::{ClusterSetup, Durable, DurableConfig, ServerNode};
-use transport::message::{ClusterReport, JobCounts, ListenerStats};
+use transport::message::{ClusterReport, ListenerStats, ReportScope};
 use transport::peer::Peers;
 use transport::server::{ClientListener, ListenError, LogsDenied, Operations};
 
@@ -44,8 +42,11 @@ use crate::listener::HttpServer;
 
 pub mod leadership;
 pub mod peer;
+pub mod report;
 pub mod routing;
 pub mod timers;
+
+pub use report::{cluster_report, process_cpu_millis, process_memory};
 
 use leadership::Leadership;
 use peer::PeerService;
@@ -575,16 +576,19 @@ impl Operations for EngineOperations {
         engine.jobs().register(job).map(|written| written.index)
     }
 
-    fn report(&self) -> ClusterReport {
+    fn report(&self, scope: ReportScope) -> ClusterReport {
+        // Read before the report is made, so that two reports bracket what
+        // happened between them, not what making them cost.
+        let cpu_millis = process_cpu_millis();
         let snapshot = self.leadership.store().snapshot();
-        let mut report = cluster_report(&snapshot, SystemClock::shared().now());
+        let mut report = cluster_report(&snapshot, SystemClock::shared().now(), scope);
         if let Some(engine) = self.leadership.leader() {
             report.idle = engine.is_idle();
             report.engine = engine.stats();
             report.leader = self.rpc.clone();
         }
         (report.rss_bytes, report.peak_rss_bytes) = process_memory();
-        report.cpu_millis = process_cpu_millis();
+        report.cpu_millis = cpu_millis;
         report
     }
 
@@ -598,139 +602,4 @@ impl Operations for EngineOperations {
         }
         Ok(snapshot.index())
     }
-}
-
-/// What [`ClusterReport`] says about the state in `snapshot` at `now` (the
-/// engine's counters, idleness and memory are the caller's to add).
-pub fn cluster_report(snapshot: &Snapshot, now: Timestamp) -> ClusterReport {
-    let mut report = ClusterReport { index: snapshot.index(), ..ClusterReport::default() };
-    for node in snapshot.nodes() {
-        match node.status {
-            NodeStatus::Ready => report.nodes_ready += 1,
-            NodeStatus::Initializing => report.nodes_initializing += 1,
-            NodeStatus::Down => report.nodes_down += 1,
-            NodeStatus::Disconnected => report.nodes_disconnected += 1,
-        }
-    }
-    report.nodes_oversubscribed = snapshot
-        .oversubscribed_nodes()
-        .into_iter()
-        .map(|(node, used, allocatable)| format!("{node}: {used:?} of {allocatable:?}"))
-        .collect();
-    report.port_collisions =
-        snapshot.port_collisions().into_iter().map(|(node, port)| format!("{node}: {port}")).collect();
-    for alloc in snapshot.allocs() {
-        match alloc.client_status {
-            ClientStatus::Pending => report.allocs_pending += 1,
-            ClientStatus::Running => report.allocs_running += 1,
-            ClientStatus::Unknown => report.allocs_unknown += 1,
-            ClientStatus::Lost => report.allocs_lost += 1,
-            ClientStatus::Complete => report.allocs_complete += 1,
-            ClientStatus::Failed => report.allocs_failed += 1,
-        }
-        if alloc.desired_status == DesiredStatus::Stop && alloc.desired_description == stop_reason::ORIGINAL_RECONNECTED
-        {
-            report.replacements_stopped_for_reconnect += 1;
-        }
-        if !alloc.terminal() && !alloc.ports.is_empty() {
-            report.allocs_with_ports += 1;
-            report.ports_held += alloc.ports.len() as u64;
-        }
-        let on_ready_node = snapshot.node(alloc.node_id).is_some_and(|node| node.status == NodeStatus::Ready);
-        if !alloc.terminal() && alloc.client_status == ClientStatus::Unknown && on_ready_node {
-            report.unknown_on_ready_nodes += 1;
-        }
-    }
-    for job in snapshot.jobs() {
-        let desired = if job.job_type.is_system_like() {
-            snapshot.nodes().filter(|node| node.is_schedulable() && runs_on(job, node)).count() as u64
-        } else {
-            job.task_groups.iter().map(|group| u64::from(group.count)).sum()
-        };
-        let allocs: Vec<_> = snapshot.allocs_by_job(&job.key()).filter(|alloc| !alloc.terminal()).collect();
-        report.jobs.push(JobCounts {
-            id: job.id.to_string(),
-            job_type: job.job_type.as_str().to_string(),
-            desired,
-            live: allocs.len() as u64,
-            running: allocs.iter().filter(|alloc| alloc.client_status == ClientStatus::Running).count() as u64,
-        });
-    }
-    record_evals(snapshot, now, &mut report);
-    record_largest_plan(snapshot, &mut report);
-    report
-}
-
-/// Eval latency percentiles (creation to completion), canceled, pending and
-/// waiting evals.
-fn record_evals(snapshot: &Snapshot, now: Timestamp, report: &mut ClusterReport) {
-    let mut histogram = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).expect("valid bounds");
-    for eval in snapshot.evals() {
-        match eval.status {
-            EvalStatus::Complete => {
-                histogram.saturating_record((eval.modify_time.since(eval.create_time).as_micros() as u64).max(1));
-            }
-            EvalStatus::Canceled => report.evals_canceled += 1,
-            EvalStatus::Pending if eval.wait_until.is_some_and(|at| at > now) => report.evals_waiting += 1,
-            EvalStatus::Pending => report.evals_pending += 1,
-            _ => {}
-        }
-    }
-    report.eval_latency_us = [
-        histogram.value_at_quantile(0.50),
-        histogram.value_at_quantile(0.90),
-        histogram.value_at_quantile(0.99),
-        histogram.max(),
-    ];
-}
-
-/// Rebuilds the command of the eval that placed the most allocations (each
-/// allocation keeps the eval that placed it; clients only report) and
-/// measures its encoded size.
-fn record_largest_plan(snapshot: &Snapshot, report: &mut ClusterReport) {
-    let mut by_eval: BTreeMap<EvalId, usize> = BTreeMap::new();
-    for alloc in snapshot.allocs() {
-        *by_eval.entry(alloc.eval_id).or_default() += 1;
-    }
-    let Some((eval_id, _)) = by_eval.into_iter().max_by_key(|(_, count)| *count) else { return };
-    let allocs: Vec<Allocation> =
-        snapshot.allocs().filter(|alloc| alloc.eval_id == eval_id).map(|alloc| Allocation::clone(alloc)).collect();
-    report.largest_plan_allocs = allocs.len() as u64;
-    let command = Command::ApplyPlanResults { eval_id, allocs, evals: Vec::new(), time: Timestamp(1) };
-    report.largest_plan_bytes = command.encode().len() as u64;
-    report.largest_plan_bytes_jobs_inline = command.encoded_len_jobs_inline() as u64;
-}
-
-/// Whether a system job's datacenters and drivers admit `node` (the
-/// report's count of where it should run; constraints are not evaluated).
-fn runs_on(job: &Job, node: &engine::structs::Node) -> bool {
-    let in_datacenter = job.datacenters.iter().any(|datacenter| **datacenter == *node.datacenter);
-    let has_drivers = job.task_groups.iter().flat_map(|group| &group.tasks).all(|task| node.has_driver(&task.driver));
-    in_datacenter && has_drivers
-}
-
-/// CPU time (user and system) this process has used, in milliseconds, from
-/// /proc (whose clock ticks are USER_HZ, 100 per second on Linux).
-pub fn process_cpu_millis() -> u64 {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else { return 0 };
-    // Fields after the command name (which may hold spaces, so split after
-    // its closing parenthesis): utime and stime are the 12th and 13th.
-    let Some((_, fields)) = stat.rsplit_once(')') else { return 0 };
-    let mut fields = fields.split_whitespace().skip(11);
-    let mut tick = || fields.next().and_then(|ticks| ticks.parse::<u64>().ok()).unwrap_or(0);
-    (tick() + tick()) * 10
-}
-
-/// This process's resident memory now and at its peak, from /proc.
-pub fn process_memory() -> (u64, u64) {
-    let Ok(status) = std::fs::read_to_string("/proc/self/status") else { return (0, 0) };
-    let field = |name: &str| {
-        status
-            .lines()
-            .find(|line| line.starts_with(name))
-            .and_then(|line| line.split_whitespace().nth(1))
-            .and_then(|kib| kib.parse::<u64>().ok())
-            .map_or(0, |kib| kib * 1024)
-    };
-    (field("VmRSS:"), field("VmHWM:"))
 }

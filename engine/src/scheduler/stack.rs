@@ -531,8 +531,8 @@ impl Stack {
             return None;
         }
         if let Some(ports) = &ask.ports {
-            if let Err(reason) = self.usage.ports_fit(&*self.state, node, ports) {
-                count_exhausted(metrics, node, &reason);
+            if let Err(refused) = self.usage.ports_fit(&*self.state, node, ports) {
+                count_exhausted(metrics, node, &refused.to_string());
                 return None;
             }
         }

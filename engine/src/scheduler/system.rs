@@ -387,7 +387,7 @@ fn decide(ask: &GroupAsk<'_>, node: &Node, present: bool) -> NodeDecision {
     let ports_fit = ask.ports.as_ref().map_or(Ok(()), |ports| ask.usage.ports_fit(ask.state, node, ports));
     let short = match node.allocatable().exhausted_dimension(used.plus(ask.resources)) {
         Some(dimension) => Some(dimension.to_string()),
-        None => ports_fit.err(),
+        None => ports_fit.err().map(|refused| refused.to_string()),
     };
     let evicted = match (short, ask.preempt_priority) {
         (None, _) => Vec::new(),

@@ -29,6 +29,23 @@ const RANDOM_PROBES: usize = 20;
 /// Nomad's metric for a dynamic range without enough free ports.
 pub const DYNAMIC_PORTS_EXHAUSTED: &str = "network: dynamic port selection failed";
 
+/// Why a node cannot give a placement its ports
+/// ([`PlanUsage::ports_fit`]); the message is Nomad's metric key.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PortsRefused {
+    /// A static port asked for is held there, or reserved.
+    #[error("network: reserved port collision {label}={port}")]
+    Collision {
+        /// The port's label in the group.
+        label: Arc<str>,
+        /// The port.
+        port: u16,
+    },
+    /// Too few ports of the node's dynamic range are free.
+    #[error("{DYNAMIC_PORTS_EXHAUSTED}")]
+    DynamicExhausted,
+}
+
 /// The ports one allocation of a group needs.
 #[derive(Clone, Debug, Default)]
 pub struct PortAsk {
@@ -159,9 +176,9 @@ impl PlanUsage {
         (node.network.dynamic_range_len() + freed + evicted).saturating_sub(held + taken)
     }
 
-    /// Whether the node can give `ask` its ports; if not, the metric key
-    /// saying why (Nomad's words).
-    pub fn ports_fit(&self, state: &dyn State, node: &Node, ask: &PortAsk) -> Result<(), String> {
+    /// Whether the node can give `ask` its ports; if not, why (its message
+    /// is the metric key, Nomad's words).
+    pub fn ports_fit(&self, state: &dyn State, node: &Node, ask: &PortAsk) -> Result<(), PortsRefused> {
         self.ports_fit_evicting(state, node, ask, &[])
     }
 
@@ -172,14 +189,14 @@ impl PlanUsage {
         node: &Node,
         ask: &PortAsk,
         evicted: &[Arc<Allocation>],
-    ) -> Result<(), String> {
+    ) -> Result<(), PortsRefused> {
         if let Some(port) = ask.statics.iter().find(|port| self.port_taken_evicting(state, node, port.value, evicted)) {
-            return Err(format!("network: reserved port collision {}={}", port.label, port.value));
+            return Err(PortsRefused::Collision { label: port.label.clone(), port: port.value });
         }
         if !ask.dynamics.is_empty()
             && self.free_dynamic_ports_evicting(state, node, evicted) < ask.dynamic_range_need(node)
         {
-            return Err(DYNAMIC_PORTS_EXHAUSTED.to_string());
+            return Err(PortsRefused::DynamicExhausted);
         }
         Ok(())
     }
@@ -291,14 +308,15 @@ mod tests {
         assert!(values[1..].iter().all(|port| (20_001..=20_004).contains(port)) && values[1] != values[2]);
         usage.place(&*state, &first);
         assert!(usage.port_taken(&*state, &node, 8080) && usage.port_taken(&*state, &node, 22));
-        assert_eq!(usage.ports_fit(&*state, &node, &ask), Err("network: reserved port collision s8080=8080".into()));
+        let refused = usage.ports_fit(&*state, &node, &ask).expect_err("8080 is taken");
+        assert_eq!(refused.to_string(), "network: reserved port collision s8080=8080");
         let dynamic_only = PortAsk::of(&group_asking(&[], 2)).expect("asks");
         assert_eq!(usage.ports_fit(&*state, &node, &dynamic_only), Ok(()), "two of four left");
         let mut second = Allocation::new_placement(&job, "group", 1, node.id, EvalId::from_u128(1));
         second.ports = usage.assign_ports(&*state, &node, &dynamic_only, &mut rng).expect("room");
         usage.place(&*state, &second);
         assert_eq!(usage.free_dynamic_ports(&*state, &node), 0);
-        assert_eq!(usage.ports_fit(&*state, &node, &dynamic_only), Err(DYNAMIC_PORTS_EXHAUSTED.to_string()));
+        assert_eq!(usage.ports_fit(&*state, &node, &dynamic_only), Err(PortsRefused::DynamicExhausted));
         assert!(usage.remove(&*state, &first) && !usage.remove(&*state, &first), "removed once");
         assert!(!usage.port_taken(&*state, &node, 8080));
         assert_eq!(usage.free_dynamic_ports(&*state, &node), 2);

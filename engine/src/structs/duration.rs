@@ -6,23 +6,60 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer, Serializer};
 
+/// Why a duration's text did not parse.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DurationError {
+    /// Nothing was written.
+    #[error("empty duration")]
+    Empty,
+    /// Something other than a number where one should start.
+    #[error("duration {text:?}: expected a number at {at:?}")]
+    ExpectedNumber {
+        /// The whole text.
+        text: String,
+        /// What follows where the number should be.
+        at: String,
+    },
+    /// A number that does not fit 64 bits.
+    #[error("duration {text:?}: number too large")]
+    NumberTooLarge {
+        /// The whole text.
+        text: String,
+    },
+    /// A unit other than h, m, s, ms, us and ns.
+    #[error("duration {text:?}: unknown unit {unit:?} (use h, m, s, ms, us or ns)")]
+    UnknownUnit {
+        /// The whole text.
+        text: String,
+        /// The unit written.
+        unit: String,
+    },
+    /// More whole nanoseconds than 64 bits hold (about 584 years).
+    #[error("duration {text:?}: too long")]
+    TooLong {
+        /// The whole text.
+        text: String,
+    },
+}
+
 /// Parses `"1h30m"`, `"250ms"`, `"10s"`; units h, m, s, ms, us, ns.
-pub fn human_duration(text: &str) -> Result<Duration, String> {
+pub fn human_duration(text: &str) -> Result<Duration, DurationError> {
     let text = text.trim();
     if text == "0" {
         return Ok(Duration::ZERO);
     }
     if text.is_empty() {
-        return Err("empty duration".to_string());
+        return Err(DurationError::Empty);
     }
     let mut total: u128 = 0;
     let mut rest = text;
     while !rest.is_empty() {
         let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
         if digits == 0 {
-            return Err(format!("duration {text:?}: expected a number at {rest:?}"));
+            return Err(DurationError::ExpectedNumber { text: text.to_string(), at: rest.to_string() });
         }
-        let value: u64 = rest[..digits].parse().map_err(|_| format!("duration {text:?}: number too large"))?;
+        let value: u64 =
+            rest[..digits].parse().map_err(|_| DurationError::NumberTooLarge { text: text.to_string() })?;
         rest = &rest[digits..];
         let unit_len = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
         let unit_nanos: u128 = match &rest[..unit_len] {
@@ -32,12 +69,12 @@ pub fn human_duration(text: &str) -> Result<Duration, String> {
             "ms" => 1_000_000,
             "us" => 1_000,
             "ns" => 1,
-            other => return Err(format!("duration {text:?}: unknown unit {other:?} (use h, m, s, ms, us or ns)")),
+            other => return Err(DurationError::UnknownUnit { text: text.to_string(), unit: other.to_string() }),
         };
         total += u128::from(value) * unit_nanos;
         rest = &rest[unit_len..];
     }
-    u64::try_from(total).map(Duration::from_nanos).map_err(|_| format!("duration {text:?}: too long"))
+    u64::try_from(total).map(Duration::from_nanos).map_err(|_| DurationError::TooLong { text: text.to_string() })
 }
 
 /// Formats a duration the way [`human_duration`] reads it.
@@ -122,16 +159,16 @@ mod tests {
 
     #[test]
     fn rejects_bad_durations_with_the_reason() {
-        assert!(human_duration("").expect_err("empty").contains("empty"));
-        assert!(human_duration("5 minutes").expect_err("bad unit").contains("unknown unit"));
-        assert!(human_duration("m5").expect_err("no number").contains("expected a number"));
+        assert!(human_duration("").expect_err("empty").to_string().contains("empty"));
+        assert!(human_duration("5 minutes").expect_err("bad unit").to_string().contains("unknown unit"));
+        assert!(human_duration("m5").expect_err("no number").to_string().contains("expected a number"));
     }
 
     #[test]
     fn nanosecond_durations_beyond_four_seconds_round_trip() {
         let odd = Duration::from_nanos(5_000_000_001);
         assert_eq!(human_duration(&format_duration(odd)), Ok(odd));
-        assert!(human_duration("99999999999999h").expect_err("too long").contains("too long"));
+        assert!(human_duration("99999999999999h").expect_err("too long").to_string().contains("too long"));
     }
 
     #[test]

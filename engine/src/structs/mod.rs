@@ -29,7 +29,7 @@ pub use acl::{AclLevel, AclPolicy, AclRules, AclState, AclToken, AclTokenType};
 pub use affinity::Affinity;
 pub use alloc::{AllocMetric, AllocState, Allocation, ClientStatus, DesiredStatus, RescheduleEvent};
 pub use constraint::{constraint_syntax_problem, version_matches, Constraint, ConstraintOperand, Version};
-pub use duration::human_duration;
+pub use duration::{human_duration, DurationError};
 pub use eval::{EvalStatus, Evaluation, TriggerReason};
 pub use ids::{seed_thread_ids, AllocId, EvalId, JobKey, NodeId};
 pub use job::{

@@ -189,8 +189,24 @@ pub fn gate(data_limit: Option<u64>, command: &Path, args: &[String]) -> i32 {
     }
 }
 
-fn start_gate(spec: &LaunchSpec) -> Result<std::process::Child, String> {
-    let executable = std::env::current_exe().map_err(|error| format!("finding the drover binary: {error}"))?;
+/// Why the gate (the task-to-be) did not start.
+#[derive(Debug, thiserror::Error)]
+enum GateError {
+    /// This process's own binary, which the gate runs, was not found.
+    #[error("finding the drover binary: {0}")]
+    OwnBinary(std::io::Error),
+    /// The gate process did not start.
+    #[error("starting {command}: {source}")]
+    Spawn {
+        /// The task's command.
+        command: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+fn start_gate(spec: &LaunchSpec) -> Result<std::process::Child, GateError> {
+    let executable = std::env::current_exe().map_err(GateError::OwnBinary)?;
     let mut command = Command::new(executable);
     command
         .arg("executor")
@@ -209,7 +225,7 @@ fn start_gate(spec: &LaunchSpec) -> Result<std::process::Child, String> {
         std::os::unix::process::CommandExt::gid(&mut command, gid);
         std::os::unix::process::CommandExt::uid(&mut command, uid);
     }
-    command.spawn().map_err(|error| format!("starting {}: {error}", spec.command.display()))
+    command.spawn().map_err(|source| GateError::Spawn { command: spec.command.clone(), source })
 }
 
 /// Puts the gate (the task-to-be) in its cgroup; the gate sets its
@@ -329,19 +345,32 @@ fn stat_fields(pid: Pid) -> Option<Vec<String>> {
     Some(after_name.split_whitespace().map(str::to_string).collect())
 }
 
+/// Why a task's user has no uid and gid here ([`lookup_user`]).
+#[derive(Debug, thiserror::Error)]
+pub enum UserError {
+    /// `/etc/passwd` could not be read.
+    #[error("reading /etc/passwd: {0}")]
+    Passwd(std::io::Error),
+    /// The user's line has a uid or gid that is not a number.
+    #[error("/etc/passwd: bad uid or gid for {0:?}")]
+    Malformed(String),
+    /// No line names the user.
+    #[error("user {0:?} does not exist on this node")]
+    Unknown(String),
+}
+
 /// The uid and primary gid of `user`, from `/etc/passwd` (a name or a
 /// number).
-pub fn lookup_user(user: &str) -> Result<(u32, u32), String> {
-    let passwd = std::fs::read_to_string("/etc/passwd").map_err(|error| format!("reading /etc/passwd: {error}"))?;
+pub fn lookup_user(user: &str) -> Result<(u32, u32), UserError> {
+    let passwd = std::fs::read_to_string("/etc/passwd").map_err(UserError::Passwd)?;
     for line in passwd.lines() {
         let fields: Vec<&str> = line.split(':').collect();
         if fields.len() >= 4 && (fields[0] == user || fields[2] == user) {
-            let uid = fields[2].parse().map_err(|_| format!("/etc/passwd: bad uid for {user:?}"))?;
-            let gid = fields[3].parse().map_err(|_| format!("/etc/passwd: bad gid for {user:?}"))?;
-            return Ok((uid, gid));
+            let malformed = |_| UserError::Malformed(user.to_string());
+            return Ok((fields[2].parse().map_err(malformed)?, fields[3].parse().map_err(malformed)?));
         }
     }
-    Err(format!("user {user:?} does not exist on this node"))
+    Err(UserError::Unknown(user.to_string()))
 }
 
 #[cfg(test)]
@@ -358,8 +387,12 @@ mod tests {
 
     #[test]
     fn users_are_looked_up_by_name_or_number() {
-        assert_eq!(lookup_user("root"), Ok((0, 0)));
-        assert_eq!(lookup_user("0"), Ok((0, 0)));
-        assert!(lookup_user("no-such-user-here").expect_err("unknown").contains("does not exist"));
+        assert_eq!(lookup_user("root").expect("root is there"), (0, 0));
+        assert_eq!(lookup_user("0").expect("uid 0 is there"), (0, 0));
+        let unknown = lookup_user("no-such-user-here").expect_err("unknown");
+        assert!(
+            matches!(unknown, UserError::Unknown(_)) && unknown.to_string().contains("does not exist"),
+            "{unknown}"
+        );
     }
 }

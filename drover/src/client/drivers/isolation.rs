@@ -36,12 +36,12 @@ pub struct TaskLimits {
 impl Isolation {
     /// Finds what this agent can use.
     pub fn detect() -> Isolation {
-        match cgroup2_mount().ok_or_else(|| "no cgroup2 file system is mounted".to_string()).and_then(|mount| {
+        match cgroup2_mount().ok_or(CgroupError::NotMounted).and_then(|mount| {
             let parent = mount.join("drover");
             prepare(&mount, &parent).map(|()| parent)
         }) {
             Ok(parent) => Isolation::Cgroups(parent),
-            Err(reason) => Isolation::ProcessLimits(reason),
+            Err(reason) => Isolation::ProcessLimits(reason.to_string()),
         }
     }
 
@@ -92,21 +92,51 @@ fn cgroup2_mount() -> Option<PathBuf> {
     })
 }
 
+/// Why cgroups v2 cannot be used (the agent falls back to process limits).
+#[derive(Debug, thiserror::Error)]
+enum CgroupError {
+    /// No cgroup2 file system is mounted.
+    #[error("no cgroup2 file system is mounted")]
+    NotMounted,
+    /// A file or directory of the hierarchy could not be read, written or made.
+    #[error("{what} {}: {source}", .path.display())]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// Where.
+        path: PathBuf,
+        /// Why it failed.
+        source: std::io::Error,
+    },
+    /// The hierarchy does not offer both controllers.
+    #[error("{} offers [{offered}], not {missing}", .mount.display())]
+    Controllers {
+        /// The cgroup2 mount.
+        mount: PathBuf,
+        /// The controllers it offers.
+        offered: String,
+        /// Those missing of memory and cpu.
+        missing: String,
+    },
+}
+
 /// Checks the controllers and makes `parent` with both enabled below it.
-fn prepare(mount: &Path, parent: &Path) -> Result<(), String> {
-    let controllers = std::fs::read_to_string(mount.join("cgroup.controllers"))
-        .map_err(|error| format!("reading {}/cgroup.controllers: {error}", mount.display()))?;
+fn prepare(mount: &Path, parent: &Path) -> Result<(), CgroupError> {
+    let io = |what: &'static str, path: PathBuf| move |source| CgroupError::Io { what, path, source };
+    let listed = mount.join("cgroup.controllers");
+    let controllers = std::fs::read_to_string(&listed).map_err(io("reading", listed.clone()))?;
     let offered: Vec<&str> = controllers.split_whitespace().collect();
     let missing: Vec<&str> = ["memory", "cpu"].into_iter().filter(|c| !offered.contains(c)).collect();
     if !missing.is_empty() {
-        return Err(format!("{} offers [{}], not {}", mount.display(), offered.join(" "), missing.join(" and ")));
+        let (offered, missing) = (offered.join(" "), missing.join(" and "));
+        return Err(CgroupError::Controllers { mount: mount.to_path_buf(), offered, missing });
     }
     let enable = |dir: &Path| {
         std::fs::write(dir.join("cgroup.subtree_control"), "+memory +cpu")
-            .map_err(|error| format!("enabling memory and cpu in {}: {error}", dir.display()))
+            .map_err(io("enabling memory and cpu in", dir.to_path_buf()))
     };
     enable(mount)?;
-    std::fs::create_dir_all(parent).map_err(|error| format!("creating {}: {error}", parent.display()))?;
+    std::fs::create_dir_all(parent).map_err(io("creating", parent.to_path_buf()))?;
     enable(parent)
 }
 

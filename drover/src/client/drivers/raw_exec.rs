@@ -228,7 +228,7 @@ impl RawExec {
         let user = match &task.user {
             None => None,
             Some(user) => {
-                let ids = executor::lookup_user(user).map_err(StartError::Unrunnable)?;
+                let ids = executor::lookup_user(user).map_err(|error| StartError::Unrunnable(error.to_string()))?;
                 let own = rustix::process::geteuid().as_raw();
                 if own != 0 && own != ids.0 {
                     return Err(StartError::Unrunnable(format!(
