@@ -1,6 +1,7 @@
 //! Integration and simulation tests live in `tests/`; this library holds
-//! what several of them share: a [`Cluster`] of simulated clients around a
-//! [`SteppedServer`], driven one call at a time.
+//! what several of them share: a [`Cluster`] around a [`SteppedServer`],
+//! driven one call at a time, with scripted client calls; and in
+//! [`client`] the simulated client that runs the real client core.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,6 +11,8 @@ use engine::node::heartbeat::HeartbeatConfig;
 use engine::state::{ClientAllocUpdate, Snapshot};
 use engine::structs::{Allocation, ClientStatus, DesiredStatus, Job, Node, NodeId, NodeStatus, Resources};
 use engine::testing::stepped::SteppedServer;
+
+pub mod client;
 
 /// A stepped server and the clients that talk to it.
 #[derive(Debug)]

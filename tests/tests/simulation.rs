@@ -1,9 +1,14 @@
 //! Deterministic simulation of a flapping cluster (the FoundationDB and
 //! TigerBeetle way): one seed decides the cluster, the jobs, which nodes go
-//! silent and for how long, which never come back, and the order in which a
-//! returning client's calls (Register, UpdateStatus, UpdateAlloc) arrive.
-//! The real server parts run on a stepped server; a failing seed replays
-//! exactly.
+//! silent, how (a partition: the client's calls time out and it reconnects
+//! with backoff; a pause: the client's process is frozen and, when it
+//! thaws, whatever was due happens in an order the seed picks), for how
+//! long, which never come back, whose reports a slow link holds back on
+//! their return, and which tasks fail or complete. The real server parts
+//! run on a stepped server; every client runs the real client core
+//! (`drover::client::state`, as the agent does: register, heartbeat,
+//! watch, report, resync, reconnect, never resume a stopped allocation)
+//! through [`SimClient`]. A failing seed replays exactly.
 //!
 //! Invariants, checked as it runs and once it has settled:
 //! - no allocation is ever placed on a node that is not ready;
@@ -18,7 +23,9 @@
 //!   eval waits);
 //! - every endpoint call returns (a [`Watchdog`] turns a hang into a
 //!   failure naming the call); clients also send empty alloc updates and
-//!   calls for unknown nodes, which are refused;
+//!   calls for unknown nodes, which are refused; the only refusal a
+//!   client's own report gets is `NotConnected` (its node was marked while
+//!   it was frozen);
 //! - once settled: no live allocation on a node that is not ready, never more
 //!   running allocations than a group's count (exactly the count when none
 //!   of the job's allocations failed), one system allocation per node, the
@@ -29,16 +36,18 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use drover::client::state::AllocEvent;
 use engine::clock::Timestamp;
 use engine::node::endpoint::NodeError;
 use engine::scheduler::reconcile::{reschedule_decision, stop_reason, Reschedule};
 use engine::state::Snapshot;
 use engine::structs::{
-    AllocId, Allocation, ClientStatus, DesiredStatus, EvalStatus, Job, JobType, NodeId, NodeStatus, Resources,
+    AllocId, Allocation, ClientStatus, DesiredStatus, EvalStatus, Job, JobType, Node, NodeId, NodeStatus, Resources,
 };
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
+use tests::client::{Delivered, Net, SimClient};
 use tests::{Cluster, Watchdog};
 
 const CI_SEEDS: std::ops::RangeInclusive<u64> = 1..=40;
@@ -49,16 +58,18 @@ const CALL_BOUND: Duration = Duration::from_secs(120);
 /// One simulated client.
 #[derive(Debug)]
 struct Client {
-    id: NodeId,
-    /// Silent (partitioned) until this second; `u64::MAX` for a node that never returns.
+    sim: SimClient,
+    /// Silent until this second; `u64::MAX` for a node that never returns.
     silent_until: u64,
-    /// Its last report was refused: retry after the next accepted heartbeat.
-    report_refused: bool,
+    /// Silent by a pause (frozen: nothing happens) rather than a partition
+    /// (its calls time out).
+    paused: bool,
     /// It went silent and has not been heard from since.
     away: bool,
-    /// A returning client heartbeats at once but sends its resync only from
-    /// this second on, so evals run while its node is back but unconfirmed.
-    resync_at: u64,
+    /// A returning client heartbeats at once but its reports arrive only
+    /// from this time on, so evals run while its node is back but
+    /// unconfirmed.
+    reports_held_until: Timestamp,
 }
 
 #[derive(Debug)]
@@ -70,12 +81,17 @@ struct Sim {
     jobs: BTreeMap<String, Job>,
     /// Jobs that had an allocation fail (they may end below their count).
     failed_jobs: BTreeSet<String>,
+    /// Allocations whose failure the servers took.
+    failed: BTreeSet<AllocId>,
     seen: BTreeSet<AllocId>,
     second: u64,
     /// Whether allocations fail and batch work completes (off while settling).
     churn: bool,
     /// Alloc reports refused because the node was down or disconnected.
     refused_reports: u64,
+    /// Silences by partition and by pause.
+    partitions: u64,
+    pauses: u64,
     /// Failed allocations waiting for their replacement, with when it is due.
     failures: BTreeMap<AllocId, Timestamp>,
     /// Failures whose replacement was checked once due.
@@ -97,6 +113,15 @@ struct Tally {
     reschedules_checked: u64,
     slot_stops_checked: u64,
     endpoint_calls: u64,
+    partitions: u64,
+    pauses: u64,
+    /// The clients' own counts: sessions re-established, resyncs sent,
+    /// heartbeats retried on a live connection, allocations the servers
+    /// showed `unknown` and then running again.
+    client_reconnects: u64,
+    client_resyncs: u64,
+    client_heartbeat_retries: u64,
+    client_allocs_reconnected: u64,
 }
 
 impl std::ops::AddAssign for Tally {
@@ -109,7 +134,22 @@ impl std::ops::AddAssign for Tally {
         self.reschedules_checked += other.reschedules_checked;
         self.slot_stops_checked += other.slot_stops_checked;
         self.endpoint_calls += other.endpoint_calls;
+        self.partitions += other.partitions;
+        self.pauses += other.pauses;
+        self.client_reconnects += other.client_reconnects;
+        self.client_resyncs += other.client_resyncs;
+        self.client_heartbeat_retries += other.client_heartbeat_retries;
+        self.client_allocs_reconnected += other.client_allocs_reconnected;
     }
+}
+
+/// Node `n` as its client describes it: the mock driver, as loadgen's.
+fn mock_node(n: u128) -> Node {
+    let mut node = Cluster::node(n, 4_000);
+    node.attributes.remove("driver.exec");
+    node.attributes.insert("driver.mock".into(), "1".into());
+    node.computed_class = node.compute_class();
+    node
 }
 
 impl Sim {
@@ -119,29 +159,37 @@ impl Sim {
         let n_nodes = rng.random_range(5..=9);
         let clients = (1..=n_nodes)
             .map(|n| Client {
-                id: cluster.add_node(n, 4_000),
+                sim: SimClient::new(mock_node(n), seed.wrapping_mul(1_000).wrapping_add(n as u64)),
                 silent_until: 0,
-                report_refused: false,
+                paused: false,
                 away: false,
-                resync_at: 0,
+                reports_held_until: Timestamp::ZERO,
             })
             .collect();
-        Sim {
+        let mut sim = Sim {
             seed,
             rng,
             cluster,
             clients,
             jobs: BTreeMap::new(),
             failed_jobs: BTreeSet::new(),
+            failed: BTreeSet::new(),
             seen: BTreeSet::new(),
             second: 0,
             churn: true,
             refused_reports: 0,
+            partitions: 0,
+            pauses: 0,
             failures: BTreeMap::new(),
             reschedules_checked: 0,
             slot_stops_checked: 0,
             watchdog: Watchdog::new(CALL_BOUND),
+        };
+        // Every client connects and registers before anything else happens.
+        for index in 0..sim.clients.len() {
+            sim.with_client(index, |client, net| client.tick(net));
         }
+        sim
     }
 
     fn run(&mut self) {
@@ -172,9 +220,19 @@ impl Sim {
         let forever = self.rng.random_bool(0.15);
         let seconds = self.rng.random_range(5..=90);
         let index = self.rng.random_range(0..self.clients.len());
+        let paused = self.rng.random_bool(0.5);
         let client = &mut self.clients[index];
+        if client.silent_until > self.second {
+            return;
+        }
         client.silent_until = if forever { u64::MAX } else { self.second + seconds };
         client.away = true;
+        client.paused = paused;
+        if paused {
+            self.pauses += 1;
+        } else {
+            self.partitions += 1;
+        }
     }
 
     fn change_a_job(&mut self) {
@@ -195,6 +253,7 @@ impl Sim {
         };
         let count = if job_type == JobType::System { 1 } else { self.rng.random_range(1..=3) };
         let mut job = Job::new_simple(&id, job_type, count, Resources::new(self.rng.random_range(1..=5) * 100, 128, 0));
+        job.task_groups[0].tasks[0].driver = "mock".into();
         if self.rng.random_bool(0.4) {
             job.task_groups[0].max_client_disconnect = Some(Duration::from_secs(self.rng.random_range(30..=120)));
         }
@@ -204,51 +263,114 @@ impl Sim {
         self.jobs.insert(id, job);
     }
 
-    /// Seconds pass: clients that are not silent heartbeat and report; a
-    /// client whose silence just ended sends its calls in a random order,
-    /// half the time holding its resync back a few seconds.
+    /// Seconds pass. Each client that is not frozen gets what is due in an
+    /// order the seed picks (its timers, a push on its watch, its runners'
+    /// news), as the agent's `select!` would; a returning client's reports
+    /// are held back a few seconds half the time.
     fn pass(&mut self, seconds: u64) {
         for _ in 0..seconds {
             self.second += 1;
             for index in 0..self.clients.len() {
-                if self.clients[index].silent_until > self.second {
+                let client = &self.clients[index];
+                let silent = client.silent_until > self.second;
+                if silent && client.paused {
                     continue;
                 }
-                if std::mem::take(&mut self.clients[index].away) {
+                if !silent && std::mem::take(&mut self.clients[index].away) {
                     let delay = if self.rng.random_bool(0.5) { 0 } else { self.rng.random_range(1..=8) };
-                    self.clients[index].resync_at = self.second + delay;
+                    let now = self.cluster.server.now();
+                    self.clients[index].reports_held_until = now.plus(Duration::from_secs(delay));
                 }
-                self.client_calls(index);
+                self.client_step(index);
+                if !silent && self.rng.random_bool(0.02) {
+                    self.bad_calls(self.clients[index].sim.node().id);
+                }
             }
             self.cluster.server.advance(Duration::from_secs(1));
         }
     }
 
-    fn client_calls(&mut self, index: usize) {
-        let mut calls = [0u8, 1, 2];
-        calls.shuffle(&mut self.rng);
-        for call in calls {
-            let id = self.clients[index].id;
-            match call {
-                0 => {
-                    let nodes = self.cluster.server.nodes();
-                    let node = Cluster::node(node_number(id), 4_000);
-                    self.watchdog.call("node register", self.seed, || nodes.register(node)).expect("register");
+    fn client_step(&mut self, index: usize) {
+        let mut sources = [0u8, 1, 2];
+        sources.shuffle(&mut self.rng);
+        for source in sources {
+            match source {
+                0 => self.with_client(index, |client, net| client.tick(net)),
+                1 => self.with_client(index, |client, net| client.watch(net)),
+                _ => {
+                    let news = self.runner_news(index);
+                    self.with_client(index, |client, net| client.runners_say(net, news));
                 }
-                1 => {
-                    self.watchdog.call("heartbeat", self.seed, || self.cluster.heartbeat(id)).expect("heartbeat");
-                    if self.second >= self.clients[index].resync_at
-                        && std::mem::take(&mut self.clients[index].report_refused)
-                    {
-                        self.report(index);
-                    }
-                }
-                _ if self.second < self.clients[index].resync_at => {}
-                _ => self.report(index),
             }
         }
-        if self.rng.random_bool(0.02) {
-            self.bad_calls(self.clients[index].id);
+    }
+
+    /// Runs `what` on client `index` over the network as it has it now,
+    /// and takes note of what its reports came to.
+    fn with_client(&mut self, index: usize, what: impl FnOnce(&mut SimClient, &Net<'_>) -> Vec<Delivered>) {
+        let client = &mut self.clients[index];
+        let net = Net {
+            server: &self.cluster.server,
+            watchdog: &self.watchdog,
+            seed: self.seed,
+            reachable: client.silent_until <= self.second,
+            reports_held_until: client.reports_held_until,
+        };
+        let delivered = what(&mut client.sim, &net);
+        self.delivered(delivered);
+    }
+
+    /// Now and then a running allocation fails or a batch allocation
+    /// completes (on reachable clients, while churn is on).
+    fn runner_news(&mut self, index: usize) -> Vec<AllocEvent> {
+        if !self.churn || self.clients[index].silent_until > self.second {
+            return Vec::new();
+        }
+        let running: Vec<(AllocId, JobType)> = self.clients[index]
+            .sim
+            .core()
+            .allocs()
+            .filter(|held| held.status == ClientStatus::Running && held.alloc.desired_status == DesiredStatus::Run)
+            .map(|held| (held.alloc.id, held.alloc.job.job_type))
+            .collect();
+        running
+            .into_iter()
+            .filter_map(|(alloc_id, job_type)| {
+                let (status, description) = match self.rng.random_range(0..100) {
+                    0..2 => (ClientStatus::Failed, "task exited with code 1"),
+                    2..20 if job_type == JobType::Batch => (ClientStatus::Complete, "task exited with code 0"),
+                    _ => return None,
+                };
+                Some(AllocEvent {
+                    alloc_id,
+                    status,
+                    description: description.to_string(),
+                    task_states: Default::default(),
+                })
+            })
+            .collect()
+    }
+
+    /// What the servers made of a client's reports: a failure they took
+    /// must be replaced once due; a report is refused only while the
+    /// client's node is marked.
+    fn delivered(&mut self, delivered: Vec<Delivered>) {
+        for Delivered { updates, result } in delivered {
+            match result {
+                Ok(_) => {
+                    // A resync sends a failure again: it counts once.
+                    let failed = updates.iter().filter(|update| update.client_status == ClientStatus::Failed);
+                    let new: Vec<AllocId> =
+                        failed.map(|update| update.alloc_id).filter(|id| self.failed.insert(*id)).collect();
+                    for alloc_id in new {
+                        let job_id = self.cluster.snapshot().alloc(alloc_id).map(|alloc| alloc.job_id.to_string());
+                        self.failed_jobs.extend(job_id);
+                        self.expect_reschedule(alloc_id);
+                    }
+                }
+                Err(NodeError::NotConnected { .. }) => self.refused_reports += 1,
+                Err(error) => panic!("seed {}: unexpected refusal: {error}", self.seed),
+            }
         }
     }
 
@@ -266,43 +388,6 @@ impl Sim {
         let fetched = self.watchdog.call("alloc watch", self.seed, || nodes.allocs(id, before, Duration::ZERO));
         assert!(fetched.is_ok() || matches!(fetched, Err(NodeError::Wait(_))), "seed {}: {fetched:?}", self.seed);
         assert_eq!(self.cluster.snapshot().index(), before, "seed {}: a refused call wrote", self.seed);
-    }
-
-    /// The client reports what it runs; now and then an allocation fails or
-    /// a batch allocation completes.
-    fn report(&mut self, index: usize) {
-        let id = self.clients[index].id;
-        let snapshot = self.cluster.snapshot();
-        let finished: Vec<_> = snapshot
-            .allocs_by_node(id)
-            .filter(|alloc| alloc.desired_status == DesiredStatus::Run && alloc.client_status == ClientStatus::Running)
-            .filter(|_| self.churn)
-            .filter_map(|alloc| match self.rng.random_range(0..100) {
-                0..2 => Some((alloc.clone(), ClientStatus::Failed)),
-                2..20 if alloc.job.job_type == JobType::Batch => Some((alloc.clone(), ClientStatus::Complete)),
-                _ => None,
-            })
-            .collect();
-        let result = self.watchdog.call("alloc update", self.seed, || self.cluster.report(id)).and_then(|_| {
-            for (alloc, status) in &finished {
-                if *status == ClientStatus::Failed {
-                    self.failed_jobs.insert(alloc.job_id.to_string());
-                }
-                self.watchdog.call("alloc update", self.seed, || self.cluster.report_one(alloc, *status))?;
-                if *status == ClientStatus::Failed {
-                    self.expect_reschedule(alloc.id);
-                }
-            }
-            Ok(())
-        });
-        match result {
-            Ok(()) => {}
-            Err(NodeError::NotConnected { .. }) => {
-                self.clients[index].report_refused = true;
-                self.refused_reports += 1;
-            }
-            Err(error) => panic!("seed {}: unexpected refusal: {error}", self.seed),
-        }
     }
 
     /// A failed allocation with attempts left must be replaced once due.
@@ -575,7 +660,18 @@ impl Sim {
             reschedules_checked: self.reschedules_checked,
             slot_stops_checked: self.slot_stops_checked,
             endpoint_calls: self.watchdog.calls(),
+            partitions: self.partitions,
+            pauses: self.pauses,
+            client_reconnects: self.client_count(|counters| &counters.reconnects),
+            client_resyncs: self.client_count(|counters| &counters.resyncs),
+            client_heartbeat_retries: self.client_count(|counters| &counters.heartbeat_retries),
+            client_allocs_reconnected: self.client_count(|counters| &counters.allocs_reconnected),
         }
+    }
+
+    fn client_count(&self, counter: fn(&drover::client::state::AgentCounters) -> &std::sync::atomic::AtomicU64) -> u64 {
+        let read = |client: &Client| counter(client.sim.counters()).load(std::sync::atomic::Ordering::Relaxed);
+        self.clients.iter().map(read).sum()
     }
 
     /// What the run came to, for replay checks.
@@ -602,10 +698,6 @@ fn slot_wanted(snapshot: &Snapshot, alloc: &Allocation) -> bool {
     let Some(job) = snapshot.job(&alloc.job_key()).filter(|job| !job.stop) else { return false };
     let Some(group) = job.group(&alloc.task_group) else { return false };
     job.job_type.is_system_like() || alloc.index().is_some_and(|index| index < group.count)
-}
-
-fn node_number(id: NodeId) -> u128 {
-    id.0.as_u128()
 }
 
 fn run_seed(seed: u64) -> Result<(Vec<String>, Tally), String> {
@@ -650,6 +742,10 @@ fn flapping_clusters_keep_every_invariant() {
     assert!(tally.missed_heartbeats > 0 && tally.disconnected > 0 && tally.reconnects > 0, "{tally:?}");
     assert!(tally.lost > 0 && tally.refused_reports > 0, "{tally:?}");
     assert!(tally.reschedules_checked > 0 && tally.slot_stops_checked > 0, "{tally:?}");
+    assert!(
+        tally.client_reconnects > 0 && tally.client_resyncs > 0 && tally.client_allocs_reconnected > 0,
+        "{tally:?}"
+    );
 }
 
 #[test]

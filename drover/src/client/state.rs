@@ -10,8 +10,9 @@
 //! The contract with a runtime:
 //!
 //! 1. Every event carries `now`, a [`Timestamp`] on any monotonic clock
-//!    the runtime likes. When nothing else happens the runtime hands in
-//!    [`Event::Tick`] at [`ClientState::deadline`].
+//!    the runtime likes. Timers (a connection, a heartbeat, a retry) fire
+//!    only on [`Event::Tick`], which the runtime hands in at
+//!    [`ClientState::deadline`] unless something else comes first.
 //! 2. At most one call is out at a time. The runtime answers every
 //!    [`Action::Call`] with [`Event::Answered`] or [`Event::CallFailed`];
 //!    pushes, runner updates and ticks that come meanwhile are taken, and
@@ -507,6 +508,7 @@ impl ClientState {
     /// Takes `event` at `now`; returns what the runtime must do, in order.
     pub fn handle(&mut self, now: Timestamp, event: Event) -> Vec<Action> {
         let mut out = Vec::new();
+        let tick = matches!(event, Event::Tick);
         match event {
             Event::Tick => {}
             Event::Connected => self.connected(&mut out),
@@ -526,28 +528,33 @@ impl ClientState {
             }
             Event::HeartbeatPeriod(period) => self.set_period(now, period),
         }
-        self.pump(now, &mut out);
+        self.pump(now, tick, &mut out);
         out
     }
 
-    /// Starts what is due: a connection, a retried greeting, a report of
-    /// what changed, a heartbeat.
-    fn pump(&mut self, now: Timestamp, out: &mut Vec<Action>) {
+    /// Sends a report of what changed, if the session runs and no call is
+    /// out; on a tick, also starts what is due by now: a connection, a
+    /// retried greeting, a heartbeat. (Timers fire on ticks only, so a
+    /// runtime takes in what else came, a push say, before a heartbeat
+    /// that is due at once.)
+    fn pump(&mut self, now: Timestamp, tick: bool, out: &mut Vec<Action>) {
         match &self.link {
-            Link::Down { at } if *at <= now => {
+            Link::Down { at } if tick && *at <= now => {
                 let servers = if self.servers.is_empty() { &self.config.servers } else { &self.servers };
                 if let Some(addr) = servers.get(self.server % servers.len().max(1)) {
                     out.push(Action::Connect(*addr));
                     self.link = Link::Connecting;
                 }
             }
-            Link::Up(Session { call: None, step: Step::Greet { retry_at: Some(at), tries, again } }) if *at <= now => {
+            Link::Up(Session { call: None, step: Step::Greet { retry_at: Some(at), tries, again } })
+                if tick && *at <= now =>
+            {
                 let step = Step::Greet { tries: *tries, retry_at: None, again: *again };
                 self.set_step(step);
                 self.call(Out::Heartbeat, Call::Heartbeat, out);
             }
             Link::Up(Session { call: None, step: Step::Ready { next_heartbeat, .. } }) => {
-                let due = *next_heartbeat <= now;
+                let due = tick && *next_heartbeat <= now;
                 if !self.report(out) && due {
                     self.call(Out::Heartbeat, Call::Heartbeat, out);
                 }

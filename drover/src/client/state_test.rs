@@ -276,7 +276,9 @@ fn an_initializing_answer_mid_session_resyncs_then_heartbeats_at_once() {
     assert_eq!(client.advance(TTL), vec![Action::Call(Call::Heartbeat)]);
     let resync = client.handle(heartbeat(NodeStatus::Initializing));
     assert_eq!(reported(&resync), BTreeMap::from([(web.id, ClientStatus::Running)]));
-    assert_eq!(client.handle(Event::Answered(Answer::Reported)), vec![Action::Call(Call::Heartbeat)]);
+    assert_eq!(client.handle(Event::Answered(Answer::Reported)), vec![]);
+    assert_eq!(client.core.deadline(), Some(client.now), "a heartbeat at once");
+    assert_eq!(client.handle(Event::Tick), vec![Action::Call(Call::Heartbeat)]);
     assert_eq!(client.handle(heartbeat(NodeStatus::Ready)), vec![]);
     assert_eq!(client.core.deadline(), Some(client.now.plus(TTL)));
 }
@@ -489,7 +491,8 @@ fn news_that_comes_while_a_call_is_out_is_sent_once_it_is_answered() {
     assert_eq!(client.advance(TTL), vec![]);
     let next = client.handle(Event::Answered(Answer::Reported));
     assert_eq!(reported(&next), BTreeMap::from([(web.id, ClientStatus::Failed), (db.id, ClientStatus::Running)]));
-    assert_eq!(client.handle(Event::Answered(Answer::Reported)), vec![Action::Call(Call::Heartbeat)]);
+    assert_eq!(client.handle(Event::Answered(Answer::Reported)), vec![]);
+    assert_eq!(client.handle(Event::Tick), vec![Action::Call(Call::Heartbeat)], "the heartbeat came due meanwhile");
 }
 
 #[test]
