@@ -277,7 +277,7 @@ async fn put_policy(State(state): State<ApiState>, Path(name): Path<String>, bod
         return Err(ApiError::BadRequest(format!("policy name {:?} does not match the path's {name:?}", body.name)));
     }
     let rules_text = body.rules.unwrap_or_default();
-    let rules = parse_rules(&rules_text).map_err(ApiError::BadRequest)?;
+    let rules = parse_rules(&rules_text).map_err(|error| ApiError::BadRequest(error.to_string()))?;
     let policy = AclPolicy {
         name,
         description: body.description.unwrap_or_default(),
@@ -369,12 +369,18 @@ async fn delete_token(State(state): State<ApiState>, Path(id): Path<String>) -> 
     Ok(Reply::json(&Value::Null, false, Some(index)))
 }
 
+/// Why a policy's rules were refused, said for the person who wrote them.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct RulesError(String);
+
 /// Reads a policy's HCL rules (module docs).
-pub fn parse_rules(text: &str) -> Result<AclRules, String> {
-    let body: hcl::Body = hcl::from_str(text).map_err(|error| format!("the policy's rules are not HCL: {error}"))?;
+pub fn parse_rules(text: &str) -> Result<AclRules, RulesError> {
+    let body: hcl::Body =
+        hcl::from_str(text).map_err(|error| RulesError(format!("the policy's rules are not HCL: {error}")))?;
     let mut rules = AclRules::default();
     if let Some(attribute) = body.attributes().next() {
-        return Err(format!("unexpected attribute {:?} at the top of the rules", attribute.key.as_str()));
+        return Err(RulesError(format!("unexpected attribute {:?} at the top of the rules", attribute.key.as_str())));
     }
     for block in body.blocks() {
         let area = match block.identifier.as_str() {
@@ -383,16 +389,24 @@ pub fn parse_rules(text: &str) -> Result<AclRules, String> {
                 match label.as_deref() {
                     Some("default" | "*") => &mut rules.namespace,
                     Some(other) => {
-                        return Err(format!("namespace {other:?}: Drover has one namespace, \"default\" (or \"*\")"))
+                        return Err(RulesError(format!(
+                            "namespace {other:?}: Drover has one namespace, \"default\" (or \"*\")"
+                        )))
                     }
-                    None => return Err("a namespace block needs its name: namespace \"default\" { ... }".into()),
+                    None => {
+                        return Err(RulesError(
+                            "a namespace block needs its name: namespace \"default\" { ... }".to_string(),
+                        ))
+                    }
                 }
             }
             "node" => &mut rules.node,
             "agent" => &mut rules.agent,
             "operator" => &mut rules.operator,
             other => {
-                return Err(format!("block {other:?} is not supported by Drover (namespace, node, agent, operator)"))
+                return Err(RulesError(format!(
+                    "block {other:?} is not supported by Drover (namespace, node, agent, operator)"
+                )))
             }
         };
         let mut level = None;
@@ -404,21 +418,25 @@ pub fn parse_rules(text: &str) -> Result<AclRules, String> {
                         "read" => AclLevel::Read,
                         "write" => AclLevel::Write,
                         other => {
-                            return Err(format!("{}: policy {other:?} is not deny, read or write", block.identifier))
+                            return Err(RulesError(format!(
+                                "{}: policy {other:?} is not deny, read or write",
+                                block.identifier
+                            )))
                         }
                     });
                 }
                 ("capabilities", _) => {
-                    return Err(format!(
+                    return Err(RulesError(format!(
                         "{}: capabilities lists are not supported by Drover; use policy = \"read\" or \"write\"",
                         block.identifier
-                    ))
+                    )))
                 }
-                (key, _) => return Err(format!("{}: unexpected attribute {key:?}", block.identifier)),
+                (key, _) => return Err(RulesError(format!("{}: unexpected attribute {key:?}", block.identifier))),
             }
         }
-        let level =
-            level.ok_or_else(|| format!("{}: needs policy = \"deny\", \"read\" or \"write\"", block.identifier))?;
+        let level = level.ok_or_else(|| {
+            RulesError(format!("{}: needs policy = \"deny\", \"read\" or \"write\"", block.identifier))
+        })?;
         *area = area.combine(level);
     }
     Ok(rules)
@@ -439,10 +457,13 @@ mod tests {
         assert_eq!(rules.agent, AclLevel::Deny);
         assert_eq!(rules.operator, AclLevel::None);
         let refused = parse_rules("namespace \"default\" { capabilities = [\"submit-job\"] }").expect_err("refused");
-        assert!(refused.contains("capabilities"), "{refused}");
-        assert!(parse_rules("quota { policy = \"read\" }").expect_err("refused").contains("quota"));
-        assert!(parse_rules("namespace \"prod\" { policy = \"read\" }").expect_err("refused").contains("prod"));
-        assert!(parse_rules("node { policy = \"scale\" }").expect_err("refused").contains("scale"));
+        assert!(refused.to_string().contains("capabilities"), "{refused}");
+        assert!(parse_rules("quota { policy = \"read\" }").expect_err("refused").to_string().contains("quota"));
+        assert!(parse_rules("namespace \"prod\" { policy = \"read\" }")
+            .expect_err("refused")
+            .to_string()
+            .contains("prod"));
+        assert!(parse_rules("node { policy = \"scale\" }").expect_err("refused").to_string().contains("scale"));
         assert!(parse_rules("node {").is_err());
     }
 
