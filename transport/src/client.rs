@@ -1,5 +1,5 @@
 //! The client side: endpoints to connect from, a connection's calls, the
-//! allocation watch, and the jittered backoff a client reconnects with.
+//! allocation watch.
 //!
 //! A quinn endpoint owns a UDP socket, a driver task and megabytes of
 //! receive buffers, so a process that speaks for many clients (loadgen)
@@ -13,7 +13,6 @@ use std::time::Duration;
 use engine::state::ClientAllocUpdate;
 use engine::structs::{Node, NodeId, NodeStatus};
 use quinn::{Endpoint, RecvStream, SendStream};
-use rand::Rng;
 use uuid::Uuid;
 
 use crate::frame::MAX_PAYLOAD;
@@ -291,40 +290,5 @@ impl AllocWatch {
             return Err(CallError::Refused(Refusal::from_frame(&frame)?));
         }
         Ok(AllocsPush::from_frame(&frame)?)
-    }
-}
-
-/// Capped exponential backoff with full jitter: the n-th retry waits a
-/// uniformly random time below `min(cap, base × 2ⁿ)`, so clients that lost
-/// the server together do not come back together.
-#[derive(Clone, Debug)]
-pub struct Backoff {
-    base: Duration,
-    cap: Duration,
-    attempt: u32,
-}
-
-impl Backoff {
-    /// A backoff starting at `base`, never above `cap`.
-    pub fn new(base: Duration, cap: Duration) -> Backoff {
-        Backoff { base, cap, attempt: 0 }
-    }
-
-    /// How long to wait before the next attempt.
-    pub fn next_delay(&mut self, rng: &mut impl Rng) -> Duration {
-        let ceiling = self.base.saturating_mul(1 << self.attempt.min(20)).min(self.cap);
-        self.attempt = self.attempt.saturating_add(1);
-        ceiling.mul_f64(rng.random::<f64>())
-    }
-
-    /// Lowers (or raises) the largest delay ceiling, say to fit a deadline
-    /// the servers set.
-    pub fn set_cap(&mut self, cap: Duration) {
-        self.cap = cap;
-    }
-
-    /// Starts over after a success.
-    pub fn reset(&mut self) {
-        self.attempt = 0;
     }
 }

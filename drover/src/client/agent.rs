@@ -1,5 +1,5 @@
 //! The client agent: one node's life against the servers, the runtime
-//! around the client core ([`ClientState`], `state.rs`).
+//! around the client core ([`ClientState`], `state/`).
 //!
 //! The core decides what to connect to, call, start, stop, destroy and
 //! report, and when; this file performs it: QUIC connections and calls

@@ -1,9 +1,10 @@
 //! The client agent: it registers its node, heartbeats, watches its
 //! allocations and runs them with its task drivers.
 //!
-//! - `state.rs`: the client core (`ClientState`): what to connect, call,
+//! - `state/`: the client core (`ClientState`): what to connect, call,
 //!   start, stop, report and resync, as events in and actions out; no I/O,
-//!   no clock. The agent, loadgen's clients and the simulation run it.
+//!   no clock. `mod.rs` has the session protocol, `allocs.rs` the
+//!   allocation rules. The agent, loadgen's clients and the simulation run it.
 //! - `agent.rs`: the agent, the runtime around that core: QUIC calls, the
 //!   allocation watch, the runners, the clock.
 //! - `alloc_runner.rs`, `task_runner.rs`, `restarts.rs`: an allocation's

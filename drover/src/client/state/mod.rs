@@ -46,7 +46,7 @@
 //!    the session (a report naming an allocation the servers no longer
 //!    place here also restarts the watch from the beginning).
 //!
-//! The allocation rules:
+//! The allocation rules (`allocs.rs`):
 //!
 //! - A push lists every allocation placed on the node. One this agent does
 //!   not hold is started if the servers want it running and its client
@@ -72,11 +72,14 @@ use std::time::Duration;
 
 use engine::clock::Timestamp;
 use engine::state::ClientAllocUpdate;
-use engine::structs::{AllocId, Allocation, ClientStatus, DesiredStatus, NodeId, NodeStatus, TaskState, RAW_EXEC};
+use engine::structs::{AllocId, Allocation, ClientStatus, NodeId, NodeStatus, TaskState};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use crate::client::drivers::mock::{self, MockEnd};
+use self::allocs::Allocs;
+use crate::client::drivers::mock::MockEnd;
+
+mod allocs;
 
 /// Tries of a session's first heartbeat before the session is given up.
 const GREETING_TRIES: u32 = 3;
@@ -314,7 +317,7 @@ pub struct ClientState {
     counters: Arc<AgentCounters>,
     rng: SmallRng,
     backoff: Backoff,
-    allocs: BTreeMap<AllocId, Held>,
+    allocs: Allocs,
     /// The index of the last push applied; the watch resumes after it.
     last_index: u64,
     /// Whether the servers know this node.
@@ -329,59 +332,6 @@ pub struct ClientState {
     period: Option<Duration>,
     first_push_applied: bool,
     link: Link,
-}
-
-/// One allocation on the client.
-#[derive(Debug)]
-struct Held {
-    alloc: Arc<Allocation>,
-    status: ClientStatus,
-    description: String,
-    /// Every task's state (real tasks only).
-    task_states: BTreeMap<String, TaskState>,
-    /// Bumped whenever what is reported changes.
-    version: u64,
-    /// Whether the servers have `version`.
-    reported: bool,
-    runner: Runner,
-    /// A push showed it `unknown` since it last ran.
-    seen_unknown: bool,
-    /// When it ended here (garbage collection order).
-    terminal_since: Option<Timestamp>,
-}
-
-/// What runs an allocation, as the core tracks it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Runner {
-    /// Nothing (ended, or never run here).
-    None,
-    /// The mock driver.
-    Mock,
-    /// An allocation runner with real tasks.
-    Tasks,
-}
-
-impl Held {
-    /// An allocation with nothing running and nothing to report.
-    fn new(alloc: Arc<Allocation>, status: ClientStatus, runner: Runner) -> Held {
-        Held {
-            task_states: BTreeMap::new(),
-            alloc,
-            status,
-            description: String::new(),
-            version: 0,
-            reported: true,
-            runner,
-            seen_unknown: false,
-            terminal_since: None,
-        }
-    }
-
-    /// The servers must hear of it (again).
-    fn changed(&mut self) {
-        self.version += 1;
-        self.reported = false;
-    }
 }
 
 /// The connection.
@@ -438,9 +388,9 @@ impl ClientState {
         ClientState {
             rng: SmallRng::seed_from_u64(config.seed),
             backoff: Backoff::new(config.backoff_base, config.backoff_cap),
+            allocs: Allocs::new(&config),
             config,
             counters,
-            allocs: BTreeMap::new(),
             last_index: 0,
             registered: false,
             heartbeat_ttl: None,
@@ -456,9 +406,7 @@ impl ClientState {
     /// (real tasks, from the data dir): `pending` until the runner reports,
     /// nothing to report before, never started again. Before any event.
     pub fn restored(&mut self, alloc: Arc<Allocation>) {
-        let mut held = Held::new(alloc, ClientStatus::Pending, Runner::Tasks);
-        held.description = "re-attaching after an agent restart".to_string();
-        self.allocs.insert(held.alloc.id, held);
+        self.allocs.restored(alloc);
     }
 
     /// What the client counted.
@@ -490,19 +438,14 @@ impl ClientState {
         matches!(self.link, Link::Up(_))
     }
 
-    /// The index of the last push applied.
-    pub fn last_index(&self) -> u64 {
-        self.last_index
-    }
-
     /// The allocation held under `id`.
     pub fn alloc(&self, id: AllocId) -> Option<HeldAlloc<'_>> {
-        self.allocs.get(&id).map(Held::view)
+        self.allocs.get(id)
     }
 
     /// Every allocation held, by id.
     pub fn allocs(&self) -> impl Iterator<Item = HeldAlloc<'_>> {
-        self.allocs.values().map(Held::view)
+        self.allocs.iter()
     }
 
     /// Takes `event` at `now`; returns what the runtime must do, in order.
@@ -522,9 +465,9 @@ impl ClientState {
             Event::Push { index, allocs } => self.push(now, index, allocs, &mut out),
             Event::AllocsUpdated(events) => {
                 for event in events {
-                    self.alloc_event(now, event);
+                    self.allocs.runner_news(now, event);
                 }
-                self.collect_garbage(&mut out);
+                self.allocs.collect_garbage(&mut out);
             }
             Event::HeartbeatPeriod(period) => self.set_period(now, period),
         }
@@ -637,11 +580,7 @@ impl ClientState {
             }
             (Out::Report(sent), Answer::Reported) => {
                 count(&self.counters.reports, 1);
-                for (id, version) in sent {
-                    if let Some(held) = self.allocs.get_mut(&id).filter(|held| held.version == version) {
-                        held.reported = true;
-                    }
-                }
+                self.allocs.reported(sent);
                 match self.step() {
                     Some(Step::Resync) => self.confirm(out),
                     Some(&mut Step::Report { ttl }) => self.enter_ready(now, ttl),
@@ -659,9 +598,7 @@ impl ClientState {
     fn registered_now(&mut self, out: &mut Vec<Action>) {
         if self.registered {
             tracing::warn!(node = %self.config.node_id, "the server did not know this node; registered again and dropped its old allocations");
-            for id in std::mem::take(&mut self.allocs).into_keys() {
-                out.push(Action::Destroy(id));
-            }
+            self.allocs.drop_all(out);
         }
         self.last_index = 0;
         self.registered = true;
@@ -775,174 +712,29 @@ impl ClientState {
         }
     }
 
-    /// Every allocation held must be reported again (the resync).
-    fn resync(&mut self) {
-        for held in self.allocs.values_mut() {
-            held.changed();
-        }
-        count(&self.counters.resyncs, 1);
-    }
-
     /// Sends every status the servers do not have yet; whether a report went.
     fn report(&mut self, out: &mut Vec<Action>) -> bool {
-        let node_id = self.config.node_id;
-        let mut sent = Vec::new();
-        let updates: Vec<ClientAllocUpdate> = self
-            .allocs
-            .values()
-            .filter(|held| !held.reported)
-            .map(|held| {
-                sent.push((held.alloc.id, held.version));
-                ClientAllocUpdate {
-                    alloc_id: held.alloc.id,
-                    node_id,
-                    client_status: held.status,
-                    client_description: held.description.clone(),
-                    task_states: held.task_states.clone(),
-                }
-            })
-            .collect();
-        if updates.is_empty() {
-            return false;
-        }
+        let Some((updates, sent)) = self.allocs.report() else { return false };
         self.call(Out::Report(sent), Call::Report(updates), out);
         true
     }
 
-    /// Brings the allocations in line with a push (module docs).
+    /// Every allocation held must be reported again (the resync).
+    fn resync(&mut self) {
+        self.allocs.resync();
+        count(&self.counters.resyncs, 1);
+    }
+
+    /// Applies a push (the allocation rules, `allocs.rs`).
     fn push(&mut self, now: Timestamp, index: u64, allocs: Vec<Arc<Allocation>>, out: &mut Vec<Action>) {
         count(&self.counters.pushes, 1);
         self.last_index = index;
-        let listed: std::collections::BTreeSet<AllocId> = allocs.iter().map(|alloc| alloc.id).collect();
-        self.allocs.retain(|id, _| {
-            let keep = listed.contains(id);
-            if !keep {
-                out.push(Action::Destroy(*id));
-            }
-            keep
-        });
-        let mut lost_here = false;
-        for alloc in allocs {
-            match self.allocs.get_mut(&alloc.id) {
-                Some(held) => {
-                    lost_here |= alloc.client_status == ClientStatus::Lost
-                        && held.alloc.client_status != ClientStatus::Lost
-                        && !held.status.is_terminal();
-                    seen(&self.counters, held, &alloc);
-                    if alloc.desired_status != DesiredStatus::Run && !held.status.is_terminal() {
-                        stop(now, held, out);
-                    }
-                    held.alloc = alloc;
-                }
-                None if alloc.desired_status == DesiredStatus::Run && !alloc.client_status.is_terminal() => {
-                    let held = self.start(now, alloc, out);
-                    self.allocs.insert(held.alloc.id, held);
-                }
-                None => {
-                    // Stopped or finished before this agent ran it: hold it
-                    // as the servers have it, nothing to run or report.
-                    let mut held = Held::new(alloc.clone(), alloc.client_status, Runner::None);
-                    held.task_states.clone_from(&alloc.task_states);
-                    held.terminal_since = Some(now);
-                    self.allocs.insert(alloc.id, held);
-                }
-            }
-        }
-        if lost_here {
-            count(&self.counters.marked_away, 1);
-        }
+        self.allocs.push(now, allocs, &self.counters, out);
         if !self.first_push_applied {
             self.first_push_applied = true;
             out.push(Action::FirstPushApplied);
         }
-        self.collect_garbage(out);
-    }
-
-    /// Starts an allocation new to this agent with the driver its tasks
-    /// name: real tasks through an allocation runner, the mock driver's
-    /// light path, or failed when this agent does not offer the driver.
-    fn start(&mut self, now: Timestamp, alloc: Arc<Allocation>, out: &mut Vec<Action>) -> Held {
-        let tasks = alloc.job.group(&alloc.task_group).map(|group| group.tasks.as_slice()).unwrap_or_default();
-        let real = tasks.iter().any(|task| task.driver == RAW_EXEC);
-        let mut held = Held::new(alloc.clone(), ClientStatus::Pending, Runner::None);
-        held.changed();
-        if real && self.config.raw_exec && tasks.iter().all(|task| task.driver == RAW_EXEC) {
-            held.description = "starting tasks".to_string();
-            held.runner = Runner::Tasks;
-            out.push(Action::Start { alloc, runner: RunnerKind::Tasks });
-        } else if real {
-            held.status = ClientStatus::Failed;
-            held.description = match tasks.iter().find(|task| task.driver != RAW_EXEC) {
-                Some(other) if self.config.raw_exec => {
-                    format!("driver {:?} cannot run beside raw_exec in one group", other.driver)
-                }
-                _ => "driver \"raw_exec\" is not enabled on this node".to_string(),
-            };
-            held.terminal_since = Some(now);
-        } else {
-            held.runner = Runner::Mock;
-            match mock::plan(&alloc) {
-                Ok(end) => {
-                    held.status = ClientStatus::Running;
-                    held.description = "tasks started".to_string();
-                    out.push(Action::Start { alloc, runner: RunnerKind::Mock(end) });
-                }
-                Err(why) => {
-                    held.status = ClientStatus::Failed;
-                    held.description = why;
-                }
-            }
-        }
-        held
-    }
-
-    /// Records a runner's news; reported with the next report.
-    fn alloc_event(&mut self, now: Timestamp, event: AllocEvent) {
-        let Some(held) = self.allocs.get_mut(&event.alloc_id) else { return };
-        if held.status.is_terminal() && held.runner != Runner::Tasks {
-            return;
-        }
-        if held.runner == Runner::Mock {
-            held.runner = Runner::None;
-        }
-        if held.status != event.status && event.status.is_terminal() {
-            held.terminal_since = Some(now);
-        }
-        held.status = event.status;
-        held.description = event.description;
-        held.task_states = event.task_states;
-        held.changed();
-    }
-
-    /// Destroys the oldest ended allocations with real tasks beyond
-    /// `gc_max_allocs` (their runners stop any task still running first).
-    fn collect_garbage(&mut self, out: &mut Vec<Action>) {
-        if !self.config.raw_exec {
-            return;
-        }
-        let mut ended: Vec<(Timestamp, AllocId)> = self
-            .allocs
-            .iter()
-            .filter(|(_, held)| held.runner == Runner::Tasks && held.status.is_terminal())
-            .filter_map(|(id, held)| Some((held.terminal_since?, *id)))
-            .collect();
-        if ended.len() <= self.config.gc_max_allocs {
-            return;
-        }
-        ended.sort_unstable();
-        let excess = ended.len() - self.config.gc_max_allocs;
-        for (_, id) in ended.into_iter().take(excess) {
-            if let Some(held) = self.allocs.get_mut(&id) {
-                held.runner = Runner::None;
-                out.push(Action::Destroy(id));
-            }
-        }
-    }
-}
-
-impl Held {
-    fn view(&self) -> HeldAlloc<'_> {
-        HeldAlloc { alloc: &self.alloc, status: self.status, reported: self.reported }
+        self.allocs.collect_garbage(out);
     }
 }
 
@@ -951,40 +743,9 @@ fn retry_pause(rng: &mut SmallRng) -> Duration {
     Duration::from_millis(500).mul_f64(1.0 + 2.0 * rng.random::<f64>())
 }
 
-/// Counts an allocation this agent runs that the servers showed
-/// `unknown`, and its return.
-fn seen(counters: &AgentCounters, held: &mut Held, alloc: &Allocation) {
-    if alloc.client_status == ClientStatus::Unknown && !held.seen_unknown && !held.status.is_terminal() {
-        held.seen_unknown = true;
-        count(&counters.allocs_seen_unknown, 1);
-    } else if alloc.client_status == ClientStatus::Running && held.seen_unknown {
-        held.seen_unknown = false;
-        count(&counters.allocs_reconnected, 1);
-    }
-}
-
 /// The first heartbeat's step.
 fn greeting(again: bool) -> Step {
     Step::Greet { tries: 1, retry_at: None, again }
-}
-
-/// The servers stopped an allocation that has not ended here: its tasks
-/// are stopped; the mock driver's (or nothing) ends now, real tasks when
-/// their runner says.
-fn stop(now: Timestamp, held: &mut Held, out: &mut Vec<Action>) {
-    match held.runner {
-        Runner::Tasks => {
-            out.push(Action::Stop(held.alloc.id));
-            return;
-        }
-        Runner::Mock => out.push(Action::Stop(held.alloc.id)),
-        Runner::None => {}
-    }
-    held.runner = Runner::None;
-    held.status = ClientStatus::Complete;
-    held.description = "stopped by the servers".to_string();
-    held.terminal_since = Some(now);
-    held.changed();
 }
 
 /// The reconnect backoff: full jitter under a ceiling that doubles from
@@ -1018,5 +779,4 @@ impl Backoff {
 }
 
 #[cfg(test)]
-#[path = "state_test.rs"]
 mod state_test;

@@ -14,6 +14,7 @@ use engine::structs::{
 };
 
 use super::*;
+use crate::client::drivers::mock;
 
 const NODE: NodeId = NodeId::from_u128(7);
 const TTL: Duration = Duration::from_secs(10);
