@@ -161,7 +161,7 @@ fn decide(acl: &AclState, secret: Option<&str>, needed: Need) -> Result<Option<A
 /// Whether `secret` may read the logs of an allocation in `namespace`:
 /// Nomad's `read-logs` capability, which a namespace `write` policy grants
 /// and `read` does not. Agents ask the servers this before they serve a
-/// task's logs on their own listener (`client_fs.rs`).
+/// task's logs on their own listener (`client/fs.rs`).
 pub fn may_read_logs(acl: &AclState, secret: Option<&str>, namespace: &str) -> Result<(), Denied> {
     let refused = |(denied, accessor): (Denied, String)| {
         if let Some(held_back) = REFUSED.admit() {
