@@ -70,15 +70,8 @@ fn named_paths(line: &str, own: &[String]) -> Vec<Vec<String>> {
             } else {
                 rest = &rest["crate::".len()..];
             }
-            let segments: Vec<&str> = rest
-                .split("::")
-                .map_while(|segment| {
-                    let name: String = segment.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
-                    (name.len() == segment.len() || !name.is_empty()).then_some(segment)
-                })
-                .collect();
             let mut path = base.clone();
-            for segment in &segments {
+            for segment in rest.split("::") {
                 let name: String = segment.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
                 if name.is_empty() {
                     break;
