@@ -30,7 +30,6 @@
 //! disk_mb = 100000
 //! mock_driver = false         # offer the `mock` driver
 //! raw_exec = false            # offer the `raw_exec` driver (tasks as plain processes)
-//! http_addr = "127.0.0.1:4646" # the agent's HTTP listener (task logs), with raw_exec
 //! gc_max_allocs = 50          # terminal allocations whose directories are kept
 //! env_denylist = ["CONSUL_TOKEN", "CONSUL_HTTP_TOKEN", "CONSUL_HTTP_TOKEN_FILE", "NOMAD_TOKEN",
 //!     "VAULT_TOKEN", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
@@ -40,7 +39,7 @@
 //! [acl]
 //! enabled = true              # every HTTP API request needs a token (drover acl bootstrap)
 //!
-//! [limits]                    # the HTTP listeners' (the server's API, the agent's logs)
+//! [limits]                    # the HTTP API's listener
 //! http_max_conns_per_client = 100 # open connections per client address (Nomad's; 0: no limit)
 //! https_handshake_timeout = "5s"  # to finish a TLS handshake (Nomad's)
 //! http_idle_timeout = "30s"   # to send a whole request head: before the first request,
@@ -218,7 +217,8 @@ pub struct ClientSection {
     pub mock_driver: Option<bool>,
     /// Offer the raw_exec driver.
     pub raw_exec: Option<bool>,
-    /// The agent's HTTP listener.
+    /// Gone (the agent serves no HTTP): read only to warn that it is
+    /// ignored, naming what replaced it.
     pub http_addr: Option<String>,
     /// Terminal allocations whose directories are kept.
     pub gc_max_allocs: Option<usize>,

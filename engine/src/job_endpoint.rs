@@ -13,7 +13,7 @@ use crate::clock::SharedClock;
 use crate::state::Writer;
 use crate::state::{Command, StateError};
 use crate::structs::{
-    Allocation, ClientStatus, EvalId, Evaluation, Job, JobKey, JobValidationError, TriggerReason, MAX_GROUP_COUNT,
+    AllocId, Allocation, ClientStatus, EvalId, Evaluation, Job, JobKey, JobValidationError, TriggerReason, MAX_GROUP_COUNT,
 };
 
 /// Why a job request was refused. Nothing was written.
@@ -44,6 +44,9 @@ pub enum JobError {
         /// The type asked for.
         to: crate::structs::JobType,
     },
+    /// No such allocation.
+    #[error("unknown allocation {0}")]
+    UnknownAlloc(AllocId),
     /// The write failed.
     #[error(transparent)]
     State(#[from] StateError),
@@ -147,6 +150,22 @@ impl JobEndpoint {
             version: job.version,
             job_modify_index: job.job_modify_index,
         })
+    }
+
+    /// Stops one allocation (Nomad's `alloc stop`): it is marked desired
+    /// `stop` and its job evaluated in the same command, so a replacement
+    /// is placed where the job's count asks for one. The eval's id and the
+    /// index of the write.
+    pub fn stop_alloc(&self, alloc_id: AllocId) -> Result<(EvalId, u64), JobError> {
+        let snapshot = self.writer.store().snapshot();
+        let alloc = snapshot.alloc(alloc_id).ok_or(JobError::UnknownAlloc(alloc_id))?;
+        // The job as stored now, so the eval carries its current modify index.
+        let job = snapshot.job(&alloc.job_key()).cloned().unwrap_or_else(|| alloc.job.clone());
+        let now = self.clock.now();
+        let eval = Evaluation::for_job(&job, TriggerReason::AllocStop, now);
+        let eval_id = eval.id;
+        let applied = self.writer.write(Command::StopAlloc { alloc_id, eval, time: now })?;
+        Ok((eval_id, applied.index))
     }
 
     /// Sets a group's count.

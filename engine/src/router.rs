@@ -175,6 +175,7 @@ mod tests {
             "delete_acl_policies",
             "upsert_acl_tokens",
             "delete_acl_tokens",
+            "stop_alloc",
         ];
         for kind in kinds {
             let seam = Seam::new();
@@ -239,6 +240,10 @@ mod tests {
                     seam.writer.write(Command::UpsertAclTokens { tokens: vec![token] }).expect("token");
                     Command::DeleteAclTokens { accessor_ids: vec![accessor] }
                 }
+                "stop_alloc" => {
+                    let alloc = seam.placed(node(0).id);
+                    Command::StopAlloc { alloc_id: alloc.id, eval, time: Timestamp(3) }
+                }
                 other => unreachable!("{other}"),
             };
             let frees_capacity = match &command {
@@ -246,7 +251,8 @@ mod tests {
                 | Command::UpdateNodeStatus { .. }
                 | Command::UpdateNodeEligibility { .. }
                 | Command::UpdateAllocsFromClient { .. }
-                | Command::ApplyPlanResults { .. } => true,
+                | Command::ApplyPlanResults { .. }
+                | Command::StopAlloc { .. } => true,
                 Command::MissHeartbeat { .. }
                 | Command::RegisterJob { .. }
                 | Command::DeregisterJob { .. }

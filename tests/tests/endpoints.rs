@@ -81,6 +81,32 @@ fn scale_and_deregister_act_through_their_evals() {
 }
 
 #[test]
+fn an_allocation_stopped_by_an_operator_is_replaced_through_its_eval() {
+    let server = server();
+    server.nodes().register(node(1, 4000)).expect("node");
+    let job = Job::new_simple("web", JobType::Service, 1, Resources::new(100, 64, 0));
+    server.jobs().register(job.clone()).expect("job");
+    let snapshot = settle(&server, |snapshot| live(snapshot, &job) == 1);
+    let first = snapshot.allocs_by_job(&job.key()).next().expect("placed").id;
+
+    let before = server.store().latest_index();
+    let unknown = server.jobs().stop_alloc(engine::structs::AllocId::from_u128(404)).expect_err("unknown");
+    assert!(matches!(unknown, JobError::UnknownAlloc(_)), "{unknown}");
+    assert_eq!(server.store().latest_index(), before, "nothing written");
+
+    let (eval_id, index) = server.jobs().stop_alloc(first).expect("stopped");
+    let snapshot = settle(&server, |snapshot| {
+        snapshot.eval(eval_id).is_some_and(|eval| eval.status == EvalStatus::Complete) && live(snapshot, &job) == 1
+    });
+    assert!(index > before);
+    let stopped = snapshot.alloc(first).expect("kept");
+    assert_eq!(stopped.desired_status, engine::structs::DesiredStatus::Stop);
+    let replacement = snapshot.allocs_by_job(&job.key()).find(|alloc| !alloc.terminal()).expect("a replacement");
+    assert_ne!(replacement.id, first);
+    server.shutdown();
+}
+
+#[test]
 fn a_blocked_eval_is_unblocked_by_new_capacity() {
     let server = server();
     server.nodes().register(node(1, 1000)).expect("node");

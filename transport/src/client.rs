@@ -17,9 +17,8 @@ use uuid::Uuid;
 
 use crate::frame::MAX_PAYLOAD;
 use crate::message::{
-    AllocsPush, ClusterReport, HeartbeatRequest, IndexReply, Kind, LogsAccessRequest, Message, MessageError, NodeReply,
-    Refusal, RefusalCode, RegisterRequest, ReportRequest, ReportScope, SubmitJobRequest, UpdateAllocsRequest,
-    WatchAllocsRequest,
+    AllocsPush, ClusterReport, HeartbeatRequest, IndexReply, Kind, Message, MessageError, NodeReply, Refusal,
+    RefusalCode, RegisterRequest, ReportRequest, ReportScope, SubmitJobRequest, UpdateAllocsRequest, WatchAllocsRequest,
 };
 use crate::settings;
 use crate::stream::{codes, write_frame, FrameReader, StreamError};
@@ -200,18 +199,11 @@ impl ClientConnection {
         Ok(AllocWatch { _send: send, recv, reader: FrameReader::new(MAX_PAYLOAD) })
     }
 
-    /// Whether the ACL token `token` may read the logs of the node's
-    /// allocation `alloc_id`: `Ok` with the index it was decided at, or a
-    /// [`RefusalCode::Forbidden`] refusal.
-    pub async fn logs_access(
-        &self,
-        node_id: NodeId,
-        secret_id: Uuid,
-        alloc_id: engine::structs::AllocId,
-        token: Option<String>,
-    ) -> Result<u64, CallError> {
-        let reply: IndexReply = self.call(&LogsAccessRequest { node_id, secret_id, alloc_id, token }).await?;
-        Ok(reply.index)
+    /// The next call the server makes on this connection
+    /// (`crate::agent_call`); an error once the connection is gone.
+    pub async fn accept_call(&self) -> Result<crate::agent_call::ServerCall, CallError> {
+        let (send, recv) = self.connection.accept_bi().await?;
+        Ok(crate::agent_call::ServerCall::new(send, recv))
     }
 
     /// Registers `job` (operator certificates only); the index it was written at.

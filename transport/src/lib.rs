@@ -3,10 +3,12 @@
 //! [`tls`] makes and loads the cluster's certificates; [`settings`] holds
 //! the QUIC settings for 10,000 connections and why; [`server`] is the
 //! server's client-facing endpoint over the engine's node endpoint, and
-//! [`client`] what agents and loadgen connect with.
+//! [`client`] what agents and loadgen connect with; [`agent_call`] is how
+//! a server calls an agent back on the agent's connection.
 
 #![forbid(unsafe_code)]
 
+pub mod agent_call;
 pub mod client;
 pub mod frame;
 pub mod log_limit;

@@ -34,12 +34,6 @@ fn every_message_round_trips() {
         }],
     });
     round_trip(&WatchAllocsRequest { node_id, secret_id: Uuid::from_u128(5), last_index: 41 });
-    round_trip(&LogsAccessRequest {
-        node_id,
-        secret_id: Uuid::from_u128(5),
-        alloc_id: AllocId::from_u128(9),
-        token: Some("secret".into()),
-    });
     round_trip(&NodeReply {
         index: 3,
         status: NodeStatus::Ready,
@@ -48,6 +42,88 @@ fn every_message_round_trips() {
     });
     round_trip(&IndexReply { index: 12 });
     round_trip(&Refusal { code: RefusalCode::WrongSecret, message: "no".into() });
+}
+
+/// Every call a server makes on an agent's connection, and every answer.
+fn agent_calls() -> Vec<AgentCall> {
+    let alloc_id = AllocId::from_u128(9);
+    vec![
+        AgentCall::Logs(LogsCall {
+            alloc_id,
+            task: "web".into(),
+            stream: LogStream::Stderr,
+            origin: Origin::End,
+            offset: 4096,
+            follow: true,
+        }),
+        AgentCall::List { alloc_id, path: "/alloc/logs".into() },
+        AgentCall::Stat { alloc_id, path: "web/local/out.txt".into() },
+        AgentCall::Read(ReadCall {
+            alloc_id,
+            path: "web/local/out.txt".into(),
+            origin: Origin::Start,
+            offset: 10,
+            limit: Some(20),
+            follow: false,
+        }),
+        AgentCall::Restart { alloc_id, task: None },
+        AgentCall::Restart { alloc_id, task: Some("web".into()) },
+        AgentCall::Signal { alloc_id, task: Some("web".into()), signal: "SIGUSR1".into() },
+        AgentCall::AllocStats { alloc_id },
+        AgentCall::AllocGc { alloc_id },
+        AgentCall::HostStats,
+        AgentCall::HostGc,
+    ]
+}
+
+#[test]
+fn every_agent_call_and_answer_round_trips() {
+    let node_id = NodeId::from_u128(3);
+    for call in agent_calls() {
+        round_trip(&AgentCallRequest { node_id, call });
+    }
+    let file = FileInfo { name: "out.txt".into(), is_dir: false, size: 12, mode: 0o100644, mod_time: 1_700_000_000 };
+    let usage = ProcessUsage { rss_bytes: 1 << 20, percent: 12.5, pids: 2, ..ProcessUsage::default() };
+    let host = HostStats {
+        memory_total: 8 << 30,
+        cpus: vec![CpuUsage { cpu: "cpu0".into(), user: 1.5, system: 0.5, idle: 98.0 }],
+        disks: vec![DiskUsage { device: "/dev/sda1".into(), mountpoint: "/data".into(), ..DiskUsage::default() }],
+        uptime: 77,
+        ..HostStats::default()
+    };
+    for reply in [
+        AgentReply::Done,
+        AgentReply::Files(vec![file.clone()]),
+        AgentReply::File(file),
+        AgentReply::AllocStats(AllocUsage { tasks: [("web".to_string(), usage)].into(), timestamp: 5 }),
+        AgentReply::HostStats(host),
+    ] {
+        round_trip(&reply);
+    }
+    round_trip(&FileChunk { file: "web.stdout.0".into(), offset: 3, data: b"abc".to_vec() });
+    round_trip(&AgentError { code: AgentErrorCode::Invalid, message: "no".into() });
+    let encoded = AgentCallRequest { node_id, call: AgentCall::HostGc }.to_frame(1);
+    let any = AnyMessage::from_frame(&encoded).expect("decodes by its kind");
+    assert_eq!(any.to_frame(1), encoded);
+}
+
+#[test]
+fn a_malformed_agent_call_is_refused_with_the_reason() {
+    let node_id = NodeId::from_u128(3);
+    // A call this build does not know: the node, then variant 100.
+    let mut payload = postcard::to_allocvec(&node_id).expect("encodes");
+    payload.push(100);
+    let frame = Frame { kind: Kind::AgentCall as u8, request_id: 1, payload };
+    let refused = AgentCallRequest::from_frame(&frame).expect_err("refused");
+    assert!(matches!(refused, MessageError::Malformed { kind: Kind::AgentCall, .. }), "{refused}");
+    let mut truncated = AgentCallRequest { node_id, call: AgentCall::HostStats }.to_frame(1);
+    truncated.payload.truncate(4);
+    assert!(matches!(AgentCallRequest::from_frame(&truncated), Err(MessageError::Malformed { .. })));
+    let chunk = FileChunk { file: "f".into(), offset: 0, data: vec![] }.to_frame(1);
+    assert_eq!(
+        AgentCallRequest::from_frame(&chunk),
+        Err(MessageError::UnexpectedKind { expected: Kind::AgentCall, found: Kind::FileChunk })
+    );
 }
 
 #[test]
@@ -86,5 +162,7 @@ proptest! {
         let _ = RegisterRequest::from_frame(&frame);
         let _ = UpdateAllocsRequest::from_frame(&frame);
         let _ = AllocsPush::from_frame(&frame);
+        let _ = AgentCallRequest::from_frame(&frame);
+        let _ = AgentReply::from_frame(&frame);
     }
 }

@@ -14,6 +14,13 @@
 //! finishes. What the bytes mean is the [`PeerHandler`]'s business: this
 //! module carries opaque bytes and knows nothing of raft or scheduling.
 //!
+//! A streamed call ([`Peers::call_stream`], for the kinds
+//! [`PeerHandler::streams`] names) starts the same way, but its answer
+//! is read as it comes: the callee writes the status byte with the first
+//! bytes of the answer ([`PeerSink`]) and goes on writing until the answer
+//! ends or the caller stops reading. Flow control holds a callee that
+//! writes faster than the caller reads.
+//!
 //! Connections are made lazily, one per peer address, and dropped when a
 //! call on them fails or times out, so the next call reconnects (a
 //! restarted peer answers the old connection's packets with a stateless
@@ -26,7 +33,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use quinn::{Connection, Endpoint, TransportConfig, VarInt};
+use quinn::{Connection, Endpoint, RecvStream, SendStream, TransportConfig, VarInt};
 
 use crate::tls::{TlsError, TlsMaterial, SERVER_NAME};
 
@@ -57,6 +64,73 @@ pub type PeerAnswer = Pin<Box<dyn Future<Output = Result<Vec<u8>, PeerRefusal>> 
 pub trait PeerHandler: Send + Sync + 'static {
     /// Answers one call.
     fn call(&self, kind: u8, request: Vec<u8>) -> PeerAnswer;
+
+    /// Whether calls of `kind` are answered as a stream, by
+    /// [`PeerHandler::stream`] (module docs).
+    fn streams(&self, _kind: u8) -> bool {
+        false
+    }
+
+    /// Answers one streamed call through `sink`, until the answer ends or
+    /// the caller goes away.
+    fn stream(&self, kind: u8, _request: Vec<u8>, sink: PeerSink) -> PeerStreaming {
+        Box::pin(async move { sink.refuse(&format!("calls of kind {kind} are not streamed")).await })
+    }
+}
+
+/// What [`PeerHandler::stream`] runs.
+pub type PeerStreaming = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// The callee's side of a streamed call (module docs).
+#[derive(Debug)]
+pub struct PeerSink {
+    send: SendStream,
+    started: bool,
+}
+
+/// The caller of a streamed call stopped reading (or is gone).
+#[derive(Debug, thiserror::Error)]
+#[error("the calling server stopped reading")]
+pub struct CallerGone;
+
+impl PeerSink {
+    /// Writes the next bytes of the answer (the status byte first).
+    pub async fn write(&mut self, bytes: &[u8]) -> Result<(), CallerGone> {
+        if !self.started {
+            self.send.write_all(&[0]).await.map_err(|_| CallerGone)?;
+            self.started = true;
+        }
+        self.send.write_all(bytes).await.map_err(|_| CallerGone)
+    }
+
+    /// Refuses the call with `reason`; once bytes of an answer were
+    /// written, the stream is reset instead (the caller sees it fail).
+    pub async fn refuse(mut self, reason: &str) {
+        if self.started {
+            return self.abandon();
+        }
+        if self.send.write_all(&[1]).await.is_ok() && self.send.write_all(reason.as_bytes()).await.is_ok() {
+            let _ = self.send.finish();
+        }
+    }
+
+    /// Ends the answer (an empty one if nothing was written).
+    pub async fn finish(mut self) {
+        if !self.started && self.send.write_all(&[0]).await.is_err() {
+            return;
+        }
+        let _ = self.send.finish();
+    }
+
+    /// Ends the answer as failed: the caller's read fails.
+    pub fn abandon(mut self) {
+        let _ = self.send.reset(crate::stream::codes::DONE);
+    }
+
+    /// Resolves once the caller stopped reading (or is gone).
+    pub async fn stopped(&mut self) {
+        let _ = self.send.stopped().await;
+    }
 }
 
 /// Why a call to another server got no answer.
@@ -182,6 +256,40 @@ impl Peers {
         }
     }
 
+    /// Makes a streamed call (module docs) to the server at `addr`: the
+    /// answer's stream once its first bytes came, within `timeout`; what
+    /// follows is read as it comes, with no time limit.
+    pub async fn call_stream(
+        &self,
+        addr: SocketAddr,
+        kind: u8,
+        request: &[u8],
+        timeout: Duration,
+    ) -> Result<RecvStream, PeerError> {
+        let connection = match tokio::time::timeout(timeout, self.connection(addr)).await {
+            Ok(connection) => connection?,
+            Err(_) => return Err(PeerError::TimedOut { addr, after: timeout }),
+        };
+        let failed = |reason: String| PeerError::Failed { addr, reason };
+        let opened = tokio::time::timeout(timeout, open_stream(&connection, kind, request)).await;
+        let (mut recv, status) = match opened {
+            Ok(Ok(opened)) => opened,
+            Ok(Err(error)) => {
+                self.forget(addr, &connection);
+                return Err(failed(error.to_string()));
+            }
+            Err(_) => return Err(PeerError::TimedOut { addr, after: timeout }),
+        };
+        match status {
+            0 => Ok(recv),
+            1 => {
+                let reason = recv.read_to_end(MAX_PEER_MESSAGE).await.map_err(|error| failed(error.to_string()))?;
+                Err(PeerError::Refused { addr, reason: String::from_utf8_lossy(&reason).into_owned() })
+            }
+            _ => Err(failed("a malformed answer".to_string())),
+        }
+    }
+
     /// The open connection to `addr`, or a new one.
     async fn connection(&self, addr: SocketAddr) -> Result<Connection, PeerError> {
         if let Some(connection) = self.connections.lock().get(&addr).filter(|open| open.close_reason().is_none()) {
@@ -246,6 +354,9 @@ enum ExchangeError {
     /// The answer could not be read (or was larger than [`MAX_PEER_MESSAGE`]).
     #[error(transparent)]
     Read(#[from] quinn::ReadToEndError),
+    /// A streamed answer ended before its status byte.
+    #[error(transparent)]
+    Status(#[from] quinn::ReadExactError),
 }
 
 /// One call on `connection` (module docs); the raw answer with its status byte.
@@ -255,6 +366,17 @@ async fn exchange(connection: &Connection, kind: u8, request: &[u8]) -> Result<V
     send.write_all(request).await?;
     send.finish()?;
     Ok(recv.read_to_end(MAX_PEER_MESSAGE + 1).await?)
+}
+
+/// Opens a streamed call on `connection`: its answer's stream and status byte.
+async fn open_stream(connection: &Connection, kind: u8, request: &[u8]) -> Result<(RecvStream, u8), ExchangeError> {
+    let (mut send, mut recv) = connection.open_bi().await?;
+    send.write_all(&[kind]).await?;
+    send.write_all(request).await?;
+    send.finish()?;
+    let mut status = [0u8; 1];
+    recv.read_exact(&mut status).await?;
+    Ok((recv, status[0]))
 }
 
 /// A call without even a kind byte.
@@ -291,6 +413,9 @@ async fn serve(connection: Connection, handler: Arc<dyn PeerHandler>) {
                 Err(error) => return tracing::debug!(%error, "a server's call ended before its request"),
             };
             let answer = match request.split_first() {
+                Some((&kind, request)) if handler.streams(kind) => {
+                    return handler.stream(kind, request.to_vec(), PeerSink { send, started: false }).await;
+                }
                 Some((&kind, request)) => handler.call(kind, request.to_vec()).await,
                 None => Err(EmptyCall.into()),
             };
@@ -321,6 +446,55 @@ mod tests {
                 }
             })
         }
+
+        fn streams(&self, kind: u8) -> bool {
+            (2..=4).contains(&kind)
+        }
+
+        /// Kind 2: the request back, once per byte of it, then the end;
+        /// kind 3: refused; kind 4: one piece, then a failure.
+        fn stream(&self, kind: u8, request: Vec<u8>, mut sink: PeerSink) -> PeerStreaming {
+            Box::pin(async move {
+                match kind {
+                    2 => {
+                        for _ in 0..request.len() {
+                            if sink.write(&request).await.is_err() {
+                                return;
+                            }
+                        }
+                        sink.finish().await;
+                    }
+                    4 => {
+                        let _ = sink.write(b"partial").await;
+                        sink.abandon();
+                    }
+                    _ => sink.refuse("not this one").await,
+                }
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_streamed_call_is_read_as_it_comes_and_a_refusal_or_failure_is_told() {
+        crate::install_crypto_provider();
+        let ca = CertificateAuthority::generate().expect("a CA");
+        let loopback: SocketAddr = "127.0.0.1:0".parse().expect("an address");
+        let a = Peers::bind(loopback, &material(&ca, Role::Server), Arc::new(Echo)).expect("bound");
+        let b = Peers::bind(loopback, &material(&ca, Role::Server), Arc::new(Echo)).expect("bound");
+        let b_addr = b.local_addr().expect("bound");
+        let timeout = Duration::from_secs(30);
+        let mut answer = a.call_stream(b_addr, 2, b"abc", timeout).await.expect("streamed");
+        let all = answer.read_to_end(1024).await.expect("the whole answer");
+        assert_eq!(all, b"abcabcabc");
+        let refused = a.call_stream(b_addr, 3, b"", timeout).await.expect_err("refused");
+        assert!(matches!(&refused, PeerError::Refused { reason, .. } if reason == "not this one"), "{refused}");
+        // A reset may overtake the bytes before it: the call fails then, or
+        // its read does; it never ends cleanly.
+        if let Ok(mut broken) = a.call_stream(b_addr, 4, b"", timeout).await {
+            assert!(broken.read_to_end(1024).await.is_err(), "a failed answer is not a clean end");
+        }
+        // The plain calls still work on the same connection.
+        assert_eq!(a.call(b_addr, 1, b"plain", timeout).await.expect("answered"), b"plain");
     }
 
     fn material(ca: &CertificateAuthority, role: Role) -> TlsMaterial {

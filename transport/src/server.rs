@@ -5,10 +5,13 @@
 //! A server of a cluster routes ([`Route`]): while it leads it serves the
 //! node calls itself; while it follows it forwards registrations,
 //! heartbeats, alloc updates and operator calls to the leader and relays
-//! the leader's answer, and serves allocation watches and an agent's
-//! question whether a token may read an allocation's logs
-//! ([`Operations::logs_access`]) from its own replicated state. Heartbeat
-//! replies carry the cluster's client addresses, the leader's first.
+//! the leader's answer, and serves allocation watches from its own
+//! replicated state. Heartbeat replies carry the cluster's client
+//! addresses, the leader's first.
+//!
+//! The connection a node's authenticated watch runs on is the node's: the
+//! server calls the agent back on it ([`ClientListener::call_agent`],
+//! `crate::agent_call`).
 //!
 //! Log lines that traffic from outside can cause (failed handshakes,
 //! refused calls) are rate-limited; the counters count every one.
@@ -25,16 +28,17 @@ use std::sync::Arc;
 use engine::job_endpoint::JobError;
 use engine::node::endpoint::{NodeEndpoint, NodeError};
 use engine::state::{LogError, StateError, WaitError};
-use engine::structs::{AllocId, NodeId};
+use engine::structs::NodeId;
 use quinn::{Connection, Endpoint, Incoming, RecvStream, SendStream};
 use tokio::sync::{watch, Semaphore};
 
+use crate::agent_call::{AgentAnswer, AgentCallError, AgentConnections};
 use crate::frame::{Frame, MAX_PAYLOAD};
 use crate::log_limit::RateLimited;
 use crate::message::{
-    AllocsPush, AnyMessage, ClusterReport, HeartbeatRequest, IndexReply, Kind, ListenerStats, LogsAccessRequest,
-    Message, MessageError, NodeReply, Refusal, RefusalCode, RegisterRequest, ReportRequest, ReportScope,
-    SubmitJobRequest, UpdateAllocsRequest, WatchAllocsRequest,
+    AgentCallRequest, AllocsPush, ClusterReport, HeartbeatRequest, IndexReply, Kind, ListenerStats, Message,
+    MessageError, NodeReply, Refusal, RefusalCode, RegisterRequest, ReportRequest, ReportScope, SubmitJobRequest,
+    UpdateAllocsRequest, WatchAllocsRequest,
 };
 use crate::settings::{self, MAX_HANDSHAKES, MAX_REQUEST};
 use crate::stream::{abandon, codes, write_frame, write_last_frame, FrameReader, StreamError};
@@ -67,33 +71,6 @@ pub trait Operations: Send + Sync + 'static {
     /// The cluster report, as much of it as `scope` asks for (the listener
     /// adds its own counters).
     fn report(&self, scope: ReportScope) -> ClusterReport;
-    /// Whether the ACL token `token` (none: anonymous) may read the logs
-    /// of `alloc_id`, which must be on `node_id` (an agent asking for
-    /// its own allocation): the index of the state it was decided at, or
-    /// why not. Unlike the calls above, agents make it, from this
-    /// server's own state (ACLs are replicated to every server).
-    fn logs_access(&self, node_id: NodeId, alloc_id: AllocId, token: Option<&str>) -> Result<u64, LogsDenied>;
-}
-
-/// Why a token may not read an allocation's logs ([`Operations::logs_access`]);
-/// answered with a [`RefusalCode::Forbidden`] refusal saying so.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum LogsDenied {
-    /// The allocation is not one of the asking node's.
-    #[error("allocation {alloc_id} is not on node {node_id}")]
-    NotOnNode {
-        /// The allocation asked for.
-        alloc_id: AllocId,
-        /// The node that asked.
-        node_id: NodeId,
-    },
-    /// The ACL check refused the token; its message is what the agent
-    /// answers its caller with (Nomad's "Permission denied").
-    #[error("{message}")]
-    Denied {
-        /// The check's answer.
-        message: String,
-    },
 }
 
 /// How a server of a cluster serves node calls (module docs).
@@ -140,6 +117,8 @@ struct Service {
     /// The client addresses of the servers, handed to clients on every heartbeat.
     servers: Vec<String>,
     counters: Counters,
+    /// The agents' connections, by node.
+    agents: AgentConnections,
     /// Set once at shutdown; watches end when it is.
     shutdown: watch::Receiver<bool>,
 }
@@ -196,7 +175,9 @@ impl ClientListener {
         let (shutdown, shutdown_seen) = watch::channel(false);
         let counters = Counters::default();
         let route = std::sync::OnceLock::new();
-        let service = Arc::new(Service { nodes, route, operations, servers, counters, shutdown: shutdown_seen });
+        let agents = AgentConnections::default();
+        let service =
+            Arc::new(Service { nodes, route, operations, servers, counters, agents, shutdown: shutdown_seen });
         Ok(ClientListener { endpoint, service, handshakes: Arc::new(Semaphore::new(MAX_HANDSHAKES)), shutdown })
     }
 
@@ -238,6 +219,22 @@ impl ClientListener {
             refusal.to_frame(reply.request_id).encode(&mut bytes).expect("a refusal encodes");
         }
         bytes
+    }
+
+    /// The agents' connections this server holds.
+    pub fn agents(&self) -> &AgentConnections {
+        &self.service.agents
+    }
+
+    /// Calls the agent of `node_id` on its connection, if this server
+    /// holds it (`None` otherwise).
+    pub async fn call_agent(
+        &self,
+        node_id: NodeId,
+        request: &AgentCallRequest,
+    ) -> Option<Result<AgentAnswer, AgentCallError>> {
+        let (connection, _) = self.service.agents.get(node_id)?;
+        Some(crate::agent_call::call(&connection, request).await)
     }
 
     /// The address the endpoint is bound to.
@@ -346,8 +343,8 @@ async fn serve_connection(service: Arc<Service>, connection: Connection) {
     loop {
         match connection.accept_bi().await {
             Ok((send, recv)) => {
-                let service = service.clone();
-                tokio::spawn(async move { serve_stream(&service, remote, operator, send, recv).await });
+                let (service, connection) = (service.clone(), connection.clone());
+                tokio::spawn(async move { serve_stream(&service, &connection, operator, send, recv).await });
             }
             Err(error) => {
                 tracing::debug!(%remote, %error, "client connection ended");
@@ -361,11 +358,12 @@ async fn serve_connection(service: Arc<Service>, connection: Connection) {
 /// keeps answering). A frame that cannot be read closes this stream only.
 async fn serve_stream(
     service: &Service,
-    remote: SocketAddr,
+    connection: &Connection,
     operator: bool,
     mut send: SendStream,
     mut recv: RecvStream,
 ) {
+    let remote = connection.remote_address();
     let frame = match FrameReader::new(MAX_REQUEST).next(&mut recv).await {
         Ok(Some(frame)) => frame,
         Ok(None) => return,
@@ -379,21 +377,9 @@ async fn serve_stream(
     let request_id = frame.request_id;
     if frame.kind == Kind::WatchAllocs as u8 {
         return match WatchAllocsRequest::from_frame(&frame) {
-            Ok(request) => watch_allocs(service, remote, request, request_id, send).await,
+            Ok(request) => watch_allocs(service, connection, request, request_id, send).await,
             Err(error) => refuse_malformed(service, remote, &mut send, &mut recv, request_id, &error.to_string()).await,
         };
-    }
-    if frame.kind == Kind::LogsAccess as u8 {
-        let reply = match LogsAccessRequest::from_frame(&frame) {
-            Ok(request) => service.logs_access(remote, request).to_frame(request_id),
-            Err(error) => {
-                return refuse_malformed(service, remote, &mut send, &mut recv, request_id, &error.to_string()).await
-            }
-        };
-        if let Err(error) = write_last_frame(&mut send, &reply).await {
-            tracing::debug!(%remote, %error, "could not answer a client call");
-        }
-        return;
     }
     let outcome = match service.settle().await {
         Ok(Serve::Here(nodes)) => service.reply(&nodes, remote, operator, &frame).await,
@@ -565,16 +551,30 @@ async fn refuse_malformed(
 /// on a resumed watch), until the client goes away or the server stops.
 async fn watch_allocs(
     service: &Service,
-    remote: SocketAddr,
+    connection: &Connection,
     request: WatchAllocsRequest,
     request_id: u64,
     mut send: SendStream,
 ) {
+    let remote = connection.remote_address();
     if let Err(error) = service.nodes.authenticate(request.node_id, request.secret_id) {
         let refusal = service.refusal(remote, &error);
         let _ = write_last_frame(&mut send, &refusal.to_frame(request_id)).await;
         return;
     }
+    service.agents.hold(request.node_id, connection);
+    push_allocs(service, remote, &request, request_id, send).await;
+    service.agents.release(request.node_id, connection);
+}
+
+/// The pushes of an authenticated watch ([`watch_allocs`]).
+async fn push_allocs(
+    service: &Service,
+    remote: SocketAddr,
+    request: &WatchAllocsRequest,
+    request_id: u64,
+    mut send: SendStream,
+) {
     let mut shutdown = service.shutdown.clone();
     let mut last_index = request.last_index;
     loop {
@@ -625,24 +625,6 @@ impl Service {
             code: RefusalCode::Internal,
             message: format!("the operator call failed: {error}"),
         })
-    }
-
-    /// Answers a [`LogsAccessRequest`] from this server's own state.
-    fn logs_access(&self, remote: SocketAddr, request: LogsAccessRequest) -> AnyMessage {
-        if let Err(error) = self.nodes.authenticate(request.node_id, request.secret_id) {
-            return AnyMessage::Refusal(self.refusal(remote, &error));
-        }
-        let Some(operations) = &self.operations else {
-            let message = "this server cannot check ACL tokens".to_string();
-            return AnyMessage::Refusal(Refusal { code: RefusalCode::Internal, message });
-        };
-        match operations.logs_access(request.node_id, request.alloc_id, request.token.as_deref()) {
-            Ok(index) => AnyMessage::IndexReply(IndexReply { index }),
-            Err(denied) => {
-                self.counters.refusals.fetch_add(1, Ordering::Relaxed);
-                AnyMessage::Refusal(Refusal { code: RefusalCode::Forbidden, message: denied.to_string() })
-            }
-        }
     }
 
     fn node_reply(&self, reply: engine::node::endpoint::NodeResponse) -> NodeReply {

@@ -16,6 +16,22 @@ use quinn::{IdleTimeout, TransportConfig, VarInt};
 /// would cost 10,000 × 100 stream entries for nothing.
 pub const MAX_CLIENT_STREAMS: u32 = 16;
 
+/// Calls a server may have open at once towards an agent, on the agent's
+/// connection (`crate::agent_call`): a few followed logs and a stat or
+/// a restart. What a slow reader holds up of their answers waits in the
+/// server's receive windows, so with [`SERVER_STREAM_WINDOW`] each they
+/// fill at most half the connection's window, and the node's own calls
+/// (its heartbeats above all) always have the other half.
+pub const MAX_SERVER_CALLS: u32 = 4;
+
+/// A server's receive window per stream (see [`MAX_SERVER_CALLS`]).
+pub const SERVER_STREAM_WINDOW: u32 = 128 * 1024;
+
+/// A server's receive window per connection.
+pub const SERVER_CONNECTION_WINDOW: u32 = 1024 * 1024;
+
+const _: () = assert!(MAX_SERVER_CALLS * SERVER_STREAM_WINDOW <= SERVER_CONNECTION_WINDOW / 2);
+
 /// Both sides close a connection after this long without a packet. Longer
 /// than the client keep-alive and any heartbeat interval, so a live client
 /// never hits it; a vanished client's connection is reaped after it. Node
@@ -50,11 +66,12 @@ pub fn server_transport() -> Arc<TransportConfig> {
         .max_concurrent_bidi_streams(VarInt::from_u32(MAX_CLIENT_STREAMS))
         // Clients never open unidirectional streams.
         .max_concurrent_uni_streams(VarInt::from_u32(0))
-        // A request is small; 256 KiB per stream and 1 MiB per connection
+        // A request is small; 128 KiB per stream and 1 MiB per connection
         // bound what 10,000 clients can make the server buffer (10 GiB
-        // with quinn's unlimited default).
-        .stream_receive_window(VarInt::from_u32(256 * 1024))
-        .receive_window(VarInt::from_u32(1024 * 1024))
+        // with quinn's unlimited default), and keep half the connection's
+        // window free of answers to the server's own calls.
+        .stream_receive_window(VarInt::from_u32(SERVER_STREAM_WINDOW))
+        .receive_window(VarInt::from_u32(SERVER_CONNECTION_WINDOW))
         // quinn's docs: with many connections, keep the send window low
         // enough that every connection using it cannot exhaust memory. An
         // allocation push of a full node fits in 1 MiB.
@@ -70,8 +87,8 @@ pub fn server_transport() -> Arc<TransportConfig> {
 pub fn client_transport() -> Arc<TransportConfig> {
     let mut config = TransportConfig::default();
     config
-        // The server never opens streams towards a client.
-        .max_concurrent_bidi_streams(VarInt::from_u32(0))
+        // The server opens a few, for its calls to the agent.
+        .max_concurrent_bidi_streams(VarInt::from_u32(MAX_SERVER_CALLS))
         .max_concurrent_uni_streams(VarInt::from_u32(0))
         // Allocation pushes are the biggest messages; 1 MiB per stream and
         // 2 MiB per connection carry a full node's in one window. loadgen

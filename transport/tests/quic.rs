@@ -263,3 +263,95 @@ async fn a_server_shutting_down_tells_its_clients() {
     ));
     setup.server.shutdown();
 }
+
+/// A server calls an agent back on the agent's own connection, once the
+/// node's watch made the connection the node's: a reply, a stream of
+/// bounded chunks read as they come, and a follow the caller abandons,
+/// which the agent notices.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_calls_an_agent_back_on_its_connection_and_reads_its_stream() {
+    use transport::agent_call::AgentFrame;
+    use transport::message::{
+        AgentCall, AgentCallRequest, AgentReply, FileChunk, LogStream, LogsCall, Origin, ReadCall, MAX_CHUNK,
+    };
+
+    let setup = start();
+    let endpoints = ClientEndpoints::bind(1, &setup.client_tls).expect("client endpoint");
+    let connection = bounded("connect", endpoints.connect(setup.addr)).await.expect("connects");
+    let node = engine::testing::node(0);
+    bounded("register", connection.register(node.clone())).await.expect("registers");
+    let request = |call: AgentCall| AgentCallRequest { node_id: node.id, call };
+    assert!(setup.listener.call_agent(node.id, &request(AgentCall::HostGc)).await.is_none(), "no watch: not held");
+    let mut watch = bounded("watch", connection.watch_allocs(node.id, node.secret_id, 0)).await.expect("watch opens");
+    bounded("first push", watch.next()).await.expect("first push");
+    assert_eq!(setup.listener.agents().len(), 1, "the watch made the connection the node's");
+
+    // The agent's side: a reply, three full chunks, or a follow that
+    // waits for its caller to go away.
+    let (gone_tx, gone) = tokio::sync::oneshot::channel();
+    let agent = tokio::spawn({
+        let connection = connection.clone();
+        async move {
+            let mut gone_tx = Some(gone_tx);
+            while let Ok(mut call) = connection.accept_call().await {
+                let Some(asked) = call.request().await else { continue };
+                match asked.call {
+                    AgentCall::HostGc => call.reply(&AgentReply::Done).await,
+                    AgentCall::Read(_) => {
+                        for n in 0..3u64 {
+                            let chunk = FileChunk { file: "f".into(), offset: (n + 1) * 1024, data: vec![7; MAX_CHUNK] };
+                            call.chunk(&chunk).await.expect("the caller reads");
+                        }
+                        call.finish();
+                    }
+                    _ => {
+                        call.chunk(&FileChunk { file: "f".into(), offset: 0, data: vec![] }).await.expect("sent");
+                        call.caller_gone().await;
+                        let _ = gone_tx.take().expect("one follow").send(());
+                    }
+                }
+            }
+        }
+    });
+
+    let mut answer = setup.listener.call_agent(node.id, &request(AgentCall::HostGc)).await.expect("held").expect("call");
+    assert_eq!(answer.first(WATCHDOG).await.expect("answered"), AgentFrame::Reply(AgentReply::Done));
+
+    let read = ReadCall {
+        alloc_id: engine::structs::AllocId::from_u128(1),
+        path: "f".into(),
+        origin: Origin::Start,
+        offset: 0,
+        limit: None,
+        follow: false,
+    };
+    let mut answer = setup.listener.call_agent(node.id, &request(AgentCall::Read(read))).await.expect("held").expect("call");
+    let mut chunks = Vec::new();
+    while let Some(frame) = bounded("a chunk", answer.next()).await.expect("a frame") {
+        let AgentFrame::Chunk(chunk) = frame else { panic!("a chunk, not {frame:?}") };
+        chunks.push(chunk);
+    }
+    assert_eq!(chunks.len(), 3);
+    assert!(chunks.iter().all(|chunk| chunk.data.len() == MAX_CHUNK));
+
+    let logs = LogsCall {
+        alloc_id: engine::structs::AllocId::from_u128(1),
+        task: "web".into(),
+        stream: LogStream::Stdout,
+        origin: Origin::Start,
+        offset: 0,
+        follow: true,
+    };
+    let mut answer = setup.listener.call_agent(node.id, &request(AgentCall::Logs(logs))).await.expect("held").expect("call");
+    let first = answer.first(WATCHDOG).await.expect("the stream starts");
+    assert!(matches!(first, AgentFrame::Chunk(chunk) if chunk.data.is_empty()));
+    drop(answer);
+    bounded("the agent noticing its caller left", gone).await.expect("noticed");
+
+    let (held, _) = setup.listener.agents().get(node.id).expect("held");
+    connection.close();
+    bounded("the agent's loop ending", agent).await.expect("agent task");
+    bounded("the server seeing the connection close", held.closed()).await;
+    assert!(setup.listener.agents().get(node.id).is_none(), "a closed connection is nobody's");
+    setup.server.shutdown();
+}

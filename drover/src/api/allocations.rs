@@ -298,3 +298,44 @@ impl Allocation {
         }
     }
 }
+
+/// `PUT /v1/allocation/:id/stop`'s answer (`AllocStopResponse`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+pub struct AllocStopResponse {
+    /// The eval that places its replacement.
+    #[serde(rename = "EvalID")]
+    pub eval_id: String,
+    /// The index of the write.
+    pub index: u64,
+}
+
+/// `PUT /v1/client/allocation/:id/restart`'s body (`AllocRestartRequest`);
+/// none restarts every running task.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+pub struct AllocRestartRequest {
+    /// The task (empty: every running task).
+    pub task_name: String,
+    /// Every task, Nomad's flag; the same as no task here.
+    pub all_tasks: bool,
+}
+
+/// `PUT /v1/client/allocation/:id/signal`'s body (`AllocSignalRequest`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+pub struct AllocSignalRequest {
+    /// The task (empty: every running task).
+    pub task: String,
+    /// The signal (`SIGUSR1`; `USR1` is read the same).
+    pub signal: String,
+}
+
+/// What a client operation answers that has nothing to say
+/// (`GenericResponse`): `{"Index": 0}`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+pub struct GenericResponse {
+    /// Always 0: the agent wrote no state.
+    pub index: u64,
+}

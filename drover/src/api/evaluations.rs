@@ -76,6 +76,7 @@ fn nomad_trigger(reason: engine::structs::TriggerReason) -> &'static str {
         Reconnect => "reconnect",
         MaxPlanAttempts => "max-plan-attempts",
         Preemption => "preemption",
+        AllocStop => "alloc-stop",
     }
 }
 

@@ -9,6 +9,8 @@
 //!   defaults (the server's register, `job validate` and `dev --job` all
 //!   use it); `hcl.rs`: Nomad HCL2 job files into that JSON.
 //! - `allocations.rs`, `evaluations.rs`, `nodes.rs`, `resources.rs`.
+//! - `fs.rs` (an allocation's files and streamed frames) and `stats.rs`
+//!   (an allocation's and a host's resource usage), the client operations'.
 //! - `agent.rs` (agent, members, health, the scheduling workers),
 //!   `search.rs`, `operator.rs` (raft), `metrics.rs`, `acl.rs`.
 //! - `client.rs`: the API client; `format.rs`: times and Go durations.
@@ -25,6 +27,7 @@ pub mod allocations;
 pub mod client;
 pub mod evaluations;
 pub mod format;
+pub mod fs;
 pub mod hcl;
 pub mod job_spec;
 pub mod jobs;
@@ -33,6 +36,7 @@ pub mod nodes;
 pub mod operator;
 pub mod resources;
 pub mod search;
+pub mod stats;
 
 use axum::http::HeaderMap;
 use serde::{Deserialize, Serialize};
@@ -98,7 +102,9 @@ pub fn word(value: impl Serialize) -> String {
     }
 }
 
-/// The node attribute that carries the agent's HTTP address.
+/// The node attribute that carried an agent's own HTTP address, read into
+/// a node's `HTTPAddr`. Agents no longer serve one, so Nomad's CLI, finding
+/// none, reaches the client operations through the servers.
 pub const ADVERTISE_ATTRIBUTE: &str = "unique.advertise.http";
 
 /// The secret a request carries, if any.

@@ -4,9 +4,10 @@
 //! The core decides what to connect to, call, start, stop, destroy and
 //! report, and when; this file performs it: QUIC connections and calls
 //! (each bounded by a timeout), the allocation watch, the runners, the
-//! clock (tokio's, as [`Timestamp`]s since the agent started) and the logs
-//! endpoint's bookkeeping. The session protocol and the allocation rules
-//! are the core's module docs.
+//! clock (tokio's, as [`Timestamp`]s since the agent started), and the
+//! servers' calls on the connection (`ops.rs`: logs, files, restarts,
+//! signals, stats, garbage collection). The session protocol and the
+//! allocation rules are the core's module docs.
 //!
 //! Allocations run with the [`mock`] driver, or with
 //! `raw_exec` enabled ([`Agent::with_tasks`]) an allocation runner each
@@ -27,7 +28,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use engine::clock::Timestamp;
-use engine::structs::{AllocId, Allocation, NodeStatus};
+use engine::structs::{AllocId, NodeStatus};
 use tokio::sync::{mpsc, watch};
 use transport::client::{AllocWatch, CallError, ClientConnection, ClientEndpoints};
 use transport::message::RefusalCode;
@@ -35,7 +36,7 @@ use transport::message::RefusalCode;
 use crate::client::alloc_runner::{self, AllocHandle, RunnerContext};
 use crate::client::drivers::mock;
 use crate::client::drivers::raw_exec::RawExec;
-use crate::client::fs::ClientFs;
+use crate::client::ops::{ClientOps, GcRequest};
 pub use crate::client::state::AgentCounters;
 use crate::client::state::{
     Action, AllocEvent, Answer, Call, ClientConfig, ClientState, Event, Failure, HeartbeatReply, Refusal, RunnerKind,
@@ -91,8 +92,6 @@ pub struct TaskSettings {
     /// Stop the tasks when the agent stops (dev mode); otherwise they keep
     /// running for the next agent to re-attach.
     pub stop_tasks_on_shutdown: bool,
-    /// The logs endpoint's view of the allocations, kept up to date.
-    pub client_fs: Option<Arc<ClientFs>>,
 }
 
 /// A heartbeat period that replaces the TTL handed while it is set, shared
@@ -177,6 +176,10 @@ struct Runtime<'a> {
     ended_tx: mpsc::UnboundedSender<AllocEvent>,
     context: Option<Arc<RunnerContext>>,
     link: Option<watch::Receiver<bool>>,
+    /// What answers the servers' calls, and the task doing it on the
+    /// open connection.
+    ops: Arc<ClientOps>,
+    serving: Option<tokio::task::AbortHandle>,
 }
 
 /// Whether the agent goes on.
@@ -253,6 +256,7 @@ impl Agent {
                 servers_reached: self.servers_reached.subscribe(),
             })
         });
+        let (ops, mut gc_requests) = ClientOps::new(&self.node, self.tasks.as_ref().map(|tasks| tasks.data_dir.clone()));
         let mut runtime = Runtime {
             agent: self,
             core: ClientState::new(self.client_config(), self.counters.clone()),
@@ -263,6 +267,8 @@ impl Agent {
             ended_tx,
             context,
             link: self.link.clone(),
+            ops,
+            serving: None,
         };
         runtime.restore();
         let mut period = self.settings.heartbeat_interval.watch();
@@ -293,6 +299,11 @@ impl Agent {
                     Event::AllocsUpdated(events)
                 }
                 Ok(()) = period.changed() => Event::HeartbeatPeriod(*period.borrow()),
+                Some(request) = gc_requests.recv() => {
+                    runtime.collect_garbage(request, &mut stop).await;
+                    // Whatever came due meanwhile happens now.
+                    Event::Tick
+                }
                 _ = link_down(&mut runtime.link), if runtime.connection.is_some() => {
                     Event::Disconnected(Failure::lost("the network link went down"))
                 }
@@ -303,34 +314,6 @@ impl Agent {
 
     async fn call<T>(&self, call: impl std::future::Future<Output = Result<T, CallError>>) -> Result<T, CallError> {
         within(self.settings.call_timeout, call).await
-    }
-
-    /// Tells the logs endpoint about an allocation's tasks.
-    fn note_logs(&self, alloc: &Allocation, states: &BTreeMap<String, engine::structs::TaskState>) {
-        if let Some(fs) = self.client_fs() {
-            fs.note(alloc, states);
-        }
-    }
-
-    /// Tells the logs endpoint which connection checks its callers' tokens.
-    fn link_logs(&self, connection: Option<&ClientConnection>) {
-        if let Some(fs) = self.client_fs() {
-            fs.link(connection.map(|connection| crate::client::fs::ServerLink {
-                connection: connection.clone(),
-                node_id: self.node.id,
-                secret_id: self.node.secret_id,
-            }));
-        }
-    }
-
-    fn forget_logs(&self, alloc_id: AllocId) {
-        if let Some(fs) = self.client_fs() {
-            fs.forget(alloc_id);
-        }
-    }
-
-    fn client_fs(&self) -> Option<&Arc<ClientFs>> {
-        self.tasks.as_ref().and_then(|tasks| tasks.client_fs.as_ref())
     }
 }
 
@@ -347,7 +330,8 @@ impl Runtime<'_> {
         let Some(context) = &self.context else { return };
         for alloc_id in crate::client::alloc_dir::AllocDir::existing(&context.data_dir) {
             let Some((alloc, handle)) = alloc_runner::restore(context, alloc_id) else { continue };
-            self.agent.note_logs(&alloc, &BTreeMap::new());
+            self.ops.note(&alloc, &BTreeMap::new());
+            self.ops.attach(alloc_id, handle.control());
             self.core.restored(alloc);
             self.runners.insert(alloc_id, Runner::Tasks(handle));
         }
@@ -362,7 +346,9 @@ impl Runtime<'_> {
         match action {
             Action::Connect(addr) => return self.connect(addr, stop).await,
             Action::Disconnect { why } => {
-                agent.link_logs(None);
+                if let Some(serving) = self.serving.take() {
+                    serving.abort();
+                }
                 self.watch = None;
                 if let Some(connection) = self.connection.take() {
                     connection.close();
@@ -381,8 +367,10 @@ impl Runtime<'_> {
             }
             Action::Start { alloc, runner: RunnerKind::Tasks } => {
                 if let Some(context) = &self.context {
-                    agent.note_logs(&alloc, &BTreeMap::new());
-                    self.runners.insert(alloc.id, Runner::Tasks(alloc_runner::start(context, alloc)));
+                    self.ops.note(&alloc, &BTreeMap::new());
+                    let handle = alloc_runner::start(context, alloc.clone());
+                    self.ops.attach(alloc.id, handle.control());
+                    self.runners.insert(alloc.id, Runner::Tasks(handle));
                 }
             }
             Action::Start { alloc, runner: RunnerKind::Mock(end) } => {
@@ -408,7 +396,7 @@ impl Runtime<'_> {
                     Some(Runner::Mock(timer)) => timer.abort(),
                     None => {}
                 }
-                agent.forget_logs(alloc_id);
+                self.ops.forget(alloc_id);
             }
             Action::FirstPushApplied => {
                 agent.servers_reached.send_replace(true);
@@ -437,7 +425,10 @@ impl Runtime<'_> {
         Flow::Go(Some(match connected {
             Ok(connection) => {
                 agent.observer.connected(started.elapsed());
-                agent.link_logs(Some(&connection));
+                let serving = tokio::spawn(self.ops.clone().serve(connection.clone()));
+                if let Some(previous) = self.serving.replace(serving.abort_handle()) {
+                    previous.abort();
+                }
                 self.connection = Some(connection);
                 Event::Connected
             }
@@ -445,14 +436,14 @@ impl Runtime<'_> {
         }))
     }
 
-    /// Before the core takes runners' news: the logs endpoint learns the
+    /// Before the core takes runners' news: the servers' calls learn the
     /// task states of real tasks, and a mock timer that fired is done.
     fn alloc_events(&mut self, events: &[AllocEvent]) {
         for event in events {
             match self.runners.get(&event.alloc_id) {
                 Some(Runner::Tasks(_)) if !event.task_states.is_empty() => {
                     if let Some(held) = self.core.alloc(event.alloc_id) {
-                        self.agent.note_logs(held.alloc, &event.task_states);
+                        self.ops.note(held.alloc, &event.task_states);
                     }
                 }
                 Some(Runner::Mock(_)) => {
@@ -463,11 +454,50 @@ impl Runtime<'_> {
         }
     }
 
+    /// An operator's garbage collection: the core decides what goes (what
+    /// has ended here and still has its directories), the runtime destroys
+    /// it, and the asker learns whether the allocation it named went.
+    async fn collect_garbage(&mut self, request: GcRequest, stop: &mut watch::Receiver<bool>) {
+        let actions = self.core.handle(self.now(), Event::CollectGarbage(request.alloc_id));
+        let destroyed: Vec<AllocId> = actions
+            .iter()
+            .filter_map(|action| match action {
+                Action::Destroy(id) => Some(*id),
+                _ => None,
+            })
+            .collect();
+        let outcome = match request.alloc_id {
+            Some(id) if !destroyed.contains(&id) => Err(self.not_collected(id)),
+            _ => Ok(()),
+        };
+        for action in actions {
+            // Destroying reaches no server and is never stopped.
+            let _ = self.perform(action, stop).await;
+        }
+        let _ = request.reply.send(outcome);
+    }
+
+    /// Why the allocation `id` was not collected.
+    fn not_collected(&self, id: AllocId) -> transport::message::AgentError {
+        use transport::message::AgentErrorCode;
+        let error = crate::client::fs::error;
+        match self.core.alloc(id) {
+            None => error(AgentErrorCode::UnknownAlloc, format!("Unknown allocation \"{id}\"")),
+            Some(held) if !held.status.is_terminal() => error(
+                AgentErrorCode::WrongState,
+                format!("allocation {id} is {}, not terminal: stop it first", crate::api::word(held.status)),
+            ),
+            Some(_) => error(AgentErrorCode::UnknownAlloc, format!("allocation {id} was collected already")),
+        }
+    }
+
     /// The agent stops: the mock driver's timers end; real tasks keep
     /// running for the next agent, or are stopped (dev mode).
     async fn shut_down(self) {
+        if let Some(serving) = &self.serving {
+            serving.abort();
+        }
         if let Some(connection) = &self.connection {
-            self.agent.link_logs(None);
             connection.close();
         }
         let stop_tasks = self.agent.tasks.as_ref().is_some_and(|tasks| tasks.stop_tasks_on_shutdown);

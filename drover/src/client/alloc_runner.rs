@@ -13,9 +13,13 @@
 //!   instead of starting the tasks again; a task found dead is reported.
 //! - The directories are removed when the agent garbage collects the
 //!   allocation ([`AllocHandle::destroy`]), after its tasks are stopped.
+//! - An operator's restart or signal reaches a task through the
+//!   allocation's [`AllocControl`], which also knows its running processes.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+
+use rustix::process::Signal;
 
 use engine::structs::{AllocId, Allocation, ClientStatus, Node, TaskEvent, TaskState, TaskStatus};
 use serde::{Deserialize, Serialize};
@@ -25,7 +29,7 @@ use crate::client::alloc_dir::{write_private, AllocDir};
 use crate::client::drivers::raw_exec::{HandleState, RawExec, Reattached};
 use crate::client::state::AllocEvent;
 use crate::client::task_env::TaskEnv;
-use crate::client::task_runner::{self, now, KillReason, TaskContext, TaskUpdate};
+use crate::client::task_runner::{self, now, KillReason, NotRunning, TaskCommand, TaskContext, TaskUpdate};
 
 /// What every allocation runner of an agent shares.
 #[derive(Debug)]
@@ -63,6 +67,80 @@ pub struct AllocHandle {
     destroy: watch::Sender<bool>,
     dir: AllocDir,
     runner: tokio::task::JoinHandle<()>,
+    control: AllocControl,
+}
+
+/// An operator's way to an allocation's tasks (module docs).
+#[derive(Clone, Debug)]
+pub struct AllocControl {
+    /// Each task's command queue (a task that does not run drops it).
+    tasks: Arc<BTreeMap<String, mpsc::UnboundedSender<TaskCommand>>>,
+    /// The processes of the tasks running now.
+    running: Arc<parking_lot::Mutex<BTreeMap<String, HandleState>>>,
+}
+
+/// Why an operator's command did not reach a task.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ControlError {
+    /// The allocation has no such task.
+    #[error("allocation has no task {0:?}")]
+    UnknownTask(String),
+    /// The task does not run now.
+    #[error("task {0:?} is not running")]
+    NotRunning(String),
+    /// No task of the allocation runs now.
+    #[error("no task of the allocation is running")]
+    NoneRunning,
+}
+
+impl AllocControl {
+    /// The processes of the tasks running now, by task.
+    pub fn running(&self) -> BTreeMap<String, HandleState> {
+        self.running.lock().clone()
+    }
+
+    /// Restarts `task`, or every running task without one (as Nomad's
+    /// `alloc restart`); answered once each was killed.
+    pub async fn restart(&self, task: Option<&str>) -> Result<(), ControlError> {
+        self.each(task, |reply| TaskCommand::Restart(reply)).await
+    }
+
+    /// Sends `signal` (named `name`) to `task`, or to every running task.
+    pub async fn signal(&self, task: Option<&str>, signal: Signal, name: &str) -> Result<(), ControlError> {
+        self.each(task, |reply| TaskCommand::Signal(signal, name.to_string(), reply)).await
+    }
+
+    /// Sends the command `make` makes to `task` or every running task,
+    /// and waits for every answer.
+    async fn each(
+        &self,
+        task: Option<&str>,
+        make: impl Fn(tokio::sync::oneshot::Sender<Result<(), NotRunning>>) -> TaskCommand,
+    ) -> Result<(), ControlError> {
+        let names: Vec<String> = match task {
+            Some(task) if !self.tasks.contains_key(task) => return Err(ControlError::UnknownTask(task.to_string())),
+            Some(task) => vec![task.to_string()],
+            None => self.running.lock().keys().cloned().collect(),
+        };
+        if names.is_empty() {
+            return Err(ControlError::NoneRunning);
+        }
+        let mut answers = Vec::new();
+        for name in names {
+            let (reply, answer) = tokio::sync::oneshot::channel();
+            let sent = self.tasks.get(&name).is_some_and(|queue| queue.send(make(reply)).is_ok());
+            if !sent {
+                return Err(ControlError::NotRunning(name));
+            }
+            answers.push((name, answer));
+        }
+        for (name, answer) in answers {
+            if !matches!(answer.await, Ok(Ok(()))) {
+                return Err(ControlError::NotRunning(name));
+            }
+        }
+        Ok(())
+    }
 }
 
 impl AllocHandle {
@@ -82,6 +160,11 @@ impl AllocHandle {
         &self.dir
     }
 
+    /// An operator's way to its tasks.
+    pub fn control(&self) -> AllocControl {
+        self.control.clone()
+    }
+
     /// Leaves the tasks running and forgets them (the agent shuts down;
     /// the next agent re-attaches).
     pub fn detach(self) {
@@ -91,7 +174,7 @@ impl AllocHandle {
     /// Waits until the runner has finished, its directories kept unless
     /// [`AllocHandle::destroy`] was called.
     pub async fn finished(self) {
-        let AllocHandle { kill, destroy, dir: _, runner } = self;
+        let AllocHandle { kill, destroy, dir: _, runner, control: _ } = self;
         // The runner waits on this once its tasks are dead; closed, it ends.
         drop(destroy);
         let _ = runner.await;
@@ -155,18 +238,40 @@ type Start = BTreeMap<String, (TaskState, Option<Reattached>)>;
 fn spawn(ctx: &Arc<RunnerContext>, alloc: Arc<Allocation>, dir: AllocDir, tasks: Start, fresh: bool) -> AllocHandle {
     let (kill, _) = watch::channel(None);
     let (destroy, destroyed) = watch::channel(false);
-    let runner = tokio::spawn(run(ctx.clone(), alloc, dir.clone(), (tasks, fresh), kill.clone(), destroyed));
-    AllocHandle { kill, destroy, dir, runner }
+    let mut queues = BTreeMap::new();
+    let mut commands = BTreeMap::new();
+    for task in group_tasks(&alloc) {
+        let (queue, received) = mpsc::unbounded_channel();
+        queues.insert(task.name.clone(), queue);
+        commands.insert(task.name, received);
+    }
+    let control = AllocControl { tasks: Arc::new(queues), running: Arc::default() };
+    let parts = Parts { tasks, fresh, commands, running: control.running.clone() };
+    let runner = tokio::spawn(run(ctx.clone(), alloc, dir.clone(), parts, kill.clone(), destroyed));
+    AllocHandle { kill, destroy, dir, runner, control }
+}
+
+/// What a runner starts with.
+struct Parts {
+    /// Each task's state and what re-attaching found.
+    tasks: Start,
+    /// The allocation is new to this agent.
+    fresh: bool,
+    /// Each task's command queue.
+    commands: BTreeMap<String, mpsc::UnboundedReceiver<TaskCommand>>,
+    /// Where the running processes are kept for [`AllocControl`].
+    running: Arc<parking_lot::Mutex<BTreeMap<String, HandleState>>>,
 }
 
 async fn run(
     ctx: Arc<RunnerContext>,
     alloc: Arc<Allocation>,
     dir: AllocDir,
-    (tasks, fresh): (Start, bool),
+    parts: Parts,
     kill: watch::Sender<Option<KillReason>>,
     mut destroyed: watch::Receiver<bool>,
 ) {
+    let Parts { tasks, fresh, mut commands, running } = parts;
     let mut saved: BTreeMap<String, SavedTask> = BTreeMap::new();
     let (updates_tx, mut updates) = mpsc::unbounded_channel();
     let built = dir.build(group_tasks(&alloc).iter().map(|task| task.name.as_str()));
@@ -193,16 +298,26 @@ async fn run(
                 servers_reached: ctx.servers_reached.clone(),
             };
             let start_state = state.clone();
-            tokio::spawn(task_runner::run(task_ctx, start_state, found, updates_tx.clone(), kill.subscribe()));
+            let (_, unused) = mpsc::unbounded_channel();
+            let queue = commands.remove(&name).unwrap_or(unused);
+            let updates = updates_tx.clone();
+            tokio::spawn(task_runner::run(task_ctx, start_state, found, updates, kill.subscribe(), queue));
         }
         saved.insert(name, SavedTask { state, handle: None });
     }
     drop(updates_tx);
     report(&ctx, &alloc, &dir, &saved).await;
+    // The queues of tasks that do not run are dropped: commands to them
+    // are answered "not running".
+    drop(commands);
     while let Some(TaskUpdate { task, state, handle }) = updates.recv().await {
         if state.state == TaskStatus::Dead && state.failed {
             set_once(&kill, KillReason::SiblingFailed(task.clone()));
         }
+        match handle.filter(|_| state.state == TaskStatus::Running) {
+            Some(handle) => running.lock().insert(task.clone(), handle),
+            None => running.lock().remove(&task),
+        };
         saved.insert(task, SavedTask { state, handle });
         report(&ctx, &alloc, &dir, &saved).await;
     }

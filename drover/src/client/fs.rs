@@ -1,259 +1,219 @@
-//! The agent's own HTTP listener and its logs endpoint, as a Nomad
-//! client serves it:
+//! An allocation's files as the servers read them through its agent
+//! (Nomad's allocdir reads): list, stat and read, each path relative to
+//! the allocation's directory (`alloc/logs/web.stdout.0`, `web/local/x`).
 //!
-//! `GET /v1/client/fs/logs/<alloc_id>?task=<t>&type=stdout|stderr&follow=true|false&origin=start|end&offset=N&plain=true`
-//!
-//! - The stream is the task's log files still kept, oldest first (see
-//!   `logs.rs`); `offset` counts bytes from `origin`.
-//! - `plain=true` answers the bytes as they are; otherwise as Nomad's
-//!   frames, JSON objects one after another: `{"File": "alloc/logs/<t>.stdout.N",
-//!   "Offset": <offset in that file after the frame>, "Data": "<base64>"}`.
-//! - `follow=true` keeps the answer open and sends what the task writes
-//!   next, checking every 250 ms, until the task is dead (and all of it is
-//!   sent) or the reader goes away.
-//!
-//! The address is a flag and config key (`--http-addr`, `client.http_addr`),
-//! and the bound address is advertised in the node's attributes as
-//! `unique.advertise.http`, so the servers and the CLI find it.
-//!
-//! Every request is checked by the servers first: the agent sends the
-//! caller's token (`X-Nomad-Token` or `Authorization: Bearer`) with the
-//! allocation over its QUIC connection, and the server it is connected to
-//! answers from its replicated ACL state whether the token has Nomad's
-//! `read-logs` on the allocation's namespace (with ACLs off, anyone may).
-//! A refused token gets 403; while the agent has no server to ask, 503:
-//! logs are never served unchecked.
+//! A path is refused before anything is read when it leaves the
+//! allocation's directory, lexically (`..`) or through a symbolic link,
+//! and a read of a task's `secrets/` is refused, as Nomad refuses them.
+//! What the agent answers with is `ops.rs`'s business.
 
-use std::collections::{BTreeMap, HashMap};
-use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::sync::Arc;
-use std::time::Duration;
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Component, Path, PathBuf};
 
-use axum::body::Body;
-use axum::extract::{Path, Query, State};
-use axum::http::{header, HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use base64::Engine as _;
-use engine::structs::{AllocId, Allocation, NodeId, TaskState, TaskStatus};
-use serde::Deserialize;
-use tokio::sync::watch;
-use transport::client::{CallError, ClientConnection};
-use transport::message::RefusalCode;
+use transport::message::{AgentError, AgentErrorCode, FileInfo};
 
-use crate::client::alloc_dir::AllocDir;
-use crate::client::logs::{self, LogKind, StreamCursor};
-
-/// How often a follower looks for more output.
-const FOLLOW_POLL: Duration = Duration::from_millis(250);
-
-/// The most bytes one read of a log answers without `follow`.
-const MAX_ANSWER: usize = 64 * 1024 * 1024;
-
-/// How long the servers have to answer a token check.
-const ACCESS_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The allocations whose logs the agent serves.
-#[derive(Debug)]
-pub struct ClientFs {
-    data_dir: PathBuf,
-    /// Each allocation's tasks and whether each is dead.
-    allocs: parking_lot::Mutex<HashMap<AllocId, BTreeMap<String, bool>>>,
-    /// The agent's connection to a server, while it has one: who checks tokens.
-    servers: parking_lot::Mutex<Option<ServerLink>>,
-}
-
-/// The agent's connection to a server and the node it speaks for.
+/// The files of one allocation.
 #[derive(Clone, Debug)]
-pub struct ServerLink {
-    /// The connection.
-    pub connection: ClientConnection,
-    /// The node.
-    pub node_id: NodeId,
-    /// Its secret.
-    pub secret_id: uuid::Uuid,
+pub struct AllocFs {
+    /// The allocation's directory, symbolic links resolved.
+    root: PathBuf,
 }
 
-impl ClientFs {
-    /// An endpoint serving the allocations under `data_dir`.
-    pub fn new(data_dir: PathBuf) -> Arc<ClientFs> {
-        Arc::new(ClientFs {
-            data_dir,
-            allocs: parking_lot::Mutex::new(HashMap::new()),
-            servers: parking_lot::Mutex::new(None),
-        })
+/// An error of `code` saying `message`.
+pub fn error(code: AgentErrorCode, message: impl Into<String>) -> AgentError {
+    AgentError { code, message: message.into() }
+}
+
+impl AllocFs {
+    /// The files under `root` (the allocation's directory), which must
+    /// exist.
+    pub fn open(root: &Path) -> std::io::Result<AllocFs> {
+        Ok(AllocFs { root: std::fs::canonicalize(root)? })
     }
 
-    /// The agent's server connection now (`None`: it has none).
-    pub fn link(&self, link: Option<ServerLink>) {
-        *self.servers.lock() = link;
-    }
-
-    /// Asks the servers whether `token` may read `alloc_id`'s logs; the
-    /// answer to send when it may not.
-    async fn check_access(&self, alloc_id: AllocId, token: Option<String>) -> Result<(), Response> {
-        let Some(link) = self.servers.lock().clone() else {
-            let why = "the agent is not connected to a server, so it cannot check the ACL token; try again";
-            return Err(refuse(StatusCode::SERVICE_UNAVAILABLE, why.to_string()));
-        };
-        let asked = link.connection.logs_access(link.node_id, link.secret_id, alloc_id, token);
-        match tokio::time::timeout(ACCESS_TIMEOUT, asked).await {
-            Ok(Ok(_)) => Ok(()),
-            // The refusal's message is Nomad's body ("Permission denied", ...).
-            Ok(Err(CallError::Refused(refusal))) if refusal.code == RefusalCode::Forbidden => {
-                Err(refuse(StatusCode::FORBIDDEN, refusal.message))
-            }
-            Ok(Err(error)) => Err(refuse(
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!("checking the ACL token with the servers: {error}"),
-            )),
-            Err(_) => {
-                Err(refuse(StatusCode::SERVICE_UNAVAILABLE, "the servers did not answer the ACL check".to_string()))
+    /// `path` as a file of the allocation (module docs).
+    pub fn resolve(&self, path: &str) -> Result<PathBuf, AgentError> {
+        let escapes = || error(AgentErrorCode::Invalid, format!("Path {path:?} escapes the allocation directory"));
+        let mut relative = PathBuf::new();
+        for part in Path::new(path).components() {
+            match part {
+                Component::Normal(name) => relative.push(name),
+                Component::ParentDir if !relative.pop() => return Err(escapes()),
+                Component::ParentDir | Component::RootDir | Component::CurDir => {}
+                Component::Prefix(_) => return Err(escapes()),
             }
         }
-    }
-
-    /// Learns an allocation's tasks and which are dead.
-    pub fn note(&self, alloc: &Allocation, states: &BTreeMap<String, TaskState>) {
-        let tasks = alloc.job.group(&alloc.task_group).map(|group| group.tasks.as_slice()).unwrap_or_default();
-        let dead = tasks
-            .iter()
-            .map(|task| {
-                (task.name.clone(), states.get(&task.name).is_some_and(|state| state.state == TaskStatus::Dead))
-            })
-            .collect();
-        self.allocs.lock().insert(alloc.id, dead);
-    }
-
-    /// Forgets an allocation (garbage collected).
-    pub fn forget(&self, alloc_id: AllocId) {
-        self.allocs.lock().remove(&alloc_id);
-    }
-
-    /// Whether `task` of `alloc_id` is dead; `None` when unknown.
-    fn task_dead(&self, alloc_id: AllocId, task: &str) -> Option<bool> {
-        self.allocs.lock().get(&alloc_id)?.get(task).copied()
-    }
-
-    /// The routes.
-    pub fn router(self: Arc<ClientFs>) -> axum::Router {
-        axum::Router::new().route("/v1/client/fs/logs/{alloc_id}", get(logs_handler)).with_state(self)
-    }
-}
-
-/// Serves `fs` on `addr` within `limits` (the API's listener, plain
-/// HTTP) until `stop` is set; returns the bound address. Call within a
-/// tokio runtime.
-pub fn serve(
-    fs: Arc<ClientFs>,
-    addr: SocketAddr,
-    limits: crate::listener::HttpLimits,
-    mut stop: watch::Receiver<bool>,
-) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
-    let server = crate::listener::HttpServer::start(addr, None, fs.router(), limits)?;
-    let bound = server.local_addr();
-    let task = tokio::spawn(async move {
-        let _ = stop.wait_for(|stop| *stop).await;
-        server.shutdown().await;
-    });
-    Ok((bound, task))
-}
-
-/// The query of a logs call.
-#[derive(Debug, Deserialize)]
-struct LogsQuery {
-    task: Option<String>,
-    #[serde(rename = "type")]
-    kind: Option<String>,
-    follow: Option<bool>,
-    origin: Option<String>,
-    offset: Option<u64>,
-    plain: Option<bool>,
-}
-
-fn refuse(status: StatusCode, message: String) -> Response {
-    (status, message).into_response()
-}
-
-async fn logs_handler(
-    State(fs): State<Arc<ClientFs>>,
-    Path(alloc_id): Path<String>,
-    Query(query): Query<LogsQuery>,
-    headers: HeaderMap,
-) -> Response {
-    let Ok(alloc_id) = alloc_id.parse::<uuid::Uuid>().map(AllocId) else {
-        return refuse(StatusCode::BAD_REQUEST, format!("{alloc_id:?} is not an allocation id"));
-    };
-    if let Err(refused) = fs.check_access(alloc_id, crate::api::secret_of(&headers)).await {
-        return refused;
-    }
-    let Some(task) = query.task.filter(|task| !task.is_empty()) else {
-        return refuse(StatusCode::BAD_REQUEST, "must include task name".to_string());
-    };
-    let kind = match query.kind.as_deref().unwrap_or("stdout") {
-        "stdout" => LogKind::Stdout,
-        "stderr" => LogKind::Stderr,
-        other => return refuse(StatusCode::BAD_REQUEST, format!("type {other:?} is not stdout or stderr")),
-    };
-    let from_end = match query.origin.as_deref().unwrap_or("start") {
-        "start" => false,
-        "end" => true,
-        other => return refuse(StatusCode::BAD_REQUEST, format!("origin {other:?} is not start or end")),
-    };
-    match fs.task_dead(alloc_id, &task) {
-        None if !fs.allocs.lock().contains_key(&alloc_id) => {
-            return refuse(StatusCode::NOT_FOUND, format!("unknown allocation {alloc_id}"));
+        let found = std::fs::canonicalize(self.root.join(&relative)).map_err(|source| match source.kind() {
+            std::io::ErrorKind::NotFound => error(AgentErrorCode::NotFound, format!("no such file or directory: {path:?}")),
+            _ => error(AgentErrorCode::Internal, format!("{path:?}: {source}")),
+        })?;
+        if !found.starts_with(&self.root) {
+            return Err(escapes());
         }
-        None => return refuse(StatusCode::NOT_FOUND, format!("allocation {alloc_id} has no task {task:?}")),
-        Some(_) => {}
+        Ok(found)
     }
-    let logs_dir = AllocDir::new(&fs.data_dir, alloc_id).logs_dir();
-    let prefix = logs::prefix(&task, kind);
-    let mut cursor = StreamCursor::new(&logs_dir, &prefix, query.offset.unwrap_or(0), from_end);
-    let plain = query.plain.unwrap_or(false);
-    let content_type = if plain { "text/plain; charset=utf-8" } else { "application/json" };
-    if !query.follow.unwrap_or(false) {
-        return match cursor.read_more(MAX_ANSWER) {
-            Ok(bytes) => ([(header::CONTENT_TYPE, content_type)], frame(&cursor, bytes, plain)).into_response(),
-            Err(error) => refuse(StatusCode::INTERNAL_SERVER_ERROR, format!("reading the logs: {error}")),
-        };
-    }
-    let stream = futures_lite::stream::unfold((fs, cursor, false), move |(fs, mut cursor, ended)| {
-        let task = task.clone();
-        async move {
-            if ended {
-                return None;
-            }
-            loop {
-                // Read whether the task is dead before reading, so nothing
-                // written just before it died is missed.
-                let dead = fs.task_dead(alloc_id, &task).unwrap_or(true);
-                match cursor.read_more(64 * 1024) {
-                    Err(error) => return Some((Err(error), (fs, cursor, true))),
-                    Ok(bytes) if !bytes.is_empty() => {
-                        let framed = frame(&cursor, bytes, plain);
-                        return Some((Ok(framed), (fs, cursor, false)));
-                    }
-                    Ok(_) if dead => return None,
-                    Ok(_) => tokio::time::sleep(FOLLOW_POLL).await,
-                }
+
+    /// `path` as a file whose bytes may be read: not a task's secret.
+    pub fn readable(&self, path: &str) -> Result<PathBuf, AgentError> {
+        let found = self.resolve(path)?;
+        let inside = found.strip_prefix(&self.root).expect("resolved under the root");
+        let mut parts = inside.components();
+        if let (Some(_task), Some(Component::Normal(dir))) = (parts.next(), parts.next()) {
+            if dir == "secrets" {
+                return Err(error(AgentErrorCode::Forbidden, format!("Reading secret file prohibited: {path}")));
             }
         }
-    });
-    ([(header::CONTENT_TYPE, content_type)], Body::from_stream(stream)).into_response()
+        Ok(found)
+    }
+
+    /// The entries of the directory `path`, by name.
+    pub fn list(&self, path: &str) -> Result<Vec<FileInfo>, AgentError> {
+        let dir = self.resolve(path)?;
+        let entries = std::fs::read_dir(&dir).map_err(|source| io_error(path, source))?;
+        let mut files = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|source| io_error(path, source))?;
+            // A symbolic link is listed as what it is, not followed.
+            let meta = entry.path().symlink_metadata().map_err(|source| io_error(path, source))?;
+            files.push(info(entry.file_name().to_string_lossy().into_owned(), &meta));
+        }
+        files.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(files)
+    }
+
+    /// The file or directory `path`.
+    pub fn stat(&self, path: &str) -> Result<FileInfo, AgentError> {
+        let found = self.resolve(path)?;
+        let meta = found.metadata().map_err(|source| io_error(path, source))?;
+        let name = found.file_name().map_or_else(|| "/".to_string(), |name| name.to_string_lossy().into_owned());
+        Ok(info(name, &meta))
+    }
 }
 
-/// The bytes as they go out: plain, or one of Nomad's frames.
-fn frame(cursor: &StreamCursor, bytes: Vec<u8>, plain: bool) -> Vec<u8> {
-    if plain || bytes.is_empty() {
-        return bytes;
+/// An I/O error of `path`, as the agent answers it.
+fn io_error(path: &str, source: std::io::Error) -> AgentError {
+    match source.kind() {
+        std::io::ErrorKind::NotFound => error(AgentErrorCode::NotFound, format!("no such file or directory: {path:?}")),
+        std::io::ErrorKind::NotADirectory => error(AgentErrorCode::Invalid, format!("{path:?} is not a directory")),
+        _ => error(AgentErrorCode::Internal, format!("{path:?}: {source}")),
     }
-    let (file, offset) = cursor.position().unwrap_or_default();
-    let frame = serde_json::json!({
-        "File": format!("alloc/logs/{file}"),
-        "Offset": offset,
-        "Data": base64::engine::general_purpose::STANDARD.encode(&bytes),
-    });
-    frame.to_string().into_bytes()
+}
+
+fn info(name: String, meta: &std::fs::Metadata) -> FileInfo {
+    FileInfo {
+        name,
+        is_dir: meta.is_dir(),
+        size: meta.len(),
+        mode: meta.mode(),
+        mod_time: meta.mtime().saturating_mul(1_000_000_000).saturating_add(meta.mtime_nsec()),
+    }
+}
+
+/// Reads one file from a position on, as far as it goes now; with
+/// `follow`, again later for what was appended.
+#[derive(Debug)]
+pub struct FileCursor {
+    path: PathBuf,
+    offset: u64,
+    /// The offset not to read past (`readat`'s limit).
+    end: Option<u64>,
+}
+
+impl FileCursor {
+    /// A cursor on the regular file `path`, `offset` bytes from its start
+    /// (`from_end`: before its end), reading at most `limit` bytes.
+    pub fn open(path: PathBuf, offset: u64, from_end: bool, limit: Option<u64>) -> Result<FileCursor, AgentError> {
+        let shown = path.display().to_string();
+        let meta = path.metadata().map_err(|source| io_error(&shown, source))?;
+        if meta.is_dir() {
+            return Err(error(AgentErrorCode::Invalid, "the path is a directory: list it instead"));
+        }
+        let offset = if from_end { meta.len().saturating_sub(offset) } else { offset };
+        Ok(FileCursor { path, offset, end: limit.map(|limit| offset.saturating_add(limit)) })
+    }
+
+    /// The offset after what was read.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// Whether the limit was reached: nothing more will be read.
+    pub fn done(&self) -> bool {
+        self.end.is_some_and(|end| self.offset >= end)
+    }
+
+    /// Up to `limit` bytes from the cursor; empty when nothing more is
+    /// there now (a truncated file is read from its new end).
+    pub fn read_more(&mut self, limit: usize) -> std::io::Result<Vec<u8>> {
+        let mut file = File::open(&self.path)?;
+        let size = file.metadata()?.len();
+        if size < self.offset {
+            self.offset = size;
+        }
+        let room = self.end.map_or(limit as u64, |end| end.saturating_sub(self.offset).min(limit as u64));
+        file.seek(SeekFrom::Start(self.offset))?;
+        let mut out = Vec::new();
+        file.take(room).read_to_end(&mut out)?;
+        self.offset += out.len() as u64;
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("drover-fs-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("alloc/logs")).expect("temp dir");
+        std::fs::create_dir_all(dir.join("web/secrets")).expect("temp dir");
+        std::fs::create_dir_all(dir.join("web/local")).expect("temp dir");
+        dir
+    }
+
+    #[test]
+    fn paths_stay_in_the_allocation_and_secrets_are_not_read() {
+        let dir = temp("paths");
+        std::fs::write(dir.join("web/local/out.txt"), "hello").expect("writes");
+        std::fs::write(dir.join("web/secrets/token"), "s3cret").expect("writes");
+        std::os::unix::fs::symlink("/etc", dir.join("web/local/etc")).expect("a link out");
+        let fs = AllocFs::open(&dir).expect("opens");
+        assert!(fs.resolve("/web/local/out.txt").is_ok());
+        assert!(fs.resolve("web/local/../local/out.txt").is_ok());
+        for escaping in ["../../etc/passwd", "/../x", "web/../../x", "web/local/etc/passwd"] {
+            let refused = fs.resolve(escaping).expect_err(escaping);
+            assert_eq!(refused.code, AgentErrorCode::Invalid, "{escaping}: {refused}");
+            assert!(refused.message.contains("escapes the allocation directory"), "{refused}");
+        }
+        assert_eq!(fs.resolve("web/nope").expect_err("missing").code, AgentErrorCode::NotFound);
+        assert_eq!(fs.readable("web/secrets/token").expect_err("secret").code, AgentErrorCode::Forbidden);
+        let listed: Vec<String> = fs.list("/").expect("lists").into_iter().map(|file| file.name).collect();
+        assert_eq!(listed, ["alloc", "web"]);
+        let file = fs.stat("web/local/out.txt").expect("stats");
+        assert_eq!((file.name.as_str(), file.size, file.is_dir), ("out.txt", 5, false));
+        assert_eq!(fs.list("web/local/out.txt").expect_err("a file").code, AgentErrorCode::Invalid);
+        std::fs::remove_dir_all(&dir).expect("clean up");
+    }
+
+    #[test]
+    fn a_cursor_reads_from_either_end_within_its_limit_and_follows() {
+        let dir = temp("cursor");
+        let path = dir.join("web/local/out.txt");
+        std::fs::write(&path, "0123456789").expect("writes");
+        let mut at = FileCursor::open(path.clone(), 2, false, Some(5)).expect("opens");
+        assert_eq!(at.read_more(3).expect("reads"), b"234");
+        assert_eq!(at.read_more(100).expect("reads"), b"56");
+        assert!(at.done());
+        let mut tail = FileCursor::open(path.clone(), 3, true, None).expect("opens");
+        assert_eq!(tail.read_more(100).expect("reads"), b"789");
+        assert!(tail.read_more(100).expect("reads").is_empty());
+        std::fs::write(&path, "0123456789ab").expect("appends");
+        assert_eq!(tail.read_more(100).expect("reads"), b"ab", "follows what is appended");
+        assert_eq!(tail.offset(), 12);
+        assert!(FileCursor::open(dir.join("web"), 0, false, None).is_err(), "a directory is not read");
+        std::fs::remove_dir_all(&dir).expect("clean up");
+    }
 }

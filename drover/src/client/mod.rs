@@ -11,7 +11,9 @@
 //!   tasks, their lifecycle and restart policy.
 //! - `alloc_dir.rs`, `task_env.rs`, `logs.rs`: an allocation's directory,
 //!   a task's environment, its log files.
-//! - `fs.rs`: the agent's HTTP API for task logs and files.
+//! - `ops.rs`: the servers' calls on the agent's connection (logs, files,
+//!   restarts, signals, stats, garbage collection); `fs.rs` reads the
+//!   allocation directories for them, `stats.rs` the host's `/proc`.
 //! - `identity.rs`: the node's persistent id and secret.
 //! - `drivers/`: the task drivers.
 
@@ -22,7 +24,9 @@ pub mod drivers;
 pub mod fs;
 pub mod identity;
 pub mod logs;
+pub mod ops;
 pub mod restarts;
 pub mod state;
+pub mod stats;
 pub mod task_env;
 pub mod task_runner;

@@ -12,6 +12,13 @@
 //! 3. Stop (the servers stopped the allocation, or a sibling task failed):
 //!    `Killing` with the kill timeout, the kill signal to the process
 //!    group, SIGKILL after the timeout, `Killed`; dead, not failed.
+//! 4. An operator's restart while it runs ([`TaskCommand::Restart`]):
+//!    `Restart Signaled`, the kill signal and timeout as in a stop,
+//!    `Terminated`, `Restarting` at once, started again; the restart
+//!    policy does not count it, as Nomad's does not. An operator's signal
+//!    ([`TaskCommand::Signal`]): `Signaling`, and the signal to the task's
+//!    own process. Either, asked of a task that does not run now, is
+//!    answered [`NotRunning`].
 //!
 //! Every change is sent to the allocation runner with the task's handle,
 //! which it saves for re-attaching.
@@ -24,7 +31,7 @@ use engine::structs::{Allocation, Task, TaskEvent, TaskState, TaskStatus};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 use rustix::process::Signal;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::client::alloc_dir::AllocDir;
 use crate::client::drivers::executor::ExitRecord;
@@ -40,6 +47,29 @@ pub enum KillReason {
     Stop,
     /// This task of the allocation failed.
     SiblingFailed(String),
+}
+
+/// What an operator asks of a running task (module docs, 4).
+#[derive(Debug)]
+pub enum TaskCommand {
+    /// Restart it in place; answered once it was killed.
+    Restart(oneshot::Sender<Result<(), NotRunning>>),
+    /// Send its process this signal, by name (`SIGUSR1`).
+    Signal(Signal, String, oneshot::Sender<Result<(), NotRunning>>),
+}
+
+/// The task does not run now (it is starting, waiting to restart, or dead).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("the task is not running")]
+pub struct NotRunning;
+
+impl TaskCommand {
+    /// Answers that the task does not run now.
+    fn not_running(self) {
+        let _ = match self {
+            TaskCommand::Restart(reply) | TaskCommand::Signal(_, _, reply) => reply.send(Err(NotRunning)),
+        };
+    }
 }
 
 /// A task's state after a change, for its allocation runner.
@@ -84,6 +114,7 @@ pub async fn run(
     restored: Option<Reattached>,
     updates: mpsc::UnboundedSender<TaskUpdate>,
     mut kill: watch::Receiver<Option<KillReason>>,
+    mut commands: mpsc::UnboundedReceiver<TaskCommand>,
 ) {
     let publish = |state: &TaskState, handle: Option<HandleState>| {
         let _ = updates.send(TaskUpdate { task: ctx.task.name.clone(), state: state.clone(), handle });
@@ -120,7 +151,8 @@ pub async fn run(
                 return;
             }
             let success = record.as_ref().is_some_and(ExitRecord::success);
-            if !restart_or_end(&ctx, &mut state, &mut tracker, success, &mut rng, &publish, &mut kill).await {
+            let mut waits = Waits { kill: &mut kill, commands: &mut commands };
+            if !restart_or_end(&ctx, &mut state, &mut tracker, success, &mut rng, &publish, &mut waits).await {
                 return;
             }
             None
@@ -146,28 +178,74 @@ pub async fn run(
                     return;
                 }
                 Err(StartError::Driver(_)) => {
-                    if restart_or_end(&ctx, &mut state, &mut tracker, false, &mut rng, &publish, &mut kill).await {
+                    let mut waits = Waits { kill: &mut kill, commands: &mut commands };
+                    if restart_or_end(&ctx, &mut state, &mut tracker, false, &mut rng, &publish, &mut waits).await {
                         continue;
                     }
                     return;
                 }
             },
         };
-        let record = tokio::select! {
-            record = running.wait() => record,
-            Ok(()) = kill.changed() => {
-                let reason = kill.borrow().clone();
-                stop(&ctx, &mut state, &mut running, reason).await;
-                publish(&state, None);
-                return;
+        let record = loop {
+            tokio::select! {
+                record = running.wait() => break Some(record),
+                Ok(()) = kill.changed() => {
+                    let reason = kill.borrow().clone();
+                    stop(&ctx, &mut state, &mut running, reason).await;
+                    publish(&state, None);
+                    return;
+                }
+                Some(command) = commands.recv() => match command {
+                    TaskCommand::Signal(signal, name, reply) => {
+                        let event = TaskEvent::new(TaskEvent::SIGNALING, now(), format!("Task being sent signal {name}"))
+                            .with_detail("signal", name);
+                        state.push_event(event);
+                        running.signal(signal);
+                        publish(&state, Some(running.state()));
+                        let _ = reply.send(Ok(()));
+                    }
+                    TaskCommand::Restart(reply) => {
+                        restart_in_place(&ctx, &mut state, &mut running).await;
+                        publish(&state, None);
+                        let _ = reply.send(Ok(()));
+                        break None;
+                    }
+                },
             }
         };
+        let Some(record) = record else { continue };
         terminated(&mut state, record.as_ref());
         let success = record.as_ref().is_some_and(ExitRecord::success);
-        if !restart_or_end(&ctx, &mut state, &mut tracker, success, &mut rng, &publish, &mut kill).await {
+        let mut waits = Waits { kill: &mut kill, commands: &mut commands };
+        if !restart_or_end(&ctx, &mut state, &mut tracker, success, &mut rng, &publish, &mut waits).await {
             return;
         }
     }
+}
+
+/// What a task waits on besides its process: a stop, and an operator's
+/// commands, answered [`NotRunning`] while it does not run.
+struct Waits<'a> {
+    kill: &'a mut watch::Receiver<Option<KillReason>>,
+    commands: &'a mut mpsc::UnboundedReceiver<TaskCommand>,
+}
+
+/// An operator's restart (module docs, 4): the task is killed as in a
+/// stop and marked to start again at once.
+async fn restart_in_place(ctx: &TaskContext, state: &mut TaskState, running: &mut TaskHandle) {
+    const REASON: &str = "User requested restart";
+    state.push_event(TaskEvent::new(TaskEvent::RESTART_SIGNALED, now(), REASON).with_detail("restart_reason", REASON));
+    let signal = raw_exec::signal(ctx.task.kill_signal()).unwrap_or(Signal::INT);
+    let (record, _) = running.stop(signal, ctx.task.kill_timeout).await;
+    terminated(state, record.as_ref());
+    let event = TaskEvent::new(TaskEvent::RESTARTING, now(), format!("Restarting in {}", show(Duration::ZERO)))
+        .with_detail("restart_reason", REASON)
+        .with_detail("start_delay", "0");
+    state.push_event(event);
+    state.state = TaskStatus::Pending;
+    state.restarts += 1;
+    state.last_restart = Some(now());
+    tracing::info!(alloc = %ctx.alloc.id, task = %ctx.task.name, "restarting task: {REASON}");
 }
 
 /// Starts the task; records `Started` or `Driver Failure`.
@@ -201,7 +279,7 @@ async fn restart_or_end(
     success: bool,
     rng: &mut SmallRng,
     publish: &impl Fn(&TaskState, Option<HandleState>),
-    kill: &mut watch::Receiver<Option<KillReason>>,
+    waits: &mut Waits<'_>,
 ) -> bool {
     match tracker.exited(success, Instant::now(), rng) {
         Decision::Done => {
@@ -224,12 +302,17 @@ async fn restart_or_end(
             state.last_restart = Some(now());
             publish(state, None);
             tracing::info!(alloc = %ctx.alloc.id, task = %ctx.task.name, delay = %show(delay), "restarting task");
-            tokio::select! {
-                _ = tokio::time::sleep(delay) => true,
-                Ok(()) = kill.changed() => {
-                    finish(state, false, None);
-                    publish(state, None);
-                    false
+            let sleep = tokio::time::sleep(delay);
+            tokio::pin!(sleep);
+            loop {
+                tokio::select! {
+                    _ = &mut sleep => return true,
+                    Ok(()) = waits.kill.changed() => {
+                        finish(state, false, None);
+                        publish(state, None);
+                        return false;
+                    }
+                    Some(command) = waits.commands.recv() => command.not_running(),
                 }
             }
         }

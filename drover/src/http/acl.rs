@@ -10,7 +10,13 @@
 //! 3. otherwise a level on one area ([`AclRules`]): `read` for GET (and
 //!    `/v1/search`), `write` for the rest; nodes need `node`, the agent and
 //!    workers `agent`, `/v1/operator/*` `operator`, everything else
-//!    (jobs, evaluations, allocations) `namespace "default"`.
+//!    (jobs, evaluations, allocations) `namespace "default"`;
+//! 4. but for the client operations, which need Nomad's capabilities
+//!    whatever the method: an allocation's logs (`read-logs`) and files
+//!    (`read-fs`), its restart, signal and stop (`alloc-lifecycle`) and
+//!    its garbage collection (`submit-job`) need namespace `write`, which
+//!    grants them, and its stats (`read-job`) namespace `read`; a node's
+//!    stats need `node` `read`, its garbage collection `node` `write`.
 //!
 //! A request without a token gets the policy named `anonymous` if there
 //! is one (as in Nomad), nothing otherwise. A refusal is 403 with Nomad's
@@ -72,6 +78,9 @@ enum Need {
 }
 
 fn need(method: &Method, path: &str) -> Need {
+    if let Some(needed) = client_operation_need(path) {
+        return needed;
+    }
     let level = if method == Method::GET || method == Method::HEAD { AclLevel::Read } else { AclLevel::Write };
     let open = ["/v1/agent/health", "/v1/regions", "/v1/metrics", "/v1/acl/bootstrap"];
     if open.contains(&path) || path.starts_with("/v1/status/") {
@@ -90,6 +99,27 @@ fn need(method: &Method, path: &str) -> Need {
         Need::Level(Area::Namespace, AclLevel::Read)
     } else {
         Need::Level(Area::Namespace, level)
+    }
+}
+
+/// What a client operation needs, whatever its method (module docs, 4).
+fn client_operation_need(path: &str) -> Option<Need> {
+    let namespace = |level| Some(Need::Level(Area::Namespace, level));
+    if path.starts_with("/v1/client/fs/") {
+        return namespace(AclLevel::Write);
+    }
+    if let Some(rest) = path.strip_prefix("/v1/client/allocation/") {
+        return match rest.rsplit_once('/').map(|(_, operation)| operation) {
+            Some("stats") => namespace(AclLevel::Read),
+            _ => namespace(AclLevel::Write),
+        };
+    }
+    match path {
+        "/v1/client/stats" => Some(Need::Level(Area::Node, AclLevel::Read)),
+        "/v1/client/gc" => Some(Need::Level(Area::Node, AclLevel::Write)),
+        _ if path.starts_with("/v1/client/") => namespace(AclLevel::Write),
+        _ if path.starts_with("/v1/allocation/") && path.ends_with("/stop") => namespace(AclLevel::Write),
+        _ => None,
     }
 }
 
@@ -156,21 +186,6 @@ fn decide(acl: &AclState, secret: Option<&str>, needed: Need) -> Result<Option<A
         let accessor = token.as_ref().map_or_else(|| "anonymous".to_string(), |token| token.accessor_id.to_string());
         Err((Denied::PermissionDenied, accessor))
     }
-}
-
-/// Whether `secret` may read the logs of an allocation in `namespace`:
-/// Nomad's `read-logs` capability, which a namespace `write` policy grants
-/// and `read` does not. Agents ask the servers this before they serve a
-/// task's logs on their own listener (`client/fs.rs`).
-pub fn may_read_logs(acl: &AclState, secret: Option<&str>, namespace: &str) -> Result<(), Denied> {
-    let refused = |(denied, accessor): (Denied, String)| {
-        if let Some(held_back) = REFUSED.admit() {
-            tracing::warn!(%namespace, %accessor, held_back, "task logs refused: {}", denied.message());
-        }
-        denied
-    };
-    super::query::known_namespace(namespace, false).map_err(|_| Denied::PermissionDenied)?;
-    decide(acl, secret, Need::Level(Area::Namespace, AclLevel::Write)).map(drop).map_err(refused)
 }
 
 /// The ACL check (module docs); a no-op when ACLs are off.
@@ -482,5 +497,21 @@ mod tests {
         assert_eq!(need(&Method::POST, "/v1/acl/bootstrap"), Need::Nothing);
         assert_eq!(need(&Method::GET, "/v1/status/leader"), Need::Nothing);
         assert_eq!(need(&Method::GET, "/v1/metrics"), Need::Nothing);
+    }
+
+    #[test]
+    fn client_operations_need_nomads_capabilities_whatever_the_method() {
+        let namespace = |level| Need::Level(Area::Namespace, level);
+        for path in ["/v1/client/fs/logs/a", "/v1/client/fs/cat/a", "/v1/client/fs/ls/a", "/v1/client/fs/stream/a"] {
+            assert_eq!(need(&Method::GET, path), namespace(AclLevel::Write), "{path}: read-logs, read-fs");
+        }
+        for path in ["/v1/client/allocation/a/restart", "/v1/client/allocation/a/signal", "/v1/allocation/a/stop"] {
+            assert_eq!(need(&Method::POST, path), namespace(AclLevel::Write), "{path}: alloc-lifecycle");
+        }
+        assert_eq!(need(&Method::GET, "/v1/client/allocation/a/gc"), namespace(AclLevel::Write), "submit-job");
+        assert_eq!(need(&Method::GET, "/v1/client/allocation/a/stats"), namespace(AclLevel::Read), "read-job");
+        assert_eq!(need(&Method::GET, "/v1/client/stats"), Need::Level(Area::Node, AclLevel::Read));
+        assert_eq!(need(&Method::GET, "/v1/client/gc"), Need::Level(Area::Node, AclLevel::Write));
+        assert_eq!(need(&Method::GET, "/v1/allocation/a"), namespace(AclLevel::Read));
     }
 }

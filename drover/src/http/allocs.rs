@@ -1,7 +1,7 @@
-//! `/v1/allocations` and `/v1/allocation/<id>`.
+//! `/v1/allocations`, `/v1/allocation/<id>` and `/v1/allocation/<id>/stop`.
 
 use axum::extract::{Path, State};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::Router;
 use std::sync::Arc;
 
@@ -15,7 +15,10 @@ use super::ApiState;
 
 /// The routes of this file.
 pub fn routes() -> Router<ApiState> {
-    Router::new().route("/v1/allocations", get(list)).route("/v1/allocation/{id}", get(read))
+    Router::new()
+        .route("/v1/allocations", get(list))
+        .route("/v1/allocation/{id}", get(read))
+        .route("/v1/allocation/{id}/stop", post(stop).put(stop))
 }
 
 /// `GET /v1/allocations[?prefix=&namespace=]`: newest first; `namespace=*`
@@ -53,4 +56,19 @@ async fn read(State(state): State<ApiState>, Path(id): Path<String>, params: Par
         |snapshot| Ok(nomad::alloc(&*find(snapshot)?, snapshot)),
     )
     .await
+}
+
+/// `PUT /v1/allocation/<id>/stop`: Nomad's `alloc stop`. The allocation is
+/// marked desired `stop` and its job evaluated in one write, so its agent
+/// stops it and a replacement is placed where the job's count asks for
+/// one: `{"EvalID", "Index"}`. 404 `alloc not found` for an unknown id.
+async fn stop(State(state): State<ApiState>, Path(id): Path<String>) -> Result<Reply, ApiError> {
+    let id = AllocId(exact_uuid(&id, "alloc")?);
+    let jobs = state.leader()?.jobs();
+    let stopped = tokio::task::spawn_blocking(move || jobs.stop_alloc(id))
+        .await
+        .map_err(|error| ApiError::Internal(format!("engine call failed: {error}")))?;
+    let (eval_id, index) = stopped?;
+    let answer = crate::api::allocations::AllocStopResponse { eval_id: eval_id.to_string(), index };
+    Ok(Reply::json(&answer, false, Some(index)))
 }

@@ -67,6 +67,9 @@ impl From<JobError> for ApiError {
     fn from(error: JobError) -> Self {
         match error {
             JobError::UnknownJob(_) => ApiError::NotFound("job not found".to_string()),
+            JobError::UnknownAlloc(_) | JobError::State(StateError::UnknownAlloc(_)) => {
+                ApiError::NotFound("alloc not found".to_string())
+            }
             JobError::UnknownGroup { .. } => ApiError::BadRequest(error.to_string()),
             JobError::State(error @ (StateError::ShuttingDown | StateError::Log(_))) => error.into(),
             other => ApiError::Internal(other.to_string()),

@@ -1,8 +1,10 @@
 //! Relaying the HTTP API to the leader: a follower sends what it does not
 //! serve itself to the leader ([`kinds::HTTP`]) and relays the answer, but
 //! for what a follower serves itself: its own agent, health and metrics,
-//! the status endpoints, its raft view, and reads with `?stale` (Nomad's
-//! rule). The leader serves the relayed request with its own router
+//! the status endpoints, its raft view, reads with `?stale` (Nomad's
+//! rule), and the client operations (`/v1/client/`), which go to the
+//! server that holds the agent's connection, not to the leader
+//! (`server::agents`). The leader serves the relayed request with its own router
 //! (`server::peer`).
 
 use std::net::SocketAddr;
@@ -33,6 +35,7 @@ fn served_here(request: &Request) -> bool {
     local.contains(&path)
         || path.starts_with("/v1/status/")
         || path.starts_with("/v1/operator/raft/")
+        || path.starts_with("/v1/client/")
         || (request.method() == axum::http::Method::GET && stale)
 }
 

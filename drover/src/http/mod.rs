@@ -18,7 +18,8 @@
 //!
 //! One file per resource: `jobs.rs`, `evals.rs`, `allocs.rs`, `nodes.rs`,
 //! `agent.rs` (agent, status, workers, search), `operator.rs` (snapshots,
-//! raft), `acl.rs` (the ACL check in front of them all, tokens and
+//! raft), `client.rs` and `client_fs.rs` (the client operations, answered
+//! by the agent that runs the allocation), `acl.rs` (the ACL check in front of them all, tokens and
 //! policies), `forward.rs` (a follower's relay to the leader); `nomad.rs`
 //! builds the answers that read the state beyond their object, `query.rs`
 //! holds the query parameters, blocking queries and the read headers. The
@@ -28,6 +29,8 @@
 pub mod acl;
 pub mod agent;
 pub mod allocs;
+pub mod client;
+pub mod client_fs;
 pub mod error;
 pub mod evals;
 pub mod forward;
@@ -59,7 +62,8 @@ pub struct ApiState {
     /// The server-to-server endpoint, on a server of a cluster (requests
     /// it does not serve itself go to the leader through it).
     pub peers: Option<Arc<transport::peer::Peers>>,
-    /// The QUIC listener, for its connection counters.
+    /// The QUIC listener: its connection counters, and the agents'
+    /// connections it holds (the client operations).
     pub listener: Option<Arc<transport::server::ClientListener>>,
     /// This agent as Nomad's `agent/self` and `agent/members` describe it.
     pub agent: AgentInfo,
@@ -105,6 +109,8 @@ pub fn router(state: ApiState) -> Router {
         .merge(jobs::routes())
         .merge(evals::routes())
         .merge(allocs::routes())
+        .merge(client::routes())
+        .merge(client_fs::routes())
         .merge(nodes::routes())
         .merge(agent::routes())
         .merge(metrics::routes())

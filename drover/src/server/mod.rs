@@ -14,6 +14,8 @@
 //!
 //! - `leadership.rs`: the leader services, started and stopped with raft's
 //!   leadership.
+//! - `agents.rs`: calls to agents, through whichever server holds the
+//!   node's connection.
 //! - `routing.rs`: the client endpoint's route (serve here or forward).
 //! - `peer.rs`: the server-to-server calls this server answers.
 //! - `report.rs`: the cluster report operators and load tests ask for.
@@ -29,17 +31,18 @@ use engine::node::endpoint::NodeEndpoint;
 use engine::node::heartbeat::Heartbeats;
 use engine::server::{Server, ServerConfig};
 use engine::state::{Command, CommandLog, LeaderHint, LogError, PendingWrite, StateError, Writer};
-use engine::structs::{AllocId, Job, NodeId};
+use engine::structs::Job;
 use replication::{ClusterSetup, Durable, DurableConfig, ServerNode};
 use transport::message::{ClusterReport, ListenerStats, ReportScope};
 use transport::peer::Peers;
-use transport::server::{ClientListener, ListenError, LogsDenied, Operations};
+use transport::server::{ClientListener, ListenError, Operations};
 
 use transport::tls::TlsMaterial;
 
 use crate::http::{AgentInfo, ApiState};
 use crate::listener::HttpServer;
 
+pub mod agents;
 pub mod leadership;
 pub mod peer;
 pub mod report;
@@ -265,10 +268,7 @@ impl RunningServer {
     ) -> Result<(Arc<ClientListener>, Option<HttpServer>), ListenError> {
         let advertise: Vec<String> = options.advertise.iter().cloned().collect();
         let rpc = options.advertise.clone().unwrap_or_else(|| options.bind.to_string());
-        // ACLs are switched on with the HTTP API that hands out tokens.
-        let acl_enabled = options.http.as_ref().is_some_and(|http| http.acl_enabled);
-        let operations: Arc<dyn Operations> =
-            Arc::new(EngineOperations { leadership: leadership.clone(), rpc, acl_enabled });
+        let operations: Arc<dyn Operations> = Arc::new(EngineOperations { leadership: leadership.clone(), rpc });
         let listener = Arc::new(ClientListener::bind(options.bind, &options.tls, nodes, advertise, Some(operations))?);
         let http = match &options.http {
             Some(http) => {
@@ -563,8 +563,6 @@ struct EngineOperations {
     leadership: Arc<Leadership>,
     /// This server's client address, as clients are told it.
     rpc: String,
-    /// Whether tokens are checked (`acl.enabled`).
-    acl_enabled: bool,
 }
 
 impl Operations for EngineOperations {
@@ -590,16 +588,5 @@ impl Operations for EngineOperations {
         (report.rss_bytes, report.peak_rss_bytes) = process_memory();
         report.cpu_millis = cpu_millis;
         report
-    }
-
-    fn logs_access(&self, node_id: NodeId, alloc_id: AllocId, token: Option<&str>) -> Result<u64, LogsDenied> {
-        let snapshot = self.leadership.store().snapshot();
-        let alloc = snapshot.alloc(alloc_id).filter(|alloc| alloc.node_id == node_id);
-        let Some(alloc) = alloc else { return Err(LogsDenied::NotOnNode { alloc_id, node_id }) };
-        if self.acl_enabled {
-            crate::http::acl::may_read_logs(snapshot.acl(), token, &alloc.namespace)
-                .map_err(|denied| LogsDenied::Denied { message: denied.message().to_string() })?;
-        }
-        Ok(snapshot.index())
     }
 }

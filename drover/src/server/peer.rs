@@ -1,12 +1,15 @@
-//! Answers the other servers' calls: raft's, forwarded client calls and
-//! forwarded HTTP requests.
+//! Answers the other servers' calls: raft's, forwarded client calls,
+//! forwarded HTTP requests, and calls to the agents whose connections
+//! this server holds (`agents.rs`).
 
 use std::sync::{Arc, OnceLock};
 
 use axum::body::Body;
 use replication::Durable;
 use serde::{Deserialize, Serialize};
-use transport::peer::{PeerAnswer, PeerHandler, PeerRefusal};
+use transport::peer::{PeerAnswer, PeerHandler, PeerRefusal, PeerSink, PeerStreaming};
+use engine::structs::NodeId;
+use transport::message::{AgentCallRequest, Message};
 use transport::server::ClientListener;
 
 /// The kinds of server-to-server calls Drover makes besides raft's
@@ -17,6 +20,12 @@ pub mod kinds {
     pub const CLIENT_CALL: u8 = 10;
     /// An HTTP API request a follower forwards.
     pub const HTTP: u8 = 11;
+    /// Does this server hold a node's connection? The node id's 16 bytes;
+    /// the answer is how long it has, in big-endian milliseconds, or empty.
+    pub const NODE_CONNECTION: u8 = 12;
+    /// A call to an agent whose connection this server holds, streamed:
+    /// its encoded request frame; the answer is the agent's, relayed.
+    pub const AGENT_CALL: u8 = 13;
 }
 
 /// Answers the other servers' calls (module docs). Its parts are set once
@@ -44,10 +53,27 @@ impl PeerHandler for PeerService {
                     Ok(listener.serve_forwarded(frame, *operator == 1).await)
                 }
                 kinds::HTTP => Ok(serve_forwarded(http.ok_or(PeerServiceError::Starting)?, &request).await?),
+                kinds::NODE_CONNECTION => {
+                    Ok(node_connection(listener.ok_or(PeerServiceError::Starting)?.as_ref(), &request))
+                }
                 _ => match durable.ok_or(PeerServiceError::Starting)?.serve_peer(kind, &request).await {
                     Some(answer) => Ok(answer?),
                     None => Err(PeerRefusal::from(PeerServiceError::UnknownKind(kind))),
                 },
+            }
+        })
+    }
+
+    fn streams(&self, kind: u8) -> bool {
+        kind == kinds::AGENT_CALL
+    }
+
+    fn stream(&self, _kind: u8, request: Vec<u8>, sink: PeerSink) -> PeerStreaming {
+        let listener = self.listener.get().cloned();
+        Box::pin(async move {
+            match listener {
+                Some(listener) => relay_call(&listener, &request, sink).await,
+                None => sink.refuse(&PeerServiceError::Starting.to_string()).await,
             }
         })
     }
@@ -121,4 +147,35 @@ async fn serve_forwarded(router: axum::Router, request: &[u8]) -> Result<Vec<u8>
         body: body.to_vec(),
     };
     Ok(postcard::to_allocvec(&answer).expect("a forwarded response encodes"))
+}
+
+/// Answers [`kinds::NODE_CONNECTION`]: how long `listener` has held the
+/// node's connection, in big-endian milliseconds, or nothing.
+pub fn node_connection(listener: &ClientListener, request: &[u8]) -> Vec<u8> {
+    let Ok(id) = uuid::Uuid::from_slice(request) else { return Vec::new() };
+    match listener.agents().get(NodeId(id)) {
+        Some((_, age)) => u64::try_from(age.as_millis()).unwrap_or(u64::MAX).to_be_bytes().to_vec(),
+        None => Vec::new(),
+    }
+}
+
+/// Serves [`kinds::AGENT_CALL`]: makes the call another server sent (an
+/// encoded [`AgentCallRequest`] frame) on this server's own connection to
+/// the node, and relays the answer as it comes.
+pub async fn relay_call(listener: &ClientListener, request: &[u8], sink: PeerSink) {
+    let limit = transport::settings::MAX_REQUEST;
+    let decoded = match transport::frame::Frame::decode_within(request, limit) {
+        Ok(Some((frame, _))) => AgentCallRequest::from_frame(&frame).map_err(|error| error.to_string()),
+        Ok(None) => Err("a truncated frame".to_string()),
+        Err(error) => Err(error.to_string()),
+    };
+    let request = match decoded {
+        Ok(request) => request,
+        Err(error) => return sink.refuse(&format!("a malformed agent call: {error}")).await,
+    };
+    match listener.call_agent(request.node_id, &request).await {
+        Some(Ok(answer)) => transport::agent_call::relay(answer, sink).await,
+        Some(Err(error)) => sink.refuse(&error.to_string()).await,
+        None => sink.refuse(&format!("this server holds no connection to node {}", request.node_id)).await,
+    }
 }

@@ -9,7 +9,7 @@ use super::snapshot::{index_add, index_remove, Snapshot};
 use super::{Applied, CapacityChange, StateError};
 use crate::clock::Timestamp;
 use crate::structs::{
-    AclPolicy, AclToken, Allocation, ClientStatus, EvalId, Evaluation, Job, JobKey, Node, NodeEligibility, NodeId,
+    AclPolicy, AclToken, AllocId, Allocation, ClientStatus, DesiredStatus, EvalId, Evaluation, Job, JobKey, Node, NodeEligibility, NodeId,
     NodeStatus, Resources, SchedulerConfiguration,
 };
 
@@ -90,7 +90,38 @@ impl Snapshot {
                 Arc::make_mut(&mut self.acl).bootstrap_index = Some(index);
                 Ok(())
             }
+            Command::StopAlloc { alloc_id, eval, time } => {
+                self.stop_alloc(index, alloc_id, time, applied)?;
+                self.upsert_evals(index, vec![eval], applied);
+                Ok(())
+            }
         }
+    }
+
+    /// Marks an allocation desired `stop` ([`Command::StopAlloc`]).
+    fn stop_alloc(
+        &mut self,
+        index: u64,
+        alloc_id: AllocId,
+        time: Timestamp,
+        applied: &mut Applied,
+    ) -> Result<(), StateError> {
+        let existing = self.allocs.get(&alloc_id).ok_or(StateError::UnknownAlloc(alloc_id))?.clone();
+        if existing.server_terminal() {
+            return Ok(());
+        }
+        let mut alloc = Allocation::clone(&existing);
+        alloc.desired_status = DesiredStatus::Stop;
+        alloc.desired_description = Allocation::STOPPED_BY_OPERATOR.to_string();
+        alloc.modify_index = index;
+        alloc.modify_time = time;
+        if !existing.terminal() {
+            self.note_freed_capacity(alloc.node_id, applied);
+        }
+        applied.touch(alloc.node_id);
+        self.put_alloc(alloc);
+        self.table_indexes.allocs = index;
+        Ok(())
     }
 
     fn upsert_acl_policies(&mut self, index: u64, policies: Vec<AclPolicy>) {

@@ -154,6 +154,20 @@ pub enum Command {
         /// The index of the bootstrap being reset.
         reset_index: u64,
     },
+    /// An operator stops one allocation (Nomad's `alloc stop`): it is
+    /// marked desired `stop`, and its job's eval, in the same command,
+    /// places a replacement where the job's count asks for one. An
+    /// allocation the servers stopped already keeps its description; the
+    /// eval is written all the same. Refused for an unknown allocation.
+    /// (A new variant at the end: older logs still read.)
+    StopAlloc {
+        /// The allocation.
+        alloc_id: AllocId,
+        /// The eval of its job.
+        eval: Evaluation,
+        /// When it was stopped.
+        time: Timestamp,
+    },
 }
 
 impl Command {

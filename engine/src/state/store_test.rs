@@ -649,3 +649,33 @@ fn a_bootstrap_reset_needs_the_index_of_the_last_bootstrap_and_keeps_older_token
     let replayed = Command::AclBootstrapReset { token: management_token(5), reset_index: first };
     assert!(store.apply(replayed).is_err(), "the same reset index works once");
 }
+
+#[test]
+fn an_operator_stop_marks_the_allocation_stopped_with_its_eval_and_refuses_an_unknown_one() {
+    let store = StateStore::new();
+    store.apply(Command::UpsertNode { node: node(1), evals: vec![] }).expect("node");
+    let web = job("web");
+    register(&store, &web);
+    let alloc = place(&store, &web, NodeId::from_u128(1), 0);
+    assert_eq!(store.snapshot().node_usage(NodeId::from_u128(1)), Resources::new(100, 128, 0), "live on the node");
+
+    let before = store.latest_index();
+    let eval = Evaluation::for_job(&web, TriggerReason::AllocStop, Timestamp(7));
+    let unknown = Command::StopAlloc { alloc_id: AllocId::from_u128(404), eval: eval.clone(), time: Timestamp(7) };
+    assert!(matches!(store.apply(unknown), Err(StateError::UnknownAlloc(_))));
+    let snapshot = store.snapshot();
+    assert_eq!(snapshot.index(), before + 1, "a refused command takes its index and nothing else");
+    assert!(snapshot.eval(eval.id).is_none(), "nor its eval");
+
+    let applied = store.apply(Command::StopAlloc { alloc_id: alloc.id, eval: eval.clone(), time: Timestamp(7) });
+    let applied = applied.expect("stopped");
+    assert_eq!(applied.evals.len(), 1, "its eval goes to the broker");
+    assert_eq!(applied.capacity_changes.len(), 1, "its resources are free again");
+    let snapshot = store.snapshot();
+    let stopped = snapshot.alloc(alloc.id).expect("kept");
+    assert_eq!(stopped.desired_status, DesiredStatus::Stop);
+    assert_eq!(stopped.desired_description, Allocation::STOPPED_BY_OPERATOR);
+    assert_eq!(stopped.modify_time, Timestamp(7));
+    assert_eq!(snapshot.eval(eval.id).expect("written").triggered_by, TriggerReason::AllocStop);
+    assert_eq!(snapshot.node_usage(NodeId::from_u128(1)), Resources::default(), "nothing live is left on the node");
+}

@@ -165,6 +165,10 @@ pub struct Allocation {
 }
 
 impl Allocation {
+    /// The desired description of an allocation an operator stopped
+    /// (Nomad's, whose `alloc stop` migrates it).
+    pub const STOPPED_BY_OPERATOR: &'static str = "alloc is being migrated";
+
     /// The job's namespaced key.
     pub fn job_key(&self) -> JobKey {
         JobKey { namespace: self.namespace.clone(), id: self.job_id.clone() }

@@ -61,6 +61,8 @@ pub enum TriggerReason {
     MaxPlanAttempts,
     /// Allocations of the job were evicted for higher-priority work.
     Preemption,
+    /// An operator stopped one of the job's allocations (`alloc stop`).
+    AllocStop,
 }
 
 /// A request to reconcile one job (or one node, for system jobs) against the

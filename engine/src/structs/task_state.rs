@@ -119,6 +119,10 @@ impl TaskEvent {
     /// Its agent restarted and found it still running (Drover's own; Nomad
     /// logs this instead of recording an event).
     pub const REATTACHED: &'static str = "Reattached";
+    /// An operator asked for a restart (`alloc restart`).
+    pub const RESTART_SIGNALED: &'static str = "Restart Signaled";
+    /// An operator sent it a signal (`alloc signal`).
+    pub const SIGNALING: &'static str = "Signaling";
 
     /// An event of `event_type` at `time` saying `message`.
     pub fn new(event_type: &str, time: Timestamp, message: impl Into<String>) -> TaskEvent {

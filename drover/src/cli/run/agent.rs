@@ -1,7 +1,6 @@
 //! `drover agent`: flags and the TOML file made into the agent's settings,
 //! then the agent runs until a signal.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -14,7 +13,6 @@ use transport::client::ClientEndpoints;
 use super::{config_error, dev_temp_dir, file_config, init_logs, raise_open_files_limit, runtime, tls_files, Common};
 use crate::cli::Failure;
 use crate::client::agent::{Agent, AgentSettings, NoObserver, TaskSettings};
-use crate::client::fs::ClientFs;
 use crate::client::task_env::EnvDenylist;
 use crate::config::FileConfig;
 
@@ -41,11 +39,17 @@ pub struct AgentArgs {
     /// without isolation (on with --dev).
     #[arg(long)]
     pub raw_exec: bool,
-    /// Address of the agent's HTTP listener (task logs), with raw_exec
-    /// (default 127.0.0.1:4646; port 0: any free port).
-    #[arg(long)]
+    /// Gone: the agent serves no HTTP of its own. Task logs and files are
+    /// read through any server's API; given, it is ignored with a warning
+    /// that says so.
+    #[arg(long, hide = true)]
     pub http_addr: Option<String>,
 }
+
+/// What the agent says of a removed `--http-addr` or `client.http_addr`.
+pub const NO_AGENT_HTTP: &str = "the agent no longer serves HTTP of its own: task logs, files, restarts, \
+signals and stats go through any server's HTTP API (/v1/client/..., `drover alloc logs|fs|restart|signal`), \
+over the agent's own connection to its server; remove this setting";
 
 pub fn run(args: AgentArgs) -> Result<(), Failure> {
     let file = file_config(&args.common)?;
@@ -74,12 +78,14 @@ pub fn run(args: AgentArgs) -> Result<(), Failure> {
     let data_dir = std::fs::canonicalize(&data_dir).with_context(|| format!("the data dir {}", data_dir.display()))?;
     let mock = args.mock_driver || args.common.dev || file.client.mock_driver.unwrap_or(false);
     let raw_exec = args.raw_exec || args.common.dev || file.client.raw_exec.unwrap_or(false);
-    let http_addr =
-        args.http_addr.clone().or(file.client.http_addr.clone()).unwrap_or_else(|| "127.0.0.1:4646".to_string());
-    let http_addr: SocketAddr =
-        http_addr.parse().map_err(|_| config_error("client.http_addr", format!("{http_addr:?} is not an ip:port")))?;
+    if let Some(addr) = &args.http_addr {
+        tracing::warn!(flag = "--http-addr", %addr, "ignored: {NO_AGENT_HTTP}");
+    }
+    if let Some(addr) = &file.client.http_addr {
+        tracing::warn!(key = "client.http_addr", %addr, "ignored: {NO_AGENT_HTTP}");
+    }
     let gc_max_allocs = file.client.gc_max_allocs.unwrap_or(50);
-    let mut node = local_node(&args, &file, identity, (mock, raw_exec));
+    let node = local_node(&args, &file, identity, (mock, raw_exec));
     let runtime = runtime()?;
     runtime.block_on(async move {
         let mut signals = crate::server::ShutdownSignals::catch()?;
@@ -87,15 +93,8 @@ pub fn run(args: AgentArgs) -> Result<(), Failure> {
         let quic = endpoints.own_config()?;
         let (stop, stopped) = watch::channel(false);
         let env_denylist = file.client.env_denylist.clone().map(EnvDenylist::new).unwrap_or_default();
-        let client_side = ClientSide {
-            data_dir,
-            http_addr,
-            gc_max_allocs,
-            env_denylist,
-            limits: file.limits.http(),
-            stop_tasks_on_shutdown: args.common.dev,
-        };
-        let tasks = client_side.start(raw_exec, &mut node, stopped.clone()).await?;
+        let client_side = ClientSide { data_dir, gc_max_allocs, env_denylist, stop_tasks_on_shutdown: args.common.dev };
+        let tasks = client_side.start(raw_exec)?;
         tracing::info!(node = %node.id, name = %node.name, servers = ?servers, mock_driver = mock, raw_exec, "drover agent starting");
         let mut agent = Agent::new(node, AgentSettings::new(servers), endpoints.clone(), quic, Arc::new(NoObserver));
         if let Some(tasks) = tasks {
@@ -166,39 +165,23 @@ pub fn machine_memory_mb() -> u64 {
 pub struct ClientSide {
     /// Where the allocation directories go.
     pub data_dir: PathBuf,
-    /// The agent's HTTP listener (task logs and files).
-    pub http_addr: SocketAddr,
     /// Terminal allocations kept on disk.
     pub gc_max_allocs: usize,
     /// Agent variables kept out of task environments.
     pub env_denylist: EnvDenylist,
-    /// The HTTP listener's connection limits.
-    pub limits: crate::listener::HttpLimits,
     /// Stop the tasks when the agent stops (dev mode) instead of leaving
     /// them running for the next agent.
     pub stop_tasks_on_shutdown: bool,
 }
 
 impl ClientSide {
-    /// With raw_exec: finds the isolation, opens the HTTP listener (until
-    /// `stop`) and advertises it in `node`'s attributes.
-    pub async fn start(
-        self,
-        raw_exec: bool,
-        node: &mut Node,
-        stop: watch::Receiver<bool>,
-    ) -> Result<Option<TaskSettings>, Failure> {
+    /// With raw_exec: finds the isolation and the executor's binary.
+    pub fn start(self, raw_exec: bool) -> Result<Option<TaskSettings>, Failure> {
         if !raw_exec {
             return Ok(None);
         }
         let isolation = crate::client::drivers::isolation::Isolation::detect();
         tracing::info!(isolation = %isolation.describe(), "raw_exec driver enabled: tasks run without isolation");
-        let client_fs = ClientFs::new(self.data_dir.clone());
-        let (bound, _listener) = crate::client::fs::serve(client_fs.clone(), self.http_addr, self.limits, stop)
-            .with_context(|| format!("binding the agent's HTTP listener on {}", self.http_addr))?;
-        tracing::info!(addr = %bound, "agent HTTP listener (task logs: /v1/client/fs/logs/<alloc_id>)");
-        node.attributes.insert(crate::api::ADVERTISE_ATTRIBUTE.to_string(), bound.to_string());
-        node.computed_class = node.compute_class();
         let executable = std::env::current_exe().context("finding the drover binary for task executors")?;
         Ok(Some(TaskSettings {
             driver: Arc::new(
@@ -208,7 +191,6 @@ impl ClientSide {
             data_dir: self.data_dir,
             gc_max_allocs: self.gc_max_allocs,
             stop_tasks_on_shutdown: self.stop_tasks_on_shutdown,
-            client_fs: Some(client_fs),
         }))
     }
 }

@@ -16,7 +16,7 @@ use crate::client::agent::{Agent, AgentSettings, NoObserver};
 use crate::client::task_env::EnvDenylist;
 
 use super::agent::{hostname, local_node, AgentArgs, ClientSide};
-use super::{config_error, dev_temp_dir, raise_open_files_limit, runtime, Common};
+use super::{dev_temp_dir, raise_open_files_limit, runtime, Common};
 use crate::cli::job::read_job;
 use crate::cli::Failure;
 use crate::config::FileConfig;
@@ -42,10 +42,10 @@ pub struct DevArgs {
     /// once the agent is up.
     #[arg(long)]
     pub job: Vec<PathBuf>,
-    /// Address of the dev agent's own HTTP listener (task logs,
-    /// `/v1/client/fs/logs`), apart from the API's.
-    #[arg(long, default_value = "127.0.0.1:0")]
-    pub agent_http_addr: String,
+    /// Gone: the dev agent serves no HTTP of its own (task logs and files
+    /// are on the API's `/v1/client/`); given, it is ignored with a warning.
+    #[arg(long, hide = true)]
+    pub agent_http_addr: Option<String>,
     /// error, warn, info, debug or trace.
     #[arg(long, default_value = "info")]
     pub log_level: String,
@@ -62,10 +62,9 @@ pub fn run(args: DevArgs) -> Result<(), Failure> {
         }
         jobs.push(converted.job);
     }
-    let http_addr: SocketAddr = args
-        .agent_http_addr
-        .parse()
-        .map_err(|_| config_error("--agent-http-addr", format!("{:?} is not an ip:port", args.agent_http_addr)))?;
+    if let Some(addr) = &args.agent_http_addr {
+        tracing::warn!(flag = "--agent-http-addr", %addr, "ignored: {}", super::agent::NO_AGENT_HTTP);
+    }
     let (_ca, server_tls, client_tls) = TlsMaterial::dev_pair()?;
     match &args.data_dir {
         Some(dir) => tracing::warn!(
@@ -138,7 +137,7 @@ pub fn run(args: DevArgs) -> Result<(), Failure> {
             raw_exec: true,
             http_addr: None,
         };
-        let mut node = local_node(&agent_args, &FileConfig::default(), identity, (true, true));
+        let node = local_node(&agent_args, &FileConfig::default(), identity, (true, true));
         let (stop, stopped) = watch::channel(false);
         let mut _dev_data_dir = None;
         let data_dir = match &args.data_dir {
@@ -147,15 +146,9 @@ pub fn run(args: DevArgs) -> Result<(), Failure> {
         };
         std::fs::create_dir_all(&data_dir).with_context(|| format!("creating {}", data_dir.display()))?;
         tracing::info!(data_dir = %data_dir.display(), "dev agent data dir (allocation directories and logs)");
-        let client_side = ClientSide {
-            data_dir,
-            http_addr,
-            gc_max_allocs: 50,
-            env_denylist: EnvDenylist::default(),
-            limits: crate::listener::HttpLimits::default(),
-            stop_tasks_on_shutdown: true,
-        };
-        let tasks = client_side.start(true, &mut node, stopped.clone()).await?;
+        let client_side =
+            ClientSide { data_dir, gc_max_allocs: 50, env_denylist: EnvDenylist::default(), stop_tasks_on_shutdown: true };
+        let tasks = client_side.start(true)?;
         let mut agent = Agent::new(
             node,
             AgentSettings::new(vec![addr]),

@@ -338,7 +338,7 @@ pub fn is_running(pid: Pid) -> bool {
 }
 
 /// The fields of `/proc/<pid>/stat` after the command name (field 3 on).
-fn stat_fields(pid: Pid) -> Option<Vec<String>> {
+pub(crate) fn stat_fields(pid: Pid) -> Option<Vec<String>> {
     let stat = std::fs::read_to_string(format!("/proc/{}/stat", pid.as_raw_nonzero())).ok()?;
     // The command name (field 2) is in parentheses and may hold spaces.
     let after_name = &stat[stat.rfind(')')? + 1..];

@@ -291,6 +291,14 @@ impl TaskHandle {
         record
     }
 
+    /// Sends `signal` to the task's own process (an operator's signal, as
+    /// Nomad's executor sends it), not to the processes it started.
+    pub fn signal(&self, signal: Signal) {
+        if let Some(pid) = Pid::from_raw(self.state.task_pid) {
+            let _ = rustix::process::kill_process(pid, signal);
+        }
+    }
+
     /// Sends `signal` to the task's process group.
     pub fn signal_group(&self, signal: Signal) {
         if let Some(group) = Pid::from_raw(self.state.task_pid) {

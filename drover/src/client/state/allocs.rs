@@ -218,6 +218,18 @@ impl Allocs {
         }
     }
 
+    /// Destroys `alloc_id`, or every allocation, that has ended here and
+    /// whose directories are still kept (an operator's GC).
+    pub(super) fn collect_now(&mut self, alloc_id: Option<AllocId>, out: &mut Vec<Action>) {
+        for (id, held) in &mut self.held {
+            let asked = alloc_id.is_none_or(|asked| asked == *id);
+            if asked && held.runner == Runner::Tasks && held.status.is_terminal() {
+                held.runner = Runner::None;
+                out.push(Action::Destroy(*id));
+            }
+        }
+    }
+
     /// Every allocation held must be reported again (the resync).
     pub(super) fn resync(&mut self) {
         for held in self.held.values_mut() {

@@ -62,7 +62,8 @@
 //!   one for an allocation that has ended here is dropped, unless real
 //!   tasks report it (their runner has the last word).
 //! - With `raw_exec` on, the directories of the oldest ended allocations
-//!   beyond `gc_max_allocs` are destroyed.
+//!   beyond `gc_max_allocs` are destroyed, and those of any ended one when
+//!   an operator asks ([`Event::CollectGarbage`]).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -182,6 +183,10 @@ pub enum Event {
     AllocsUpdated(Vec<AllocEvent>),
     /// Heartbeat at this period instead of the TTL handed (`None`: at the TTL).
     HeartbeatPeriod(Option<Duration>),
+    /// An operator asks for the directories of this ended allocation, or
+    /// of every ended one, to go now (Nomad's client GC): each such
+    /// allocation with real tasks is destroyed, as if beyond `gc_max_allocs`.
+    CollectGarbage(Option<AllocId>),
 }
 
 /// A call's answer.
@@ -470,6 +475,7 @@ impl ClientState {
                 self.allocs.collect_garbage(&mut out);
             }
             Event::HeartbeatPeriod(period) => self.set_period(now, period),
+            Event::CollectGarbage(alloc_id) => self.allocs.collect_now(alloc_id, &mut out),
         }
         self.pump(now, tick, &mut out);
         out

@@ -513,6 +513,24 @@ fn ended_real_allocations_beyond_gc_max_allocs_are_destroyed_oldest_first() {
 }
 
 #[test]
+fn an_operators_gc_destroys_ended_real_allocations_only_and_each_once() {
+    let mut client = Client::new(ClientConfig { raw_exec: true, ..config() });
+    client.start();
+    let allocs: Vec<_> = (0..3).map(|index| alloc(&job("batch", RAW_EXEC), index)).collect();
+    client.push(1, &allocs.iter().collect::<Vec<_>>());
+    for alloc in &allocs[..2] {
+        client.handle(Event::AllocsUpdated(vec![update(alloc.id, ClientStatus::Complete)]));
+        client.handle(Event::Answered(Answer::Reported));
+    }
+    let running = allocs[2].id;
+    assert_eq!(client.handle(Event::CollectGarbage(Some(running))), vec![], "a running allocation is kept");
+    assert_eq!(client.handle(Event::CollectGarbage(Some(allocs[0].id))), vec![Action::Destroy(allocs[0].id)]);
+    assert_eq!(client.handle(Event::CollectGarbage(None)), vec![Action::Destroy(allocs[1].id)], "the rest");
+    assert_eq!(client.handle(Event::CollectGarbage(None)), vec![], "each once");
+    assert_eq!(client.core.alloc(allocs[0].id).map(|held| held.status), Some(ClientStatus::Complete), "still held");
+}
+
+#[test]
 fn the_heartbeat_override_takes_effect_at_once_and_holds_across_sessions() {
     let mut client = Client::new(config());
     client.start();
