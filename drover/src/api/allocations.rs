@@ -315,20 +315,20 @@ pub struct AllocStopResponse {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, rename_all = "PascalCase")]
 pub struct AllocRestartRequest {
-    /// The task (empty: every running task).
-    pub task_name: String,
+    /// The task (none or empty: every running task).
+    pub task_name: Option<String>,
     /// Every task, Nomad's flag; the same as no task here.
-    pub all_tasks: bool,
+    pub all_tasks: Option<bool>,
 }
 
 /// `PUT /v1/client/allocation/:id/signal`'s body (`AllocSignalRequest`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, rename_all = "PascalCase")]
 pub struct AllocSignalRequest {
-    /// The task (empty: every running task).
-    pub task: String,
+    /// The task (none or empty: every running task; python-nomad sends `null`).
+    pub task: Option<String>,
     /// The signal (`SIGUSR1`; `USR1` is read the same).
-    pub signal: String,
+    pub signal: Option<String>,
 }
 
 /// What a client operation answers that has nothing to say

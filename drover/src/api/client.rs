@@ -145,6 +145,31 @@ impl ApiClient {
         Ok(response)
     }
 
+    /// `GET path`, its answer's body read as it comes ([`ApiStream`]): a
+    /// followed log or file. Dropping the stream closes the connection,
+    /// which ends the stream on the server.
+    pub async fn stream(&self, path: &str) -> Result<ApiStream> {
+        let stream = tokio::net::TcpStream::connect((self.host.as_str(), self.port))
+            .await
+            .with_context(|| format!("connecting to {}:{}", self.host, self.port))?;
+        let mut request = Request::builder().method("GET").uri(path).header("host", &self.host);
+        if let Some(token) = &self.token {
+            request = request.header("x-nomad-token", token);
+        }
+        let request = request.body(Full::new(Bytes::new()))?;
+        match &self.tls {
+            Some(tls) => {
+                let name = ServerName::try_from(self.host.clone()).context("the server's name")?;
+                let stream = tokio_rustls::TlsConnector::from(tls.clone())
+                    .connect(name, stream)
+                    .await
+                    .context("the TLS handshake with the server")?;
+                open_stream(TokioIo::new(stream), request).await
+            }
+            None => open_stream(TokioIo::new(stream), request).await,
+        }
+    }
+
     /// Whether requests go over HTTPS.
     pub fn is_https(&self) -> bool {
         self.https
@@ -172,6 +197,99 @@ where
     let body = response.into_body().collect().await?.to_bytes();
     driving.abort();
     Ok(ApiResponse { status, index, body: String::from_utf8_lossy(&body).into_owned(), raw: body })
+}
+
+/// An answer whose body is read as it comes ([`ApiClient::stream`]).
+#[derive(Debug)]
+pub struct ApiStream {
+    /// The HTTP status code.
+    pub status: u16,
+    body: hyper::body::Incoming,
+    /// What was read of the body and not yet taken as a frame.
+    pending: Vec<u8>,
+    driving: tokio::task::JoinHandle<()>,
+}
+
+impl ApiStream {
+    /// The next piece of the body as it came; `None` at its end.
+    pub async fn next(&mut self) -> Result<Option<Bytes>> {
+        if !self.pending.is_empty() {
+            return Ok(Some(Bytes::from(std::mem::take(&mut self.pending))));
+        }
+        while let Some(frame) = self.body.frame().await {
+            if let Ok(data) = frame.context("reading the answer")?.into_data() {
+                return Ok(Some(data));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The next of Nomad's `StreamFrame`s (the JSON objects of a framed
+    /// log or file stream); `None` at the body's end. Heartbeats (`{}`)
+    /// are skipped.
+    pub async fn next_frame(&mut self) -> Result<Option<super::fs::StreamFrame>> {
+        loop {
+            let mut frames = serde_json::Deserializer::from_slice(&self.pending).into_iter::<super::fs::StreamFrame>();
+            match frames.next() {
+                Some(Ok(frame)) => {
+                    let used = frames.byte_offset();
+                    self.pending.drain(..used);
+                    if frame != super::fs::StreamFrame::default() {
+                        return Ok(Some(frame));
+                    }
+                    continue;
+                }
+                Some(Err(error)) if !error.is_eof() => bail!("a malformed stream frame: {error}"),
+                _ => {}
+            }
+            let Some(frame) = self.body.frame().await else {
+                if self.pending.iter().all(u8::is_ascii_whitespace) {
+                    return Ok(None);
+                }
+                bail!("the stream ended in the middle of a frame");
+            };
+            if let Ok(data) = frame.context("reading the answer")?.into_data() {
+                self.pending.extend_from_slice(&data);
+            }
+        }
+    }
+
+    /// The whole body as text (an error's message).
+    pub async fn text(mut self) -> String {
+        let mut text = std::mem::take(&mut self.pending);
+        while let Ok(Some(data)) = self.next().await {
+            text.extend_from_slice(&data);
+        }
+        String::from_utf8_lossy(&text).trim().to_string()
+    }
+
+    /// The stream if its status is 200, else an error with the status and body.
+    pub async fn ok(self) -> Result<ApiStream> {
+        if self.status == 200 {
+            return Ok(self);
+        }
+        let status = self.status;
+        bail!("Unexpected response code: {status} ({})", self.text().await)
+    }
+}
+
+impl Drop for ApiStream {
+    fn drop(&mut self) {
+        self.driving.abort();
+    }
+}
+
+async fn open_stream<IO>(io: IO, request: Request<Full<Bytes>>) -> Result<ApiStream>
+where
+    IO: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(io).await?;
+    let driving = tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    let response = sender.send_request(request).await?;
+    let status = response.status().as_u16();
+    Ok(ApiStream { status, body: response.into_body(), pending: Vec::new(), driving })
 }
 
 /// TLS for HTTPS: the cluster CA when given, else the CA file must be given.

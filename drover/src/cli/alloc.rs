@@ -1,12 +1,17 @@
-//! `drover alloc status ID` and `drover alloc logs ID [TASK]`.
+//! `drover alloc status|logs|fs|restart|signal|stop`: the allocation as
+//! the servers have it, and its agent's logs, files, restarts and signals
+//! through the servers' client endpoints (any server: it reaches the
+//! agent over the agent's own connection).
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use clap::Subcommand;
 
 use super::{ago, fields, print_json, table};
-use crate::api::allocations::{Allocation, AllocationListStub};
+use crate::api::allocations::{
+    AllocRestartRequest, AllocSignalRequest, AllocStopResponse, Allocation, AllocationListStub, GenericResponse,
+};
 use crate::api::client::ApiClient;
-use crate::api::nodes::Node;
+use crate::api::fs::AllocFileInfo;
 
 use super::{client_command, ApiArgs, Failure};
 
@@ -62,18 +67,19 @@ pub async fn status(api: &ApiClient, prefix: &str, json_out: bool) -> Result<i32
     Ok(0)
 }
 
-/// `drover alloc logs [-f] [--stderr] ID [TASK]`: a task's log, read from
-/// the agent that runs it (its HTTP listener, advertised in the node's
-/// `unique.advertise.http` attribute), streamed to stdout as it comes;
-/// with `-f` it follows until the task is dead or the reader stops.
-pub async fn logs(api: &ApiClient, prefix: &str, task: Option<&str>, stderr: bool, follow: bool) -> Result<i32> {
+/// The one allocation `prefix` names, in full.
+async fn find_alloc(api: &ApiClient, prefix: &str) -> Result<Allocation> {
     let matches: Vec<AllocationListStub> = api.query(&format!("/v1/allocations?prefix={prefix}")).await?;
     let id = match matches.as_slice() {
         [] => bail!("No allocation(s) with prefix or id \"{prefix}\" found"),
         [only] => only.id.clone(),
         _ => bail!("Prefix \"{prefix}\" matched multiple allocations: give more of the id"),
     };
-    let alloc: Allocation = api.query(&format!("/v1/allocation/{id}")).await?;
+    api.query(&format!("/v1/allocation/{id}")).await
+}
+
+/// The allocation's task named `task`, or its only task.
+fn pick_task(alloc: &Allocation, task: Option<&str>) -> Result<String> {
     let tasks: Vec<String> = alloc
         .job
         .task_groups
@@ -81,52 +87,164 @@ pub async fn logs(api: &ApiClient, prefix: &str, task: Option<&str>, stderr: boo
         .filter(|candidate| candidate.name == alloc.stub.task_group)
         .flat_map(|candidate| candidate.tasks.iter().map(|task| task.name.clone()))
         .collect();
-    let task = match (task, tasks.as_slice()) {
+    let id = &alloc.stub.id;
+    Ok(match (task, tasks.as_slice()) {
         (Some(task), _) if tasks.iter().any(|name| name == task) => task.to_string(),
         (Some(task), _) => bail!("Task \"{task}\" is not in allocation {id}; its tasks: {}", tasks.join(", ")),
         (None, [only]) => only.clone(),
         (None, _) => bail!("Allocation {id} runs several tasks ({}): name one", tasks.join(", ")),
+    })
+}
+
+/// Roughly how many bytes a line of log takes (Nomad's `bytesToLines`):
+/// `-n` lines are asked for as this many bytes each from the end.
+const BYTES_PER_LINE: u64 = 120;
+
+/// How `alloc logs` reads.
+#[derive(Clone, Copy, Debug)]
+pub struct LogsOptions {
+    /// stderr instead of stdout.
+    pub stderr: bool,
+    /// Keep streaming until the task is dead.
+    pub follow: bool,
+    /// From the end: the last `lines` lines (10 with `--tail` alone).
+    pub lines: Option<u64>,
+}
+
+/// `drover alloc logs [-f] [--stderr] [--tail] [-n N] ID [TASK]`: a task's
+/// log, read by the servers from the agent that runs it, streamed to
+/// stdout as it comes; with `-f` until the task is dead or the reader stops.
+pub async fn logs(api: &ApiClient, prefix: &str, task: Option<&str>, options: LogsOptions) -> Result<i32> {
+    use std::io::Write;
+
+    let alloc = find_alloc(api, prefix).await?;
+    let task = pick_task(&alloc, task)?;
+    let kind = if options.stderr { "stderr" } else { "stdout" };
+    let tail = match options.lines {
+        Some(lines) => format!("&origin=end&offset={}", lines * BYTES_PER_LINE),
+        None => String::new(),
     };
-    let node: Node = api.query(&format!("/v1/node/{}", alloc.stub.node_id)).await?;
-    let Some(agent) = node.attributes.get(crate::api::ADVERTISE_ATTRIBUTE).filter(|agent| !agent.is_empty()) else {
-        bail!("node {} does not advertise an HTTP listener for logs (is raw_exec enabled on it?)", node.name);
-    };
-    let kind = if stderr { "stderr" } else { "stdout" };
-    let path = format!("/v1/client/fs/logs/{id}?task={task}&type={kind}&plain=true&follow={follow}");
-    stream_to_stdout(agent, &path).await?;
+    let path = format!(
+        "/v1/client/fs/logs/{}?task={task}&type={kind}&follow={}{tail}",
+        alloc.stub.id, options.follow
+    );
+    let mut stream = api.stream(&path).await?.ok().await?;
+    let mut out = std::io::stdout();
+    let mut first = true;
+    while let Some(frame) = stream.next_frame().await? {
+        let mut data = frame.bytes().context("a frame's data is not base64")?;
+        // The first frame holds the tail asked for: its last lines only.
+        if first {
+            if let Some(lines) = options.lines {
+                data = last_lines(&data, lines);
+            }
+        }
+        first = false;
+        out.write_all(&data)?;
+        out.flush()?;
+    }
     Ok(0)
 }
 
-/// GETs `path` from the agent at `addr` (plain HTTP, as agents serve
-/// logs) and copies the body to stdout frame by frame.
-async fn stream_to_stdout(addr: &str, path: &str) -> Result<()> {
-    use std::io::Write;
-
-    use anyhow::Context;
-    use http_body_util::{BodyExt, Empty};
-    use hyper::body::Bytes;
-
-    let stream =
-        tokio::net::TcpStream::connect(addr).await.with_context(|| format!("connecting to the agent at {addr}"))?;
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
-    let driving = tokio::spawn(connection);
-    let request = hyper::Request::get(path).header("host", addr).body(Empty::<Bytes>::new())?;
-    let response = sender.send_request(request).await?;
-    let status = response.status();
-    let mut body = response.into_body();
-    if !status.is_success() {
-        let text = body.collect().await?.to_bytes();
-        bail!("the agent answered {status}: {}", String::from_utf8_lossy(&text).trim());
-    }
-    let mut out = std::io::stdout();
-    while let Some(frame) = body.frame().await {
-        if let Ok(data) = frame?.into_data() {
-            out.write_all(&data)?;
-            out.flush()?;
+/// The last `lines` lines of `data` (a last line without its newline counts).
+fn last_lines(data: &[u8], lines: u64) -> Vec<u8> {
+    let body = data.strip_suffix(b"\n").unwrap_or(data);
+    let mut start = body.len();
+    for _ in 0..lines {
+        match body[..start].iter().rposition(|byte| *byte == b'\n') {
+            Some(at) => start = at,
+            None => return data.to_vec(),
         }
     }
-    driving.abort();
-    Ok(())
+    data[start + 1..].to_vec()
+}
+
+/// `drover alloc fs [--stat] [-f] ID [PATH]`: a directory of the
+/// allocation listed, or a file printed (followed with `-f`), as Nomad's.
+pub async fn fs(api: &ApiClient, prefix: &str, path: Option<&str>, stat_only: bool, follow: bool) -> Result<i32> {
+    use std::io::Write;
+
+    let alloc = find_alloc(api, prefix).await?;
+    let id = &alloc.stub.id;
+    let path = path.unwrap_or("/");
+    let query = url_encode(path);
+    let file: AllocFileInfo = api.query(&format!("/v1/client/fs/stat/{id}?path={query}")).await?;
+    if stat_only || file.is_dir {
+        let files = match file.is_dir && !stat_only {
+            true => api.query(&format!("/v1/client/fs/ls/{id}?path={query}")).await?,
+            false => vec![file],
+        };
+        let rows: Vec<Vec<String>> = files
+            .iter()
+            .map(|file| {
+                let name = if file.is_dir { format!("{}/", file.name) } else { file.name.clone() };
+                vec![file.file_mode.clone(), file.size.to_string(), file.mod_time.clone(), name]
+            })
+            .collect();
+        print!("{}", table(&["Mode", "Size", "Modified Time", "Name"], &rows));
+        return Ok(0);
+    }
+    let mut out = std::io::stdout();
+    if follow {
+        let mut stream = api.stream(&format!("/v1/client/fs/stream/{id}?path={query}&follow=true")).await?.ok().await?;
+        while let Some(frame) = stream.next_frame().await? {
+            out.write_all(&frame.bytes().context("a frame's data is not base64")?)?;
+            out.flush()?;
+        }
+        return Ok(0);
+    }
+    let mut stream = api.stream(&format!("/v1/client/fs/cat/{id}?path={query}")).await?.ok().await?;
+    while let Some(data) = stream.next().await? {
+        out.write_all(&data)?;
+    }
+    out.flush()?;
+    Ok(0)
+}
+
+/// A path as a query value.
+fn url_encode(text: &str) -> String {
+    text.bytes()
+        .map(|byte| match byte {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => (byte as char).to_string(),
+            other => format!("%{other:02X}"),
+        })
+        .collect()
+}
+
+/// `drover alloc restart ID [TASK]`: the task, or every running task,
+/// restarted in place by its agent.
+pub async fn restart(api: &ApiClient, prefix: &str, task: Option<&str>) -> Result<i32> {
+    let alloc = find_alloc(api, prefix).await?;
+    let task = task.map(|task| pick_task(&alloc, Some(task))).transpose()?;
+    let body = AllocRestartRequest { task_name: task, all_tasks: None };
+    let _: GenericResponse =
+        api.write("PUT", &format!("/v1/client/allocation/{}/restart", alloc.stub.id), &body).await?;
+    Ok(0)
+}
+
+/// `drover alloc signal [-s SIGNAL] ID [TASK]`: the signal (SIGKILL by
+/// default, as Nomad's) to the task, or to every running task.
+pub async fn signal(api: &ApiClient, prefix: &str, task: Option<&str>, signal: &str) -> Result<i32> {
+    let alloc = find_alloc(api, prefix).await?;
+    let task = task.map(|task| pick_task(&alloc, Some(task))).transpose()?;
+    let body = AllocSignalRequest { task, signal: Some(signal.to_string()) };
+    let _: GenericResponse =
+        api.write("PUT", &format!("/v1/client/allocation/{}/signal", alloc.stub.id), &body).await?;
+    Ok(0)
+}
+
+/// `drover alloc stop [--detach] ID`: the allocation stopped, and its
+/// replacement (if the job asks for one) placed; the eval is monitored
+/// unless `--detach`.
+pub async fn stop(api: &ApiClient, prefix: &str, detach: bool) -> Result<i32> {
+    let alloc = find_alloc(api, prefix).await?;
+    let answer: AllocStopResponse =
+        api.write_empty("PUT", &format!("/v1/allocation/{}/stop", alloc.stub.id)).await?;
+    if detach {
+        println!("{}", answer.eval_id);
+        return Ok(0);
+    }
+    super::job::monitor(api, &answer.eval_id).await
 }
 
 #[derive(Debug, Subcommand)]
@@ -139,7 +257,8 @@ pub enum AllocCommand {
         #[arg(long)]
         json: bool,
     },
-    /// A task's stdout (or stderr), read from the agent that runs it.
+    /// A task's stdout (or stderr), read through the servers from the
+    /// agent that runs it.
     Logs {
         /// An allocation id or prefix.
         id: String,
@@ -151,6 +270,51 @@ pub enum AllocCommand {
         /// stderr instead of stdout.
         #[arg(long)]
         stderr: bool,
+        /// From the end: the last lines (10 unless `-n` says).
+        #[arg(long)]
+        tail: bool,
+        /// The last this many lines (implies `--tail`).
+        #[arg(short = 'n')]
+        lines: Option<u64>,
+    },
+    /// A directory of the allocation listed, or a file printed.
+    Fs {
+        /// An allocation id or prefix.
+        id: String,
+        /// A path in the allocation's directory (`/` by default).
+        path: Option<String>,
+        /// Show the file's information, not its content.
+        #[arg(long)]
+        stat: bool,
+        /// Keep printing what is appended to the file.
+        #[arg(short = 'f', long)]
+        follow: bool,
+    },
+    /// Restarts a task, or every running task, in place.
+    Restart {
+        /// An allocation id or prefix.
+        id: String,
+        /// The task (every running task when none is named).
+        task: Option<String>,
+    },
+    /// Sends a signal to a task, or to every running task.
+    Signal {
+        /// The signal (SIGKILL by default, as Nomad's).
+        #[arg(short = 's', long, default_value = "SIGKILL")]
+        signal: String,
+        /// An allocation id or prefix.
+        id: String,
+        /// The task (every running task when none is named).
+        task: Option<String>,
+    },
+    /// Stops the allocation; its job places a replacement if its count
+    /// asks for one.
+    Stop {
+        /// An allocation id or prefix.
+        id: String,
+        /// Print the eval's id instead of monitoring it.
+        #[arg(long)]
+        detach: bool,
     },
 }
 
@@ -159,9 +323,27 @@ pub fn command(command: AllocCommand, api: &ApiArgs) -> Result<(), Failure> {
     client_command(api, |client| async move {
         match command {
             AllocCommand::Status { id, json } => status(&client, &id, json).await,
-            AllocCommand::Logs { id, task, follow, stderr } => {
-                logs(&client, &id, task.as_deref(), stderr, follow).await
+            AllocCommand::Logs { id, task, follow, stderr, tail, lines } => {
+                let lines = lines.or(tail.then_some(10));
+                logs(&client, &id, task.as_deref(), LogsOptions { stderr, follow, lines }).await
             }
+            AllocCommand::Fs { id, path, stat, follow } => fs(&client, &id, path.as_deref(), stat, follow).await,
+            AllocCommand::Restart { id, task } => restart(&client, &id, task.as_deref()).await,
+            AllocCommand::Signal { signal: name, id, task } => signal(&client, &id, task.as_deref(), &name).await,
+            AllocCommand::Stop { id, detach } => stop(&client, &id, detach).await,
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tail_keeps_the_last_lines() {
+        assert_eq!(last_lines(b"a\nb\nc\n", 2), b"b\nc\n");
+        assert_eq!(last_lines(b"a\nb\nc", 2), b"b\nc");
+        assert_eq!(last_lines(b"a\nb\n", 5), b"a\nb\n");
+        assert_eq!(url_encode("/web/local/a b"), "/web/local/a%20b");
+    }
 }

@@ -79,7 +79,7 @@ pub enum Top {
         #[command(flatten)]
         api: ApiArgs,
     },
-    /// Allocations: status, logs.
+    /// Allocations: status, logs, fs, restart, signal, stop.
     Alloc {
         #[command(subcommand)]
         command: alloc::AllocCommand,

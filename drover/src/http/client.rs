@@ -97,8 +97,10 @@ fn route_error(error: RouteError) -> ApiError {
 pub fn agent_error(code: AgentErrorCode, message: String) -> ApiError {
     match code {
         AgentErrorCode::UnknownAlloc | AgentErrorCode::NotFound => ApiError::NotFound(message),
-        AgentErrorCode::Invalid | AgentErrorCode::WrongState => ApiError::BadRequest(message),
-        AgentErrorCode::Forbidden => ApiError::Forbidden,
+        // A secret path is bad input, not an ACL refusal: its reason says why.
+        AgentErrorCode::Invalid | AgentErrorCode::WrongState | AgentErrorCode::Forbidden => {
+            ApiError::BadRequest(message)
+        }
         AgentErrorCode::Internal => ApiError::Internal(message),
     }
 }
@@ -116,7 +118,8 @@ fn body_or_default<T: serde::de::DeserializeOwned + Default>(body: &Bytes) -> Re
 async fn restart(State(state): State<ApiState>, Path(id): Path<String>, body: Bytes) -> Result<Reply, ApiError> {
     let (alloc_id, node_id) = alloc_node(&state, &id)?;
     let request: AllocRestartRequest = body_or_default(&body)?;
-    let task = Some(request.task_name).filter(|task| !task.is_empty() && !request.all_tasks);
+    let all_tasks = request.all_tasks.unwrap_or(false);
+    let task = request.task_name.filter(|task| !task.is_empty() && !all_tasks);
     reply_of(&state, node_id, AgentCall::Restart { alloc_id, task }).await?;
     Ok(Reply::json(&GenericResponse::default(), false, None))
 }
@@ -125,8 +128,8 @@ async fn restart(State(state): State<ApiState>, Path(id): Path<String>, body: By
 async fn signal(State(state): State<ApiState>, Path(id): Path<String>, body: Bytes) -> Result<Reply, ApiError> {
     let (alloc_id, node_id) = alloc_node(&state, &id)?;
     let request: AllocSignalRequest = body_or_default(&body)?;
-    let signal = signal_name(&request.signal)?;
-    let task = Some(request.task).filter(|task| !task.is_empty());
+    let signal = signal_name(request.signal.as_deref().unwrap_or_default())?;
+    let task = request.task.filter(|task| !task.is_empty());
     reply_of(&state, node_id, AgentCall::Signal { alloc_id, task, signal }).await?;
     Ok(Reply::json(&GenericResponse::default(), false, None))
 }
