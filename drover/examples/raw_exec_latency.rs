@@ -118,7 +118,7 @@ async fn measure() -> Result<()> {
 
 fn spawn_agent(bin: &Path, dir: &Path, server: SocketAddr) -> Result<std::process::Child> {
     let tls = [dir.join("ca.pem"), dir.join("client.pem"), dir.join("client-key.pem")];
-    let mut command = agent::agent_command_of(bin, &server.to_string(), &tls, &dir.join("data"), "127.0.0.1:0");
+    let mut command = agent::agent_command_of(bin, &server.to_string(), &tls, &dir.join("data"));
     Ok(command.args(["--raw-exec", "--log-level", "warn"]).spawn()?)
 }
 

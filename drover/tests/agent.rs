@@ -298,26 +298,48 @@ fn a_bad_config_file_is_named_with_its_key_and_exits_2() {
     std::fs::remove_dir_all(&dir).expect("clean up");
 }
 
+/// The agent's own HTTP listener is gone: a `--http-addr` or
+/// `client.http_addr` someone still sets is not dropped silently, the log
+/// says it is ignored and what replaced it, and no port is opened.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_agent_that_cannot_bind_its_http_listener_says_so_and_exits_non_zero() {
-    let dir = temp_dir("agent-bind");
+async fn an_agent_told_to_serve_http_says_it_no_longer_does_and_where_logs_are() {
+    use std::io::BufRead;
+
+    let dir = temp_dir("agent-http-addr");
     let certs = common::Certs::create(&dir);
-    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("a port to hold");
-    let taken = taken.local_addr().expect("bound").to_string();
+    let config = dir.join("agent.toml");
+    std::fs::write(&config, "[client]\nhttp_addr = \"127.0.0.1:4646\"\n").expect("config");
     let files = ["drover-agent-ca.pem", "global-client-drover.pem", "global-client-drover-key.pem"]
         .map(|name| certs.file(name));
-    let child = common::agent_command("127.0.0.1:4647", &files, &dir.join("agent"), &taken)
-        .arg("--raw-exec")
+    let held = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+    let asked = held.local_addr().expect("bound").to_string();
+    drop(held);
+    let mut child = common::agent_command("127.0.0.1:9", &files, &dir.join("agent"))
+        .args(["--raw-exec", "--http-addr", &asked, "--config"])
+        .arg(&config)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("drover agent starts");
-    let output = bounded("the agent's exit", tokio::task::spawn_blocking(move || child.wait_with_output()))
-        .await
-        .expect("waiter")
-        .expect("exit status");
-    let log = String::from_utf8_lossy(&output.stderr);
-    assert!(!output.status.success(), "{log}");
-    assert!(log.contains("binding the agent's HTTP listener") && log.contains(&taken), "{log}");
+    let stderr = child.stderr.take().expect("piped");
+    let warnings = tokio::task::spawn_blocking(move || {
+        let mut seen = Vec::new();
+        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+            if line.contains("no longer serves HTTP") {
+                seen.push(line);
+                if seen.len() == 2 {
+                    break;
+                }
+            }
+        }
+        seen
+    });
+    let warnings = bounded("both warnings", warnings).await.expect("reader");
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(warnings.iter().any(|line| line.contains("--http-addr") && line.contains(&asked)), "{warnings:?}");
+    assert!(warnings.iter().any(|line| line.contains("client.http_addr")), "{warnings:?}");
+    assert!(warnings.iter().all(|line| line.contains("/v1/client/")), "names the replacement: {warnings:?}");
+    assert!(std::net::TcpListener::bind(&asked).is_ok(), "the agent opened no port there");
     std::fs::remove_dir_all(&dir).expect("clean up");
 }

@@ -336,7 +336,11 @@ async fn bad_requests_get_nomads_codes_and_write_nothing() {
     assert_eq!(api.get("/v1/job/nope?purge=maybe").await.expect("answer").status, 404);
     assert_eq!(send("DELETE", "/v1/job/nope?purge=maybe", "").await.status, 400);
     assert_eq!(send("PATCH", "/v1/job/x", "").await.status, 405);
-    assert_eq!(api.get("/v1/client/stats").await.expect("answer").status, 404, "never an empty 200");
+    let no_node = api.get("/v1/client/stats").await.expect("answer");
+    assert_eq!(no_node.status, 400, "never an empty 200: {}", no_node.body);
+    assert!(no_node.body.contains("node_id"), "{}", no_node.body);
+    let unknown_node = api.get("/v1/client/stats?node_id=00000000-0000-4000-8000-000000000000").await.expect("answer");
+    assert_eq!(unknown_node.status, 404, "{}", unknown_node.body);
     let acl_off = api.get("/v1/acl/tokens").await.expect("answer");
     assert_eq!((acl_off.status, acl_off.body.as_str()), (400, "ACL support disabled"));
     assert_eq!(send("POST", "/v1/acl/bootstrap", "").await.body, "ACL support disabled");
@@ -505,8 +509,9 @@ async fn token_for(management: &ApiClient, name: &str, rules: &str) -> String {
 }
 
 /// A rule for `default` is not escaped by naming another namespace (the
-/// query's or the job's), and an agent serves a task's logs only to a
-/// token with `read-logs` (namespace `write`), as the servers decide.
+/// query's or the job's), and the servers serve a task's logs (read by its
+/// agent over its connection) only to a token with `read-logs`
+/// (namespace `write`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn namespaces_other_than_default_are_refused_and_task_logs_need_read_logs() {
     transport::install_crypto_provider();
@@ -548,18 +553,17 @@ async fn namespaces_other_than_default_are_refused_and_task_logs_need_read_logs(
     let alloc = &allocs[0];
     let node = management.get(&format!("/v1/node/{}", alloc["NodeID"].as_str().expect("node"))).await.expect("node");
     let node = node.json().expect("node");
-    let agent_http = node["Attributes"]["unique.advertise.http"].as_str().expect("the agent's listener").to_string();
+    assert_eq!(node["HTTPAddr"], "", "the agent advertises no listener of its own: logs are the servers'");
     let logs_path = format!("/v1/client/fs/logs/{}?task=say&plain=true", alloc["ID"].as_str().expect("id"));
-    let at_agent =
-        |token: Option<String>| ApiClient::new(&format!("http://{agent_http}"), token, None).expect("client");
+    let at_server = |token: Option<String>| ApiClient::new(&address, token, None).expect("client");
 
-    let anonymous = at_agent(None).get(&logs_path).await.expect("answer");
+    let anonymous = at_server(None).get(&logs_path).await.expect("answer");
     assert_eq!((anonymous.status, anonymous.body.as_str()), (403, "Permission denied"));
-    let unknown = at_agent(Some("00000000-0000-4000-8000-000000000000".into())).get(&logs_path).await.expect("answer");
+    let unknown = at_server(Some("00000000-0000-4000-8000-000000000000".into())).get(&logs_path).await.expect("answer");
     assert_eq!((unknown.status, unknown.body.as_str()), (403, "ACL token not found"));
-    let read_only = at_agent(Some(reader_secret)).get(&logs_path).await.expect("answer");
+    let read_only = at_server(Some(reader_secret)).get(&logs_path).await.expect("answer");
     assert_eq!(read_only.status, 403, "read does not grant read-logs: {}", read_only.body);
-    let allowed = at_agent(Some(writer_secret)).get(&logs_path).await.expect("answer");
+    let allowed = at_server(Some(writer_secret)).get(&logs_path).await.expect("answer");
     assert_eq!((allowed.status, allowed.body.as_str()), (200, "hello from the task\n"));
 }
 

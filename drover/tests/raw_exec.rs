@@ -6,9 +6,10 @@
 //! real `drover agent` binary re-attaching after it was killed.
 //!
 //! Waits are on the server's state (woken by each write), bounded by a
-//! watchdog that only turns a hang into a failure. Two waits poll a file
-//! with a deadline, where nothing else tells: a task's child writing its
-//! pid, and the agent binary's HTTP port.
+//! watchdog that only turns a hang into a failure. Two waits poll the file
+//! system with a deadline, where nothing else tells: a task's child
+//! writing its pid, and a collected allocation's directories going. Logs
+//! are read through the server's API, which asks the agent.
 
 mod common;
 
@@ -22,7 +23,6 @@ use common::{bounded, server_options, temp_dir, until};
 use drover::client::agent::{Agent, AgentSettings, NoObserver, TaskSettings};
 use drover::client::drivers::isolation::Isolation;
 use drover::client::drivers::raw_exec::RawExec;
-use drover::client::fs::ClientFs;
 use drover::server::RunningServer;
 use engine::state::Snapshot;
 use engine::structs::{
@@ -33,11 +33,12 @@ use tokio::sync::watch;
 use transport::client::ClientEndpoints;
 use transport::tls::TlsMaterial;
 
-/// A server and an in-process agent with the real raw_exec driver.
+/// A server (with its HTTP API, which reaches the agent over the agent's
+/// connection) and an in-process agent with the real raw_exec driver.
 struct Cluster {
     server: RunningServer,
     data_dir: PathBuf,
-    http: SocketAddr,
+    api: drover::api::client::ApiClient,
     stop: watch::Sender<bool>,
     agent: tokio::task::JoinHandle<()>,
 }
@@ -58,21 +59,27 @@ async fn cluster(name: &str) -> Cluster {
 async fn cluster_keeping(name: &str, gc_max_allocs: usize) -> Cluster {
     transport::install_crypto_provider();
     let (_ca, server_tls, client_tls) = TlsMaterial::dev_pair().expect("dev material");
-    let server = RunningServer::start(server_options(0, &server_tls, Duration::from_secs(10))).expect("starts");
+    let mut options = server_options(0, &server_tls, Duration::from_secs(10));
+    options.http = Some(drover::server::HttpOptions {
+        bind: "127.0.0.1:0".parse().expect("addr"),
+        tls: false,
+        verify_clients: false,
+        name: "raw-exec-test".into(),
+        datacenter: "dc1".into(),
+        acl_enabled: false,
+        limits: drover::listener::HttpLimits::default(),
+    });
+    let server = RunningServer::start(options).expect("starts");
+    let http = server.http_addr().expect("the HTTP API is served");
+    let api = drover::api::client::ApiClient::new(&format!("http://{http}"), None, None).expect("client");
     let data_dir = temp_dir(name);
     let node = raw_exec_node(0x15);
     let (stop, stopped) = watch::channel(false);
-    let client_fs = ClientFs::new(data_dir.clone());
-    let limits = drover::listener::HttpLimits::default();
-    let (http, _listener) =
-        drover::client::fs::serve(client_fs.clone(), "127.0.0.1:0".parse().expect("addr"), limits, stopped.clone())
-            .expect("HTTP listener");
     let tasks = TaskSettings {
         driver: Arc::new(RawExec::new(Isolation::detect(), PathBuf::from(env!("CARGO_BIN_EXE_drover")))),
         data_dir: data_dir.clone(),
         gc_max_allocs,
         stop_tasks_on_shutdown: true,
-        client_fs: Some(client_fs),
     };
     let endpoints = Arc::new(ClientEndpoints::bind(1, &client_tls).expect("client endpoint"));
     let quic = endpoints.own_config().expect("config");
@@ -80,7 +87,7 @@ async fn cluster_keeping(name: &str, gc_max_allocs: usize) -> Cluster {
     settings.call_timeout = Duration::from_secs(5);
     let agent = Agent::new(node.clone(), settings, endpoints, quic, Arc::new(NoObserver)).with_tasks(tasks);
     let agent = tokio::spawn(async move { agent.run(stopped).await });
-    Cluster { server, data_dir, http, stop, agent }
+    Cluster { server, data_dir, api, stop, agent }
 }
 
 impl Cluster {
@@ -133,21 +140,10 @@ fn started_pid(state: &TaskState) -> i32 {
     started.details["pid"].parse().expect("a pid")
 }
 
-/// `GET path` on the agent's HTTP listener: status and body.
-async fn http_get(addr: SocketAddr, path: &str) -> (u16, Vec<u8>) {
-    use http_body_util::BodyExt;
-    let stream = tokio::net::TcpStream::connect(addr).await.expect("connects");
-    let (mut sender, connection) =
-        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.expect("handshake");
-    tokio::spawn(connection);
-    let request = hyper::Request::get(path)
-        .header("host", addr.to_string())
-        .body(http_body_util::Empty::<hyper::body::Bytes>::new())
-        .expect("request");
-    let response = sender.send_request(request).await.expect("answered");
-    let status = response.status().as_u16();
-    let body = response.into_body().collect().await.expect("body").to_bytes().to_vec();
-    (status, body)
+/// `GET path` on the server's API, which asks the agent: status and body.
+async fn http_get(cluster: &Cluster, path: &str) -> (u16, Vec<u8>) {
+    let answer = cluster.api.get(path).await.expect("answered");
+    (answer.status, answer.raw.to_vec())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -236,15 +232,15 @@ async fn a_batch_task_completes_and_its_logs_are_captured_and_rotated() {
     assert_eq!(std::fs::metadata(logs.join("task.stderr.1")).expect("kept").len(), 1 << 20);
     assert_eq!(std::fs::metadata(logs.join("task.stderr.2")).expect("kept").len(), (512 << 10) + 4);
 
-    // The agent serves them, as a Nomad client does.
+    // The servers serve them, read by the agent, as Nomad's do.
     let path = format!("/v1/client/fs/logs/{}?task=task&type=stderr&origin=end&offset=6&plain=true", done.id);
-    let (status, body) = http_get(cluster.http, &path).await;
+    let (status, body) = http_get(&cluster, &path).await;
     assert_eq!((status, body.as_slice()), (200, b"xxtail".as_slice()));
     let path = format!("/v1/client/fs/logs/{}?task=task&type=stdout", done.id);
-    let (status, body) = http_get(cluster.http, &path).await;
+    let (status, body) = http_get(&cluster, &path).await;
     let frame: serde_json::Value = serde_json::from_slice(&body).expect("a frame");
     assert_eq!((status, frame["File"].as_str()), (200, Some("alloc/logs/task.stdout.0")));
-    let (status, body) = http_get(cluster.http, &format!("/v1/client/fs/logs/{}?task=nope", done.id)).await;
+    let (status, body) = http_get(&cluster, &format!("/v1/client/fs/logs/{}?task=nope", done.id)).await;
     assert_eq!(status, 404, "{}", String::from_utf8_lossy(&body));
     cluster.shut_down().await;
 }
@@ -345,7 +341,7 @@ impl Drop for AgentChild {
 /// `dir`, and credentials in its environment that no task may inherit.
 fn spawn_agent(dir: &Path, server: SocketAddr) -> AgentChild {
     let files = ["ca.pem", "client.pem", "client-key.pem"].map(|name| dir.join(name));
-    let child = common::agent_command(&server.to_string(), &files, &dir.join("data"), "127.0.0.1:0")
+    let child = common::agent_command(&server.to_string(), &files, &dir.join("data"))
         .env("AWS_SECRET_ACCESS_KEY", "agent-secret")
         .env("VAULT_TOKEN", "agent-vault-token")
         .env("INHERITED_BY_TASKS", "harmless")
@@ -558,7 +554,7 @@ async fn a_finished_allocation_beyond_gc_max_allocs_loses_its_directories() {
         }
     })
     .await;
-    let (status, _) = http_get(cluster.http, &format!("/v1/client/fs/logs/{}?task=task", done.id)).await;
+    let (status, _) = http_get(&cluster, &format!("/v1/client/fs/logs/{}?task=task", done.id)).await;
     assert_eq!(status, 404, "its logs are gone with it");
     cluster.shut_down().await;
 }

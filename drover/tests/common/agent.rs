@@ -5,17 +5,10 @@
 use std::path::{Path, PathBuf};
 
 /// `<bin> agent` against `servers`, with the CA, certificate and key in
-/// `tls`, keeping its data in `data_dir` and its HTTP listener on
-/// `http_addr`.
-pub fn agent_command_of(
-    bin: &Path,
-    servers: &str,
-    tls: &[PathBuf; 3],
-    data_dir: &Path,
-    http_addr: &str,
-) -> std::process::Command {
+/// `tls`, keeping its data in `data_dir`.
+pub fn agent_command_of(bin: &Path, servers: &str, tls: &[PathBuf; 3], data_dir: &Path) -> std::process::Command {
     let mut command = std::process::Command::new(bin);
-    command.args(["agent", "--http-addr", http_addr, "--servers", servers]);
+    command.args(["agent", "--servers", servers]);
     for (flag, file) in ["--ca-file", "--cert-file", "--key-file"].into_iter().zip(tls) {
         command.arg(flag).arg(file);
     }

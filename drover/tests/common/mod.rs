@@ -69,10 +69,9 @@ pub fn drover() -> std::process::Command {
 }
 
 /// `drover agent` against `servers` with the CA, certificate and key
-/// files `tls`, keeping its data in `data_dir`, its HTTP listener on
-/// `http_addr` (`127.0.0.1:0`: a port it picks); more flags may follow.
-pub fn agent_command(servers: &str, tls: &[PathBuf; 3], data_dir: &Path, http_addr: &str) -> std::process::Command {
-    agent::agent_command_of(Path::new(env!("CARGO_BIN_EXE_drover")), servers, tls, data_dir, http_addr)
+/// files `tls`, keeping its data in `data_dir`; more flags may follow.
+pub fn agent_command(servers: &str, tls: &[PathBuf; 3], data_dir: &Path) -> std::process::Command {
+    agent::agent_command_of(Path::new(env!("CARGO_BIN_EXE_drover")), servers, tls, data_dir)
 }
 
 /// `drover agent --dev` (mock and raw_exec) against the `drover server
@@ -81,7 +80,7 @@ pub fn agent_command(servers: &str, tls: &[PathBuf; 3], data_dir: &Path, http_ad
 pub fn dev_agent(server_dir: &Path, rpc: &str, data_dir: &Path) -> std::process::Command {
     let tls = server_dir.join("dev-tls");
     let files = [tls.join("ca.pem"), tls.join("client.pem"), tls.join("client-key.pem")];
-    let mut command = agent_command(rpc, &files, data_dir, "127.0.0.1:0");
+    let mut command = agent_command(rpc, &files, data_dir);
     command.args(["--dev", "--log-level", "warn"]);
     command
 }
