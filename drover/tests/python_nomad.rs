@@ -1,6 +1,9 @@
 //! python-nomad 2.1.0, the real library from PyPI, against a real
-//! `drover server --dev` and a real `drover agent --dev` (mock driver), both
-//! the `drover` binary on loopback ports they pick. The library lives in a
+//! `drover server --dev` and a real `drover agent --dev` (mock and raw_exec
+//! drivers), both the `drover` binary on loopback ports they pick: jobs,
+//! evals, nodes and allocations, and the client endpoints (logs, files,
+//! stats, signal, restart, stop, gc) the server answers through the agent.
+//! The library lives in a
 //! virtual environment that `.ci/run` installs; the test installs it itself
 //! when it is missing (`pip install python-nomad==2.1.0`).
 

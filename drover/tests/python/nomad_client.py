@@ -2,7 +2,9 @@
 
 Run by drover/tests/python_nomad.rs, which starts both and sets NOMAD_ADDR.
 Waits use the API's blocking queries (a request that returns when the
-state changes), never sleeps.
+state changes) or read a followed log, never sleeps. The client endpoints
+(logs, files, stats, signal, restart, stop, gc) are the server's, which
+reaches the agent over the agent's own connection.
 """
 
 import os
@@ -101,4 +103,123 @@ wait_allocs(
     lambda allocs: all(a["DesiredStatus"] == "stop" and a["ClientStatus"] == "complete" for a in allocs),
     "stopped the allocations",
 )
-print("python-nomad 2.1.0: 11 checks passed")
+
+# The client endpoints, on a raw_exec task that answers SIGUSR1.
+TRAP = "trap 'echo got-usr1' USR1; echo started $$; while :; do sleep 1; done"
+TRAPPER = {
+    "Job": {
+        "ID": "pytrap",
+        "Type": "service",
+        "Datacenters": ["dc1"],
+        "TaskGroups": [
+            {
+                "Name": "g",
+                "Tasks": [
+                    {
+                        "Name": "t",
+                        "Driver": "raw_exec",
+                        "Config": {"command": "sh", "args": ["-c", TRAP]},
+                        "Resources": {"CPU": 100, "MemoryMB": 64},
+                    }
+                ],
+            }
+        ],
+    }
+}
+
+
+def wait_alloc(alloc_id, done, what):
+    """Blocking queries on one allocation until `done` holds."""
+    index = 0
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        answer = requests.get(
+            f"{ADDR}/v1/allocation/{alloc_id}",
+            params={"index": index, "wait": "5s"},
+            timeout=15,
+        )
+        answer.raise_for_status()
+        index = int(answer.headers["X-Nomad-Index"])
+        alloc = answer.json()
+        if done(alloc):
+            return alloc
+    sys.exit(f"never {what}")
+
+
+def last_pid(alloc):
+    events = (alloc.get("TaskStates") or {}).get("t", {}).get("Events") or []
+    started = [e for e in events if e["Type"] == "Started"]
+    return started[-1]["Details"]["pid"] if started else None
+
+
+n.jobs.register_job(TRAPPER)
+trapping = wait_allocs(
+    "pytrap",
+    lambda allocs: any(a["ClientStatus"] == "running" for a in allocs),
+    "ran the raw_exec task",
+)
+alloc_id = trapping[0]["ID"]
+first_pid = last_pid(wait_alloc(alloc_id, last_pid, "started the task"))
+node_id = trapping[0]["NodeID"]
+
+names = sorted(f["Name"] for f in n.client.ls.list_files(alloc_id, "/"))
+assert names == ["alloc", "t"], names
+stat = n.client.stat.stat_file(alloc_id, "alloc/logs/t.stdout.0")
+assert stat["Name"] == "t.stdout.0" and not stat["IsDir"], stat
+assert n.client.cat.read_file(alloc_id, "alloc/logs/t.stdout.0") == f"started {first_pid}\n"
+assert n.client.read_at.read_file_offset(alloc_id, 0, 7, "alloc/logs/t.stdout.0") == "started"
+assert n.client.stream_logs.stream(alloc_id, "t", "stdout", plain=True) == f"started {first_pid}\n"
+usage = n.client.allocation.read_allocation_stats(alloc_id)
+assert usage["Tasks"]["t"]["ResourceUsage"]["MemoryStats"]["RSS"] > 0, usage
+host = n.client.stats.read_stats(node_id)
+assert host["Memory"]["Total"] > 0 and host["CPU"], host
+
+try:
+    n.client.allocation.signal_allocation(alloc_id, "SIGNOPE")
+    sys.exit("a signal that does not exist must raise")
+except nomad.api.exceptions.BadRequestNomadException:
+    pass
+try:
+    n.client.ls.list_files("00000000-0000-4000-8000-000000000000", "/")
+    sys.exit("an unknown allocation must raise")
+except nomad.api.exceptions.URLNotFoundNomadException:
+    pass
+
+# A signal reaches the task: its followed log says so.
+followed = requests.get(
+    f"{ADDR}/v1/client/fs/logs/{alloc_id}",
+    params={"task": "t", "type": "stdout", "follow": "true", "plain": "true"},
+    stream=True,
+    timeout=60,
+)
+followed.raise_for_status()
+n.client.allocation.signal_allocation(alloc_id, "SIGUSR1", task="t")
+seen = ""
+for piece in followed.iter_content(chunk_size=None):
+    seen += piece.decode()
+    if "got-usr1" in seen:
+        break
+followed.close()
+assert "got-usr1" in seen, seen
+
+n.client.allocation.restart_allocation(alloc_id)
+restarted = wait_alloc(alloc_id, lambda a: last_pid(a) not in (None, first_pid), "restarted the task")
+assert restarted["TaskStates"]["t"]["Restarts"] == 1, restarted["TaskStates"]
+
+stopped = n.allocation.stop_allocation(alloc_id)
+assert stopped["EvalID"] and stopped["Index"] > 0, stopped
+wait_alloc(
+    alloc_id,
+    lambda a: a["DesiredStatus"] == "stop" and a["ClientStatus"] == "complete",
+    "stopped the allocation",
+)
+n.client.gc_allocation.garbage_collect(alloc_id)
+try:
+    n.client.ls.list_files(alloc_id, "/")
+    sys.exit("a collected allocation's files must be gone")
+except nomad.api.exceptions.URLNotFoundNomadException:
+    pass
+n.client.gc_all_allocations.garbage_collect(node_id)
+n.job.deregister_job("pytrap")
+
+print("python-nomad 2.1.0: 26 checks passed")
