@@ -3,9 +3,9 @@
 //! drivers), both the `drover` binary on loopback ports they pick: jobs,
 //! evals, nodes and allocations, and the client endpoints (logs, files,
 //! stats, signal, restart, stop, gc) the server answers through the agent.
-//! The library lives in a
-//! virtual environment that `.ci/run` installs; the test installs it itself
-//! when it is missing (`pip install python-nomad==2.1.0`).
+//! The library lives in a virtual environment that `.ci/run` installs; the
+//! test installs it itself when it is missing (`pip install
+//! python-nomad==2.1.0`).
 
 mod common;
 
