@@ -1,6 +1,7 @@
 //! The `drover` CLI (job run, status, stop; node, alloc and eval status;
-//! server members; the workers) against a real `drover dev` process: the
-//! output a user sees and the exit codes.
+//! alloc logs, fs, signal, restart and stop; server members; the workers)
+//! against a real `drover dev` process: the output a user sees and the
+//! exit codes.
 
 use std::io::BufRead;
 use std::process::{Child, Command, Output, Stdio};
@@ -122,7 +123,7 @@ fn the_cli_runs_a_job_and_shows_it_as_nomad_does() {
     assert_eq!(refused.status.code(), Some(1), "{error}");
     assert!(error.contains("web.hcl:6: task: block \"vault\" is not supported by Drover"), "{error}");
 
-    // A raw_exec task's output, read from the agent with `alloc logs`.
+    // A raw_exec task's output, read through the server with `alloc logs`.
     let batch = dir.join("hello.json");
     let job = r#"{"Job": {"ID": "hello", "Type": "batch", "Datacenters": ["dc1"],
         "TaskGroups": [{"Name": "hello", "Tasks": [{"Name": "say", "Driver": "raw_exec",
@@ -139,6 +140,50 @@ fn the_cli_runs_a_job_and_shows_it_as_nomad_does() {
     let wrong = drover(&http, &["alloc", "logs", &alloc, "nosuch"]);
     assert_eq!(wrong.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&wrong.stderr).contains("Task \"nosuch\" is not in allocation"));
+    let tail = drover(&http, &["alloc", "logs", "--tail", "-n", "1", &alloc]);
+    assert_eq!(stdout(&tail), "hello from drover\n", "{}", String::from_utf8_lossy(&tail.stderr));
+
+    // Its files, with `alloc fs`: a directory listed, a file printed.
+    let root = stdout(&drover(&http, &["alloc", "fs", &alloc]));
+    assert!(root.starts_with("Mode") && root.contains(" alloc/\n") && root.contains(" say/\n"), "{root}");
+    let file = drover(&http, &["alloc", "fs", &alloc, "alloc/logs/say.stdout.0"]);
+    assert_eq!(stdout(&file), "hello from drover\n", "{}", String::from_utf8_lossy(&file.stderr));
+    let stat = stdout(&drover(&http, &["alloc", "fs", "--stat", &alloc, "alloc/logs/say.stdout.0"]));
+    assert!(stat.contains("-rw") && stat.contains(" say.stdout.0\n"), "{stat}");
+    let escape = drover(&http, &["alloc", "fs", &alloc, "../../.."]);
+    assert_eq!(escape.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&escape.stderr).contains("escapes the allocation directory"));
+
+    // A service task that answers SIGUSR1: signalled, restarted and
+    // stopped with the CLI, its log followed by `alloc logs -f` meanwhile.
+    let trap = dir.join("trap.json");
+    let job = r#"{"Job": {"ID": "trap", "Type": "service", "Datacenters": ["dc1"],
+        "TaskGroups": [{"Name": "g", "Tasks": [{"Name": "t", "Driver": "raw_exec",
+        "Config": {"command": "/bin/sh", "args": ["-c", "trap 'echo got-usr1' USR1; echo started; while :; do sleep 1; done"]},
+        "Resources": {"CPU": 100, "MemoryMB": 64}}]}]}}"#;
+    std::fs::write(&trap, job).expect("job file");
+    let run = drover(&http, &["job", "run", trap.to_str().expect("path")]);
+    assert_eq!(run.status.code(), Some(0), "{}", stdout(&run));
+    let allocs = until_list(&http, "/v1/job/trap/allocations", |allocs| {
+        allocs.iter().any(|alloc| alloc["ClientStatus"] == "running")
+    });
+    let trapping = allocs[0]["ID"].as_str().expect("id").to_string();
+    let mut follow = Followed::start(&http, &["alloc", "logs", "-f", &trapping]);
+    follow.until("started");
+    let signal = drover(&http, &["alloc", "signal", "-s", "SIGUSR1", &trapping, "t"]);
+    assert_eq!(signal.status.code(), Some(0), "{}", String::from_utf8_lossy(&signal.stderr));
+    follow.until("got-usr1");
+    let bad = drover(&http, &["alloc", "signal", "-s", "SIGNOPE", &trapping]);
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("invalid signal"), "{}", String::from_utf8_lossy(&bad.stderr));
+    let restart = drover(&http, &["alloc", "restart", &trapping]);
+    assert_eq!(restart.status.code(), Some(0), "{}", String::from_utf8_lossy(&restart.stderr));
+    follow.until("started");
+    let stop = drover(&http, &["alloc", "stop", &trapping[..8]]);
+    assert!(stdout(&stop).contains("finished with status \"complete\""), "{}", stdout(&stop));
+    follow.ends();
+    let stopped = drover(&http, &["job", "stop", "trap"]);
+    assert_eq!(stopped.status.code(), Some(0), "{}", stdout(&stopped));
 
     let unknown = drover(&http, &["job", "status", "nope"]);
     assert_eq!(unknown.status.code(), Some(1));
@@ -154,6 +199,64 @@ fn the_cli_runs_a_job_and_shows_it_as_nomad_does() {
     let left: Vec<_> = std::fs::read_dir(&tmp).expect("tmp").map(|entry| entry.expect("entry").path()).collect();
     assert!(left.is_empty(), "drover dev left {left:?} behind");
     let _ = std::fs::remove_dir_all(&tmp);
+}
+
+/// A `drover` command whose output is read line by line as it comes.
+struct Followed {
+    child: Child,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl Followed {
+    fn start(address: &str, args: &[&str]) -> Followed {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_drover"))
+            .args(args)
+            .env("DROVER_ADDR", address)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("drover runs");
+        let stdout = child.stdout.take().expect("piped");
+        let (line_tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = line_tx.send(line);
+            }
+        });
+        Followed { child, lines }
+    }
+
+    /// Reads until a line is `wanted`; a hang fails after a bound.
+    fn until(&mut self, wanted: &str) {
+        loop {
+            match self.lines.recv_timeout(std::time::Duration::from_secs(90)) {
+                Ok(line) if line == wanted => return,
+                Ok(_) => {}
+                Err(error) => panic!("no line {wanted:?} came: {error}"),
+            }
+        }
+    }
+
+    /// Waits for the command to end by itself, successfully.
+    fn ends(mut self) {
+        use std::sync::mpsc::RecvTimeoutError;
+        loop {
+            match self.lines.recv_timeout(std::time::Duration::from_secs(90)) {
+                Ok(_) => {}
+                Err(RecvTimeoutError::Disconnected) => break,
+                Err(RecvTimeoutError::Timeout) => panic!("the command did not end"),
+            }
+        }
+        let status = self.child.wait().expect("waited for");
+        assert!(status.success(), "{status}");
+    }
+}
+
+impl Drop for Followed {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 /// The list at `path` once `holds` is true of it, woken by each write (a
