@@ -175,7 +175,11 @@ fn the_cli_runs_a_job_and_shows_it_as_nomad_does() {
     follow.until("got-usr1");
     let bad = drover(&http, &["alloc", "signal", "-s", "SIGNOPE", &trapping]);
     assert_eq!(bad.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&bad.stderr).contains("invalid signal"), "{}", String::from_utf8_lossy(&bad.stderr));
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("invalid signal"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
     let restart = drover(&http, &["alloc", "restart", &trapping]);
     assert_eq!(restart.status.code(), Some(0), "{}", String::from_utf8_lossy(&restart.stderr));
     follow.until("started");

@@ -247,9 +247,11 @@ async fn logs_files_restart_signal_and_stop_go_through_any_server_with_the_acl_c
         writer_3.query(&format!("/v1/client/fs/stat/{id}?path=alloc/logs/t.stdout.0")).await.expect("stat");
     assert_eq!((stat.name.as_str(), stat.is_dir), ("t.stdout.0", false));
     assert!(stat.size >= "started 1\n".len() as u64, "{stat:?}");
-    let (status, cat) = call(&writer_3, "GET", &format!("/v1/client/fs/cat/{id}?path=alloc/logs/t.stdout.0"), None).await;
+    let (status, cat) =
+        call(&writer_3, "GET", &format!("/v1/client/fs/cat/{id}?path=alloc/logs/t.stdout.0"), None).await;
     assert_eq!((status, cat.as_str()), (200, format!("started {first_pid}\n").as_str()));
-    let (status, body) = call(&writer_3, "GET", &format!("/v1/client/fs/cat/{id}?path=../../../etc/passwd"), None).await;
+    let (status, body) =
+        call(&writer_3, "GET", &format!("/v1/client/fs/cat/{id}?path=../../../etc/passwd"), None).await;
     assert_eq!(status, 400, "{body}");
     assert!(body.contains("escapes the allocation directory"), "{body}");
     let (status, body) = call(&writer_2, "GET", &format!("/v1/client/fs/ls/{id}?path=t/nowhere"), None).await;
@@ -306,7 +308,8 @@ async fn logs_files_restart_signal_and_stop_go_through_any_server_with_the_acl_c
     assert_eq!(status, 400, "a running allocation is not collected: {body}");
 
     // A node no server holds a connection to: no path to it.
-    let endpoints = transport::client::ClientEndpoints::bind(1, &certs.material("global-client-drover")).expect("endpoint");
+    let endpoints =
+        transport::client::ClientEndpoints::bind(1, &certs.material("global-client-drover")).expect("endpoint");
     let connection = bounded("a connection", endpoints.connect(members[2].rpc)).await.expect("connects");
     let mut ghost = common::mock_node(77);
     ghost.name = "ghost".into();
@@ -333,7 +336,9 @@ async fn logs_files_restart_signal_and_stop_go_through_any_server_with_the_acl_c
     .await;
     assert_eq!(eval["TriggeredBy"], "alloc-stop");
     until(&management, "/v1/job/trapper/allocations", "a replacement running", |allocs| {
-        allocs.as_array().is_some_and(|list| list.iter().any(|a| a["ID"] != id.as_str() && a["ClientStatus"] == "running"))
+        allocs
+            .as_array()
+            .is_some_and(|list| list.iter().any(|a| a["ID"] != id.as_str() && a["ClientStatus"] == "running"))
     })
     .await;
     // The followed log ends with the task.

@@ -13,7 +13,8 @@ use crate::clock::SharedClock;
 use crate::state::Writer;
 use crate::state::{Command, StateError};
 use crate::structs::{
-    AllocId, Allocation, ClientStatus, EvalId, Evaluation, Job, JobKey, JobValidationError, TriggerReason, MAX_GROUP_COUNT,
+    AllocId, Allocation, ClientStatus, EvalId, Evaluation, Job, JobKey, JobValidationError, TriggerReason,
+    MAX_GROUP_COUNT,
 };
 
 /// Why a job request was refused. Nothing was written.

@@ -18,7 +18,8 @@ use uuid::Uuid;
 use crate::frame::MAX_PAYLOAD;
 use crate::message::{
     AllocsPush, ClusterReport, HeartbeatRequest, IndexReply, Kind, Message, MessageError, NodeReply, Refusal,
-    RefusalCode, RegisterRequest, ReportRequest, ReportScope, SubmitJobRequest, UpdateAllocsRequest, WatchAllocsRequest,
+    RefusalCode, RegisterRequest, ReportRequest, ReportScope, SubmitJobRequest, UpdateAllocsRequest,
+    WatchAllocsRequest,
 };
 use crate::settings;
 use crate::stream::{codes, write_frame, FrameReader, StreamError};

@@ -299,7 +299,8 @@ async fn a_server_calls_an_agent_back_on_its_connection_and_reads_its_stream() {
                     AgentCall::HostGc => call.reply(&AgentReply::Done).await,
                     AgentCall::Read(_) => {
                         for n in 0..3u64 {
-                            let chunk = FileChunk { file: "f".into(), offset: (n + 1) * 1024, data: vec![7; MAX_CHUNK] };
+                            let chunk =
+                                FileChunk { file: "f".into(), offset: (n + 1) * 1024, data: vec![7; MAX_CHUNK] };
                             call.chunk(&chunk).await.expect("the caller reads");
                         }
                         call.finish();
@@ -314,7 +315,8 @@ async fn a_server_calls_an_agent_back_on_its_connection_and_reads_its_stream() {
         }
     });
 
-    let mut answer = setup.listener.call_agent(node.id, &request(AgentCall::HostGc)).await.expect("held").expect("call");
+    let mut answer =
+        setup.listener.call_agent(node.id, &request(AgentCall::HostGc)).await.expect("held").expect("call");
     assert_eq!(answer.first(WATCHDOG).await.expect("answered"), AgentFrame::Reply(AgentReply::Done));
 
     let read = ReadCall {
@@ -325,7 +327,8 @@ async fn a_server_calls_an_agent_back_on_its_connection_and_reads_its_stream() {
         limit: None,
         follow: false,
     };
-    let mut answer = setup.listener.call_agent(node.id, &request(AgentCall::Read(read))).await.expect("held").expect("call");
+    let mut answer =
+        setup.listener.call_agent(node.id, &request(AgentCall::Read(read))).await.expect("held").expect("call");
     let mut chunks = Vec::new();
     while let Some(frame) = bounded("a chunk", answer.next()).await.expect("a frame") {
         let AgentFrame::Chunk(chunk) = frame else { panic!("a chunk, not {frame:?}") };
@@ -342,7 +345,8 @@ async fn a_server_calls_an_agent_back_on_its_connection_and_reads_its_stream() {
         offset: 0,
         follow: true,
     };
-    let mut answer = setup.listener.call_agent(node.id, &request(AgentCall::Logs(logs))).await.expect("held").expect("call");
+    let mut answer =
+        setup.listener.call_agent(node.id, &request(AgentCall::Logs(logs))).await.expect("held").expect("call");
     let first = answer.first(WATCHDOG).await.expect("the stream starts");
     assert!(matches!(first, AgentFrame::Chunk(chunk) if chunk.data.is_empty()));
     drop(answer);

@@ -124,10 +124,7 @@ pub async fn logs(api: &ApiClient, prefix: &str, task: Option<&str>, options: Lo
         Some(lines) => format!("&origin=end&offset={}", lines * BYTES_PER_LINE),
         None => String::new(),
     };
-    let path = format!(
-        "/v1/client/fs/logs/{}?task={task}&type={kind}&follow={}{tail}",
-        alloc.stub.id, options.follow
-    );
+    let path = format!("/v1/client/fs/logs/{}?task={task}&type={kind}&follow={}{tail}", alloc.stub.id, options.follow);
     let mut stream = api.stream(&path).await?.ok().await?;
     let mut out = std::io::stdout();
     let mut first = true;
@@ -238,8 +235,7 @@ pub async fn signal(api: &ApiClient, prefix: &str, task: Option<&str>, signal: &
 /// unless `--detach`.
 pub async fn stop(api: &ApiClient, prefix: &str, detach: bool) -> Result<i32> {
     let alloc = find_alloc(api, prefix).await?;
-    let answer: AllocStopResponse =
-        api.write_empty("PUT", &format!("/v1/allocation/{}/stop", alloc.stub.id)).await?;
+    let answer: AllocStopResponse = api.write_empty("PUT", &format!("/v1/allocation/{}/stop", alloc.stub.id)).await?;
     if detach {
         println!("{}", answer.eval_id);
         return Ok(0);

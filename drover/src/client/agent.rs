@@ -256,7 +256,8 @@ impl Agent {
                 servers_reached: self.servers_reached.subscribe(),
             })
         });
-        let (ops, mut gc_requests) = ClientOps::new(&self.node, self.tasks.as_ref().map(|tasks| tasks.data_dir.clone()));
+        let (ops, mut gc_requests) =
+            ClientOps::new(&self.node, self.tasks.as_ref().map(|tasks| tasks.data_dir.clone()));
         let mut runtime = Runtime {
             agent: self,
             core: ClientState::new(self.client_config(), self.counters.clone()),

@@ -102,7 +102,7 @@ impl AllocControl {
     /// Restarts `task`, or every running task without one (as Nomad's
     /// `alloc restart`); answered once each was killed.
     pub async fn restart(&self, task: Option<&str>) -> Result<(), ControlError> {
-        self.each(task, |reply| TaskCommand::Restart(reply)).await
+        self.each(task, TaskCommand::Restart).await
     }
 
     /// Sends `signal` (named `name`) to `task`, or to every running task.

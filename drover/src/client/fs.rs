@@ -46,7 +46,9 @@ impl AllocFs {
             }
         }
         let found = std::fs::canonicalize(self.root.join(&relative)).map_err(|source| match source.kind() {
-            std::io::ErrorKind::NotFound => error(AgentErrorCode::NotFound, format!("no such file or directory: {path:?}")),
+            std::io::ErrorKind::NotFound => {
+                error(AgentErrorCode::NotFound, format!("no such file or directory: {path:?}"))
+            }
             _ => error(AgentErrorCode::Internal, format!("{path:?}: {source}")),
         })?;
         if !found.starts_with(&self.root) {

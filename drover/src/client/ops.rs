@@ -89,7 +89,9 @@ impl ClientOps {
         let tasks = alloc.job.group(&alloc.task_group).map(|group| group.tasks.as_slice()).unwrap_or_default();
         let dead = tasks
             .iter()
-            .map(|task| (task.name.clone(), states.get(&task.name).is_some_and(|state| state.state == TaskStatus::Dead)))
+            .map(|task| {
+                (task.name.clone(), states.get(&task.name).is_some_and(|state| state.state == TaskStatus::Dead))
+            })
             .collect();
         self.allocs.lock().entry(alloc.id).or_default().tasks = dead;
     }
@@ -123,8 +125,12 @@ impl ClientOps {
         let replied = match request.call {
             AgentCall::Logs(logs) => return self.stream_logs(call, logs).await,
             AgentCall::Read(read) => return self.stream_file(call, read).await,
-            AgentCall::List { alloc_id, path } => self.files(alloc_id).and_then(|fs| fs.list(&path)).map(AgentReply::Files),
-            AgentCall::Stat { alloc_id, path } => self.files(alloc_id).and_then(|fs| fs.stat(&path)).map(AgentReply::File),
+            AgentCall::List { alloc_id, path } => {
+                self.files(alloc_id).and_then(|fs| fs.list(&path)).map(AgentReply::Files)
+            }
+            AgentCall::Stat { alloc_id, path } => {
+                self.files(alloc_id).and_then(|fs| fs.stat(&path)).map(AgentReply::File)
+            }
             AgentCall::Restart { alloc_id, task } => {
                 let control = self.control(alloc_id);
                 match control {
@@ -229,7 +235,9 @@ impl ClientOps {
             let dead = self.task_dead(alloc_id, &task).unwrap_or(true);
             let data = match cursor.read_more(MAX_CHUNK) {
                 Ok(data) => data,
-                Err(source) => return call.fail(&error(AgentErrorCode::Internal, format!("reading the log: {source}"))).await,
+                Err(source) => {
+                    return call.fail(&error(AgentErrorCode::Internal, format!("reading the log: {source}"))).await
+                }
             };
             if !data.is_empty() || first {
                 first = false;
@@ -260,7 +268,9 @@ impl ClientOps {
         loop {
             let data = match cursor.read_more(MAX_CHUNK) {
                 Ok(data) => data,
-                Err(source) => return call.fail(&error(AgentErrorCode::Internal, format!("reading {path:?}: {source}"))).await,
+                Err(source) => {
+                    return call.fail(&error(AgentErrorCode::Internal, format!("reading {path:?}: {source}"))).await
+                }
             };
             if !data.is_empty() || first {
                 first = false;

@@ -71,7 +71,8 @@ pub async fn call_agent(
     node_id: NodeId,
     call: AgentCall,
 ) -> Result<(AgentFrame, AgentAnswer), ApiError> {
-    let listener = state.listener.clone().ok_or_else(|| ApiError::Internal("this server has no client listener".into()))?;
+    let listener =
+        state.listener.clone().ok_or_else(|| ApiError::Internal("this server has no client listener".into()))?;
     let route = AgentRoute::new(listener, state.peers.clone(), state.durable.clone());
     route.call(node_id, call).await.map_err(route_error)
 }

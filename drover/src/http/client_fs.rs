@@ -120,7 +120,11 @@ async fn read_at(
 
 /// `GET /v1/client/fs/stream/:alloc?path=&offset=&origin=&follow=`
 /// (`follow` is true unless it says otherwise, as in Nomad).
-async fn stream(State(state): State<ApiState>, Path(alloc): Path<String>, params: Params) -> Result<Response, ApiError> {
+async fn stream(
+    State(state): State<ApiState>,
+    Path(alloc): Path<String>,
+    params: Params,
+) -> Result<Response, ApiError> {
     let (alloc_id, node_id) = alloc_node(&state, &alloc)?;
     let path = required_path(&params)?;
     let follow = match params.get("follow") {

@@ -5,11 +5,11 @@
 use std::sync::{Arc, OnceLock};
 
 use axum::body::Body;
+use engine::structs::NodeId;
 use replication::Durable;
 use serde::{Deserialize, Serialize};
-use transport::peer::{PeerAnswer, PeerHandler, PeerRefusal, PeerSink, PeerStreaming};
-use engine::structs::NodeId;
 use transport::message::{AgentCallRequest, Message};
+use transport::peer::{PeerAnswer, PeerHandler, PeerRefusal, PeerSink, PeerStreaming};
 use transport::server::ClientListener;
 
 /// The kinds of server-to-server calls Drover makes besides raft's

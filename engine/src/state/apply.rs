@@ -9,8 +9,8 @@ use super::snapshot::{index_add, index_remove, Snapshot};
 use super::{Applied, CapacityChange, StateError};
 use crate::clock::Timestamp;
 use crate::structs::{
-    AclPolicy, AclToken, AllocId, Allocation, ClientStatus, DesiredStatus, EvalId, Evaluation, Job, JobKey, Node, NodeEligibility, NodeId,
-    NodeStatus, Resources, SchedulerConfiguration,
+    AclPolicy, AclToken, AllocId, Allocation, ClientStatus, DesiredStatus, EvalId, Evaluation, Job, JobKey, Node,
+    NodeEligibility, NodeId, NodeStatus, Resources, SchedulerConfiguration,
 };
 
 impl Snapshot {

@@ -146,8 +146,12 @@ pub fn run(args: DevArgs) -> Result<(), Failure> {
         };
         std::fs::create_dir_all(&data_dir).with_context(|| format!("creating {}", data_dir.display()))?;
         tracing::info!(data_dir = %data_dir.display(), "dev agent data dir (allocation directories and logs)");
-        let client_side =
-            ClientSide { data_dir, gc_max_allocs: 50, env_denylist: EnvDenylist::default(), stop_tasks_on_shutdown: true };
+        let client_side = ClientSide {
+            data_dir,
+            gc_max_allocs: 50,
+            env_denylist: EnvDenylist::default(),
+            stop_tasks_on_shutdown: true,
+        };
         let tasks = client_side.start(true)?;
         let mut agent = Agent::new(
             node,
