@@ -197,9 +197,8 @@ pub async fn run(
                 }
                 Some(command) = commands.recv() => match command {
                     TaskCommand::Signal(signal, name, reply) => {
-                        let event = TaskEvent::new(TaskEvent::SIGNALING, now(), format!("Task being sent signal {name}"))
-                            .with_detail("signal", name);
-                        state.push_event(event);
+                        let message = format!("Task being sent signal {name}");
+                        state.push_event(TaskEvent::new(TaskEvent::SIGNALING, now(), message).with_detail("signal", name));
                         running.signal(signal);
                         publish(&state, Some(running.state()));
                         let _ = reply.send(Ok(()));
