@@ -198,7 +198,8 @@ pub async fn run(
                 Some(command) = commands.recv() => match command {
                     TaskCommand::Signal(signal, name, reply) => {
                         let message = format!("Task being sent signal {name}");
-                        state.push_event(TaskEvent::new(TaskEvent::SIGNALING, now(), message).with_detail("signal", name));
+                        let event = TaskEvent::new(TaskEvent::SIGNALING, now(), message);
+                        state.push_event(event.with_detail("signal", name));
                         running.signal(signal);
                         publish(&state, Some(running.state()));
                         let _ = reply.send(Ok(()));
