@@ -19,7 +19,10 @@
 //! is read as it comes: the callee writes the status byte with the first
 //! bytes of the answer ([`PeerSink`]) and goes on writing until the answer
 //! ends or the caller stops reading. Flow control holds a callee that
-//! writes faster than the caller reads.
+//! writes faster than the caller reads. Streamed calls travel on a
+//! connection of their own to each peer, with small windows
+//! ([`STREAM_WINDOW`]): what a caller that stopped reading holds up stays
+//! small, and never fills the window of the connection raft's calls use.
 //!
 //! Connections are made lazily, one per peer address, and dropped when a
 //! call on them fails or times out, so the next call reconnects (a
@@ -48,6 +51,9 @@ pub const PEER_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// See [`PEER_IDLE_TIMEOUT`].
 pub const PEER_KEEP_ALIVE: Duration = Duration::from_secs(2);
+
+/// The receive window of one streamed call's answer (module docs).
+pub const STREAM_WINDOW: u32 = 256 * 1024;
 
 /// How long connecting to a peer may take.
 pub const PEER_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
@@ -176,12 +182,31 @@ pub struct Peers {
     endpoint: Endpoint,
     client: quinn::ClientConfig,
     connections: parking_lot::Mutex<HashMap<SocketAddr, Connection>>,
+    /// The config and connections of streamed calls (module docs).
+    stream_client: quinn::ClientConfig,
+    stream_connections: parking_lot::Mutex<HashMap<SocketAddr, Connection>>,
 }
 
 impl std::fmt::Debug for Peers {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Peers").field("addr", &self.endpoint.local_addr().ok()).finish_non_exhaustive()
     }
+}
+
+/// The transport of the connections streamed calls use: answers a caller
+/// holds up stay within [`STREAM_WINDOW`] each.
+fn stream_transport() -> Arc<TransportConfig> {
+    let mut config = TransportConfig::default();
+    config
+        .max_concurrent_bidi_streams(VarInt::from_u32(1024))
+        .max_concurrent_uni_streams(VarInt::from_u32(0))
+        .stream_receive_window(VarInt::from_u32(STREAM_WINDOW))
+        .receive_window(VarInt::from_u32(16 * 1024 * 1024))
+        .send_window(16 * 1024 * 1024)
+        .max_idle_timeout(Some(PEER_IDLE_TIMEOUT.try_into().expect("10 s is a valid idle timeout")))
+        .keep_alive_interval(Some(PEER_KEEP_ALIVE))
+        .datagram_receive_buffer_size(None);
+    Arc::new(config)
 }
 
 fn peer_transport() -> Arc<TransportConfig> {
@@ -213,7 +238,15 @@ impl Peers {
         let endpoint = Endpoint::server(server, addr).map_err(|source| PeerSetupError::Bind { addr, source })?;
         let mut client = quinn::ClientConfig::new(tls.peer_client_crypto()?);
         client.transport_config(peer_transport());
-        let peers = Arc::new(Peers { endpoint, client, connections: parking_lot::Mutex::new(HashMap::new()) });
+        let mut stream_client = quinn::ClientConfig::new(tls.peer_client_crypto()?);
+        stream_client.transport_config(stream_transport());
+        let peers = Arc::new(Peers {
+            endpoint,
+            client,
+            connections: parking_lot::Mutex::new(HashMap::new()),
+            stream_client,
+            stream_connections: parking_lot::Mutex::new(HashMap::new()),
+        });
         tokio::spawn(accept(peers.endpoint.clone(), handler));
         Ok(peers)
     }
@@ -266,7 +299,7 @@ impl Peers {
         request: &[u8],
         timeout: Duration,
     ) -> Result<RecvStream, PeerError> {
-        let connection = match tokio::time::timeout(timeout, self.connection(addr)).await {
+        let connection = match tokio::time::timeout(timeout, self.connection_of(Lane::Streams, addr)).await {
             Ok(connection) => connection?,
             Err(_) => return Err(PeerError::TimedOut { addr, after: timeout }),
         };
@@ -275,7 +308,7 @@ impl Peers {
         let (mut recv, status) = match opened {
             Ok(Ok(opened)) => opened,
             Ok(Err(error)) => {
-                self.forget(addr, &connection);
+                self.forget_of(Lane::Streams, addr, &connection);
                 return Err(failed(error.to_string()));
             }
             Err(_) => return Err(PeerError::TimedOut { addr, after: timeout }),
@@ -292,25 +325,44 @@ impl Peers {
 
     /// The open connection to `addr`, or a new one.
     async fn connection(&self, addr: SocketAddr) -> Result<Connection, PeerError> {
-        if let Some(connection) = self.connections.lock().get(&addr).filter(|open| open.close_reason().is_none()) {
+        self.connection_of(Lane::Calls, addr).await
+    }
+
+    /// The config and the connections of `lane`.
+    fn lane(&self, lane: Lane) -> (&quinn::ClientConfig, &parking_lot::Mutex<HashMap<SocketAddr, Connection>>) {
+        match lane {
+            Lane::Calls => (&self.client, &self.connections),
+            Lane::Streams => (&self.stream_client, &self.stream_connections),
+        }
+    }
+
+    /// The open connection of `lane` to `addr`, or a new one.
+    async fn connection_of(&self, lane: Lane, addr: SocketAddr) -> Result<Connection, PeerError> {
+        let (client, connections) = self.lane(lane);
+        if let Some(connection) = connections.lock().get(&addr).filter(|open| open.close_reason().is_none()) {
             return Ok(connection.clone());
         }
         let connect_error = |reason: String| PeerError::Connect { addr, reason };
         let connecting = self
             .endpoint
-            .connect_with(self.client.clone(), addr, SERVER_NAME)
+            .connect_with(client.clone(), addr, SERVER_NAME)
             .map_err(|error| connect_error(error.to_string()))?;
         let connection = tokio::time::timeout(PEER_CONNECT_TIMEOUT, connecting)
             .await
             .map_err(|_| connect_error(format!("no handshake within {PEER_CONNECT_TIMEOUT:?}")))?
             .map_err(|error| connect_error(error.to_string()))?;
-        self.connections.lock().insert(addr, connection.clone());
+        connections.lock().insert(addr, connection.clone());
         Ok(connection)
     }
 
     /// Drops `connection` to `addr` (if it is still the one kept).
     fn forget(&self, addr: SocketAddr, connection: &Connection) {
-        let mut connections = self.connections.lock();
+        self.forget_of(Lane::Calls, addr, connection);
+    }
+
+    /// Drops `connection` of `lane` to `addr` (if it is still the one kept).
+    fn forget_of(&self, lane: Lane, addr: SocketAddr, connection: &Connection) {
+        let mut connections = self.lane(lane).1.lock();
         if connections.get(&addr).is_some_and(|kept| kept.stable_id() == connection.stable_id()) {
             connections.remove(&addr);
         }
@@ -321,6 +373,15 @@ impl Peers {
     pub fn close(&self) {
         self.endpoint.close(crate::stream::codes::SHUTTING_DOWN, b"server shutting down");
     }
+}
+
+/// Which connections a call goes on (module docs).
+#[derive(Clone, Copy, Debug)]
+enum Lane {
+    /// Raft's and every other whole-answer call.
+    Calls,
+    /// Streamed calls.
+    Streams,
 }
 
 /// Why the endpoint could not start.

@@ -14,6 +14,10 @@ use std::path::{Component, Path, PathBuf};
 
 use transport::message::{AgentError, AgentErrorCode, FileInfo};
 
+/// The most entries a listing answers: a directory with more is refused
+/// rather than sent in a message of unbounded size.
+pub const MAX_LIST_ENTRIES: usize = 10_000;
+
 /// The files of one allocation.
 #[derive(Clone, Debug)]
 pub struct AllocFs {
@@ -76,6 +80,10 @@ impl AllocFs {
         let entries = std::fs::read_dir(&dir).map_err(|source| io_error(path, source))?;
         let mut files = Vec::new();
         for entry in entries {
+            if files.len() == MAX_LIST_ENTRIES {
+                let message = format!("{path:?} holds more than {MAX_LIST_ENTRIES} entries: list a directory below it");
+                return Err(error(AgentErrorCode::Invalid, message));
+            }
             let entry = entry.map_err(|source| io_error(path, source))?;
             // A symbolic link is listed as what it is, not followed.
             let meta = entry.path().symlink_metadata().map_err(|source| io_error(path, source))?;
