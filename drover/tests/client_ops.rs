@@ -322,6 +322,8 @@ async fn logs_files_restart_signal_and_stop_go_through_any_server_with_the_acl_c
     // Stop: alloc-lifecycle; a server write, its eval places a replacement.
     let stop = format!("/v1/allocation/{id}/stop");
     assert_eq!(call(&reader_3, "PUT", &stop, None).await.0, 403);
+    let kept: Value = management.query(&alloc_path).await.expect("the allocation");
+    assert_eq!(kept["DesiredStatus"], "run", "a refused stop stops nothing");
     let stopped: drover::api::allocations::AllocStopResponse =
         writer_3.write_empty("PUT", &stop).await.expect("stopped");
     assert!(!stopped.eval_id.is_empty() && stopped.index > 0, "{stopped:?}");
@@ -347,6 +349,8 @@ async fn logs_files_restart_signal_and_stop_go_through_any_server_with_the_acl_c
     // Garbage collection: submit-job for the allocation, node:write for the node.
     let gc = format!("/v1/client/allocation/{id}/gc");
     assert_eq!(call(&reader_2, "GET", &gc, None).await.0, 403);
+    let kept = call(&writer_3, "GET", &format!("/v1/client/fs/ls/{id}?path=/"), None).await;
+    assert_eq!(kept.0, 200, "a refused collection collects nothing: {}", kept.1);
     assert_eq!(call(&writer_2, "GET", &gc, None).await, (200, "null".to_string()));
     let (status, body) = call(&writer_3, "GET", &format!("/v1/client/fs/ls/{id}?path=/"), None).await;
     assert_eq!(status, 404, "its files went with it: {body}");
