@@ -222,6 +222,14 @@ async fn logs_files_restart_signal_and_stop_go_through_any_server_with_the_acl_c
     })
     .await;
     let id = allocs[0]["ID"].as_str().expect("alloc id").to_string();
+    // The first server holds the agent's connection (its watch brought the
+    // allocation), the others none: what they are asked goes through it.
+    for (n, member) in members.iter().enumerate() {
+        let metrics: Value = member.api(&certs, Some(&secret)).query("/v1/metrics").await.expect("metrics");
+        let gauges = metrics["Gauges"].as_array().expect("gauges");
+        let held = gauges.iter().find(|gauge| gauge["Name"] == "drover.quic.agent_connections").expect("the gauge");
+        assert_eq!(held["Value"], if n == 0 { 1.0 } else { 0.0 }, "server-{}", n + 1);
+    }
     let alloc_path = format!("/v1/allocation/{id}");
     let alloc = until(&management_3, &alloc_path, "the task started", |alloc| last_pid(alloc).is_some()).await;
     let first_pid = last_pid(&alloc).expect("a pid");

@@ -94,6 +94,7 @@ fn collect(state: &ApiState) -> Vec<Metric> {
     if let Some(listener) = &state.listener {
         let quic = listener.stats();
         all.push(metric("drover.quic.connections_open", Gauge, quic.connections_open as f64));
+        all.push(metric("drover.quic.agent_connections", Gauge, listener.agents().len() as f64));
         all.push(metric("drover.quic.connections_accepted", Counter, quic.connections_accepted as f64));
         all.push(metric("drover.quic.handshakes_refused", Counter, quic.handshakes_refused as f64));
         all.push(metric("drover.quic.calls", Counter, quic.calls as f64));
