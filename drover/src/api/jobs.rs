@@ -318,14 +318,14 @@ pub struct LogConfig {
 pub struct DisconnectStrategy {
     pub lost_after: u64,
     pub replace: bool,
-    /// Always `best_score`.
+    /// `best_score`, `keep_original`, `keep_replacement` or `longest_running`.
     pub reconcile: String,
-    /// Always `null`.
     pub stop_on_client_after: Option<u64>,
 }
 
 impl Task {
-    /// The task as the server answers it, with its group's restart policy.
+    /// The task as the server answers it, with the restart policy it runs
+    /// under (its own, else its group's).
     pub fn new(task: &engine::structs::Task, restart_policy: RestartPolicy) -> Task {
         Task {
             name: task.name.clone(),
@@ -361,7 +361,11 @@ impl TaskGroup {
                 .as_ref()
                 .map(|update| UpdateStrategy { stagger: None, max_parallel: u64::from(update.max_parallel) }),
             constraints: group.constraints.iter().map(Constraint::from).collect(),
-            tasks: group.tasks.iter().map(|task| Task::new(task, restart_policy.clone())).collect(),
+            tasks: group
+                .tasks
+                .iter()
+                .map(|task| Task::new(task, RestartPolicy::from(task.effective_restart_policy(group))))
+                .collect(),
             restart_policy,
             ephemeral_disk: EphemeralDisk {
                 size_mb: group.tasks.iter().map(|task| task.resources.disk_mb).sum(),
@@ -373,12 +377,14 @@ impl TaskGroup {
             networks: none_if_empty(&group.networks),
             stop_after_client_disconnect: group.stop_after_client_disconnect.map(nanos),
             max_client_disconnect: group.max_client_disconnect.map(nanos),
-            disconnect: group.max_client_disconnect.map(|lost_after| DisconnectStrategy {
-                lost_after: nanos(lost_after),
-                replace: group.replace_on_disconnect,
-                reconcile: "best_score".to_string(),
-                stop_on_client_after: None,
-            }),
+            disconnect: (group.max_client_disconnect.is_some() || group.stop_after_client_disconnect.is_some()).then(
+                || DisconnectStrategy {
+                    lost_after: group.max_client_disconnect.map_or(0, nanos),
+                    replace: group.replace_on_disconnect,
+                    reconcile: group.reconcile.as_str().to_string(),
+                    stop_on_client_after: group.stop_after_client_disconnect.map(nanos),
+                },
+            ),
             ..TaskGroup::default()
         }
     }

@@ -14,7 +14,9 @@ use std::collections::BTreeSet;
 use hashbrown::HashMap;
 use regex::Regex;
 
-use crate::structs::{version_matches, ComputedClass, Constraint, ConstraintOperand, Job, Node, TaskGroup};
+use crate::structs::{
+    set_contains, version_matches, ComputedClass, Constraint, ConstraintOperand, Job, Node, TaskGroup,
+};
 
 /// Why a node was filtered, for placement metrics.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -84,6 +86,10 @@ impl Prepared {
             ConstraintOperand::Version => left.is_some_and(|left| version_matches(&left, right)),
             ConstraintOperand::IsSet => left.is_some(),
             ConstraintOperand::IsNotSet => left.is_none(),
+            ConstraintOperand::SetContains | ConstraintOperand::SetContainsAll => {
+                left.is_some_and(|left| set_contains(&left, right, true))
+            }
+            ConstraintOperand::SetContainsAny => left.is_some_and(|left| set_contains(&left, right, false)),
             // Placement-dependent: checked by the stack.
             ConstraintOperand::DistinctHosts | ConstraintOperand::DistinctProperty => true,
         }
@@ -104,6 +110,9 @@ fn operand_text(operand: ConstraintOperand) -> &'static str {
         ConstraintOperand::IsNotSet => "is_not_set",
         ConstraintOperand::DistinctHosts => "distinct_hosts",
         ConstraintOperand::DistinctProperty => "distinct_property",
+        ConstraintOperand::SetContains => "set_contains",
+        ConstraintOperand::SetContainsAny => "set_contains_any",
+        ConstraintOperand::SetContainsAll => "set_contains_all",
     }
 }
 

@@ -237,6 +237,10 @@ pub struct Task {
     /// Task-level affinities; they count for the whole group's placement.
     #[serde(default)]
     pub affinities: Vec<Affinity>,
+    /// The task's own restart policy (Nomad's task `restart` block, its
+    /// fields laid over the group's); absent: the group's.
+    #[serde(default)]
+    pub restart_policy: Option<RestartPolicy>,
 }
 
 fn default_kill_timeout() -> Duration {
@@ -258,7 +262,13 @@ impl Task {
             kill_signal: None,
             logs: LogConfig::default(),
             affinities: Vec::new(),
+            restart_policy: None,
         }
+    }
+
+    /// The restart policy the client applies: the task's own, else its group's.
+    pub fn effective_restart_policy<'a>(&'a self, group: &'a TaskGroup) -> &'a RestartPolicy {
+        self.restart_policy.as_ref().unwrap_or(&group.restart_policy)
     }
 
     /// The signal that asks it to stop.
@@ -312,6 +322,55 @@ pub struct TaskGroup {
     /// keeps its slot until it reconnects or its window runs out.
     #[serde(default = "replace_on_disconnect_default")]
     pub replace_on_disconnect: bool,
+    /// Which allocation of a slot is kept when an `unknown` one reconnects
+    /// and its replacement runs (Nomad 1.8's `disconnect { reconcile }`).
+    #[serde(default)]
+    pub reconcile: ReconcileStrategy,
+}
+
+/// Which of two allocations of one slot is kept when the original comes
+/// back from a disconnect while its replacement runs (Nomad's
+/// `disconnect { reconcile }`). Either way, a replacement that runs a newer
+/// job version than the original wins.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReconcileStrategy {
+    /// The one placed on the better-scoring node (Nomad's default); the
+    /// original when the scores are equal.
+    #[default]
+    BestScore,
+    /// Always the original.
+    KeepOriginal,
+    /// Always the replacement.
+    KeepReplacement,
+    /// The one whose tasks have run longest (the earliest task start); the
+    /// original when neither has started or both started together.
+    LongestRunning,
+}
+
+impl ReconcileStrategy {
+    /// Every strategy by Nomad's name.
+    pub const ALL: [ReconcileStrategy; 4] = [
+        ReconcileStrategy::BestScore,
+        ReconcileStrategy::KeepOriginal,
+        ReconcileStrategy::KeepReplacement,
+        ReconcileStrategy::LongestRunning,
+    ];
+
+    /// Nomad's name (`best_score`, `keep_original`, `keep_replacement`, `longest_running`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReconcileStrategy::BestScore => "best_score",
+            ReconcileStrategy::KeepOriginal => "keep_original",
+            ReconcileStrategy::KeepReplacement => "keep_replacement",
+            ReconcileStrategy::LongestRunning => "longest_running",
+        }
+    }
+
+    /// The strategy of Nomad's name, if it is one.
+    pub fn parse(name: &str) -> Option<ReconcileStrategy> {
+        ReconcileStrategy::ALL.into_iter().find(|strategy| strategy.as_str() == name)
+    }
 }
 
 fn replace_on_disconnect_default() -> bool {
@@ -526,6 +585,11 @@ impl Job {
             policy.problems(&place, problems);
         }
         group.restart_policy.problems(&place, problems);
+        for task in &group.tasks {
+            if let Some(policy) = &task.restart_policy {
+                policy.problems(&format!("{place}, task {:?}", task.name), problems);
+            }
+        }
         for constraint in &group.constraints {
             constraint.problems(&place, problems);
         }
@@ -611,6 +675,7 @@ impl Job {
                 max_client_disconnect: None,
                 stop_after_client_disconnect: None,
                 replace_on_disconnect: true,
+                reconcile: ReconcileStrategy::default(),
             }],
             stop: false,
             version: 0,
