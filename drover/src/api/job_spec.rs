@@ -355,9 +355,6 @@ pub fn convert_job(api: JobSpec, query_namespace: Option<&str>) -> Result<Conver
     ignored.check(place, "Migrate", &api.migrate);
     ignored.check(place, "Payload", &api.payload);
     ignored.check(place, "AllAtOnce", &api.all_at_once.map(Value::Bool));
-    if api.meta.as_ref().is_some_and(|meta| !meta.is_empty()) {
-        ignored.warnings.push("Job.Meta is not implemented by Drover and was ignored".to_string());
-    }
     let constraints = convert_constraints(api.constraints.unwrap_or_default(), "job")?;
     let mut task_groups = Vec::new();
     for group in api.task_groups.unwrap_or_default() {
@@ -388,6 +385,7 @@ pub fn convert_job(api: JobSpec, query_namespace: Option<&str>) -> Result<Conver
         create_index: 0,
         modify_index: 0,
         job_modify_index: 0,
+        meta: api.meta.unwrap_or_default(),
     };
     Ok(Converted { job, warnings })
 }
@@ -448,6 +446,7 @@ fn convert_group(
         max_client_disconnect: lost_after.map(nanos).transpose()?,
         stop_after_client_disconnect: stop_after.map(nanos).transpose()?,
         replace_on_disconnect: disconnect.replace.unwrap_or(true),
+        meta: api.meta.unwrap_or_default(),
     })
 }
 
@@ -474,9 +473,6 @@ fn convert_task(
     ] {
         ignored.check(&place, field, value);
     }
-    if api.meta.as_ref().is_some_and(|meta| !meta.is_empty()) {
-        ignored.warnings.push(format!("{place}Meta is not implemented by Drover and was ignored"));
-    }
     let resources = api.resources.unwrap_or_default();
     ignored.check(&place, "Resources.Networks", &resources.networks);
     ignored.check(&place, "Resources.Devices", &resources.devices);
@@ -498,6 +494,7 @@ fn convert_task(
     task.affinities = convert_affinities(api.affinities.unwrap_or_default(), "task")?;
     task.config = config;
     task.env = api.env.unwrap_or_default();
+    task.meta = api.meta.unwrap_or_default();
     task.user = api.user.filter(|user| !user.is_empty());
     task.kill_signal = api.kill_signal.filter(|signal| !signal.is_empty());
     if let Some(timeout) = api.kill_timeout {
@@ -730,6 +727,22 @@ mod tests {
         assert!(warnings.is_empty(), "{warnings:?}");
         assert_eq!(group.networks[0].dynamic_ports[0].label.as_ref(), "db");
         assert_eq!(job.validate(), Ok(()));
+    }
+
+    #[test]
+    fn meta_is_kept_at_every_level_without_a_warning() {
+        let body = json!({"ID": "meta", "Datacenters": ["dc1"], "Meta": {"owner": "ops", "tier": "job"},
+            "TaskGroups": [{"Name": "g", "Meta": {"tier": "group"},
+                "Tasks": [{"Name": "t", "Driver": "mock", "Meta": {"where": "${node.datacenter}"}}]}]});
+        let Converted { job, warnings } =
+            convert_job(serde_json::from_value(body).expect("lenient"), None).expect("ok");
+        assert!(warnings.is_empty(), "{warnings:?}");
+        let meta = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs.iter().map(|(key, value)| (key.to_string(), value.to_string())).collect()
+        };
+        assert_eq!(job.meta, meta(&[("owner", "ops"), ("tier", "job")]));
+        assert_eq!(job.task_groups[0].meta, meta(&[("tier", "group")]));
+        assert_eq!(job.task_groups[0].tasks[0].meta, meta(&[("where", "${node.datacenter}")]), "left for the client");
     }
 
     #[test]
