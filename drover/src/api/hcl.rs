@@ -584,6 +584,27 @@ job "example" {
     }
 
     #[test]
+    fn meta_blocks_and_attributes_at_every_level_become_meta() {
+        let text = r#"
+job "m" {
+  meta { owner = "ops" }
+  group "g" {
+    meta = { "team-name" = "core" }
+    task "t" {
+      driver = "raw_exec"
+      meta { where = "${node.datacenter}" }
+    }
+  }
+}
+"#;
+        let json = job_json("m.hcl", text).expect("parses");
+        let job = &json["Job"];
+        assert_eq!(job["Meta"], json!({"owner": "ops"}));
+        assert_eq!(job["TaskGroups"][0]["Meta"], json!({"team-name": "core"}));
+        assert_eq!(job["TaskGroups"][0]["Tasks"][0]["Meta"], json!({"where": "${node.datacenter}"}));
+    }
+
+    #[test]
     fn what_drover_does_not_support_is_named_with_its_line() {
         let typo = EXAMPLE.replace("      kill_timeout = \"10s\"", "      vualt { policies = [\"x\"] }");
         let error = job_json("example.hcl", &typo).expect_err("refused");

@@ -524,9 +524,6 @@ pub fn convert_job(api: JobSpec, query_namespace: Option<&str>) -> Result<Conver
         ignored.unknown("Job.Reschedule.", &reschedule.other, &[]);
     }
     ignored.check(place, "AllAtOnce", &api.all_at_once.map(Value::Bool));
-    if api.meta.as_ref().is_some_and(|meta| !meta.is_empty()) {
-        ignored.warnings.push("Job.Meta is not implemented by Drover and was ignored".to_string());
-    }
     let constraints = convert_constraints(api.constraints.unwrap_or_default(), "job")?;
     let mut task_groups = Vec::new();
     for group in api.task_groups.unwrap_or_default() {
@@ -557,6 +554,7 @@ pub fn convert_job(api: JobSpec, query_namespace: Option<&str>) -> Result<Conver
         create_index: 0,
         modify_index: 0,
         job_modify_index: 0,
+        meta: api.meta.unwrap_or_default(),
     };
     Ok(Converted { job, warnings })
 }
@@ -656,6 +654,7 @@ fn convert_group(
         stop_after_client_disconnect: stop_after.map(nanos).transpose()?,
         replace_on_disconnect: disconnect.replace.unwrap_or(true),
         reconcile,
+        meta: api.meta.unwrap_or_default(),
     })
 }
 
@@ -698,9 +697,6 @@ fn convert_task(
         "Drover does not order a group's tasks yet (prestart, poststart and poststop hooks, sidecars), and \
          without it every task would start at once",
     )?;
-    if api.meta.as_ref().is_some_and(|meta| !meta.is_empty()) {
-        ignored.warnings.push(format!("{place}Meta is not implemented by Drover and was ignored"));
-    }
     let resources = api.resources.unwrap_or_default();
     ignored.check(&place, "Resources.Networks", &resources.networks);
     ignored.check(&place, "Resources.Devices", &resources.devices);
@@ -723,6 +719,7 @@ fn convert_task(
     task.affinities = convert_affinities(api.affinities.unwrap_or_default(), "task")?;
     task.config = config;
     task.env = api.env.unwrap_or_default();
+    task.meta = api.meta.unwrap_or_default();
     task.user = api.user.filter(|user| !user.is_empty());
     if let Some(restart) = &api.restart_policy {
         // The group's own (as a job read back carries it on every task) is no policy of the task's.
@@ -974,6 +971,22 @@ mod tests {
         );
         assert_eq!(group.networks[0].dynamic_ports[0].label.as_ref(), "db");
         assert_eq!(job.validate(), Ok(()));
+    }
+
+    #[test]
+    fn meta_is_kept_at_every_level_without_a_warning() {
+        let body = json!({"ID": "meta", "Datacenters": ["dc1"], "Meta": {"owner": "ops", "tier": "job"},
+            "TaskGroups": [{"Name": "g", "Meta": {"tier": "group"},
+                "Tasks": [{"Name": "t", "Driver": "mock", "Meta": {"where": "${node.datacenter}"}}]}]});
+        let Converted { job, warnings } =
+            convert_job(serde_json::from_value(body).expect("lenient"), None).expect("ok");
+        assert!(warnings.is_empty(), "{warnings:?}");
+        let meta = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs.iter().map(|(key, value)| (key.to_string(), value.to_string())).collect()
+        };
+        assert_eq!(job.meta, meta(&[("owner", "ops"), ("tier", "job")]));
+        assert_eq!(job.task_groups[0].meta, meta(&[("tier", "group")]));
+        assert_eq!(job.task_groups[0].tasks[0].meta, meta(&[("where", "${node.datacenter}")]), "left for the client");
     }
 
     #[test]

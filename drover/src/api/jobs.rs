@@ -228,6 +228,11 @@ pub fn none_if_empty<T, U: for<'a> From<&'a T>>(list: &[T]) -> Option<Vec<U>> {
     (!list.is_empty()).then(|| list.iter().map(U::from).collect())
 }
 
+/// `None` for empty meta, as Nomad answers a job, group or task without any.
+pub fn meta_or_none(meta: &BTreeMap<String, String>) -> Option<BTreeMap<String, String>> {
+    (!meta.is_empty()).then(|| meta.clone())
+}
+
 /// `RestartPolicy`: durations in nanoseconds.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, rename_all = "PascalCase")]
@@ -340,6 +345,7 @@ impl Task {
             kill_timeout: nanos(task.kill_timeout),
             log_config: LogConfig { max_files: task.logs.max_files, max_file_size_mb: task.logs.max_file_size_mb },
             kill_signal: task.kill_signal.clone().unwrap_or_default(),
+            meta: meta_or_none(&task.meta),
             ..Task::default()
         }
     }
@@ -385,6 +391,7 @@ impl TaskGroup {
                     stop_on_client_after: group.stop_after_client_disconnect.map(nanos),
                 },
             ),
+            meta: meta_or_none(&group.meta),
             ..TaskGroup::default()
         }
     }
