@@ -238,6 +238,9 @@ pub struct PortSpec {
     pub label: Option<String>,
     pub value: Option<i64>,
     pub to: Option<i64>,
+    /// The client's host network the port is on; `""` and `"default"`:
+    /// the node's own address.
+    pub host_network: Option<String>,
     /// Fields Drover does not know: warned of when set.
     #[serde(flatten)]
     pub other: BTreeMap<String, Value>,
@@ -852,10 +855,12 @@ fn convert_networks(networks: Vec<NetworkSpec>, place: &str) -> Result<Vec<Netwo
                     u16::try_from(value.unwrap_or(0))
                         .map_err(|_| JobSpecError(format!("{place}port {field} {value:?} is not a port number")))
                 };
+                let host_network = port.host_network.filter(|name| !name.is_empty() && name != "default");
                 Ok(Port {
                     label: Arc::from(port.label.unwrap_or_default().as_str()),
                     value: number(port.value, "Value")?,
                     to: number(port.to, "To")?,
+                    host_network: host_network.map(|name| Arc::from(name.as_str())),
                 })
             })
             .collect()

@@ -72,11 +72,18 @@ pub struct Port {
     pub value: u16,
     /// The port the task listens on (0: `value`).
     pub to: u16,
+    /// The client host network it is on (`default`: the node's address).
+    pub host_network: String,
 }
 
 impl From<&engine::structs::Port> for Port {
     fn from(port: &engine::structs::Port) -> Self {
-        Port { label: port.label.to_string(), value: port.value, to: port.to }
+        Port {
+            label: port.label.to_string(),
+            value: port.value,
+            to: port.to,
+            host_network: port.host_network.as_deref().unwrap_or("default").to_string(),
+        }
     }
 }
 
