@@ -480,7 +480,10 @@ mod tests {
         let client = &config.client;
         assert_eq!(client.network_interface.as_deref(), Some("eth0"));
         assert_eq!(client.cpu_total_compute, Some(4000));
-        assert_eq!((client.reserved.cpu, client.reserved.memory, client.reserved.disk), (Some(500), Some(256), Some(1024)));
+        assert_eq!(
+            (client.reserved.cpu, client.reserved.memory, client.reserved.disk),
+            (Some(500), Some(256), Some(1024))
+        );
         assert_eq!(client.reserved.reserved_ports.iter().collect::<Vec<_>>(), vec![22, 8000, 8001, 8002]);
         let mut names: Vec<&str> = client.host_network.0.iter().map(|network| network.name.as_str()).collect();
         names.sort_unstable();

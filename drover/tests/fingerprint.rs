@@ -171,7 +171,11 @@ async fn an_agent_advertises_its_fingerprint_and_the_scheduler_keeps_off_what_it
     transport::install_crypto_provider();
     let dir = temp_dir("fingerprint");
     let (_server, rpc, api) = dev_server(&dir).await;
-    let child = agent(&dir, rpc, &dev_client_files(&dir), AGENT_CONFIG).stdout(Stdio::null()).stderr(Stdio::inherit()).spawn().expect("starts");
+    let child = agent(&dir, rpc, &dev_client_files(&dir), AGENT_CONFIG)
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("starts");
     let _agent = Running { child, dir: Some(dir) };
 
     let nodes = until(&api, "/v1/nodes", "the node ready", |nodes| nodes[0]["Status"] == "ready").await;
@@ -211,13 +215,18 @@ async fn an_agent_advertises_its_fingerprint_and_the_scheduler_keeps_off_what_it
     assert_eq!(resources["Memory"]["MemoryMB"], memory_bytes / (1024 * 1024));
     assert!(resources["Disk"]["DiskMB"].as_u64().is_some_and(|mb| mb > 0), "{resources}");
     assert_eq!(resources["Networks"][0]["IP"], address.as_str());
-    assert_eq!((resources["MinDynamicPort"].as_u64(), resources["MaxDynamicPort"].as_u64()), (Some(20_000), Some(32_000)));
+    assert_eq!(
+        (resources["MinDynamicPort"].as_u64(), resources["MaxDynamicPort"].as_u64()),
+        (Some(20_000), Some(32_000))
+    );
     let aliases: Vec<(String, String)> = resources["NodeNetworks"]
         .as_array()
         .expect("node networks")
         .iter()
         .flat_map(|network| network["Addresses"].as_array().cloned().unwrap_or_default())
-        .map(|address| (address["Alias"].as_str().unwrap_or("").into(), address["Address"].as_str().unwrap_or("").into()))
+        .map(|address| {
+            (address["Alias"].as_str().unwrap_or("").into(), address["Address"].as_str().unwrap_or("").into())
+        })
         .collect();
     assert!(aliases.contains(&("default".into(), address.clone())), "{aliases:?}");
     assert!(aliases.contains(&("loopback".into(), "127.0.0.1".into())), "{aliases:?}");

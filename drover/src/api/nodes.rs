@@ -210,10 +210,14 @@ impl NodeResources {
             speed: 0,
             addresses,
         };
-        let mut node_networks = vec![interface(&network.device, vec![address("default", &network.ip, &network.reserved_ports)])];
+        let mut node_networks =
+            vec![interface(&network.device, vec![address("default", &network.ip, &network.reserved_ports)])];
         for (name, host_network) in &network.host_networks {
             let found = address(name, &host_network.ip, &host_network.reserved_ports);
-            match node_networks.iter_mut().find(|known| *known.device == *host_network.device && !known.device.is_empty()) {
+            match node_networks
+                .iter_mut()
+                .find(|known| *known.device == *host_network.device && !known.device.is_empty())
+            {
                 Some(known) => known.addresses.push(found),
                 None => node_networks.push(interface(&host_network.device, vec![found])),
             }

@@ -186,9 +186,37 @@ impl Fingerprint {
 
 /// Nomad's `os.signals` on Linux: the signals a task may be sent.
 const SIGNALS: [&str; 31] = [
-    "SIGABRT", "SIGALRM", "SIGBUS", "SIGCHLD", "SIGCONT", "SIGFPE", "SIGHUP", "SIGILL", "SIGINT", "SIGIO", "SIGIOT",
-    "SIGKILL", "SIGPIPE", "SIGPROF", "SIGPWR", "SIGQUIT", "SIGSEGV", "SIGSTKFLT", "SIGSTOP", "SIGSYS", "SIGTERM",
-    "SIGTRAP", "SIGTSTP", "SIGTTIN", "SIGTTOU", "SIGURG", "SIGUSR1", "SIGUSR2", "SIGVTALRM", "SIGWINCH", "SIGXCPU",
+    "SIGABRT",
+    "SIGALRM",
+    "SIGBUS",
+    "SIGCHLD",
+    "SIGCONT",
+    "SIGFPE",
+    "SIGHUP",
+    "SIGILL",
+    "SIGINT",
+    "SIGIO",
+    "SIGIOT",
+    "SIGKILL",
+    "SIGPIPE",
+    "SIGPROF",
+    "SIGPWR",
+    "SIGQUIT",
+    "SIGSEGV",
+    "SIGSTKFLT",
+    "SIGSTOP",
+    "SIGSYS",
+    "SIGTERM",
+    "SIGTRAP",
+    "SIGTSTP",
+    "SIGTTIN",
+    "SIGTTOU",
+    "SIGURG",
+    "SIGUSR1",
+    "SIGUSR2",
+    "SIGVTALRM",
+    "SIGWINCH",
+    "SIGXCPU",
 ];
 
 fn read(path: &str) -> Option<String> {
@@ -211,8 +239,8 @@ struct Storage {
 }
 
 fn storage(dir: &Path) -> Result<Storage, FingerprintError> {
-    let stat =
-        rustix::fs::statvfs(dir).map_err(|error| FingerprintError::Storage { dir: dir.to_path_buf(), source: error.into() })?;
+    let stat = rustix::fs::statvfs(dir)
+        .map_err(|error| FingerprintError::Storage { dir: dir.to_path_buf(), source: error.into() })?;
     Ok(Storage {
         bytes_total: stat.f_blocks.saturating_mul(stat.f_frsize),
         bytes_free: stat.f_bavail.saturating_mul(stat.f_frsize),
@@ -403,7 +431,7 @@ pub fn mount_source(mountinfo: &str, path: &Path) -> Option<String> {
             let (before, after) = line.split_once(" - ")?;
             let mount_point = unescape_octal(before.split_whitespace().nth(4)?);
             let source = unescape_octal(after.split_whitespace().nth(1)?);
-            path.starts_with(&mount_point).then(|| (mount_point.len(), source))
+            path.starts_with(&mount_point).then_some((mount_point.len(), source))
         })
         // The last of equally long mount points is the one on top.
         .fold(None, |best: Option<(usize, String)>, found| match &best {
@@ -419,7 +447,8 @@ fn unescape_octal(text: &str) -> String {
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
-        let escaped = bytes.get(i + 1..i + 4).filter(|digits| bytes[i] == b'\\' && digits.iter().all(u8::is_ascii_digit));
+        let escaped =
+            bytes.get(i + 1..i + 4).filter(|digits| bytes[i] == b'\\' && digits.iter().all(u8::is_ascii_digit));
         match escaped.and_then(|digits| u8::from_str_radix(std::str::from_utf8(digits).ok()?, 8).ok()) {
             Some(byte) => {
                 out.push(byte);
@@ -462,7 +491,8 @@ impl Cidr {
         let (address, prefix) = text.trim().split_once('/').unwrap_or((text.trim(), ""));
         let network: IpAddr = address.parse().map_err(|_| format!("{text:?} is not an address/prefix"))?;
         let max = if network.is_ipv4() { 32 } else { 128 };
-        let prefix = if prefix.is_empty() { max } else { prefix.parse::<u8>().map_err(|_| format!("{text:?}: bad prefix"))? };
+        let prefix =
+            if prefix.is_empty() { max } else { prefix.parse::<u8>().map_err(|_| format!("{text:?}: bad prefix"))? };
         if prefix > max {
             return Err(format!("{text:?}: a prefix of at most {max}"));
         }

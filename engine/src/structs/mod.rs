@@ -40,8 +40,7 @@ pub use job::{
 };
 pub use network::{
     port_env, AllocatedPort, HostNetwork, NetworkResource, NodeNetwork, Port, PortListError, PortSet,
-    DEFAULT_MAX_DYNAMIC_PORT,
-    DEFAULT_MIN_DYNAMIC_PORT, NOMAD_ENV_PREFIX,
+    DEFAULT_MAX_DYNAMIC_PORT, DEFAULT_MIN_DYNAMIC_PORT, NOMAD_ENV_PREFIX,
 };
 pub use node::{ComputedClass, Node, NodeEligibility, NodeStatus};
 pub use plan::{Plan, PlanResult};

@@ -297,7 +297,11 @@ impl PortSet {
         let mut ports = Vec::new();
         for entry in text.split(',').map(str::trim).filter(|entry| !entry.is_empty()) {
             let port = |part: &str| {
-                part.trim().parse::<u16>().ok().filter(|port| *port > 0).ok_or_else(|| PortListError::NotAPort(entry.to_string()))
+                part.trim()
+                    .parse::<u16>()
+                    .ok()
+                    .filter(|port| *port > 0)
+                    .ok_or_else(|| PortListError::NotAPort(entry.to_string()))
             };
             match entry.split_once('-') {
                 Some((low, high)) => {
@@ -426,7 +430,8 @@ mod tests {
     #[test]
     fn a_port_on_a_host_network_is_reached_at_its_address() {
         let mut network = NodeNetwork { ip: "10.0.0.5".into(), ..NodeNetwork::default() };
-        let public = HostNetwork { ip: "203.0.113.7".into(), device: "eth1".into(), reserved_ports: PortSet::default() };
+        let public =
+            HostNetwork { ip: "203.0.113.7".into(), device: "eth1".into(), reserved_ports: PortSet::default() };
         network.host_networks.insert("public".into(), public);
         assert_eq!(network.address_for(None).map(|ip| &**ip), Some("10.0.0.5"));
         assert_eq!(network.address_for(Some("public")).map(|ip| &**ip), Some("203.0.113.7"));

@@ -144,7 +144,8 @@ pub fn fingerprint(
     for network in &client.host_network.0 {
         let cidr = match &network.cidr {
             Some(text) => Some(
-                Cidr::parse(text).map_err(|error| config_error(&format!("client.host_network.{}.cidr", network.name), error))?,
+                Cidr::parse(text)
+                    .map_err(|error| config_error(&format!("client.host_network.{}.cidr", network.name), error))?,
             ),
             None => None,
         };
@@ -211,8 +212,7 @@ pub fn local_node(
         node.attributes.insert(format!("driver.{}", engine::structs::RAW_EXEC), "1".to_string());
     }
     let reserved = &client.reserved;
-    node.reserved =
-        Resources::new(reserved.cpu.unwrap_or(0), reserved.memory.unwrap_or(0), reserved.disk.unwrap_or(0));
+    node.reserved = Resources::new(reserved.cpu.unwrap_or(0), reserved.memory.unwrap_or(0), reserved.disk.unwrap_or(0));
     node.network = node_network(&client.reserved.reserved_ports, &client.host_network, fingerprint);
     node.meta = client.meta.clone().unwrap_or_default();
     node.meta.extend(args.meta.iter().cloned());
