@@ -133,21 +133,12 @@ impl Fingerprint {
             .iter()
             .filter_map(|spec| Some((spec.name.clone(), host_network_address(spec, &interfaces)?)))
             .collect();
-        let cpu = read("/proc/cpuinfo").map(|text| cpu_info(&text)).unwrap_or_default();
-        let max_khz = read("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq");
-        let cpu_mhz = max_khz.and_then(|text| mhz_of_khz(&text)).or(cpu.mhz.map(|mhz| mhz.round() as u64));
-        let cpu_cores = usable_cores();
-        let memory_bytes = read("/proc/meminfo").and_then(|text| mem_total_bytes(&text));
         let storage = storage(&settings.data_dir)?;
-        let uname = rustix::system::uname();
-        let text = |value: &std::ffi::CStr| value.to_string_lossy().into_owned();
+        let (cpu, cpu_cores, cpu_mhz) = host_cpu();
+        let memory_bytes = read("/proc/meminfo").and_then(|text| mem_total_bytes(&text));
         let mut attributes = BTreeMap::from([
             ("cpu.arch".to_string(), go_arch(std::env::consts::ARCH).to_string()),
             ("cpu.numcores".to_string(), cpu_cores.to_string()),
-            ("kernel.name".to_string(), text(uname.sysname()).to_lowercase()),
-            ("kernel.version".to_string(), text(uname.release())),
-            ("kernel.arch".to_string(), text(uname.machine())),
-            ("unique.hostname".to_string(), text(uname.nodename())),
             ("unique.network.ip-address".to_string(), address.ip.to_string()),
             ("unique.storage.bytestotal".to_string(), storage.bytes_total.to_string()),
             ("unique.storage.bytesfree".to_string(), storage.bytes_free.to_string()),
@@ -155,23 +146,19 @@ impl Fingerprint {
             ("drover.version".to_string(), env!("CARGO_PKG_VERSION").to_string()),
             ("os.signals".to_string(), SIGNALS.join(",")),
         ]);
-        let mut optional = |key: &str, value: Option<String>| {
+        let mounts = read("/proc/self/mountinfo");
+        let optional = [
+            ("cpu.frequency", cpu_mhz.map(|mhz| mhz.to_string())),
+            ("cpu.totalcompute", cpu_mhz.map(|mhz| (mhz * cpu_cores).to_string())),
+            ("cpu.modelname", cpu.model_name),
+            ("memory.totalbytes", memory_bytes.map(|bytes| bytes.to_string())),
+            ("unique.storage.volume", mounts.and_then(|text| mount_source(&text, &settings.data_dir))),
+        ];
+        for (key, value) in optional.into_iter().chain(system_attributes()) {
             if let Some(value) = value.filter(|value| !value.is_empty()) {
                 attributes.insert(key.to_string(), value);
             }
-        };
-        if let Some(mhz) = cpu_mhz {
-            optional("cpu.frequency", Some(mhz.to_string()));
-            optional("cpu.totalcompute", Some((mhz * cpu_cores).to_string()));
         }
-        optional("cpu.modelname", cpu.model_name);
-        optional("memory.totalbytes", memory_bytes.map(|bytes| bytes.to_string()));
-        let os = read("/etc/os-release").or_else(|| read("/usr/lib/os-release")).map(|text| os_release(&text));
-        let (os_name, os_version) = os.unwrap_or_default();
-        optional("os.name", os_name);
-        optional("os.version", os_version);
-        let mounts = read("/proc/self/mountinfo");
-        optional("unique.storage.volume", mounts.and_then(|text| mount_source(&text, &settings.data_dir)));
         Ok(Fingerprint {
             attributes,
             cpu_cores,
@@ -182,6 +169,31 @@ impl Fingerprint {
             host_networks,
         })
     }
+}
+
+/// The first processor's `/proc/cpuinfo`, the usable cores, and the
+/// frequency: the maximum cpufreq publishes, else the current one.
+fn host_cpu() -> (CpuInfo, u64, Option<u64>) {
+    let cpu = read("/proc/cpuinfo").map(|text| cpu_info(&text)).unwrap_or_default();
+    let max_khz = read("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq");
+    let mhz = max_khz.and_then(|text| mhz_of_khz(&text)).or(cpu.mhz.map(|mhz| mhz.round() as u64));
+    (cpu, usable_cores(), mhz)
+}
+
+/// The kernel's (`uname`) and the distribution's (`os-release`) attributes.
+fn system_attributes() -> [(&'static str, Option<String>); 6] {
+    let uname = rustix::system::uname();
+    let text = |value: &std::ffi::CStr| Some(value.to_string_lossy().into_owned());
+    let os = read("/etc/os-release").or_else(|| read("/usr/lib/os-release")).map(|text| os_release(&text));
+    let (os_name, os_version) = os.unwrap_or_default();
+    [
+        ("kernel.name", text(uname.sysname()).map(|name| name.to_lowercase())),
+        ("kernel.version", text(uname.release())),
+        ("kernel.arch", text(uname.machine())),
+        ("unique.hostname", text(uname.nodename())),
+        ("os.name", os_name),
+        ("os.version", os_version),
+    ]
 }
 
 /// Nomad's `os.signals` on Linux: the signals a task may be sent.
