@@ -605,7 +605,8 @@ job "example" {
         let mut request: super::super::job_spec::JobRegisterRequest = serde_json::from_value(json).expect("a job");
         let spec = request.job.take().expect("job");
         let converted = super::super::job_spec::convert_job(spec, None).expect("converts");
-        let warned: Vec<&String> = converted.warnings.iter().filter(|warning| warning.contains("HostNetwork")).collect();
+        let warned: Vec<&String> =
+            converted.warnings.iter().filter(|warning| warning.contains("HostNetwork")).collect();
         assert!(warned.is_empty(), "host_network is honoured, not warned of: {warned:?}");
         let network = &converted.job.task_groups[0].networks[0];
         assert_eq!(network.dynamic_ports[0].host_network.as_deref(), Some("public"));
