@@ -616,4 +616,21 @@ job "m" {
         let broken = job_json("broken.hcl", "job \"x\" {\n  group \"g\" {\n").expect_err("refused");
         assert!(broken.to_string().starts_with("broken.hcl:"), "{broken}");
     }
+
+    #[test]
+    fn a_port_s_host_network_reaches_the_job() {
+        let text = EXAMPLE.replace("port \"db\" {}", "port \"db\" { host_network = \"public\" }");
+        let json = job_json("example.hcl", &text).expect("parses");
+        let ports = &json["Job"]["TaskGroups"][0]["Networks"][0];
+        assert_eq!(ports["DynamicPorts"], json!([{"Label": "db", "HostNetwork": "public"}]));
+        let mut request: super::super::job_spec::JobRegisterRequest = serde_json::from_value(json).expect("a job");
+        let spec = request.job.take().expect("job");
+        let converted = super::super::job_spec::convert_job(spec, None).expect("converts");
+        let warned: Vec<&String> =
+            converted.warnings.iter().filter(|warning| warning.contains("HostNetwork")).collect();
+        assert!(warned.is_empty(), "host_network is honoured, not warned of: {warned:?}");
+        let network = &converted.job.task_groups[0].networks[0];
+        assert_eq!(network.dynamic_ports[0].host_network.as_deref(), Some("public"));
+        assert_eq!(network.reserved_ports[0].host_network, None, "no host_network: the node's address");
+    }
 }

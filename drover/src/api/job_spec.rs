@@ -238,6 +238,9 @@ pub struct PortSpec {
     pub label: Option<String>,
     pub value: Option<i64>,
     pub to: Option<i64>,
+    /// The client's host network the port is on; `""` and `"default"`:
+    /// the node's own address.
+    pub host_network: Option<String>,
     /// Fields Drover does not know: warned of when set.
     #[serde(flatten)]
     pub other: BTreeMap<String, Value>,
@@ -401,13 +404,15 @@ pub struct Converted {
     pub warnings: Vec<String>,
 }
 
-/// Whether a JSON value says anything: not null, not an empty list or map,
-/// not `false`, `0` or `""` (the zero values the CLI fills in).
+/// Whether a JSON value says anything: not null, not an empty list, not
+/// `false`, `0` or `""` (the zero values the CLI fills in). An object says
+/// something even when empty: Go's encoder writes an absent block as
+/// `null`, and a job file's `vault {}` asks for the block's defaults.
 fn is_set(value: &Option<Value>) -> bool {
     match value {
         None | Some(Value::Null) => false,
         Some(Value::Array(items)) => !items.is_empty(),
-        Some(Value::Object(fields)) => !fields.is_empty(),
+        Some(Value::Object(_)) => true,
         Some(Value::Bool(flag)) => *flag,
         Some(Value::String(text)) => !text.is_empty(),
         Some(Value::Number(number)) => number.as_f64() != Some(0.0),
@@ -849,10 +854,12 @@ fn convert_networks(networks: Vec<NetworkSpec>, place: &str) -> Result<Vec<Netwo
                     u16::try_from(value.unwrap_or(0))
                         .map_err(|_| JobSpecError(format!("{place}port {field} {value:?} is not a port number")))
                 };
+                let host_network = port.host_network.filter(|name| !name.is_empty() && name != "default");
                 Ok(Port {
                     label: Arc::from(port.label.unwrap_or_default().as_str()),
                     value: number(port.value, "Value")?,
                     to: number(port.to, "To")?,
+                    host_network: host_network.map(|name| Arc::from(name.as_str())),
                 })
             })
             .collect()

@@ -96,10 +96,19 @@ impl NetworkResource {
         let is_static =
             |label: &str| asked.is_some_and(|asked| asked.reserved_ports.iter().any(|p| &*p.label == label));
         let (reserved, dynamic): (Vec<_>, Vec<_>) = alloc.ports.iter().partition(|port| is_static(&port.label));
+        let host_network = |label: &str| {
+            let asked = asked?.reserved_ports.iter().chain(&asked?.dynamic_ports).find(|p| &*p.label == label)?;
+            asked.host_network.as_deref().map(str::to_string)
+        };
         let given = |ports: Vec<&engine::structs::AllocatedPort>| {
             ports
                 .into_iter()
-                .map(|port| Port { label: port.label.to_string(), value: port.value, to: port.to, ..Port::default() })
+                .map(|port| Port {
+                    label: port.label.to_string(),
+                    value: port.value,
+                    to: port.to,
+                    host_network: host_network(&port.label).unwrap_or_else(|| DEFAULT_HOST_NETWORK.to_string()),
+                })
                 .collect()
         };
         Some(NetworkResource {
@@ -122,8 +131,7 @@ pub struct Port {
     pub value: u16,
     /// The port the task listens on (0: `value`).
     pub to: u16,
-    /// The node's network the port is on: always `default`, Nomad's
-    /// name for the node's own address.
+    /// The client host network it is on (`default`: the node's address).
     pub host_network: String,
 }
 
@@ -138,7 +146,12 @@ pub const DEFAULT_HOST_NETWORK: &str = "default";
 
 impl From<&engine::structs::Port> for Port {
     fn from(port: &engine::structs::Port) -> Self {
-        Port { label: port.label.to_string(), value: port.value, to: port.to, ..Port::default() }
+        Port {
+            label: port.label.to_string(),
+            value: port.value,
+            to: port.to,
+            host_network: port.host_network.as_deref().unwrap_or(DEFAULT_HOST_NETWORK).to_string(),
+        }
     }
 }
 

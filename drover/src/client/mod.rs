@@ -13,12 +13,15 @@
 //!   a task's environment, its log files.
 //! - `fs.rs`: the agent's HTTP API for task logs and files.
 //! - `identity.rs`: the node's persistent id and secret.
+//! - `fingerprint.rs`: what the host is (address, CPU, memory, OS, kernel,
+//!   storage), read from the host as Nomad's attributes.
 //! - `drivers/`: the task drivers.
 
 pub mod agent;
 pub mod alloc_dir;
 pub mod alloc_runner;
 pub mod drivers;
+pub mod fingerprint;
 pub mod fs;
 pub mod identity;
 pub mod logs;

@@ -39,8 +39,8 @@ pub use job::{
     Task, TaskGroup, UpdateStrategy, DEFAULT_NAMESPACE, MAX_GROUP_COUNT,
 };
 pub use network::{
-    port_env, AllocatedPort, NetworkResource, NodeNetwork, Port, PortSet, DEFAULT_MAX_DYNAMIC_PORT,
-    DEFAULT_MIN_DYNAMIC_PORT, NOMAD_ENV_PREFIX,
+    port_env, AllocatedPort, HostNetwork, NetworkResource, NodeNetwork, Port, PortListError, PortSet,
+    DEFAULT_MAX_DYNAMIC_PORT, DEFAULT_MIN_DYNAMIC_PORT, NOMAD_ENV_PREFIX,
 };
 pub use node::{ComputedClass, Node, NodeEligibility, NodeStatus};
 pub use plan::{Plan, PlanResult};
