@@ -23,11 +23,16 @@
 //!
 //! [client]
 //! servers = ["10.0.0.5:4647"]
+//! name = "web-1"              # the node's name (default: the host name)
 //! datacenter = "dc1"
 //! node_class = ""
-//! cpu_mhz = 8000              # default: cores × 2000
+//! network_interface = "eth0"  # the node's address is this interface's first IPv4
+//!                             # (default: the default route's interface; `lo` with --dev)
+//! cpu_total_compute = 8000    # CPU in MHz (default: cores × MHz, read from the host);
+//!                             # `cpu_mhz` is the older name
 //! memory_mb = 16384           # default: the machine's memory
-//! disk_mb = 100000
+//! disk_mb = 100000            # default: what is free on the data dir's file system
+//! meta = { rack = "r1" }      # node metadata (`${meta.rack}`); --meta KEY=VALUE adds
 //! mock_driver = false         # offer the `mock` driver
 //! raw_exec = false            # offer the `raw_exec` driver (tasks as plain processes)
 //! gc_max_allocs = 50          # terminal allocations whose directories are kept
@@ -35,6 +40,18 @@
 //!     "VAULT_TOKEN", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
 //!     "GOOGLE_APPLICATION_CREDENTIALS"] # the default (Nomad's env.denylist): the agent's variables
 //!                             # raw_exec tasks never inherit; `PREFIX_*` denies a prefix; replaces the default
+//!
+//! [client.reserved]           # held back for the host itself: never given to allocations
+//! cpu = 500                   # MHz
+//! memory = 512                # MiB
+//! disk = 1024                 # MiB
+//! reserved_ports = "22,80,8000-8100" # Nomad's port list
+//! [client.host_network.public] # a named network ports may ask for
+//!                             # (`port "http" { host_network = "public" }`); also
+//!                             # written `[[client.host_network]]` with `name = "public"`
+//! cidr = "203.0.113.0/24"     # its address is the host's in this network,
+//! interface = "eth1"          # and/or this interface's (at least one of the two)
+//! reserved_ports = "22"       # held back on it (ports are held per node: on every address)
 //!
 //! [acl]
 //! enabled = true              # every HTTP API request needs a token (drover acl bootstrap)
@@ -55,6 +72,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use engine::structs::PortSet;
 use serde::Deserialize;
 
 /// Why a configuration could not be used. Exit code 2.
@@ -227,6 +245,115 @@ pub struct ClientSection {
     pub env_denylist: Option<Vec<String>>,
     /// Node metadata.
     pub meta: Option<BTreeMap<String, String>>,
+    /// The interface whose address is the node's.
+    pub network_interface: Option<String>,
+    /// CPU in MHz, instead of cores × the fingerprinted frequency.
+    pub cpu_total_compute: Option<u64>,
+    /// What the host keeps for itself.
+    #[serde(default)]
+    pub reserved: ReservedSection,
+    /// Named host networks.
+    #[serde(default)]
+    pub host_network: HostNetworks,
+}
+
+/// `[client.reserved]`: resources and ports never given to allocations.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReservedSection {
+    /// CPU in MHz.
+    pub cpu: Option<u64>,
+    /// Memory in MiB.
+    pub memory: Option<u64>,
+    /// Disk in MiB.
+    pub disk: Option<u64>,
+    /// Ports, as Nomad writes them (`"22,80,8000-8100"`).
+    #[serde(default, with = "port_list")]
+    pub reserved_ports: PortSet,
+}
+
+/// One `host_network`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostNetworkSection {
+    /// Its name (the table's name in the `[client.host_network.NAME]` form).
+    #[serde(default)]
+    pub name: String,
+    /// The network its address is in.
+    pub cidr: Option<String>,
+    /// The interface its address is on.
+    pub interface: Option<String>,
+    /// Ports held back on it.
+    #[serde(default, with = "port_list")]
+    pub reserved_ports: PortSet,
+}
+
+/// The `host_network` blocks, as an array of tables with names or as a
+/// table of tables by name.
+#[derive(Clone, Debug, Default)]
+pub struct HostNetworks(pub Vec<HostNetworkSection>);
+
+impl<'de> Deserialize<'de> for HostNetworks {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Blocks;
+        impl<'de> serde::de::Visitor<'de> for Blocks {
+            type Value = HostNetworks;
+
+            fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                formatter.write_str("[[client.host_network]] blocks with a name, or [client.host_network.NAME] tables")
+            }
+
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<HostNetworks, A::Error> {
+                let mut networks = Vec::new();
+                while let Some(network) = seq.next_element::<HostNetworkSection>()? {
+                    networks.push(network);
+                }
+                Ok(HostNetworks(networks))
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<HostNetworks, A::Error> {
+                let mut networks = Vec::new();
+                while let Some((name, mut network)) = map.next_entry::<String, HostNetworkSection>()? {
+                    if !network.name.is_empty() && network.name != name {
+                        return Err(serde::de::Error::custom(format!(
+                            "host network {name:?} names itself {:?}",
+                            network.name
+                        )));
+                    }
+                    network.name = name;
+                    networks.push(network);
+                }
+                Ok(HostNetworks(networks))
+            }
+        }
+        deserializer.deserialize_any(Blocks)
+    }
+}
+
+impl HostNetworks {
+    /// Why the blocks cannot be used, naming the key: a block without a
+    /// name, a name twice, `default` (the node's own address), or one with
+    /// nowhere to look.
+    pub fn problem(&self) -> Option<ConfigError> {
+        let mut seen = std::collections::BTreeSet::new();
+        let problem = |key: String, message: &str| Some(ConfigError::Value { key, message: message.to_string() });
+        for network in &self.0 {
+            let key = format!("client.host_network.{}", network.name);
+            if network.name.is_empty() {
+                return problem("client.host_network.name".to_string(), "every host network needs a name");
+            }
+            if network.name == "default" {
+                return problem(key, "\"default\" is the node's own address; name the network otherwise");
+            }
+            if !seen.insert(network.name.as_str()) {
+                return problem(key, "is configured twice");
+            }
+            if network.cidr.is_none() && network.interface.is_none() {
+                return problem(key, "needs a cidr or an interface to find its address");
+            }
+        }
+        None
+    }
 }
 
 /// `[tls]`.
@@ -295,6 +422,17 @@ fn key_at(text: &str, offset: usize) -> String {
     }
 }
 
+/// Port lists written as Nomad writes them (`"22,80,8000-8100"`).
+mod port_list {
+    use engine::structs::PortSet;
+    use serde::{Deserialize, Deserializer};
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<PortSet, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        PortSet::parse_list(&text).map_err(|error| serde::de::Error::custom(format!("bad port list: {error}")))
+    }
+}
+
 /// Durations written as text (`"10s"`, `"1m30s"`).
 mod duration_text {
     use std::time::Duration;
@@ -330,6 +468,55 @@ mod tests {
         let text = "[server]\nwrokers = 2\n";
         let shown = FileConfig::parse(text, Path::new("a.toml")).expect_err("typo").to_string();
         assert!(shown.contains("server.wrokers") && shown.contains("unknown field"), "{shown}");
+    }
+
+    #[test]
+    fn the_client_section_reads_nomad_s_node_settings() {
+        let text = "[client]\nnetwork_interface = \"eth0\"\ncpu_total_compute = 4000\nmeta = { rack = \"r1\" }\n\
+            [client.reserved]\ncpu = 500\nmemory = 256\ndisk = 1024\nreserved_ports = \"22,8000-8002\"\n\
+            [client.host_network.public]\ncidr = \"203.0.113.0/24\"\nreserved_ports = \"80\"\n\
+            [client.host_network.private]\ninterface = \"eth1\"\n";
+        let config = FileConfig::parse(text, Path::new("a.toml")).expect("valid");
+        let client = &config.client;
+        assert_eq!(client.network_interface.as_deref(), Some("eth0"));
+        assert_eq!(client.cpu_total_compute, Some(4000));
+        assert_eq!(
+            (client.reserved.cpu, client.reserved.memory, client.reserved.disk),
+            (Some(500), Some(256), Some(1024))
+        );
+        assert_eq!(client.reserved.reserved_ports.iter().collect::<Vec<_>>(), vec![22, 8000, 8001, 8002]);
+        let mut names: Vec<&str> = client.host_network.0.iter().map(|network| network.name.as_str()).collect();
+        names.sort_unstable();
+        assert_eq!(names, vec!["private", "public"]);
+        let public = client.host_network.0.iter().find(|network| network.name == "public").expect("public");
+        assert_eq!(public.reserved_ports.iter().collect::<Vec<_>>(), vec![80]);
+        assert_eq!(public.cidr.as_deref(), Some("203.0.113.0/24"));
+        assert!(client.host_network.problem().is_none());
+
+        let blocks = "[[client.host_network]]\nname = \"public\"\ninterface = \"eth1\"\n";
+        let config = FileConfig::parse(blocks, Path::new("a.toml")).expect("the array form");
+        assert_eq!(config.client.host_network.0[0].interface.as_deref(), Some("eth1"));
+    }
+
+    #[test]
+    fn a_bad_port_list_or_host_network_names_its_key() {
+        let text = "[client.reserved]\nreserved_ports = \"22,9000-8000\"\n";
+        let shown = FileConfig::parse(text, Path::new("a.toml")).expect_err("backwards").to_string();
+        assert!(shown.starts_with("a.toml:2:"), "{shown}");
+        assert!(shown.contains("client.reserved.reserved_ports") && shown.contains("ends before it starts"), "{shown}");
+        let text = "[client.host_network.public]\nreserved_ports = \"http\"\n";
+        let shown = FileConfig::parse(text, Path::new("a.toml")).expect_err("not a port").to_string();
+        assert!(shown.contains("reserved_ports") && shown.contains("\"http\" is not a port number"), "{shown}");
+        let nowhere = "[client.host_network.public]\nreserved_ports = \"22\"\n";
+        let config = FileConfig::parse(nowhere, Path::new("a.toml")).expect("parses");
+        let problem = config.client.host_network.problem().expect("nowhere to look").to_string();
+        assert!(problem.starts_with("client.host_network.public: needs a cidr or an interface"), "{problem}");
+        let default = "[client.host_network.default]\ninterface = \"eth0\"\n";
+        let config = FileConfig::parse(default, Path::new("a.toml")).expect("parses");
+        assert!(config.client.host_network.problem().expect("reserved name").to_string().contains("\"default\""));
+        let unnamed = "[[client.host_network]]\ninterface = \"eth0\"\n";
+        let config = FileConfig::parse(unnamed, Path::new("a.toml")).expect("parses");
+        assert!(config.client.host_network.problem().expect("no name").to_string().contains("needs a name"));
     }
 
     #[test]

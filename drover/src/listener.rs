@@ -1,5 +1,5 @@
-//! The HTTP listener the server's API and the client agent's file and log
-//! API both run on: TLS when configured, a connection cap per client
+//! The HTTP listener the server's API runs on (agents serve none): TLS
+//! when configured, a connection cap per client
 //! address, handshake and idle timeouts, and an accept loop that backs off
 //! instead of spinning when the process runs out of file descriptors.
 

@@ -116,12 +116,22 @@ fn the_cli_runs_a_job_and_shows_it_as_nomad_does() {
     let run = drover(&http, &["job", "run", hcl.to_str().expect("path")]);
     assert_eq!(run.status.code(), Some(0), "{}", stdout(&run));
     assert!(stdout(&run).contains("finished with status \"complete\""));
+    // A block of Nomad's that Drover lacks is a warning; one Nomad lacks too is refused, named with its line.
     std::fs::write(&hcl, spec.replace("      driver = \"mock\"", "      driver = \"mock\"\n      vault {}"))
+        .expect("hcl");
+    let warned = drover(&http, &["job", "run", "--detach", hcl.to_str().expect("path")]);
+    assert_eq!(warned.status.code(), Some(0), "{}", String::from_utf8_lossy(&warned.stderr));
+    let printed = stdout(&warned);
+    assert!(
+        printed.contains("Job Warnings:") && printed.contains("Task \"server\": Vault is not implemented"),
+        "{printed}"
+    );
+    std::fs::write(&hcl, spec.replace("      driver = \"mock\"", "      driver = \"mock\"\n      vualt {}"))
         .expect("hcl");
     let refused = drover(&http, &["job", "run", hcl.to_str().expect("path")]);
     let error = String::from_utf8_lossy(&refused.stderr);
     assert_eq!(refused.status.code(), Some(1), "{error}");
-    assert!(error.contains("web.hcl:6: task: block \"vault\" is not supported by Drover"), "{error}");
+    assert!(error.contains("web.hcl:6: task: block \"vualt\" is not supported by Drover"), "{error}");
 
     // A raw_exec task's output, read through the server with `alloc logs`.
     let batch = dir.join("hello.json");

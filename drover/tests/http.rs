@@ -321,6 +321,26 @@ async fn bad_requests_get_nomads_codes_and_write_nothing() {
     }
     let mismatch = api.request("PUT", "/v1/job/other", Some(&cli_job("web", 1))).await.expect("answer");
     assert_eq!((mismatch.status, mismatch.body.as_str()), (400, "Job ID does not match name"));
+    // A job id that ends in a sub-path reaches that sub-path's handler and
+    // is never registered; every sub-path Drover lacks says so, naming it.
+    let probe = api.request("PUT", "/v1/job/probe/plan", Some(&cli_job("probe/plan", 1))).await.expect("answer");
+    assert_eq!(probe.status, 501, "{}", probe.body);
+    assert!(probe.body.contains("/v1/job/<id>/plan is not implemented") && probe.body.contains("\"probe\""));
+    for suffix in ["plan", "dispatch", "revert", "stable", "versions", "submission", "periodic/force", "actions"] {
+        let path = format!("/v1/job/web/{suffix}");
+        let answer = api.send("PUT", &path, hyper::body::Bytes::from("{}")).await.expect("answer");
+        assert_eq!(answer.status, 501, "{path}: {}", answer.body);
+        assert!(answer.body.contains(&format!("/{suffix} is not implemented")), "{path}: {}", answer.body);
+    }
+    for listed in ["/v1/job/web/deployments", "/v1/job/web/services"] {
+        assert_eq!(api.get(listed).await.expect("answer").json().expect("json"), json!([]), "{listed}");
+    }
+    let mut cron = cli_job("cron", 1);
+    cron["Job"]["Type"] = json!("batch");
+    cron["Job"]["Periodic"] = json!({"Spec": "*/5 * * * *", "SpecType": "cron", "Enabled": true});
+    let refused = api.request("PUT", "/v1/jobs", Some(&cron)).await.expect("answer");
+    assert_eq!(refused.status, 400, "{}", refused.body);
+    assert!(refused.body.contains("Job.Periodic is refused"), "{}", refused.body);
     let huge = format!("{{\"Job\": {{\"ID\": \"{}\"}}}}", "x".repeat(5 * 1024 * 1024));
     assert_eq!(api.send("PUT", "/v1/jobs", huge.into()).await.expect("answer").status, 413);
 
@@ -625,6 +645,11 @@ async fn every_answer_reads_into_its_api_struct_and_back() {
     round_trip::<Vec<jobs::JobListStub>>("jobs", &get("/v1/jobs".into()).await);
     let web: jobs::Job = round_trip("job", &get("/v1/job/web".into()).await);
     assert!(web.task_groups[0].networks.is_some() && web.affinities.is_some() && web.spreads.is_some());
+    // A job read back and submitted again (as python users do) carries the
+    // fields the servers set; none is news to warn of.
+    let again = api.request("PUT", "/v1/job/web", Some(&json!({"Job": web}))).await.expect("register again");
+    let again: jobs::JobRegisterResponse = round_trip("register again", &again);
+    assert_eq!(again.warnings, "", "a read-back job is no news");
     round_trip::<jobs::JobSummary>("summary", &get("/v1/job/web/summary".into()).await);
     round_trip::<jobs::JobScaleStatusResponse>("scale status", &get("/v1/job/web/scale".into()).await);
     round_trip::<()>("deployment", &get("/v1/job/web/deployment".into()).await);

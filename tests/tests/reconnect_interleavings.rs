@@ -36,7 +36,8 @@ use std::time::Duration;
 
 use engine::node::endpoint::NodeError;
 use engine::structs::{
-    AllocId, ClientStatus, Constraint, ConstraintOperand, DesiredStatus, Job, JobType, NodeId, NodeStatus, Resources,
+    AllocId, ClientStatus, Constraint, ConstraintOperand, DesiredStatus, Job, JobType, NodeId, NodeStatus,
+    ReconcileStrategy, Resources,
 };
 use tests::{live_allocs, running_allocs, Cluster};
 
@@ -63,6 +64,10 @@ enum Setup {
 fn web() -> Job {
     let mut job = Job::new_simple("web", JobType::Service, 1, Resources::new(3_000, 256, 0));
     job.task_groups[0].max_client_disconnect = Some(WINDOW);
+    // The orders are what is under test, not which of a slot's two
+    // allocations the strategy prefers (the reconciler's tests cover each):
+    // under the default, best_score, a replacement on a roomier node wins.
+    job.task_groups[0].reconcile = ReconcileStrategy::KeepOriginal;
     job
 }
 

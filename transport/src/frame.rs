@@ -9,8 +9,10 @@
 /// The bytes every frame starts with.
 pub const MAGIC: [u8; 3] = *b"DRV";
 /// The protocol version this build speaks. 2: the refusal for a stopped
-/// log, the report's scope and audit.
-pub const VERSION: u8 = 2;
+/// log, the report's scope and audit. 3: jobs and allocations carry what
+/// issue 24 added (meta, task restart policies, reconcile strategies, port
+/// host networks, placement scores).
+pub const VERSION: u8 = 3;
 /// Bytes before the payload.
 pub const HEADER_LEN: usize = 3 + 1 + 1 + 8 + 4;
 /// The largest payload a peer may send (8 MiB).

@@ -9,7 +9,7 @@ use serde_json::Value;
 use super::evaluations::AllocationMetric;
 use super::format::rfc3339_or_none;
 use super::jobs::Job;
-use super::resources::{CpuResources, MemoryResources, PortMapping, Resources};
+use super::resources::{CpuResources, MemoryResources, NetworkResource, PortMapping, Resources};
 use super::{id_or_empty, word};
 
 /// An allocation in lists (`AllocationListStub`).
@@ -140,15 +140,17 @@ pub struct RescheduleEvent {
     pub delay: u64,
 }
 
-/// `Allocation.SharedResources`: the group's disk.
+/// `Allocation.SharedResources` (Nomad 1.0's older view): the group's
+/// disk, and the network it was given.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 #[allow(missing_docs)]
 pub struct SharedResources {
     #[serde(rename = "DiskMB")]
     pub disk_mb: u64,
+    /// `null` when the allocation holds no port.
     #[serde(rename = "Networks")]
-    pub networks: Option<Value>,
+    pub networks: Option<Vec<NetworkResource>>,
 }
 
 /// `AllocatedResources`: per task, and what the group shares.
@@ -177,8 +179,11 @@ pub struct AllocatedTaskResources {
 #[serde(default)]
 #[allow(missing_docs)]
 pub struct AllocatedSharedResources {
+    /// The network the allocation was given: one, with the node's address
+    /// and its ports (what `nomad alloc status` prints as its addresses);
+    /// `null` when it holds no port.
     #[serde(rename = "Networks")]
-    pub networks: Option<Value>,
+    pub networks: Option<Vec<NetworkResource>>,
     #[serde(rename = "DiskMB")]
     pub disk_mb: u64,
     /// The host ports it holds.
@@ -264,11 +269,12 @@ impl Allocation {
     /// The full allocation: its stub, and `job`, its job as answered.
     pub fn new(alloc: &engine::structs::Allocation, stub: AllocationListStub, job: Job) -> Allocation {
         let tasks = alloc.job.group(&alloc.task_group).map(|group| group.tasks.as_slice()).unwrap_or_default();
+        let networks = NetworkResource::allocated(alloc).map(|network| vec![network]);
         Allocation {
             stub,
             job,
-            resources: Resources::from(alloc.resources),
-            shared_resources: SharedResources { disk_mb: alloc.resources.disk_mb, networks: None },
+            resources: Resources { networks: networks.clone(), ..Resources::from(alloc.resources) },
+            shared_resources: SharedResources { disk_mb: alloc.resources.disk_mb, networks: networks.clone() },
             task_resources: tasks.iter().map(|task| (task.name.clone(), Resources::from(task.resources))).collect(),
             allocated_resources: AllocatedResources {
                 tasks: tasks
@@ -285,7 +291,7 @@ impl Allocation {
                     .collect(),
                 task_lifecycles: None,
                 shared: AllocatedSharedResources {
-                    networks: None,
+                    networks,
                     disk_mb: alloc.resources.disk_mb,
                     ports: alloc.ports.iter().map(PortMapping::from).collect(),
                 },

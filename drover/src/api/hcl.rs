@@ -4,8 +4,12 @@
 //! register the same job. Runtime interpolations (`${attr.kernel.name}`,
 //! `${meta.rack}`, `${NOMAD_ALLOC_ID}`) stay text for the servers and
 //! clients to fill in, as Nomad's parser leaves them. A block or attribute
-//! Drover does not support, and any HCL expression beyond literals
-//! (variables, functions), is an error naming its line.
+//! of Nomad's that Drover does not implement yet ([`NOT_IMPLEMENTED`]) is
+//! carried into the JSON under Nomad's name, so `job_spec` warns of it (or
+//! refuses the job, where ignoring it would change what runs) exactly as
+//! for a JSON job. Anything Nomad does not have either, and any HCL
+//! expression beyond literals (variables, functions), is an error naming
+//! its line.
 
 use hcl_edit::structure::{Block, BlockLabel, Body, Structure};
 use hcl_edit::Span;
@@ -39,6 +43,43 @@ pub fn job_json(file: &str, text: &str) -> Result<Value, HclError> {
     }
     Ok(json!({ "Job": reader.job(job)? }))
 }
+
+/// Nomad's blocks and attributes Drover does not implement yet, by level:
+/// `(level, HCL name, JSON name, a block that may repeat)`. Their contents
+/// are kept as free-form maps: `job_spec` only needs to see them set.
+pub const NOT_IMPLEMENTED: &[(&str, &str, &str, bool)] = &[
+    ("job", "periodic", "Periodic", false),
+    ("job", "parameterized", "ParameterizedJob", false),
+    ("job", "multiregion", "Multiregion", false),
+    ("job", "migrate", "Migrate", false),
+    ("job", "ui", "UI", false),
+    ("job", "node_pool", "NodePool", false),
+    ("group", "service", "Services", true),
+    ("group", "volume", "Volumes", true),
+    ("group", "scaling", "Scaling", false),
+    ("group", "migrate", "Migrate", false),
+    ("group", "consul", "Consul", false),
+    ("group", "shutdown_delay", "ShutdownDelay", false),
+    ("group", "prevent_reschedule_on_lost", "PreventRescheduleOnLost", false),
+    ("task", "service", "Services", true),
+    ("task", "vault", "Vault", false),
+    ("task", "template", "Templates", true),
+    ("task", "artifact", "Artifacts", true),
+    ("task", "lifecycle", "Lifecycle", false),
+    ("task", "volume_mount", "VolumeMounts", true),
+    ("task", "dispatch_payload", "DispatchPayload", false),
+    ("task", "scaling", "ScalingPolicies", true),
+    ("task", "csi_plugin", "CSIPluginConfig", false),
+    ("task", "identity", "Identities", true),
+    ("task", "consul", "Consul", false),
+    ("task", "action", "Actions", true),
+    ("task", "shutdown_delay", "ShutdownDelay", false),
+    ("task", "kind", "Kind", false),
+    ("resources", "device", "Devices", true),
+    ("resources", "network", "Networks", true),
+    ("resources", "cores", "Cores", false),
+    ("resources", "memory_max", "MemoryMaxMB", false),
+];
 
 /// What each level takes: attributes (HCL name → JSON name, and whether
 /// the value is a duration), blocks (HCL name → how they are read).
@@ -84,6 +125,10 @@ impl Reader<'_> {
                     let key = attribute.key.as_str();
                     let offset = self.offset(attribute.span());
                     let Some((_, json_name, duration)) = attributes.iter().find(|(name, _, _)| *name == key) else {
+                        if let Some(json_name) = not_implemented(place, key, false) {
+                            object.insert(json_name.to_string(), self.value(&attribute.value, offset)?);
+                            continue;
+                        }
                         return Err(
                             self.error(offset, format!("{place}: attribute {key:?} is not supported by Drover"))
                         );
@@ -95,6 +140,14 @@ impl Reader<'_> {
                 Structure::Block(inner) => {
                     if !block(inner, object)? {
                         let name = inner.ident.as_str();
+                        if let Some(json_name) = not_implemented(place, name, false) {
+                            object.insert(json_name.to_string(), self.map(inner)?);
+                            continue;
+                        }
+                        if let Some(json_name) = not_implemented(place, name, true) {
+                            push(object, json_name, self.map(inner)?);
+                            continue;
+                        }
                         let offset = self.offset(inner.span());
                         return Err(self.error(offset, format!("{place}: block {name:?} is not supported by Drover")));
                     }
@@ -424,6 +477,12 @@ impl Reader<'_> {
     }
 }
 
+/// The JSON name of Nomad's `name` at `level` if Drover does not implement
+/// it yet (and it is a repeating block, when `repeated`).
+fn not_implemented(level: &str, name: &str, repeated: bool) -> Option<&'static str> {
+    NOT_IMPLEMENTED.iter().find(|entry| entry.0 == level && entry.1 == name && entry.3 == repeated).map(|entry| entry.2)
+}
+
 fn push(object: &mut Map<String, Value>, key: &str, value: Value) {
     match object.entry(key).or_insert_with(|| Value::Array(Vec::new())) {
         Value::Array(items) => items.push(value),
@@ -494,15 +553,84 @@ job "example" {
     }
 
     #[test]
+    fn nomads_blocks_drover_lacks_reach_the_json_to_be_warned_of() {
+        let more = EXAMPLE
+            .replace(
+                "      kill_timeout = \"10s\"",
+                "      vault { policies = [\"x\"] }\n      service {\n        name = \"a\"\n        check { type = \"tcp\" }\n      }\n      \
+                 service { name = \"b\" }\n      shutdown_delay = \"5s\"",
+            )
+            .replace("        memory = 256", "        memory = 256\n        memory_max = 512");
+        let json = job_json("example.hcl", &more).expect("parses");
+        let task = &json["Job"]["TaskGroups"][0]["Tasks"][0];
+        assert_eq!(task["Vault"], json!({"policies": ["x"]}));
+        assert_eq!(task["Services"], json!([{"name": "a", "check": {"type": "tcp"}}, {"name": "b"}]));
+        assert_eq!(
+            (task["ShutdownDelay"].as_str(), task["Resources"]["MemoryMaxMB"].as_i64()),
+            (Some("5s"), Some(512))
+        );
+        let request: crate::api::job_spec::JobRegisterRequest = serde_json::from_value(json).expect("lenient");
+        let converted = crate::api::job_spec::convert_job(request.job.expect("job"), None).expect("converts");
+        let text = converted.warnings.join("\n");
+        for field in ["Services", "Vault", "ShutdownDelay", "Resources.MemoryMaxMB"] {
+            assert!(text.contains(&format!("Task \"redis\": {field} is not implemented")), "{field}: {text}");
+        }
+        let periodic =
+            EXAMPLE.replace("  type = \"service\"", "  type = \"batch\"\n  periodic { crons = [\"@daily\"] }");
+        let json = job_json("example.hcl", &periodic).expect("parses");
+        let request: crate::api::job_spec::JobRegisterRequest = serde_json::from_value(json).expect("lenient");
+        let error = crate::api::job_spec::convert_job(request.job.expect("job"), None).expect_err("refused");
+        assert!(error.to_string().contains("Job.Periodic is refused"), "{error}");
+    }
+
+    #[test]
+    fn meta_blocks_and_attributes_at_every_level_become_meta() {
+        let text = r#"
+job "m" {
+  meta { owner = "ops" }
+  group "g" {
+    meta = { "team-name" = "core" }
+    task "t" {
+      driver = "raw_exec"
+      meta { where = "${node.datacenter}" }
+    }
+  }
+}
+"#;
+        let json = job_json("m.hcl", text).expect("parses");
+        let job = &json["Job"];
+        assert_eq!(job["Meta"], json!({"owner": "ops"}));
+        assert_eq!(job["TaskGroups"][0]["Meta"], json!({"team-name": "core"}));
+        assert_eq!(job["TaskGroups"][0]["Tasks"][0]["Meta"], json!({"where": "${node.datacenter}"}));
+    }
+
+    #[test]
     fn what_drover_does_not_support_is_named_with_its_line() {
-        let vault = EXAMPLE.replace("      kill_timeout = \"10s\"", "      vault { policies = [\"x\"] }");
-        let error = job_json("example.hcl", &vault).expect_err("refused");
+        let typo = EXAMPLE.replace("      kill_timeout = \"10s\"", "      vualt { policies = [\"x\"] }");
+        let error = job_json("example.hcl", &typo).expect_err("refused");
         assert_eq!(error.line, 32, "{error}");
-        assert!(error.to_string().starts_with("example.hcl:32: task: block \"vault\" is not supported"), "{error}");
+        assert!(error.to_string().starts_with("example.hcl:32: task: block \"vualt\" is not supported"), "{error}");
         let variable = EXAMPLE.replace("count = 2", "count = var.count");
         let error = job_json("example.hcl", &variable).expect_err("refused");
         assert_eq!(error.line, 12, "{error}");
         let broken = job_json("broken.hcl", "job \"x\" {\n  group \"g\" {\n").expect_err("refused");
         assert!(broken.to_string().starts_with("broken.hcl:"), "{broken}");
+    }
+
+    #[test]
+    fn a_port_s_host_network_reaches_the_job() {
+        let text = EXAMPLE.replace("port \"db\" {}", "port \"db\" { host_network = \"public\" }");
+        let json = job_json("example.hcl", &text).expect("parses");
+        let ports = &json["Job"]["TaskGroups"][0]["Networks"][0];
+        assert_eq!(ports["DynamicPorts"], json!([{"Label": "db", "HostNetwork": "public"}]));
+        let mut request: super::super::job_spec::JobRegisterRequest = serde_json::from_value(json).expect("a job");
+        let spec = request.job.take().expect("job");
+        let converted = super::super::job_spec::convert_job(spec, None).expect("converts");
+        let warned: Vec<&String> =
+            converted.warnings.iter().filter(|warning| warning.contains("HostNetwork")).collect();
+        assert!(warned.is_empty(), "host_network is honoured, not warned of: {warned:?}");
+        let network = &converted.job.task_groups[0].networks[0];
+        assert_eq!(network.dynamic_ports[0].host_network.as_deref(), Some("public"));
+        assert_eq!(network.reserved_ports[0].host_network, None, "no host_network: the node's address");
     }
 }

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use engine::structs::{
     Affinity, ConfigValue, Constraint, ConstraintOperand, DelayFunction, Job, JobType, LogConfig, NetworkResource,
-    Port, ReschedulePolicy, Resources, RestartMode, RestartPolicy, Spread, SpreadTarget, Task, TaskGroup,
-    UpdateStrategy,
+    Port, ReconcileStrategy, ReschedulePolicy, Resources, RestartMode, RestartPolicy, Spread, SpreadTarget, Task,
+    TaskGroup, UpdateStrategy,
 };
 use serde::Deserialize;
 use serde_json::Value;
@@ -88,6 +88,12 @@ pub struct JobSpec {
     pub parameterized_job: Option<Value>,
     pub migrate: Option<Value>,
     pub payload: Option<Value>,
+    #[serde(rename = "UI")]
+    pub ui: Option<Value>,
+    pub node_pool: Option<String>,
+    /// Fields Drover does not know: warned of when set.
+    #[serde(flatten)]
+    pub other: BTreeMap<String, Value>,
 }
 
 /// A constraint (`api.Constraint`).
@@ -129,6 +135,10 @@ pub struct TaskGroupSpec {
     pub scaling: Option<Value>,
     pub consul: Option<Value>,
     pub shutdown_delay: Option<Value>,
+    pub prevent_reschedule_on_lost: Option<bool>,
+    /// Fields Drover does not know: warned of when set.
+    #[serde(flatten)]
+    pub other: BTreeMap<String, Value>,
 }
 
 /// A task (`api.Task`).
@@ -158,6 +168,17 @@ pub struct TaskSpec {
     pub dispatch_payload: Option<Value>,
     pub scaling_policies: Option<Value>,
     pub leader: Option<bool>,
+    #[serde(rename = "CSIPluginConfig")]
+    pub csi_plugin_config: Option<Value>,
+    pub identity: Option<Value>,
+    pub identities: Option<Value>,
+    pub consul: Option<Value>,
+    pub actions: Option<Value>,
+    pub shutdown_delay: Option<Value>,
+    pub kind: Option<String>,
+    /// Fields Drover does not know: warned of when set.
+    #[serde(flatten)]
+    pub other: BTreeMap<String, Value>,
 }
 
 /// An affinity (`api.Affinity`).
@@ -204,6 +225,9 @@ pub struct NetworkSpec {
     pub dynamic_ports: Option<Vec<PortSpec>>,
     #[serde(rename = "MBits")]
     pub mbits: Option<i64>,
+    /// Fields Drover does not know: warned of when set.
+    #[serde(flatten)]
+    pub other: BTreeMap<String, Value>,
 }
 
 /// A port (`api.Port`).
@@ -214,6 +238,12 @@ pub struct PortSpec {
     pub label: Option<String>,
     pub value: Option<i64>,
     pub to: Option<i64>,
+    /// The client's host network the port is on; `""` and `"default"`:
+    /// the node's own address.
+    pub host_network: Option<String>,
+    /// Fields Drover does not know: warned of when set.
+    #[serde(flatten)]
+    pub other: BTreeMap<String, Value>,
 }
 
 /// Task resources (`api.Resources`).
@@ -235,6 +265,9 @@ pub struct ResourcesSpec {
     pub networks: Option<Value>,
     #[serde(rename = "Devices")]
     pub devices: Option<Value>,
+    /// Fields Drover does not know: warned of when set.
+    #[serde(flatten)]
+    pub other: BTreeMap<String, Value>,
 }
 
 /// `RestartPolicy`.
@@ -246,6 +279,9 @@ pub struct RestartSpec {
     pub interval: Option<i64>,
     pub delay: Option<i64>,
     pub mode: Option<String>,
+    /// Fields Drover does not know: warned of when set.
+    #[serde(flatten)]
+    pub other: BTreeMap<String, Value>,
 }
 
 /// `Reschedule` / `ReschedulePolicy`.
@@ -259,14 +295,75 @@ pub struct RescheduleSpec {
     pub delay_function: Option<String>,
     pub max_delay: Option<i64>,
     pub unlimited: Option<bool>,
+    /// Fields Drover does not know: warned of when set.
+    #[serde(flatten)]
+    pub other: BTreeMap<String, Value>,
 }
 
-/// `Update` (Drover keeps `MaxParallel`).
+/// `Update`: Drover honours `MaxParallel`; the rest is named in a warning
+/// when it differs from Nomad's default (until deployments exist).
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, rename_all = "PascalCase")]
 #[allow(missing_docs)]
 pub struct UpdateSpec {
     pub max_parallel: Option<i64>,
+    pub stagger: Option<i64>,
+    pub health_check: Option<String>,
+    pub min_healthy_time: Option<i64>,
+    pub healthy_deadline: Option<i64>,
+    pub progress_deadline: Option<i64>,
+    pub auto_revert: Option<bool>,
+    pub auto_promote: Option<bool>,
+    pub canary: Option<i64>,
+    /// Fields Drover does not know: warned of when set.
+    #[serde(flatten)]
+    pub other: BTreeMap<String, Value>,
+}
+
+impl UpdateSpec {
+    /// Warns of every field Drover does not honour yet that is set to
+    /// something other than Nomad's default (the default means what
+    /// Drover does: no canaries, no health gate, no revert).
+    fn warn_unhonoured(&self, place: &str, warnings: &mut Vec<String>) {
+        const SECOND: i64 = 1_000_000_000;
+        let durations = [
+            ("Stagger", self.stagger, 30 * SECOND),
+            ("MinHealthyTime", self.min_healthy_time, 10 * SECOND),
+            ("HealthyDeadline", self.healthy_deadline, 300 * SECOND),
+            ("ProgressDeadline", self.progress_deadline, 600 * SECOND),
+        ];
+        let mut unhonoured: Vec<String> = durations
+            .into_iter()
+            // 0 is Go's zero value, which a job read back carries: not set.
+            .filter(|(_, value, default)| value.is_some_and(|value| value != 0 && value != *default))
+            .map(|(field, value, _)| format!("{field} ({})", human_nanos(value.unwrap_or_default())))
+            .collect();
+        if let Some(check) = self.health_check.as_deref().filter(|check| !check.is_empty() && *check != "checks") {
+            unhonoured.push(format!("HealthCheck ({check:?})"));
+        }
+        for (field, value) in [("AutoRevert", self.auto_revert), ("AutoPromote", self.auto_promote)] {
+            if value == Some(true) {
+                unhonoured.push(format!("{field} (true)"));
+            }
+        }
+        if let Some(canary) = self.canary.filter(|canary| *canary != 0) {
+            unhonoured.push(format!("Canary ({canary})"));
+        }
+        if !unhonoured.is_empty() {
+            warnings.push(format!(
+                "{place}Update: {} not implemented by Drover and ignored: updates replace allocations \
+                 MaxParallel at a time, without canaries, health gates or automatic revert",
+                unhonoured.join(", ")
+            ));
+        }
+    }
+}
+
+/// A whole number of nanoseconds as a Go duration (`30s`), for warnings.
+fn human_nanos(value: i64) -> String {
+    u64::try_from(value)
+        .map(|nanos| engine::structs::format_duration(Duration::from_nanos(nanos)))
+        .unwrap_or_else(|_| format!("{value}ns"))
 }
 
 /// `EphemeralDisk`.
@@ -278,6 +375,9 @@ pub struct EphemeralDiskSpec {
     pub size_mb: Option<i64>,
     pub sticky: Option<bool>,
     pub migrate: Option<bool>,
+    /// Fields Drover does not know: warned of when set.
+    #[serde(flatten)]
+    pub other: BTreeMap<String, Value>,
 }
 
 /// Nomad 1.8's `Disconnect`.
@@ -289,6 +389,9 @@ pub struct DisconnectSpec {
     pub stop_on_client_after: Option<i64>,
     pub replace: Option<bool>,
     pub reconcile: Option<String>,
+    /// Fields Drover does not know: warned of when set.
+    #[serde(flatten)]
+    pub other: BTreeMap<String, Value>,
 }
 
 /// A submitted job turned into Drover's, with Nomad's defaults, and the
@@ -301,13 +404,15 @@ pub struct Converted {
     pub warnings: Vec<String>,
 }
 
-/// Whether a JSON value says anything: not null, not an empty list or map,
-/// not `false`, `0` or `""` (the zero values the CLI fills in).
+/// Whether a JSON value says anything: not null, not an empty list, not
+/// `false`, `0` or `""` (the zero values the CLI fills in). An object says
+/// something even when empty: Go's encoder writes an absent block as
+/// `null`, and a job file's `vault {}` asks for the block's defaults.
 fn is_set(value: &Option<Value>) -> bool {
     match value {
         None | Some(Value::Null) => false,
         Some(Value::Array(items)) => !items.is_empty(),
-        Some(Value::Object(fields)) => !fields.is_empty(),
+        Some(Value::Object(_)) => true,
         Some(Value::Bool(flag)) => *flag,
         Some(Value::String(text)) => !text.is_empty(),
         Some(Value::Number(number)) => number.as_f64() != Some(0.0),
@@ -324,6 +429,47 @@ impl Ignored<'_> {
         if is_set(value) {
             self.warnings.push(format!("{place}{field} is not implemented by Drover and was ignored"));
         }
+    }
+
+    /// Warns of every field of `other` (those Drover does not know) that is
+    /// set, but for `read_back`: the fields a job read from the API carries
+    /// that the servers set (`Status`, `Version`, ...), which a resubmitted
+    /// job brings back.
+    fn unknown(&mut self, place: &str, other: &BTreeMap<String, Value>, read_back: &[&str]) {
+        for (field, value) in other {
+            if !read_back.contains(&field.as_str()) && is_set(&Some(value.clone())) {
+                self.warnings.push(format!("{place}{field} is not known to Drover and was ignored"));
+            }
+        }
+    }
+}
+
+/// The fields of a job the servers set, which come back when a job read
+/// from `GET /v1/job/:id` is submitted again.
+const JOB_READ_BACK: [&str; 14] = [
+    "ParentID",
+    "Dispatched",
+    "ConsulToken",
+    "VaultToken",
+    "VaultNamespace",
+    "NomadTokenID",
+    "Status",
+    "StatusDescription",
+    "Stable",
+    "Version",
+    "SubmitTime",
+    "CreateIndex",
+    "ModifyIndex",
+    "JobModifyIndex",
+];
+
+/// Refuses a job that sets `value`: a block whose meaning Drover does not
+/// implement yet, and without which the job would run differently rather
+/// than merely lack a feature.
+fn refuse_if_set(field: &str, value: &Option<Value>, why: &str) -> Result<(), JobSpecError> {
+    match is_set(value) {
+        true => Err(JobSpecError(format!("{field} is refused: {why}; nothing was registered"))),
+        false => Ok(()),
     }
 }
 
@@ -347,17 +493,42 @@ pub fn convert_job(api: JobSpec, query_namespace: Option<&str>) -> Result<Conver
     let priority = api.priority.unwrap_or(50);
     let priority = u8::try_from(priority)
         .map_err(|_| JobSpecError(format!("job priority must be between 1 and 100 (got {priority})")))?;
+    if let Some(pool) = api.node_pool.as_deref().filter(|pool| !["", "default", "all"].contains(pool)) {
+        return Err(JobSpecError(format!(
+            "Job.NodePool {pool:?} is refused: Drover has no node pools yet (every node is in \"default\"), and \
+             the job would run on nodes outside the pool; nothing was registered"
+        )));
+    }
+    refuse_if_set(
+        "Job.Periodic",
+        &api.periodic,
+        "Drover does not launch periodic jobs yet, and run without its schedule the job would start at once",
+    )?;
+    refuse_if_set(
+        "Job.ParameterizedJob",
+        &api.parameterized_job,
+        "Drover does not dispatch parameterized jobs yet, and run as a plain job it would start at once \
+         instead of waiting for `job dispatch`",
+    )?;
+    if let Some(update) = &api.update {
+        update.warn_unhonoured("Job.", &mut warnings);
+    }
     let mut ignored = Ignored { warnings: &mut warnings };
     let place = "Job.";
     ignored.check(place, "Multiregion", &api.multiregion);
-    ignored.check(place, "Periodic", &api.periodic);
-    ignored.check(place, "ParameterizedJob", &api.parameterized_job);
     ignored.check(place, "Migrate", &api.migrate);
     ignored.check(place, "Payload", &api.payload);
-    ignored.check(place, "AllAtOnce", &api.all_at_once.map(Value::Bool));
-    if api.meta.as_ref().is_some_and(|meta| !meta.is_empty()) {
-        ignored.warnings.push("Job.Meta is not implemented by Drover and was ignored".to_string());
+    ignored.check(place, "UI", &api.ui);
+    ignored.unknown(place, &api.other, &JOB_READ_BACK);
+    for (field, update) in [("Update.", &api.update)] {
+        if let Some(update) = update {
+            ignored.unknown(&format!("{place}{field}"), &update.other, &[]);
+        }
     }
+    if let Some(reschedule) = &api.reschedule {
+        ignored.unknown("Job.Reschedule.", &reschedule.other, &[]);
+    }
+    ignored.check(place, "AllAtOnce", &api.all_at_once.map(Value::Bool));
     let constraints = convert_constraints(api.constraints.unwrap_or_default(), "job")?;
     let mut task_groups = Vec::new();
     for group in api.task_groups.unwrap_or_default() {
@@ -388,6 +559,7 @@ pub fn convert_job(api: JobSpec, query_namespace: Option<&str>) -> Result<Conver
         create_index: 0,
         modify_index: 0,
         job_modify_index: 0,
+        meta: api.meta.unwrap_or_default(),
     };
     Ok(Converted { job, warnings })
 }
@@ -409,8 +581,33 @@ fn convert_group(
         ("Scaling", &api.scaling),
         ("Consul", &api.consul),
         ("ShutdownDelay", &api.shutdown_delay),
+        ("PreventRescheduleOnLost", &api.prevent_reschedule_on_lost.map(Value::Bool)),
     ] {
         ignored.check(&place, field, value);
+    }
+    ignored.unknown(&place, &api.other, &[]);
+    let nested = [
+        ("Update.", api.update.as_ref().map(|spec| &spec.other)),
+        ("RestartPolicy.", api.restart_policy.as_ref().map(|spec| &spec.other)),
+        ("ReschedulePolicy.", api.reschedule_policy.as_ref().map(|spec| &spec.other)),
+        ("EphemeralDisk.", api.ephemeral_disk.as_ref().map(|spec| &spec.other)),
+        ("Disconnect.", api.disconnect.as_ref().map(|spec| &spec.other)),
+    ];
+    for (field, other) in nested {
+        if let Some(other) = other {
+            ignored.unknown(&format!("{place}{field}"), other, &[]);
+        }
+    }
+    for network in api.networks.iter().flatten() {
+        ignored.check(&place, "Networks.MBits", &network.mbits.map(Value::from));
+        ignored.unknown(&format!("{place}Networks."), &network.other, &[]);
+        for port in network.reserved_ports.iter().chain(&network.dynamic_ports).flatten() {
+            ignored.unknown(
+                &format!("{place}Networks port {:?}: ", port.label.as_deref().unwrap_or("")),
+                &port.other,
+                &[],
+            );
+        }
     }
     if let Some(disk) = &api.ephemeral_disk {
         ignored.check(&place, "EphemeralDisk.Sticky", &disk.sticky.map(Value::Bool));
@@ -419,19 +616,32 @@ fn convert_group(
     let count = api.count.unwrap_or(1);
     let count = u32::try_from(count).map_err(|_| JobSpecError(format!("{place}Count {count} is invalid")))?;
     let disk_mb = api.ephemeral_disk.as_ref().and_then(|disk| disk.size_mb).unwrap_or(DEFAULT_DISK_MB as i64);
-    let restart = restart_policy(api.restart_policy.as_ref(), job_type)?;
+    let restart = restart_policy(api.restart_policy.as_ref(), default_restart_policy(job_type), &place)?;
     let mut tasks = Vec::new();
     for (position, task) in api.tasks.unwrap_or_default().into_iter().enumerate() {
         // The group's ephemeral disk is one reservation: it goes on its first task.
         let disk = if position == 0 { non_negative(disk_mb, &place, "EphemeralDisk.SizeMB")? } else { 0 };
-        tasks.push(convert_task(task, disk, &place, ignored.warnings)?);
+        tasks.push(convert_task(task, disk, &restart, &place, ignored.warnings)?);
     }
-    let update = api.update.as_ref().or(job_update.as_ref()).and_then(|update| update.max_parallel);
+    if let Some(update) = &api.update {
+        update.warn_unhonoured(&place, ignored.warnings);
+    }
+    let max_parallel = |update: &Option<UpdateSpec>| update.as_ref().and_then(|update| update.max_parallel);
+    let update = max_parallel(&api.update).or(max_parallel(job_update));
     let reschedule = match job_type.is_system_like() {
         true => None,
         false => reschedule_policy(api.reschedule_policy.as_ref().or(job_reschedule.as_ref()), job_type)?,
     };
     let disconnect = api.disconnect.unwrap_or_default();
+    let reconcile = match disconnect.reconcile.as_deref() {
+        None | Some("") => ReconcileStrategy::default(),
+        Some(name) => ReconcileStrategy::parse(name).ok_or_else(|| {
+            JobSpecError(format!(
+                "{place}Disconnect.Reconcile {name:?} is not one of best_score, keep_original, keep_replacement, \
+                 longest_running"
+            ))
+        })?,
+    };
     let lost_after = disconnect.lost_after.or(api.max_client_disconnect);
     let stop_after = disconnect.stop_on_client_after.or(api.stop_after_client_disconnect);
     Ok(TaskGroup {
@@ -448,12 +658,15 @@ fn convert_group(
         max_client_disconnect: lost_after.map(nanos).transpose()?,
         stop_after_client_disconnect: stop_after.map(nanos).transpose()?,
         replace_on_disconnect: disconnect.replace.unwrap_or(true),
+        reconcile,
+        meta: api.meta.unwrap_or_default(),
     })
 }
 
 fn convert_task(
     api: TaskSpec,
     disk_mb: u64,
+    group_restart: &RestartPolicy,
     group_place: &str,
     warnings: &mut Vec<String>,
 ) -> Result<Task, JobSpecError> {
@@ -465,23 +678,36 @@ fn convert_task(
         ("Vault", &api.vault),
         ("Templates", &api.templates),
         ("Artifacts", &api.artifacts),
-        ("Lifecycle", &api.lifecycle),
         ("VolumeMounts", &api.volume_mounts),
         ("DispatchPayload", &api.dispatch_payload),
         ("ScalingPolicies", &api.scaling_policies),
         ("Leader", &api.leader.map(Value::Bool)),
-        ("RestartPolicy", &api.restart_policy.as_ref().map(|_| Value::Bool(true))),
+        ("CSIPluginConfig", &api.csi_plugin_config),
+        ("Identity", &api.identity),
+        ("Identities", &api.identities),
+        ("Consul", &api.consul),
+        ("Actions", &api.actions),
+        ("ShutdownDelay", &api.shutdown_delay),
+        ("Kind", &api.kind.clone().map(Value::String)),
     ] {
         ignored.check(&place, field, value);
     }
-    if api.meta.as_ref().is_some_and(|meta| !meta.is_empty()) {
-        ignored.warnings.push(format!("{place}Meta is not implemented by Drover and was ignored"));
+    ignored.unknown(&place, &api.other, &[]);
+    if let Some(restart) = &api.restart_policy {
+        ignored.unknown(&format!("{place}RestartPolicy."), &restart.other, &[]);
     }
+    refuse_if_set(
+        &format!("{place}Lifecycle"),
+        &api.lifecycle,
+        "Drover does not order a group's tasks yet (prestart, poststart and poststop hooks, sidecars), and \
+         without it every task would start at once",
+    )?;
     let resources = api.resources.unwrap_or_default();
     ignored.check(&place, "Resources.Networks", &resources.networks);
     ignored.check(&place, "Resources.Devices", &resources.devices);
     ignored.check(&place, "Resources.Cores", &resources.cores.map(Value::from));
     ignored.check(&place, "Resources.MemoryMaxMB", &resources.memory_max_mb.map(Value::from));
+    ignored.unknown(&format!("{place}Resources."), &resources.other, &[]);
     let cpu = non_negative(resources.cpu.unwrap_or(DEFAULT_CPU as i64), &place, "Resources.CPU")?;
     let memory = non_negative(resources.memory_mb.unwrap_or(DEFAULT_MEMORY_MB as i64), &place, "Resources.MemoryMB")?;
     let mut config = BTreeMap::new();
@@ -498,7 +724,13 @@ fn convert_task(
     task.affinities = convert_affinities(api.affinities.unwrap_or_default(), "task")?;
     task.config = config;
     task.env = api.env.unwrap_or_default();
+    task.meta = api.meta.unwrap_or_default();
     task.user = api.user.filter(|user| !user.is_empty());
+    if let Some(restart) = &api.restart_policy {
+        // The group's own (as a job read back carries it on every task) is no policy of the task's.
+        let policy = restart_policy(Some(restart), group_restart.clone(), &place)?;
+        task.restart_policy = Some(policy).filter(|policy| policy != group_restart);
+    }
     task.kill_signal = api.kill_signal.filter(|signal| !signal.is_empty());
     if let Some(timeout) = api.kill_timeout {
         task.kill_timeout = nanos(timeout)?;
@@ -546,6 +778,9 @@ fn operand(text: &str, level: &str, what: &str) -> Result<ConstraintOperand, Job
         "is_not_set" => ConstraintOperand::IsNotSet,
         "distinct_hosts" => ConstraintOperand::DistinctHosts,
         "distinct_property" => ConstraintOperand::DistinctProperty,
+        "set_contains" => ConstraintOperand::SetContains,
+        "set_contains_any" => ConstraintOperand::SetContainsAny,
+        "set_contains_all" => ConstraintOperand::SetContainsAll,
         "" => return Err(JobSpecError(format!("{level} {what}: Missing {what} operand"))),
         other => return Err(JobSpecError(format!("{level} {what}: operand {other:?} is not supported by Drover"))),
     })
@@ -619,10 +854,12 @@ fn convert_networks(networks: Vec<NetworkSpec>, place: &str) -> Result<Vec<Netwo
                     u16::try_from(value.unwrap_or(0))
                         .map_err(|_| JobSpecError(format!("{place}port {field} {value:?} is not a port number")))
                 };
+                let host_network = port.host_network.filter(|name| !name.is_empty() && name != "default");
                 Ok(Port {
                     label: Arc::from(port.label.unwrap_or_default().as_str()),
                     value: number(port.value, "Value")?,
                     to: number(port.to, "To")?,
+                    host_network: host_network.map(|name| Arc::from(name.as_str())),
                 })
             })
             .collect()
@@ -644,17 +881,24 @@ fn convert_networks(networks: Vec<NetworkSpec>, place: &str) -> Result<Vec<Netwo
         .collect()
 }
 
-/// The group's restart policy: the user's fields over the job type's defaults.
-fn restart_policy(api: Option<&RestartSpec>, job_type: JobType) -> Result<RestartPolicy, JobSpecError> {
+/// Nomad's default restart policy of a job type.
+fn default_restart_policy(job_type: JobType) -> RestartPolicy {
     let mut policy = RestartPolicy::default();
     if job_type.is_batch_like() {
         policy.attempts = 3;
         policy.interval = Duration::from_secs(24 * 3600);
     }
+    policy
+}
+
+/// The user's fields over `base` (the type's default for a group, the
+/// group's policy for a task, as Nomad merges them).
+fn restart_policy(api: Option<&RestartSpec>, base: RestartPolicy, place: &str) -> Result<RestartPolicy, JobSpecError> {
+    let mut policy = base;
     let Some(api) = api else { return Ok(policy) };
     if let Some(attempts) = api.attempts {
         policy.attempts = u32::try_from(attempts)
-            .map_err(|_| JobSpecError(format!("RestartPolicy.Attempts {attempts} is invalid")))?;
+            .map_err(|_| JobSpecError(format!("{place}RestartPolicy.Attempts {attempts} is invalid")))?;
     }
     if let Some(interval) = api.interval {
         policy.interval = nanos(interval)?;
@@ -666,7 +910,7 @@ fn restart_policy(api: Option<&RestartSpec>, job_type: JobType) -> Result<Restar
         None | Some("") => policy.mode,
         Some("fail") => RestartMode::Fail,
         Some("delay") => RestartMode::Delay,
-        Some(other) => return Err(JobSpecError(format!("RestartPolicy.Mode {other:?} is not fail or delay"))),
+        Some(other) => return Err(JobSpecError(format!("{place}RestartPolicy.Mode {other:?} is not fail or delay"))),
     };
     Ok(policy)
 }
@@ -727,9 +971,29 @@ mod tests {
         assert_eq!(group.tasks[0].config["ports"], ConfigValue::List(vec!["db".into()]));
         assert_eq!(group.tasks[0].kill_timeout, Duration::from_secs(5), "Nomad's default");
         assert_eq!(group.restart_policy, RestartPolicy::default());
-        assert!(warnings.is_empty(), "{warnings:?}");
+        assert_eq!(
+            warnings,
+            ["TaskGroup \"cache\": NewerNomadField is not known to Drover and was ignored"],
+            "a field Drover does not know is named when set, never when at its zero value"
+        );
         assert_eq!(group.networks[0].dynamic_ports[0].label.as_ref(), "db");
         assert_eq!(job.validate(), Ok(()));
+    }
+
+    #[test]
+    fn meta_is_kept_at_every_level_without_a_warning() {
+        let body = json!({"ID": "meta", "Datacenters": ["dc1"], "Meta": {"owner": "ops", "tier": "job"},
+            "TaskGroups": [{"Name": "g", "Meta": {"tier": "group"},
+                "Tasks": [{"Name": "t", "Driver": "mock", "Meta": {"where": "${node.datacenter}"}}]}]});
+        let Converted { job, warnings } =
+            convert_job(serde_json::from_value(body).expect("lenient"), None).expect("ok");
+        assert!(warnings.is_empty(), "{warnings:?}");
+        let meta = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs.iter().map(|(key, value)| (key.to_string(), value.to_string())).collect()
+        };
+        assert_eq!(job.meta, meta(&[("owner", "ops"), ("tier", "job")]));
+        assert_eq!(job.task_groups[0].meta, meta(&[("tier", "group")]));
+        assert_eq!(job.task_groups[0].tasks[0].meta, meta(&[("where", "${node.datacenter}")]), "left for the client");
     }
 
     #[test]
@@ -739,8 +1003,106 @@ mod tests {
         assert!(refuse(json!({"ID": ""})).to_string().contains("Job ID"));
         assert!(refuse(json!({"ID": "x", "Type": "daemon"})).to_string().contains("daemon"));
         assert!(refuse(json!({"ID": "x", "Priority": 300})).to_string().contains("priority"));
-        let operand = json!({"ID": "x", "Constraints": [{"LTarget": "a", "RTarget": "b", "Operand": "set_contains"}]});
-        assert!(refuse(operand).to_string().contains("set_contains"));
+        let operand = json!({"ID": "x", "Constraints": [{"LTarget": "a", "RTarget": "b", "Operand": "~="}]});
+        assert!(refuse(operand).to_string().contains("\"~=\" is not supported"));
+        let reconcile = json!({"ID": "x", "TaskGroups": [{"Name": "g", "Disconnect": {"Reconcile": "coin_toss"}}]});
+        assert!(refuse(reconcile).to_string().contains("\"coin_toss\" is not one of best_score"));
         assert!(refuse(json!({"ID": "x", "Constraints": [{"LTarget": "a"}]})).to_string().contains("operand"));
+    }
+
+    #[test]
+    fn set_operands_are_read() {
+        let body = json!({"ID": "x", "Constraints": [
+            {"LTarget": "${meta.features}", "RTarget": "a,b", "Operand": "set_contains"},
+            {"LTarget": "${meta.features}", "RTarget": "a,b", "Operand": "set_contains_any"},
+            {"LTarget": "${meta.features}", "RTarget": "a,b", "Operand": "set_contains_all"}]});
+        let job = convert_job(serde_json::from_value(body).expect("lenient"), None).expect("converts").job;
+        let operands: Vec<_> = job.constraints.iter().map(|constraint| constraint.operand).collect();
+        use ConstraintOperand::*;
+        assert_eq!(operands, [SetContains, SetContainsAny, SetContainsAll]);
+    }
+
+    /// A job with every field of issue 24's list (update, group and task
+    /// restart, disconnect) set away from its default.
+    fn job_with_every_listed_field() -> Value {
+        json!({"ID": "web", "Datacenters": ["dc1"],
+            "Update": {"MaxParallel": 2, "Canary": 1, "AutoRevert": true, "MinHealthyTime": 30_000_000_000u64,
+                "HealthyDeadline": 300_000_000_000u64, "HealthCheck": "task_states"},
+            "TaskGroups": [{"Name": "g", "Count": 2,
+                "Update": {"AutoPromote": true, "ProgressDeadline": 900_000_000_000u64, "Stagger": 5_000_000_000u64},
+                "RestartPolicy": {"Attempts": 5, "Interval": 600_000_000_000u64, "Delay": 1_000_000_000, "Mode": "delay"},
+                "Disconnect": {"LostAfter": 60_000_000_000u64, "Replace": false, "Reconcile": "keep_replacement"},
+                "Tasks": [{"Name": "t", "Driver": "raw_exec", "Config": {"command": "/bin/true"},
+                    "RestartPolicy": {"Attempts": 1}}]}]})
+    }
+
+    #[test]
+    fn every_listed_field_is_honoured_or_warned_of() {
+        let body = job_with_every_listed_field();
+        let Converted { job, warnings } =
+            convert_job(serde_json::from_value(body).expect("lenient"), None).expect("ok");
+        let group = &job.task_groups[0];
+        assert_eq!(group.update.as_ref().map(|update| update.max_parallel), Some(2), "the job's, field by field");
+        assert_eq!(group.reconcile, ReconcileStrategy::KeepReplacement);
+        assert!(!group.replace_on_disconnect);
+        assert_eq!(group.max_client_disconnect, Some(Duration::from_secs(60)));
+        let group_restart = RestartPolicy {
+            attempts: 5,
+            interval: Duration::from_secs(600),
+            delay: Duration::from_secs(1),
+            mode: RestartMode::Delay,
+        };
+        assert_eq!(group.restart_policy, group_restart);
+        let task_restart = RestartPolicy { attempts: 1, ..group_restart.clone() };
+        assert_eq!(group.tasks[0].restart_policy, Some(task_restart), "the task's fields over the group's");
+        assert_eq!(job.validate(), Ok(()));
+        let text = warnings.join("\n");
+        assert_eq!(warnings.len(), 2, "{text}");
+        assert!(
+            text.contains("Job.Update: MinHealthyTime (30s), HealthCheck (\"task_states\"), AutoRevert (true), Canary (1) not implemented"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "TaskGroup \"g\": Update: Stagger (5s), ProgressDeadline (15m), AutoPromote (true) not implemented"
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn update_fields_at_nomads_defaults_are_no_news() {
+        let body = json!({"ID": "web", "Update": {"MaxParallel": 1, "Stagger": 30_000_000_000u64, "HealthCheck": "checks",
+            "MinHealthyTime": 10_000_000_000u64, "HealthyDeadline": 300_000_000_000u64,
+            "ProgressDeadline": 600_000_000_000u64, "AutoRevert": false, "AutoPromote": false, "Canary": 0},
+            "TaskGroups": [{"Name": "g", "Tasks": [{"Name": "t", "Driver": "mock"}]}]});
+        let Converted { warnings, .. } = convert_job(serde_json::from_value(body).expect("lenient"), None).expect("ok");
+        assert!(warnings.is_empty(), "{warnings:?}");
+    }
+
+    #[test]
+    fn blocks_that_would_change_what_runs_are_refused() {
+        let task = json!({"Name": "t", "Driver": "mock"});
+        let cases = [
+            (
+                json!({"ID": "cron", "Type": "batch", "Periodic": {"Spec": "*/5 * * * *", "Enabled": true}}),
+                "Job.Periodic is refused",
+            ),
+            (
+                json!({"ID": "work", "Type": "batch", "ParameterizedJob": {"Payload": "required"}}),
+                "Job.ParameterizedJob is refused",
+            ),
+            (json!({"ID": "pool", "NodePool": "gpu"}), "Job.NodePool \"gpu\" is refused"),
+            (
+                json!({"ID": "init", "TaskGroups": [{"Name": "g", "Tasks": [task,
+                {"Name": "migrate", "Driver": "mock", "Lifecycle": {"Hook": "prestart"}}]}]}),
+                "Task \"migrate\": Lifecycle is refused",
+            ),
+        ];
+        for (body, reason) in cases {
+            let error = convert_job(serde_json::from_value(body).expect("lenient"), None).expect_err("refused");
+            assert!(error.to_string().contains(reason), "{error}");
+            assert!(error.to_string().contains("nothing was registered"), "{error}");
+        }
     }
 }

@@ -228,6 +228,11 @@ pub fn none_if_empty<T, U: for<'a> From<&'a T>>(list: &[T]) -> Option<Vec<U>> {
     (!list.is_empty()).then(|| list.iter().map(U::from).collect())
 }
 
+/// `None` for empty meta, as Nomad answers a job, group or task without any.
+pub fn meta_or_none(meta: &BTreeMap<String, String>) -> Option<BTreeMap<String, String>> {
+    (!meta.is_empty()).then(|| meta.clone())
+}
+
 /// `RestartPolicy`: durations in nanoseconds.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, rename_all = "PascalCase")]
@@ -318,14 +323,14 @@ pub struct LogConfig {
 pub struct DisconnectStrategy {
     pub lost_after: u64,
     pub replace: bool,
-    /// Always `best_score`.
+    /// `best_score`, `keep_original`, `keep_replacement` or `longest_running`.
     pub reconcile: String,
-    /// Always `null`.
     pub stop_on_client_after: Option<u64>,
 }
 
 impl Task {
-    /// The task as the server answers it, with its group's restart policy.
+    /// The task as the server answers it, with the restart policy it runs
+    /// under (its own, else its group's).
     pub fn new(task: &engine::structs::Task, restart_policy: RestartPolicy) -> Task {
         Task {
             name: task.name.clone(),
@@ -340,6 +345,7 @@ impl Task {
             kill_timeout: nanos(task.kill_timeout),
             log_config: LogConfig { max_files: task.logs.max_files, max_file_size_mb: task.logs.max_file_size_mb },
             kill_signal: task.kill_signal.clone().unwrap_or_default(),
+            meta: meta_or_none(&task.meta),
             ..Task::default()
         }
     }
@@ -361,7 +367,11 @@ impl TaskGroup {
                 .as_ref()
                 .map(|update| UpdateStrategy { stagger: None, max_parallel: u64::from(update.max_parallel) }),
             constraints: group.constraints.iter().map(Constraint::from).collect(),
-            tasks: group.tasks.iter().map(|task| Task::new(task, restart_policy.clone())).collect(),
+            tasks: group
+                .tasks
+                .iter()
+                .map(|task| Task::new(task, RestartPolicy::from(task.effective_restart_policy(group))))
+                .collect(),
             restart_policy,
             ephemeral_disk: EphemeralDisk {
                 size_mb: group.tasks.iter().map(|task| task.resources.disk_mb).sum(),
@@ -373,12 +383,15 @@ impl TaskGroup {
             networks: none_if_empty(&group.networks),
             stop_after_client_disconnect: group.stop_after_client_disconnect.map(nanos),
             max_client_disconnect: group.max_client_disconnect.map(nanos),
-            disconnect: group.max_client_disconnect.map(|lost_after| DisconnectStrategy {
-                lost_after: nanos(lost_after),
-                replace: group.replace_on_disconnect,
-                reconcile: "best_score".to_string(),
-                stop_on_client_after: None,
-            }),
+            disconnect: (group.max_client_disconnect.is_some() || group.stop_after_client_disconnect.is_some()).then(
+                || DisconnectStrategy {
+                    lost_after: group.max_client_disconnect.map_or(0, nanos),
+                    replace: group.replace_on_disconnect,
+                    reconcile: group.reconcile.as_str().to_string(),
+                    stop_on_client_after: group.stop_after_client_disconnect.map(nanos),
+                },
+            ),
+            meta: meta_or_none(&group.meta),
             ..TaskGroup::default()
         }
     }

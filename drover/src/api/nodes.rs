@@ -29,6 +29,12 @@ pub struct NodeListStub {
     /// Driver name to what the node reported of it.
     pub drivers: BTreeMap<String, DriverInfo>,
     pub host_volumes: Option<Value>,
+    /// Only with `?resources=true`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node_resources: Option<NodeResources>,
+    /// Only with `?resources=true`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reserved_resources: Option<NodeReservedResources>,
     pub create_index: u64,
     pub modify_index: u64,
 }
@@ -45,7 +51,8 @@ pub struct Node {
     pub secret_id: String,
     pub datacenter: String,
     pub name: String,
-    /// The agent's own HTTP listener (task logs), when it has one.
+    /// An agent's own HTTP address: always empty, as agents serve no
+    /// HTTP; Nomad's CLI, finding none, asks the servers for logs and files.
     #[serde(rename = "HTTPAddr")]
     pub http_addr: String,
     #[serde(rename = "TLSEnabled")]
@@ -94,12 +101,75 @@ pub struct DriverInfo {
 #[serde(default, rename_all = "PascalCase")]
 #[allow(missing_docs)]
 pub struct NodeResources {
-    pub cpu: CpuResources,
+    pub cpu: NodeCpuResources,
     pub memory: MemoryResources,
     pub disk: DiskResources,
-    pub networks: Option<Value>,
-    pub node_networks: Option<Value>,
+    /// The node's address (Nomad's fingerprinted host network).
+    pub networks: Vec<NodeNetworkResource>,
+    /// Its networks by interface, each address named by its host network
+    /// (`default` for the node's own).
+    pub node_networks: Vec<NodeNetwork>,
     pub devices: Option<Value>,
+    pub min_dynamic_port: u16,
+    pub max_dynamic_port: u16,
+}
+
+/// A node's CPU (`NodeCpuResources`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+#[allow(missing_docs)]
+pub struct NodeCpuResources {
+    /// MHz: the node's total compute.
+    pub cpu_shares: u64,
+    /// The cores fingerprinted (`cpu.numcores`).
+    pub total_cpu_cores: u64,
+    /// Always empty: Drover reserves no cores.
+    pub reservable_cpu_cores: Vec<u16>,
+}
+
+/// The node's address as Nomad's legacy network (`NetworkResource`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+#[allow(missing_docs)]
+pub struct NodeNetworkResource {
+    /// Always `host`.
+    pub mode: String,
+    pub device: String,
+    /// The address as a network of one (`10.0.0.5/32`).
+    #[serde(rename = "CIDR")]
+    pub cidr: String,
+    #[serde(rename = "IP")]
+    pub ip: String,
+    #[serde(rename = "MBits")]
+    pub mbits: u64,
+}
+
+/// One interface of the node (`NodeNetworkResource`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+#[allow(missing_docs)]
+pub struct NodeNetwork {
+    /// Always `host`.
+    pub mode: String,
+    pub device: String,
+    pub mac_address: String,
+    pub speed: u64,
+    pub addresses: Vec<NodeNetworkAddress>,
+}
+
+/// One address of a node's interface (`NodeNetworkAddress`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+#[allow(missing_docs)]
+pub struct NodeNetworkAddress {
+    /// `ipv4` or `ipv6`.
+    pub family: String,
+    /// The host network's name (`default`: the node's own address).
+    pub alias: String,
+    pub address: String,
+    /// Ports held back on it, as Nomad's port list.
+    pub reserved_ports: String,
+    pub gateway: String,
 }
 
 /// What a node holds back (`NodeReservedResources`).
@@ -113,13 +183,81 @@ pub struct NodeReservedResources {
     pub networks: NodeReservedNetworkResources,
 }
 
-/// The ports a node holds back (`NodeReservedNetworkResources`): Drover
-/// keeps them in the node's network, so `""` here.
+/// The ports a node holds back (`NodeReservedNetworkResources`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, rename_all = "PascalCase")]
 #[allow(missing_docs)]
 pub struct NodeReservedNetworkResources {
+    /// Nomad's port list (`"22,80,8000-8100"`).
     pub reserved_host_ports: String,
+}
+
+impl NodeResources {
+    /// A node's resources and networks.
+    pub fn of(node: &engine::structs::Node) -> NodeResources {
+        let network = &node.network;
+        let family = |ip: &str| if ip.contains(':') { "ipv6" } else { "ipv4" }.to_string();
+        let address = |alias: &str, ip: &str, reserved: &engine::structs::PortSet| NodeNetworkAddress {
+            family: family(ip),
+            alias: alias.to_string(),
+            address: ip.to_string(),
+            reserved_ports: reserved.list_text(),
+            gateway: String::new(),
+        };
+        let interface = |device: &str, addresses| NodeNetwork {
+            mode: "host".to_string(),
+            device: device.to_string(),
+            mac_address: String::new(),
+            speed: 0,
+            addresses,
+        };
+        let mut node_networks =
+            vec![interface(&network.device, vec![address("default", &network.ip, &network.reserved_ports)])];
+        for (name, host_network) in &network.host_networks {
+            let found = address(name, &host_network.ip, &host_network.reserved_ports);
+            match node_networks
+                .iter_mut()
+                .find(|known| *known.device == *host_network.device && !known.device.is_empty())
+            {
+                Some(known) => known.addresses.push(found),
+                None => node_networks.push(interface(&host_network.device, vec![found])),
+            }
+        }
+        let prefix = if network.ip.contains(':') { 128 } else { 32 };
+        NodeResources {
+            cpu: NodeCpuResources {
+                cpu_shares: node.resources.cpu,
+                total_cpu_cores: node.attributes.get("cpu.numcores").and_then(|cores| cores.parse().ok()).unwrap_or(0),
+                reservable_cpu_cores: Vec::new(),
+            },
+            memory: MemoryResources { memory_mb: node.resources.memory_mb },
+            disk: DiskResources { disk_mb: node.resources.disk_mb },
+            networks: vec![NodeNetworkResource {
+                mode: "host".to_string(),
+                device: network.device.to_string(),
+                cidr: format!("{}/{prefix}", network.ip),
+                ip: network.ip.to_string(),
+                mbits: 0,
+            }],
+            node_networks,
+            devices: None,
+            min_dynamic_port: network.min_dynamic_port,
+            max_dynamic_port: network.max_dynamic_port,
+        }
+    }
+}
+
+impl NodeReservedResources {
+    /// What a node holds back: its reserved resources and ports.
+    pub fn of(node: &engine::structs::Node) -> NodeReservedResources {
+        let reserved = node.reserved;
+        NodeReservedResources {
+            cpu: CpuResources { cpu_shares: reserved.cpu },
+            memory: MemoryResources { memory_mb: reserved.memory_mb },
+            disk: DiskResources { disk_mb: reserved.disk_mb },
+            networks: NodeReservedNetworkResources { reserved_host_ports: node.network.reserved_ports.list_text() },
+        }
+    }
 }
 
 /// The node's drivers, from its `driver.<name>` attributes.
@@ -139,21 +277,35 @@ fn attribute(node: &engine::structs::Node, name: &str) -> String {
     node.attributes.get(name).cloned().unwrap_or_default()
 }
 
+impl NodeListStub {
+    /// The stub of `node`, with its resources when `resources` (the list's
+    /// `?resources=true`).
+    pub fn of(node: &engine::structs::Node, resources: bool) -> Self {
+        NodeListStub {
+            node_resources: resources.then(|| NodeResources::of(node)),
+            reserved_resources: resources.then(|| NodeReservedResources::of(node)),
+            ..NodeListStub::from(node)
+        }
+    }
+}
+
 impl From<&engine::structs::Node> for NodeListStub {
     fn from(node: &engine::structs::Node) -> Self {
         NodeListStub {
-            address: attribute(node, "unique.network.ip-address"),
+            address: node.network.ip.to_string(),
             id: node.id.to_string(),
             datacenter: node.datacenter.to_string(),
             name: node.name.clone(),
             node_class: node.node_class.to_string(),
-            version: attribute(node, "drover.version"),
+            version: attribute(node, "nomad.version"),
             drain: false,
             scheduling_eligibility: word(node.eligibility),
             status: word(node.status),
             status_description: String::new(),
             drivers: drivers(node),
             host_volumes: None,
+            node_resources: None,
+            reserved_resources: None,
             create_index: node.create_index,
             modify_index: node.modify_index,
         }
@@ -171,18 +323,8 @@ impl From<&engine::structs::Node> for Node {
             http_addr: attribute(node, ADVERTISE_ATTRIBUTE),
             tls_enabled: false,
             attributes: node.attributes.clone(),
-            node_resources: NodeResources {
-                cpu: CpuResources { cpu_shares: total.cpu },
-                memory: MemoryResources { memory_mb: total.memory_mb },
-                disk: DiskResources { disk_mb: total.disk_mb },
-                ..NodeResources::default()
-            },
-            reserved_resources: NodeReservedResources {
-                cpu: CpuResources { cpu_shares: reserved.cpu },
-                memory: MemoryResources { memory_mb: reserved.memory_mb },
-                disk: DiskResources { disk_mb: reserved.disk_mb },
-                networks: NodeReservedNetworkResources::default(),
-            },
+            node_resources: NodeResources::of(node),
+            reserved_resources: NodeReservedResources::of(node),
             resources: Resources::from(total),
             reserved: Resources::from(reserved),
             links: None,

@@ -20,8 +20,8 @@ async fn resolve(api: &ApiClient, prefix: &str) -> Result<String> {
     }
 }
 
-/// `drover node status [ID]`.
-pub async fn status(api: &ApiClient, id: Option<&str>, json_out: bool) -> Result<i32> {
+/// `drover node status [--verbose] [ID]`.
+pub async fn status(api: &ApiClient, id: Option<&str>, json_out: bool, verbose: bool) -> Result<i32> {
     let Some(id) = id else {
         let nodes: Vec<NodeListStub> = api.query("/v1/nodes").await?;
         if json_out {
@@ -31,19 +31,22 @@ pub async fn status(api: &ApiClient, id: Option<&str>, json_out: bool) -> Result
         let rows: Vec<Vec<String>> = nodes
             .iter()
             .map(|node| {
-                vec![
-                    short(&node.id),
-                    node.datacenter.clone(),
-                    node.name.clone(),
-                    node.node_class.clone(),
-                    node.drain.to_string(),
-                    node.scheduling_eligibility.clone(),
-                    node.status.clone(),
-                ]
+                let id = if verbose { node.id.clone() } else { short(&node.id) };
+                let mut row = vec![id, node.datacenter.clone(), node.name.clone(), node.node_class.clone()];
+                if verbose {
+                    row.extend([node.address.clone(), node.version.clone()]);
+                }
+                row.extend([node.drain.to_string(), node.scheduling_eligibility.clone(), node.status.clone()]);
+                row
             })
             .collect();
+        let mut header = vec!["ID", "DC", "Name", "Class"];
+        if verbose {
+            header.extend(["Address", "Version"]);
+        }
+        header.extend(["Drain", "Eligibility", "Status"]);
         if !rows.is_empty() {
-            print!("{}", table(&["ID", "DC", "Name", "Class", "Drain", "Eligibility", "Status"], &rows));
+            print!("{}", table(&header, &rows));
         }
         return Ok(0);
     };
@@ -86,6 +89,13 @@ pub async fn status(api: &ApiClient, id: Option<&str>, json_out: bool) -> Result
         format!("{} MiB/{} MiB", used(|r| r.disk_mb), total(|r| r.disk_mb)),
     ];
     print!("{}", table(&["CPU", "Memory", "Disk"], &[row]));
+    if verbose {
+        for (title, map) in [("Attributes", &node.attributes), ("Meta", &node.meta)] {
+            let pairs: Vec<(&str, String)> = map.iter().map(|(key, value)| (key.as_str(), value.clone())).collect();
+            println!("\n{title}");
+            print!("{}", fields(&pairs));
+        }
+    }
     println!("\nAllocations");
     let stubs: Vec<AllocationListStub> =
         allocs.into_iter().map(|alloc| AllocationListStub { job_version: alloc.job.version, ..alloc.stub }).collect();
@@ -112,6 +122,9 @@ pub enum NodeCommand {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+        /// Full ids, addresses and versions; a node's attributes and meta.
+        #[arg(long)]
+        verbose: bool,
     },
     /// Marks a node eligible or ineligible for new placements.
     Eligibility {
@@ -130,7 +143,7 @@ pub enum NodeCommand {
 pub fn command(command: NodeCommand, api: &ApiArgs) -> Result<(), Failure> {
     client_command(api, |client| async move {
         match command {
-            NodeCommand::Status { id, json } => status(&client, id.as_deref(), json).await,
+            NodeCommand::Status { id, json, verbose } => status(&client, id.as_deref(), json, verbose).await,
             NodeCommand::Eligibility { enable, id, .. } => eligibility(&client, &id, enable).await,
         }
     })

@@ -129,7 +129,7 @@ pub async fn status(api: &ApiClient, prefix: Option<&str>, json_out: bool) -> Re
         "jobs" => super::job::status(api, Some(&id), json_out).await,
         "allocs" => super::alloc::status(api, &id, json_out).await,
         "evals" => super::eval::status(api, &id, false, json_out).await,
-        "nodes" => super::node::status(api, Some(&id), json_out).await,
+        "nodes" => super::node::status(api, Some(&id), json_out, false).await,
         other => bail!("no status command for {other}"),
     }
 }

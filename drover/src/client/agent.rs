@@ -412,15 +412,24 @@ impl Runtime<'_> {
         if *stop.borrow() {
             return Flow::Stop;
         }
+        // Allocations due to stop for the servers' silence are stopped on
+        // time: the attempt is given up for it (and made again after).
+        let silence = self.core.stop_deadline().map(|at| self.origin + at.since(Timestamp::ZERO));
+        let give_up = || {
+            let why = "gave up connecting: allocations are due to stop after the servers' silence";
+            Flow::Go(Some(Event::Disconnected(Failure::lost(why))))
+        };
         if let Some(link) = &mut self.link {
             tokio::select! {
                 _ = link.wait_for(|up| *up) => {}
+                _ = sleep_until(silence) => return give_up(),
                 _ = stopped(stop) => return Flow::Stop,
             }
         }
         let started = Instant::now();
         let connected = tokio::select! {
             connected = agent.call(agent.endpoints.connect_with(agent.quic.clone(), addr)) => connected,
+            _ = sleep_until(silence) => return give_up(),
             _ = stopped(stop) => return Flow::Stop,
         };
         Flow::Go(Some(match connected {

@@ -15,12 +15,15 @@
 //!   restarts, signals, stats, garbage collection); `fs.rs` reads the
 //!   allocation directories for them, `stats.rs` the host's `/proc`.
 //! - `identity.rs`: the node's persistent id and secret.
+//! - `fingerprint.rs`: what the host is (address, CPU, memory, OS, kernel,
+//!   storage), read from the host as Nomad's attributes.
 //! - `drivers/`: the task drivers.
 
 pub mod agent;
 pub mod alloc_dir;
 pub mod alloc_runner;
 pub mod drivers;
+pub mod fingerprint;
 pub mod fs;
 pub mod identity;
 pub mod logs;

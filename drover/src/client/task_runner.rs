@@ -2,10 +2,12 @@
 //! driver, wait for it, apply the group's restart policy when it exits,
 //! stop it when asked, and record every step as a task event.
 //!
-//! 1. Start: `Started`, state `running`; or `Driver Failure`. A task that
-//!    cannot run on this node (its command does not exist) is `Not
-//!    Restarting` and dead, failed; a failure of the node's side (the
-//!    executor could not start) counts as a failed run.
+//! 1. Start: `Started`, state `running`; or `Driver Failure`, or `Failed
+//!    Validation` for a driver config naming an unknown `${...}`. A task
+//!    that cannot run as written (its command does not exist, its config
+//!    does not interpolate) is `Not Restarting` and dead, failed; a failure
+//!    of the node's side (the executor could not start) counts as a failed
+//!    run.
 //! 2. Exit: `Terminated` with the exit code, signal and OOM kill; then the
 //!    restart tracker decides: `Restarting` (state `pending` for the
 //!    delay), done (dead), or `Not Restarting` (dead, failed).
@@ -120,8 +122,12 @@ pub async fn run(
         let _ = updates.send(TaskUpdate { task: ctx.task.name.clone(), state: state.clone(), handle });
     };
     let batch = ctx.alloc.job.job_type.is_batch_like();
-    let policy =
-        ctx.alloc.job.group(&ctx.alloc.task_group).map(|group| group.restart_policy.clone()).unwrap_or_default();
+    let policy = ctx
+        .alloc
+        .job
+        .group(&ctx.alloc.task_group)
+        .map(|group| ctx.task.effective_restart_policy(group).clone())
+        .unwrap_or_default();
     let mut tracker = RestartTracker::new(policy, batch);
     let mut rng = SmallRng::from_os_rng();
     let mut handle = match restored {
@@ -172,7 +178,7 @@ pub async fn run(
                     publish(&state, Some(running.state()));
                     running
                 }
-                Err(StartError::Unrunnable(_)) => {
+                Err(StartError::Unrunnable(_) | StartError::InvalidConfig(_)) => {
                     finish(&mut state, true, Some("Error was unrecoverable"));
                     publish(&state, None);
                     return;
@@ -262,8 +268,12 @@ async fn start(ctx: &TaskContext, state: &mut TaskState) -> Result<TaskHandle, S
         }
         Err(error) => {
             let message = error.to_string();
-            let event =
-                TaskEvent::new(TaskEvent::DRIVER_FAILURE, now(), message.clone()).with_detail("driver_error", message);
+            let event = match &error {
+                StartError::InvalidConfig(_) => TaskEvent::new(TaskEvent::FAILED_VALIDATION, now(), message.clone())
+                    .with_detail("validation_error", message),
+                _ => TaskEvent::new(TaskEvent::DRIVER_FAILURE, now(), message.clone())
+                    .with_detail("driver_error", message),
+            };
             state.push_event(event);
             Err(error)
         }

@@ -23,6 +23,10 @@ pub enum ApiError {
     /// The method is not one the path takes (405).
     #[error("Invalid method")]
     MethodNotAllowed,
+    /// A path of Nomad's API that Drover does not serve yet (501); the
+    /// message names it.
+    #[error("{0}")]
+    NotImplemented(String),
     /// The server could not do it (500): a job that fails validation (as in
     /// Nomad, whose register answers validation errors with 500), or the
     /// server shutting down.
@@ -49,6 +53,7 @@ impl ApiError {
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::Forbidden => StatusCode::FORBIDDEN,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::NotImplemented(_) => StatusCode::NOT_IMPLEMENTED,
             ApiError::Internal(_) | ApiError::NoLeader(_) | ApiError::NotLeader(_) | ApiError::LogStopped(_) => {
                 StatusCode::INTERNAL_SERVER_ERROR
             }

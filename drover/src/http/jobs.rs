@@ -1,6 +1,9 @@
 //! `/v1/jobs` and `/v1/job/<id>[/<suffix>]`. As in Nomad, the job id is
-//! what comes before a known suffix (`/allocations`, `/evaluations`,
-//! `/summary`, `/deployment`, `/scale`, `/evaluate`), so ids may hold `/`.
+//! what comes before a known suffix ([`SUFFIXES`]: every sub-path Nomad
+//! has), so ids may hold `/`, and a job whose id ends in a suffix (`a/plan`)
+//! is reached by its suffix's handler, never registered under another id
+//! (a register's body must name the id of its path). The sub-paths Drover
+//! does not serve yet answer 501, naming the path.
 
 use std::sync::Arc;
 
@@ -60,7 +63,6 @@ async fn job(
     params: Params,
     body: Bytes,
 ) -> Result<Reply, ApiError> {
-    const SUFFIXES: [&str; 6] = ["/allocations", "/evaluations", "/summary", "/deployment", "/scale", "/evaluate"];
     let (id, suffix) = SUFFIXES
         .iter()
         .find_map(|suffix| rest.strip_suffix(suffix).map(|id| (id.to_string(), *suffix)))
@@ -80,9 +82,43 @@ async fn job(
         ("/scale", Method::PUT | Method::POST) => scale(state, params, key, body).await,
         ("/scale", Method::GET) => scale_status(&state, &params, key).await,
         ("/evaluate", Method::PUT | Method::POST) => evaluate(state, params, key).await,
+        // No deployments exist (they come with health-gated updates), and
+        // no job's services are registered (service blocks are warned of).
+        ("/deployments" | "/services", Method::GET) => {
+            blocking(&state, &params, |snapshot| Ok(snapshot.table_indexes().jobs), |_| Ok(Vec::<()>::new())).await
+        }
+        (suffix, _) if NOT_IMPLEMENTED.contains(&suffix) => {
+            Err(ApiError::NotImplemented(format!("/v1/job/<id>{suffix} is not implemented by Drover yet (job {id:?})")))
+        }
         _ => Err(ApiError::MethodNotAllowed),
     }
 }
+
+/// Every sub-path of `/v1/job/<id>` Nomad has; the longest first, so
+/// `/periodic/force` is not read as a job id ending in `/periodic`.
+pub const SUFFIXES: [&str; 17] = [
+    "/periodic/force",
+    "/allocations",
+    "/evaluations",
+    "/deployments",
+    "/deployment",
+    "/submission",
+    "/evaluate",
+    "/dispatch",
+    "/versions",
+    "/services",
+    "/summary",
+    "/actions",
+    "/revert",
+    "/stable",
+    "/action",
+    "/scale",
+    "/plan",
+];
+
+/// The sub-paths of [`SUFFIXES`] Drover does not serve yet (501).
+const NOT_IMPLEMENTED: [&str; 9] =
+    ["/periodic/force", "/submission", "/dispatch", "/versions", "/actions", "/revert", "/stable", "/action", "/plan"];
 
 fn find<'a>(snapshot: &'a Snapshot, key: &JobKey) -> Result<&'a Arc<Job>, ApiError> {
     snapshot.job(key).ok_or_else(|| ApiError::NotFound("job not found".to_string()))

@@ -27,9 +27,10 @@ pub fn routes() -> Router<ApiState> {
         .route("/v1/client/{*rest}", get(client_stats))
 }
 
-/// `GET /v1/nodes[?prefix=]`, by id.
+/// `GET /v1/nodes[?prefix=][&resources=true]`, by id.
 async fn list(State(state): State<ApiState>, params: Params) -> Result<Reply, ApiError> {
     let prefix = params.prefix().to_string();
+    let resources = params.flag("resources")?;
     blocking(
         &state,
         &params,
@@ -37,7 +38,7 @@ async fn list(State(state): State<ApiState>, params: Params) -> Result<Reply, Ap
         |snapshot| {
             let mut nodes: Vec<_> = snapshot.nodes().filter(|node| matches_uuid_prefix(&node.id.0, &prefix)).collect();
             nodes.sort_by_key(|node| node.id);
-            Ok(nodes.iter().map(|node| NodeListStub::from(&***node)).collect::<Vec<_>>())
+            Ok(nodes.iter().map(|node| NodeListStub::of(node, resources)).collect::<Vec<_>>())
         },
     )
     .await

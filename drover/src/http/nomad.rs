@@ -72,6 +72,7 @@ pub fn job(job: &Job, snapshot: &Snapshot) -> jobs::Job {
         create_index: job.create_index,
         modify_index: job.modify_index,
         job_modify_index: job.job_modify_index,
+        meta: jobs::meta_or_none(&job.meta),
         ..jobs::Job::default()
     }
 }

@@ -1,20 +1,24 @@
 //! Feasibility: can a node run a task group at all, regardless of room?
 //!
 //! Checks: the node is ready and eligible, in one of the job's datacenters,
-//! has every task's driver, and meets every job, group and task constraint.
-//! Everything but `unique.` attributes is the same for all nodes of one
-//! computed class, so those checks run once per class and are cached; the
-//! constraints that read unique attributes *escape* the cache and run per
-//! node. `distinct_hosts` and `distinct_property` depend on where the job's
+//! has every task's driver, meets every job, group and task constraint, and
+//! has every host network the group's ports name. Everything but `unique.`
+//! attributes is the same for all nodes of one computed class, so those
+//! checks run once per class and are cached; the constraints that read
+//! unique attributes, and host networks (the node's network is not part of
+//! its class), *escape* the cache and run per node. `distinct_hosts` and `distinct_property` depend on where the job's
 //! allocations are, so the stack checks them with its placement context.
 
 use std::cmp::Ordering;
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use hashbrown::HashMap;
 use regex::Regex;
 
-use crate::structs::{version_matches, ComputedClass, Constraint, ConstraintOperand, Job, Node, TaskGroup};
+use crate::structs::{
+    set_contains, version_matches, ComputedClass, Constraint, ConstraintOperand, Job, Node, TaskGroup,
+};
 
 /// Why a node was filtered, for placement metrics.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -27,6 +31,13 @@ pub enum Filtered {
     MissingDriver(String),
     /// A constraint was not met; the text names it.
     Constraint(String),
+    /// A port names a host network the node does not have.
+    MissingHostNetwork {
+        /// The host network's name.
+        network: Arc<str>,
+        /// The port's label.
+        label: Arc<str>,
+    },
 }
 
 impl Filtered {
@@ -37,6 +48,9 @@ impl Filtered {
             Filtered::Datacenter => "missing compatible datacenter".to_string(),
             Filtered::MissingDriver(driver) => format!("missing driver \"{driver}\""),
             Filtered::Constraint(text) => text.clone(),
+            Filtered::MissingHostNetwork { network, label } => {
+                format!("missing host network \"{network}\" for port \"{label}\"")
+            }
         }
     }
 }
@@ -84,6 +98,10 @@ impl Prepared {
             ConstraintOperand::Version => left.is_some_and(|left| version_matches(&left, right)),
             ConstraintOperand::IsSet => left.is_some(),
             ConstraintOperand::IsNotSet => left.is_none(),
+            ConstraintOperand::SetContains | ConstraintOperand::SetContainsAll => {
+                left.is_some_and(|left| set_contains(&left, right, true))
+            }
+            ConstraintOperand::SetContainsAny => left.is_some_and(|left| set_contains(&left, right, false)),
             // Placement-dependent: checked by the stack.
             ConstraintOperand::DistinctHosts | ConstraintOperand::DistinctProperty => true,
         }
@@ -104,6 +122,9 @@ fn operand_text(operand: ConstraintOperand) -> &'static str {
         ConstraintOperand::IsNotSet => "is_not_set",
         ConstraintOperand::DistinctHosts => "distinct_hosts",
         ConstraintOperand::DistinctProperty => "distinct_property",
+        ConstraintOperand::SetContains => "set_contains",
+        ConstraintOperand::SetContainsAny => "set_contains_any",
+        ConstraintOperand::SetContainsAll => "set_contains_all",
     }
 }
 
@@ -148,6 +169,8 @@ pub struct FeasibilityChecker {
     drivers: Vec<String>,
     by_class: Vec<Prepared>,
     escaped: Vec<Prepared>,
+    /// The group's ports that name a host network: (network, label).
+    host_networks: Vec<(Arc<str>, Arc<str>)>,
     cache: HashMap<ComputedClass, Result<(), Filtered>>,
     /// Per computed class seen: whether it was feasible (for blocked evals).
     pub class_eligibility: HashMap<ComputedClass, bool>,
@@ -168,19 +191,28 @@ impl FeasibilityChecker {
         let mut drivers: Vec<String> = group.tasks.iter().map(|task| task.driver.clone()).collect();
         drivers.sort();
         drivers.dedup();
+        let host_networks = group
+            .networks
+            .iter()
+            .flat_map(|network| network.reserved_ports.iter().chain(&network.dynamic_ports))
+            .filter_map(|port| Some((port.host_network.clone()?, port.label.clone())))
+            .collect();
         FeasibilityChecker {
             datacenters: job.datacenters.iter().cloned().collect(),
             drivers,
             by_class,
             escaped,
+            host_networks,
             cache: HashMap::new(),
             class_eligibility: HashMap::new(),
         }
     }
 
-    /// Whether some constraints had to be checked per node.
+    /// Whether some checks run per node (constraints on unique
+    /// attributes, host networks), so a blocked eval of the group cannot
+    /// wait on computed classes alone.
     pub fn escaped(&self) -> bool {
-        !self.escaped.is_empty()
+        !self.escaped.is_empty() || !self.host_networks.is_empty()
     }
 
     /// Checks one node.
@@ -198,8 +230,19 @@ impl FeasibilityChecker {
             }
         };
         class_result?;
-        match self.escaped.iter().find(|prepared| !prepared.holds(node)) {
-            Some(failed) => Err(Filtered::Constraint(failed.text.clone())),
+        self.check_node(node)
+    }
+
+    /// The per-node part of a check: constraints on unique attributes,
+    /// then host networks.
+    fn check_node(&self, node: &Node) -> Result<(), Filtered> {
+        if let Some(failed) = self.escaped.iter().find(|prepared| !prepared.holds(node)) {
+            return Err(Filtered::Constraint(failed.text.clone()));
+        }
+        match self.host_networks.iter().find(|(network, _)| node.network.address_for(Some(network)).is_none()) {
+            Some((network, label)) => {
+                Err(Filtered::MissingHostNetwork { network: network.clone(), label: label.clone() })
+            }
             None => Ok(()),
         }
     }
@@ -211,10 +254,7 @@ impl FeasibilityChecker {
             return Some(Err(Filtered::NotSchedulable));
         }
         let class_result = self.cache.get(&node.computed_class)?.clone();
-        Some(class_result.and_then(|()| match self.escaped.iter().find(|prepared| !prepared.holds(node)) {
-            Some(failed) => Err(Filtered::Constraint(failed.text.clone())),
-            None => Ok(()),
-        }))
+        Some(class_result.and_then(|()| self.check_node(node)))
     }
 
     /// The class part of [`Self::check`] alone (cached): whether nodes of
@@ -231,7 +271,7 @@ impl FeasibilityChecker {
     }
 
     /// Fills the class cache from one node of each class in `nodes`.
-    pub fn warm(&mut self, nodes: &[std::sync::Arc<Node>]) {
+    pub fn warm(&mut self, nodes: &[Arc<Node>]) {
         for node in nodes {
             if node.is_schedulable() && !self.cache.contains_key(&node.computed_class) {
                 let result = self.check_class(node);

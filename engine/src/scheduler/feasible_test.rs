@@ -48,6 +48,20 @@ fn every_comparison_operator() {
 }
 
 #[test]
+fn set_operators_read_comma_separated_members() {
+    let mut gpu = node(1, "a", "5.10.0");
+    gpu.meta.insert("features".into(), "cuda, avx2,sse4".into());
+    let c = |op, r: &str| Constraint::new("${meta.features}", op, r);
+    assert!(holds(c(ConstraintOperand::SetContains, "avx2,cuda"), &gpu));
+    assert!(holds(c(ConstraintOperand::SetContainsAll, "sse4"), &gpu));
+    assert!(!holds(c(ConstraintOperand::SetContainsAll, "avx2,neon"), &gpu), "every member");
+    assert!(holds(c(ConstraintOperand::SetContainsAny, "neon, avx2"), &gpu));
+    assert!(!holds(c(ConstraintOperand::SetContainsAny, "neon,sve"), &gpu));
+    let plain = node(2, "a", "5.10.0");
+    assert!(!holds(c(ConstraintOperand::SetContainsAny, "cuda"), &plain), "a missing attribute holds nothing");
+}
+
+#[test]
 fn class_checks_run_once_per_class_and_unique_constraints_escape() {
     let nodes: Vec<Arc<Node>> = (0..1000).map(|n| Arc::new(node(n, &format!("c{}", n % 5), "5.10"))).collect();
     let job = job_with(Constraint::new("${attr.kernel.name}", ConstraintOperand::Equal, "linux"));

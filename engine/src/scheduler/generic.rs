@@ -218,6 +218,7 @@ impl<'a> GenericScheduler<'a> {
                     alloc.create_time = now;
                     alloc.modify_time = now;
                     alloc.ports = selection.ports;
+                    alloc.score = selection.score;
                     if let Some(previous) = &request.previous {
                         link_replacement(&mut alloc, previous, request.reschedule, now);
                     }

@@ -9,8 +9,8 @@ use super::testing::Harness;
 use crate::clock::Timestamp;
 use crate::state::Command;
 use crate::structs::{
-    port_env, Affinity, Allocation, ConstraintOperand, DesiredStatus, Job, JobType, NetworkResource, Node, NodeId,
-    NodeNetwork, Port, PortSet, Resources, SchedulerConfiguration, Spread, TriggerReason, NOMAD_ENV_PREFIX,
+    port_env, Affinity, Allocation, ConstraintOperand, DesiredStatus, HostNetwork, Job, JobType, NetworkResource, Node,
+    NodeId, NodeNetwork, Port, PortSet, Resources, SchedulerConfiguration, Spread, TriggerReason, NOMAD_ENV_PREFIX,
 };
 
 const NOW: Timestamp = Timestamp(1_000_000 * 1_000_000_000);
@@ -159,6 +159,7 @@ fn port_cluster() -> Harness {
             reserved_ports: PortSet::of([22]),
             min_dynamic_port: 20_000,
             max_dynamic_port: 20_009,
+            ..NodeNetwork::default()
         };
         node
     }));
@@ -357,4 +358,114 @@ fn two_groups_of_a_system_job_never_share_a_port_on_a_node() {
     assert!(h.store.snapshot().port_collisions().is_empty());
     let metric = &h.last_update().failed_tg_allocs["second"];
     assert_eq!(metric.dimension_exhausted.get("network: reserved port collision web=8080"), Some(&2), "{metric:?}");
+}
+
+/// Three nodes: 1 and 2 with the host network `public` (203.0.113.1 and
+/// .2), 3 without.
+fn host_network_cluster() -> Harness {
+    let h = port_cluster();
+    h.add_nodes([1, 2, 3].map(|i| {
+        let mut node = Node::new_ready(NodeId::from_u128(i), "dc1", "c", Resources::new(64_000, 64_000, 0));
+        node.network.ip = format!("10.0.0.{i}").into();
+        if i < 3 {
+            let public = HostNetwork {
+                ip: format!("203.0.113.{i}").into(),
+                device: "eth1".into(),
+                reserved_ports: PortSet::default(),
+            };
+            node.network.host_networks.insert("public".into(), public);
+        }
+        node
+    }));
+    h
+}
+
+#[test]
+fn a_port_on_a_host_network_is_given_its_address_and_a_node_without_it_is_filtered() {
+    let mut h = host_network_cluster();
+    let mut job = with_ports(service_job("web", 3, 1), &[("http", 8080)], &["admin"]);
+    job.task_groups[0].networks[0].reserved_ports[0].host_network = Some("public".into());
+    place(&mut h, &job);
+    let placed = h.live_allocs(&job);
+    assert_eq!(placed.len(), 2, "one per node with the network (a static port)");
+    for alloc in &placed {
+        let n = alloc.node_id.0.as_u128();
+        assert!(n < 3, "never on the node without `public`");
+        let port = |label: &str| alloc.ports.iter().find(|port| &*port.label == label).expect("given").clone();
+        assert_eq!(&*port("http").host_ip, format!("203.0.113.{n}"), "the host network's address");
+        assert_eq!(port("http").value, 8080);
+        assert_eq!(&*port("admin").host_ip, format!("10.0.0.{n}"), "no host network: the node's own address");
+    }
+    let update = h.last_update();
+    let metric = &update.failed_tg_allocs["group"];
+    assert!(
+        metric.constraint_filtered.get("missing host network \"public\" for port \"http\"").is_some_and(|n| *n >= 1),
+        "{metric:?}"
+    );
+    let blocked = h.created_evals.iter().find(|eval| eval.status == crate::structs::EvalStatus::Blocked);
+    assert!(
+        blocked.is_some_and(|eval| eval.escaped_computed_class),
+        "host networks are not in the computed class: the blocked eval escapes it"
+    );
+
+    let mut nowhere = with_ports(service_job("private", 1, 1), &[], &["http"]);
+    nowhere.task_groups[0].networks[0].dynamic_ports[0].host_network = Some("private".into());
+    place(&mut h, &nowhere);
+    assert!(h.live_allocs(&nowhere).is_empty(), "no node has `private`");
+    let metric = &h.last_update().failed_tg_allocs["group"];
+    assert_eq!(metric.constraint_filtered.get("missing host network \"private\" for port \"http\""), Some(&3));
+}
+
+#[test]
+fn a_system_job_runs_only_on_the_nodes_with_its_host_network() {
+    let mut h = host_network_cluster();
+    let mut agent = with_ports(system_job(50, 100), &[], &["metrics"]);
+    agent.task_groups[0].networks[0].dynamic_ports[0].host_network = Some("public".into());
+    place(&mut h, &agent);
+    let mut on: Vec<(u128, String)> = h
+        .live_allocs(&agent)
+        .iter()
+        .map(|alloc| (alloc.node_id.0.as_u128(), alloc.ports[0].host_ip.to_string()))
+        .collect();
+    on.sort();
+    assert_eq!(on, vec![(1, "203.0.113.1".to_string()), (2, "203.0.113.2".to_string())]);
+}
+
+#[test]
+fn what_a_node_reserves_is_never_given() {
+    let mut h = Harness::new(NOW);
+    let mut node = Node::new_ready(NodeId::from_u128(1), "dc1", "c", Resources::new(4000, 8192, 10_000));
+    node.reserved = Resources::new(1000, 4192, 2000);
+    node.network = NodeNetwork {
+        reserved_ports: PortSet::parse_list("22,8080,20000-20004").expect("a port list"),
+        min_dynamic_port: 20_000,
+        max_dynamic_port: 20_009,
+        ..NodeNetwork::default()
+    };
+    h.add_nodes([node]);
+    for (id, cpu, memory, disk) in [("cpu", 3001, 1, 0), ("memory", 1, 4001, 0), ("disk", 1, 1, 8001)] {
+        let mut job = service_job(id, 1, 1);
+        job.task_groups[0].tasks[0].resources = Resources::new(cpu, memory, disk);
+        place(&mut h, &job);
+        assert!(h.live_allocs(&job).is_empty(), "{id}: more than the allocatable");
+        let metric = &h.last_update().failed_tg_allocs["group"];
+        assert_eq!(metric.dimension_exhausted.get(id), Some(&1), "{id}: {metric:?}");
+    }
+    for port in [22, 8080, 20_003] {
+        let job = with_ports(service_job(&format!("static{port}"), 1, 1), &[("p", port)], &[]);
+        place(&mut h, &job);
+        assert!(h.live_allocs(&job).is_empty(), "{port} is reserved");
+    }
+    let dynamic = with_ports(service_job("dynamic", 6, 1), &[], &["http"]);
+    place(&mut h, &dynamic);
+    let mut given: Vec<u16> = h.live_allocs(&dynamic).iter().flat_map(|alloc| alloc.port_values()).collect();
+    given.sort_unstable();
+    assert_eq!(given, vec![20_005, 20_006, 20_007, 20_008, 20_009], "five free in the range, none reserved");
+    assert!(h.store.snapshot().port_collisions().is_empty());
+    // What the five use (100 MHz, 64 MiB each) and this one make exactly the allocatable.
+    let mut fits = service_job("fits", 1, 1);
+    fits.task_groups[0].tasks[0].resources = Resources::new(2500, 3680, 0);
+    place(&mut h, &fits);
+    assert_eq!(h.live_allocs(&fits).len(), 1, "exactly the allocatable fits");
+    assert!(h.store.snapshot().oversubscribed_nodes().is_empty());
 }

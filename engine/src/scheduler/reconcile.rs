@@ -7,7 +7,10 @@
 //! 2. Live allocations are split by the state of their node (Nomad's
 //!    `filterByTainted`, see [`taint_of`]): untainted, lost, disconnecting,
 //!    unknown, awaiting report, reconnecting.
-//! 3. Lost allocations are stopped as `lost`. Disconnecting ones are marked
+//! 3. Lost allocations are stopped as `lost`; a group with
+//!    `stop_after_client_disconnect` keeps a lost allocation's slot empty
+//!    for that long after (its client stops it by then), so the two never
+//!    run at once; a follow-up eval places the replacement. Disconnecting ones are marked
 //!    `unknown` and a follow-up eval is due when their `max_client_disconnect`
 //!    runs out. The slots of lost, disconnecting and unknown allocations get
 //!    a replacement (linked to them) unless another live allocation holds
@@ -23,8 +26,10 @@
 //!    `initializing` node becomes ready only after the report).
 //! 4. Reconnecting allocations (the servers marked them `unknown`, their
 //!    node is back and the client has reported them since) are settled: one
-//!    allocation per slot is kept, the original unless a replacement runs a
-//!    newer job version; the others are stopped. A kept original gets an
+//!    allocation per slot is kept: a replacement that runs a newer job
+//!    version, else the one the group's `disconnect { reconcile }` picks
+//!    (best score, the default; keep the original; keep the replacement;
+//!    longest running); the others are stopped. A kept original gets an
 //!    `AllocState` entry recording the reconnect, so later evals treat it as
 //!    settled. (A reconnecting allocation that failed is client-terminal and
 //!    handled as a failure; one the servers already stopped is not touched.)
@@ -48,7 +53,8 @@ use hashbrown::HashMap;
 
 use crate::clock::Timestamp;
 use crate::structs::{
-    Allocation, ClientStatus, DelayFunction, EvalId, Job, JobKey, Node, NodeId, NodeStatus, ReschedulePolicy, TaskGroup,
+    Allocation, ClientStatus, DelayFunction, EvalId, Job, JobKey, Node, NodeId, NodeStatus, ReconcileStrategy,
+    ReschedulePolicy, Task, TaskGroup,
 };
 
 /// Delay between batches of a rolling (destructive) update.
@@ -63,6 +69,10 @@ pub mod stop_reason {
     pub const LOST: &str = "alloc is lost since its node is down or its disconnect ran out";
     /// A reconnecting original lost to a replacement running a newer job version.
     pub const REPLACEMENT_NEWER: &str = "alloc not needed: its replacement runs a newer job version";
+    /// A reconnecting original lost to its replacement by the group's
+    /// `disconnect { reconcile }` strategy.
+    pub const REPLACEMENT_KEPT: &str =
+        "alloc not needed: its replacement was kept as the group's reconcile strategy says";
     /// A replacement stopped because its original reconnected.
     pub const ORIGINAL_RECONNECTED: &str = "alloc not needed as the original allocation reconnected";
     /// A duplicate of a slot another live allocation holds.
@@ -237,10 +247,18 @@ impl Reconciler<'_> {
         let mut held: BTreeMap<u32, Vec<&Arc<Allocation>>> = BTreeMap::new();
         let mut replacements: Vec<PlaceRequest> = Vec::new();
         let mut reconnecting: Vec<&Arc<Allocation>> = Vec::new();
-        // Slots an `unknown` allocation keeps without a replacement.
+        // Slots kept without a replacement: an `unknown` allocation's, and a
+        // lost one's while its client may still run it.
         let mut kept: BTreeSet<u32> = BTreeSet::new();
-        for alloc in allocs.iter().copied().filter(|alloc| !alloc.server_terminal()) {
+        for alloc in allocs.iter().copied() {
             let index = alloc.index().unwrap_or(u32::MAX);
+            if alloc.server_terminal() {
+                if let Some(until) = silence_wait(group, alloc).filter(|until| *until > self.now) {
+                    kept.insert(index);
+                    out.follow_up_no_later_than(until);
+                }
+                continue;
+            }
             if alloc.client_terminal() {
                 self.reconcile_terminal(job, group, alloc, index, &mut held, &mut replacements, out);
                 continue;
@@ -253,7 +271,13 @@ impl Reconciler<'_> {
                         description: stop_reason::LOST,
                         client_status: Some(ClientStatus::Lost),
                     });
-                    replacements.push(replacement(&group_name, index, alloc, false));
+                    match group.stop_after_client_disconnect {
+                        Some(wait) => {
+                            kept.insert(index);
+                            out.follow_up_no_later_than(self.now.plus(wait));
+                        }
+                        None => replacements.push(replacement(&group_name, index, alloc, false)),
+                    }
                 }
                 Taint::Disconnecting => {
                     out.disconnecting.push(alloc.clone());
@@ -269,7 +293,7 @@ impl Reconciler<'_> {
                 Taint::Untainted => held.entry(index).or_default().push(alloc),
             }
         }
-        self.reconnect(job, reconnecting, &mut held, out);
+        self.reconnect(job, group, reconnecting, &mut held, out);
         self.stop_extras(group, &mut held, out);
         // A slot gets one replacement, and none while a live allocation (or
         // a failure waiting for its reschedule) holds it. Should several
@@ -295,6 +319,7 @@ impl Reconciler<'_> {
     fn reconnect<'b>(
         &self,
         job: &Job,
+        group: &TaskGroup,
         reconnecting: Vec<&'b Arc<Allocation>>,
         held: &mut BTreeMap<u32, Vec<&'b Arc<Allocation>>>,
         out: &mut Reconciled,
@@ -305,19 +330,23 @@ impl Reconciler<'_> {
             let (live, finished): (Vec<_>, Vec<_>) = slot.drain(..).partition(|alloc| !alloc.client_terminal());
             let newer = live.iter().copied().find(|other| other.job.version > original.job.version);
             let stale_version = original.job.version < job.version;
-            match newer {
-                Some(newer) if stale_version => {
-                    out.stop.push(StopRequest {
-                        alloc: original.clone(),
-                        description: stop_reason::REPLACEMENT_NEWER,
-                        client_status: None,
-                    });
-                    slot.push(newer);
-                    for other in live.iter().filter(|other| other.id != newer.id) {
+            let kept = match newer {
+                Some(newer) if stale_version => Some((newer, stop_reason::REPLACEMENT_NEWER)),
+                _ => live
+                    .first()
+                    .copied()
+                    .filter(|replacement| keeps_replacement(group.reconcile, original, replacement))
+                    .map(|replacement| (replacement, stop_reason::REPLACEMENT_KEPT)),
+            };
+            match kept {
+                Some((kept, description)) => {
+                    out.stop.push(StopRequest { alloc: original.clone(), description, client_status: None });
+                    slot.push(kept);
+                    for other in live.iter().filter(|other| other.id != kept.id) {
                         slot.push(other);
                     }
                 }
-                _ => {
+                None => {
                     for replacement in &live {
                         out.stop.push(StopRequest {
                             alloc: (*replacement).clone(),
@@ -460,6 +489,26 @@ fn replace_unknown(
     }
 }
 
+/// Whether a slot keeps `replacement` over its reconnecting `original`
+/// (both of one job version, or the replacement's older) by `strategy`.
+fn keeps_replacement(strategy: ReconcileStrategy, original: &Allocation, replacement: &Allocation) -> bool {
+    match strategy {
+        ReconcileStrategy::KeepOriginal => false,
+        ReconcileStrategy::KeepReplacement => true,
+        ReconcileStrategy::BestScore => replacement.score > original.score,
+        ReconcileStrategy::LongestRunning => match (first_start(original), first_start(replacement)) {
+            (Some(original), Some(replacement)) => replacement < original,
+            (None, Some(_)) => true,
+            _ => false,
+        },
+    }
+}
+
+/// When the allocation's first task started, if one has.
+fn first_start(alloc: &Allocation) -> Option<Timestamp> {
+    alloc.task_states.values().filter_map(|state| state.started_at).min()
+}
+
 fn stop_live(allocs: &[&Arc<Allocation>], description: &'static str, out: &mut Reconciled) {
     for alloc in allocs.iter().filter(|alloc| !alloc.terminal()) {
         out.stop.push(StopRequest { alloc: (*alloc).clone(), description, client_status: None });
@@ -471,7 +520,7 @@ fn stop_live(allocs: &[&Arc<Allocation>], description: &'static str, out: &mut R
 /// changed, placement preferences and ports included (as in Nomad). Count,
 /// restart and reschedule policies and update settings change in place.
 pub fn needs_destructive_update(old_job: &Job, old: &TaskGroup, new_job: &Job, new: &TaskGroup) -> bool {
-    old.tasks != new.tasks
+    tasks_differ(&old.tasks, &new.tasks)
         || old.constraints != new.constraints
         || old.affinities != new.affinities
         || old.spreads != new.spreads
@@ -480,6 +529,25 @@ pub fn needs_destructive_update(old_job: &Job, old: &TaskGroup, new_job: &Job, n
         || old_job.spreads != new_job.spreads
         || old.max_client_disconnect != new.max_client_disconnect
         || old.stop_after_client_disconnect != new.stop_after_client_disconnect
+}
+
+/// Until when a lost allocation keeps its slot empty: its group's client
+/// stops it after `stop_after_client_disconnect` without the servers, so its
+/// replacement waits that long from when it was marked lost and never runs
+/// beside it (Nomad's rule). `None` for any other allocation.
+fn silence_wait(group: &TaskGroup, alloc: &Allocation) -> Option<Timestamp> {
+    let wait = group.stop_after_client_disconnect?;
+    if alloc.client_status != ClientStatus::Lost {
+        return None;
+    }
+    let lost = alloc.alloc_states.iter().rev().find(|state| state.client_status == ClientStatus::Lost)?;
+    Some(lost.time.plus(wait))
+}
+
+/// Whether the tasks differ in anything but their restart policies.
+fn tasks_differ(old: &[Task], new: &[Task]) -> bool {
+    let without_restart = |task: &Task| Task { restart_policy: None, ..task.clone() };
+    old != new && (old.len() != new.len() || old.iter().zip(new).any(|(a, b)| without_restart(a) != without_restart(b)))
 }
 
 /// When a failed allocation should be replaced.

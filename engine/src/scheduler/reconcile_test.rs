@@ -113,6 +113,41 @@ fn allocations_on_a_down_node_are_lost_and_replaced() {
 }
 
 #[test]
+fn a_lost_allocation_whose_client_stops_it_keeps_its_slot_empty_until_then() {
+    let wait = Duration::from_secs(120);
+    let mut fixture = Fixture::new(JobType::Service, 1);
+    let mut job = Job::clone(&fixture.job);
+    job.task_groups[0].stop_after_client_disconnect = Some(wait);
+    fixture.job = Arc::new(job);
+    let lost = fixture.add(0, 2, ClientStatus::Running);
+    fixture.set_node_status(2, NodeStatus::Down);
+    let result = fixture.compute();
+    assert_eq!(result.stop.iter().map(|stop| stop.alloc.id).collect::<Vec<_>>(), [lost.id]);
+    assert!(result.place.is_empty(), "no replacement while its client may still run it");
+    assert_eq!(result.follow_up_at, Some(NOW.plus(wait)));
+    // As the plan stopped it: desired stop, lost at NOW.
+    let mut stopped = Allocation::clone(&lost);
+    stopped.desired_status = DesiredStatus::Stop;
+    stopped.record_client_status(ClientStatus::Lost, NOW);
+    fixture.allocs[0] = Arc::new(stopped);
+    let result = fixture.compute();
+    assert!(result.place.is_empty() && result.stop.is_empty(), "any eval before then waits too");
+    assert_eq!(result.follow_up_at, Some(NOW.plus(wait)));
+    let key = fixture.job.key();
+    let later = NOW.plus(wait);
+    let result = Reconciler {
+        job: Some(&fixture.job),
+        job_key: &key,
+        allocs: &fixture.allocs,
+        nodes: &fixture.nodes,
+        now: later,
+        eval_id: EVAL,
+    }
+    .compute();
+    assert_eq!(placed_indexes(&result), [0], "then the slot is placed");
+}
+
+#[test]
 fn a_disconnect_tolerant_group_marks_unknown_and_replaces() {
     let mut fixture = Fixture::new(JobType::Service, 1);
     let mut job = Job::clone(&fixture.job);
@@ -210,6 +245,63 @@ fn a_reconnecting_original_is_kept_once_and_its_replacement_stopped() {
     assert_eq!(result.reconnect.iter().map(|alloc| alloc.id).collect::<Vec<_>>(), [original.id]);
     assert_eq!(result.stop.iter().map(|stop| stop.alloc.id).collect::<Vec<_>>(), [replacement.id]);
     assert!(result.place.is_empty());
+}
+
+#[test]
+fn the_group_reconcile_strategy_picks_which_of_a_reconnected_slot_stays() {
+    use crate::structs::{ReconcileStrategy, TaskState};
+    let started = |alloc: &Arc<Allocation>, at: u64, score: f64| {
+        let mut changed = Allocation::clone(alloc);
+        changed.score = score;
+        let state = TaskState { started_at: Some(Timestamp(at)), ..TaskState::default() };
+        changed.task_states.insert("task".into(), state);
+        Arc::new(changed)
+    };
+    // The original started first on a worse node; the replacement later on a better one.
+    let cases = [
+        (ReconcileStrategy::BestScore, false),
+        (ReconcileStrategy::KeepOriginal, true),
+        (ReconcileStrategy::KeepReplacement, false),
+        (ReconcileStrategy::LongestRunning, true),
+    ];
+    for (strategy, original_stays) in cases {
+        let mut fixture = tolerant_fixture();
+        let mut job = Job::clone(&fixture.job);
+        job.task_groups[0].reconcile = strategy;
+        fixture.job = Arc::new(job);
+        let original = marked_unknown(&mut fixture, 0, 2, NOW, ClientStatus::Running);
+        let replacement = fixture.add(0, 1, ClientStatus::Running);
+        fixture.allocs[0] = started(&original, 10, 0.4);
+        fixture.allocs[1] = started(&replacement, 20, 0.9);
+        fixture.set_node_status(2, NodeStatus::Initializing);
+        let result = fixture.compute();
+        let stopped: Vec<_> = result.stop.iter().map(|stop| (stop.alloc.id, stop.description)).collect();
+        let reconnected: Vec<_> = result.reconnect.iter().map(|alloc| alloc.id).collect();
+        if original_stays {
+            assert_eq!(reconnected, [original.id], "{strategy:?}");
+            assert_eq!(stopped, [(replacement.id, stop_reason::ORIGINAL_RECONNECTED)], "{strategy:?}");
+        } else {
+            assert!(reconnected.is_empty(), "{strategy:?}");
+            assert_eq!(stopped, [(original.id, stop_reason::REPLACEMENT_KEPT)], "{strategy:?}");
+        }
+        assert!(result.place.is_empty(), "{strategy:?}: the slot is held either way");
+    }
+    // Equal scores keep the original; a replacement that never started loses the longest-running test.
+    for strategy in [ReconcileStrategy::BestScore, ReconcileStrategy::LongestRunning] {
+        let mut fixture = tolerant_fixture();
+        let mut job = Job::clone(&fixture.job);
+        job.task_groups[0].reconcile = strategy;
+        fixture.job = Arc::new(job);
+        let original = marked_unknown(&mut fixture, 0, 2, NOW, ClientStatus::Running);
+        fixture.allocs[0] = started(&original, 10, 0.5);
+        let replacement = fixture.add(0, 1, ClientStatus::Running);
+        let mut same_score = Allocation::clone(&replacement);
+        same_score.score = 0.5;
+        fixture.allocs[1] = Arc::new(same_score);
+        fixture.set_node_status(2, NodeStatus::Initializing);
+        let result = fixture.compute();
+        assert_eq!(result.reconnect.iter().map(|alloc| alloc.id).collect::<Vec<_>>(), [original.id], "{strategy:?}");
+    }
 }
 
 #[test]

@@ -202,8 +202,10 @@ impl PlanUsage {
     }
 
     /// The ports for one placement of `ask` on `node`: its static ports and
-    /// a free dynamic port per dynamic label; `None` if the range has too
-    /// few (check [`Self::ports_fit`] first).
+    /// a free dynamic port per dynamic label, each at the address of its
+    /// host network; `None` if the range has too few (check
+    /// [`Self::ports_fit`] first) or the node lacks a host network named
+    /// (the feasibility check filters such nodes).
     pub fn assign_ports(
         &self,
         state: &dyn State,
@@ -223,13 +225,14 @@ impl PlanUsage {
         evicted: &[Arc<Allocation>],
         rng: &mut impl Rng,
     ) -> Option<Vec<AllocatedPort>> {
-        let given = |port: &Port, value: u16| AllocatedPort {
-            label: port.label.clone(),
-            value,
-            to: port.to,
-            host_ip: node.network.ip.clone(),
+        // A port is reached at the address of its host network; the
+        // feasibility check has made sure the node has every one named.
+        let given = |port: &Port, value: u16| {
+            let host_ip = node.network.address_for(port.host_network.as_deref())?.clone();
+            Some(AllocatedPort { label: port.label.clone(), value, to: port.to, host_ip })
         };
-        let mut ports: Vec<AllocatedPort> = ask.statics.iter().map(|port| given(port, port.value)).collect();
+        let mut ports: Vec<AllocatedPort> =
+            ask.statics.iter().map(|port| given(port, port.value)).collect::<Option<_>>()?;
         let (low, high) = (node.network.min_dynamic_port, node.network.max_dynamic_port);
         for port in &ask.dynamics {
             let free = |value: u16| {
@@ -237,7 +240,7 @@ impl PlanUsage {
                     && !self.port_taken_evicting(state, node, value, evicted)
             };
             let value = free_port_in(low, high, free, rng)?;
-            ports.push(given(port, value));
+            ports.push(given(port, value)?);
         }
         Some(ports)
     }

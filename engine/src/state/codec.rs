@@ -15,8 +15,10 @@ use super::Command;
 use crate::structs::job_refs::{decoding_jobs, encoding_jobs, JobTable};
 use crate::structs::Job;
 
-/// The version byte of today's format.
-pub const FORMAT_VERSION: u8 = 1;
+/// The version byte of today's format. 2: jobs and allocations carry what
+/// issue 24 added (meta, task restart policies, reconcile strategies, port
+/// host networks, placement scores); a log of version 1 is refused, never misread.
+pub const FORMAT_VERSION: u8 = 2;
 
 /// Why bytes did not decode to a command.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

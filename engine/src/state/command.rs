@@ -15,6 +15,9 @@ use crate::structs::{
 };
 
 /// One write to the state store.
+// A command is made once per write and moved into the log whole: the size
+// of its largest variant (a job with its eval) costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Command {
     /// Register a node or update its information. The status is taken only

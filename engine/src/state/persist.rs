@@ -38,8 +38,9 @@ use super::snapshot::{index_add, Snapshot, TableIndexes};
 use crate::structs::job_refs::{decoding_jobs, encoding_jobs, JobTable};
 use crate::structs::{AllocId, Allocation, ComputedClass, Evaluation, Job, JobKey, Node, NodeId, Resources};
 
-/// The version byte of today's snapshot format.
-pub const SNAPSHOT_FORMAT_VERSION: u8 = 1;
+/// The version byte of today's snapshot format (2: the records of issue 24's
+/// job and allocation fields, as the log format's version 2).
+pub const SNAPSHOT_FORMAT_VERSION: u8 = 2;
 
 /// The longest record a decoder accepts (a group of one node's allocations
 /// is the largest record; a million would be far below this).

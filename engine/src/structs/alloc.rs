@@ -122,6 +122,11 @@ pub struct Allocation {
     /// into the task environment.
     #[serde(default)]
     pub ports: Vec<AllocatedPort>,
+    /// Its node's final score when the scheduler placed it (0 for a node
+    /// chosen by preemption or by a system scheduler), which
+    /// `disconnect { reconcile = "best_score" }` compares.
+    #[serde(default)]
+    pub score: f64,
     /// What the servers want.
     pub desired_status: DesiredStatus,
     /// Why the servers want it.
@@ -253,6 +258,7 @@ impl Allocation {
             eval_id,
             resources,
             ports: Vec::new(),
+            score: 0.0,
             desired_status: DesiredStatus::Run,
             desired_description: String::new(),
             client_status: ClientStatus::Pending,

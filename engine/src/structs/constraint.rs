@@ -48,6 +48,17 @@ pub enum ConstraintOperand {
     /// At most `r_target` (default 1) allocations per value of the property.
     #[serde(rename = "distinct_property")]
     DistinctProperty,
+    /// The left side, a comma-separated set, holds every member of the
+    /// comma-separated right side (Nomad's `set_contains`).
+    #[serde(rename = "set_contains")]
+    SetContains,
+    /// The left set holds at least one member of the right set.
+    #[serde(rename = "set_contains_any")]
+    SetContainsAny,
+    /// The left set holds every member of the right set (the same test as
+    /// `set_contains`, under Nomad's other name).
+    #[serde(rename = "set_contains_all")]
+    SetContainsAll,
 }
 
 impl ConstraintOperand {
@@ -181,6 +192,18 @@ fn version_clause_matches(version: &Version, clause: &str) -> bool {
     }
 }
 
+/// Whether the comma-separated set `left` holds every (`all`) or at least
+/// one member of the comma-separated set `right`; members are trimmed, as
+/// Nomad trims them.
+pub fn set_contains(left: &str, right: &str, all: bool) -> bool {
+    let members: std::collections::HashSet<&str> = left.split(',').map(str::trim).collect();
+    let mut wanted = right.split(',').map(str::trim);
+    match all {
+        true => wanted.all(|member| members.contains(member)),
+        false => wanted.any(|member| members.contains(member)),
+    }
+}
+
 /// Whether a constraint's right side is valid syntax for its operand (used by job validation).
 pub fn constraint_syntax_problem(constraint: &Constraint) -> Option<String> {
     match constraint.operand {
@@ -216,6 +239,15 @@ mod tests {
         assert!(constraint_syntax_problem(&Constraint::new("x", ConstraintOperand::Version, ">= one")).is_some());
         assert!(constraint_syntax_problem(&Constraint::new("x", ConstraintOperand::Regexp, "(unclosed")).is_some());
         assert!(constraint_syntax_problem(&Constraint::new("x", ConstraintOperand::Version, ">= 1.2, < 2")).is_none());
+    }
+
+    #[test]
+    fn sets_contain_all_or_any_member_trimmed() {
+        assert!(set_contains("a, b,c", "c,a", true));
+        assert!(!set_contains("a,b", "a,z", true));
+        assert!(set_contains("a,b", "z, b", false));
+        assert!(!set_contains("a,b", "y,z", false));
+        assert!(!set_contains("ab", "a", true), "members, not substrings");
     }
 
     #[test]

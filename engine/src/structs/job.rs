@@ -210,13 +210,16 @@ pub struct Task {
     pub constraints: Vec<Constraint>,
     /// Driver configuration, opaque to the scheduler; checked at
     /// submission for the drivers Drover knows (`raw_exec`: `command`,
-    /// `args`, `work_dir`; see [`RawExecConfig`]). Strings in it may use
-    /// `${...}` variables (`${DROVER_ALLOC_ID}`, `${NOMAD_TASK_DIR}`,
-    /// `${node.unique.id}`, `${attr.*}`, `${meta.*}`), filled in by the client.
+    /// `args`, `work_dir`; see [`RawExecConfig`]). Every string in it,
+    /// however nested, may use `${...}` variables (`${NOMAD_PORT_http}`,
+    /// `${NOMAD_META_owner}`, `${node.unique.id}`, `${attr.*}`, `${meta.*}`,
+    /// `${env.NAME}`), filled in by the client; one it does not know fails
+    /// the task, as in Nomad.
     #[serde(default)]
     pub config: BTreeMap<String, ConfigValue>,
     /// Environment variables for the task, on top of the ones the client
-    /// sets (`DROVER_*` and Nomad's `NOMAD_*`); values may use `${...}`.
+    /// sets (`DROVER_*` and Nomad's `NOMAD_*`); values may use `${...}`
+    /// (an unknown one stays as written).
     #[serde(default)]
     pub env: BTreeMap<String, String>,
     /// Run the task as this user (the agent must be root to switch);
@@ -237,6 +240,14 @@ pub struct Task {
     /// Task-level affinities; they count for the whole group's placement.
     #[serde(default)]
     pub affinities: Vec<Affinity>,
+    /// The task's own restart policy (Nomad's task `restart` block, its
+    /// fields laid over the group's); absent: the group's.
+    #[serde(default)]
+    pub restart_policy: Option<RestartPolicy>,
+    /// Free-form key-value pairs (Nomad's task `meta`): merged over the
+    /// group's and the job's, they reach the task as `NOMAD_META_<key>`.
+    #[serde(default)]
+    pub meta: BTreeMap<String, String>,
 }
 
 fn default_kill_timeout() -> Duration {
@@ -258,7 +269,14 @@ impl Task {
             kill_signal: None,
             logs: LogConfig::default(),
             affinities: Vec::new(),
+            restart_policy: None,
+            meta: BTreeMap::new(),
         }
+    }
+
+    /// The restart policy the client applies: the task's own, else its group's.
+    pub fn effective_restart_policy<'a>(&'a self, group: &'a TaskGroup) -> &'a RestartPolicy {
+        self.restart_policy.as_ref().unwrap_or(&group.restart_policy)
     }
 
     /// The signal that asks it to stop.
@@ -312,6 +330,58 @@ pub struct TaskGroup {
     /// keeps its slot until it reconnects or its window runs out.
     #[serde(default = "replace_on_disconnect_default")]
     pub replace_on_disconnect: bool,
+    /// Which allocation of a slot is kept when an `unknown` one reconnects
+    /// and its replacement runs (Nomad 1.8's `disconnect { reconcile }`).
+    #[serde(default)]
+    pub reconcile: ReconcileStrategy,
+    /// Free-form key-value pairs (Nomad's group `meta`), for its tasks.
+    #[serde(default)]
+    pub meta: BTreeMap<String, String>,
+}
+
+/// Which of two allocations of one slot is kept when the original comes
+/// back from a disconnect while its replacement runs (Nomad's
+/// `disconnect { reconcile }`). Either way, a replacement that runs a newer
+/// job version than the original wins.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReconcileStrategy {
+    /// The one placed on the better-scoring node (Nomad's default); the
+    /// original when the scores are equal.
+    #[default]
+    BestScore,
+    /// Always the original.
+    KeepOriginal,
+    /// Always the replacement.
+    KeepReplacement,
+    /// The one whose tasks have run longest (the earliest task start); the
+    /// original when neither has started or both started together.
+    LongestRunning,
+}
+
+impl ReconcileStrategy {
+    /// Every strategy by Nomad's name.
+    pub const ALL: [ReconcileStrategy; 4] = [
+        ReconcileStrategy::BestScore,
+        ReconcileStrategy::KeepOriginal,
+        ReconcileStrategy::KeepReplacement,
+        ReconcileStrategy::LongestRunning,
+    ];
+
+    /// Nomad's name (`best_score`, `keep_original`, `keep_replacement`, `longest_running`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReconcileStrategy::BestScore => "best_score",
+            ReconcileStrategy::KeepOriginal => "keep_original",
+            ReconcileStrategy::KeepReplacement => "keep_replacement",
+            ReconcileStrategy::LongestRunning => "longest_running",
+        }
+    }
+
+    /// The strategy of Nomad's name, if it is one.
+    pub fn parse(name: &str) -> Option<ReconcileStrategy> {
+        ReconcileStrategy::ALL.into_iter().find(|strategy| strategy.as_str() == name)
+    }
 }
 
 fn replace_on_disconnect_default() -> bool {
@@ -377,6 +447,9 @@ pub struct Job {
     /// Index of the last change to the spec.
     #[serde(default)]
     pub job_modify_index: u64,
+    /// Free-form key-value pairs (Nomad's job `meta`), for every task.
+    #[serde(default)]
+    pub meta: BTreeMap<String, String>,
 }
 
 fn default_namespace() -> Arc<str> {
@@ -396,6 +469,16 @@ pub struct JobValidationError {
     pub job: String,
     /// One line per problem.
     pub problems: Vec<String>,
+}
+
+/// A meta entry reaches its tasks' environment (`NOMAD_META_<key>`), which
+/// cannot carry a NUL character.
+fn meta_problems(meta: &BTreeMap<String, String>, place: &str, problems: &mut Vec<String>) {
+    for (key, value) in meta {
+        if key.contains('\0') || value.contains('\0') {
+            problems.push(format!("{place}: meta {key:?} contains NUL"));
+        }
+    }
 }
 
 /// Why `name` cannot be a group or task name, or `None`:
@@ -423,6 +506,19 @@ impl Job {
     /// The group named `name`.
     pub fn group(&self, name: &str) -> Option<&TaskGroup> {
         self.task_groups.iter().find(|group| group.name == name)
+    }
+
+    /// The meta a task sees (Nomad's `CombinedTaskMeta`): the job's, then
+    /// its group's, then its own, the innermost winning a key.
+    pub fn combined_task_meta(&self, group: &str, task: &str) -> BTreeMap<String, String> {
+        let mut meta = self.meta.clone();
+        if let Some(group) = self.group(group) {
+            meta.extend(group.meta.iter().map(|(key, value)| (key.clone(), value.clone())));
+            if let Some(task) = group.tasks.iter().find(|candidate| candidate.name == task) {
+                meta.extend(task.meta.iter().map(|(key, value)| (key.clone(), value.clone())));
+            }
+        }
+        meta
     }
 
     /// The reschedule policy in force for a group: its own, else the job type's default.
@@ -492,6 +588,7 @@ impl Job {
             spread.problems("job", problems);
         }
         spread::duplicate_problems(&self.spreads, &BTreeSet::new(), "job", problems);
+        meta_problems(&self.meta, "job", problems);
     }
 
     fn group_problems(&self, group: &TaskGroup, problems: &mut Vec<String>) {
@@ -526,6 +623,12 @@ impl Job {
             policy.problems(&place, problems);
         }
         group.restart_policy.problems(&place, problems);
+        for task in &group.tasks {
+            if let Some(policy) = &task.restart_policy {
+                policy.problems(&format!("{place}, task {:?}", task.name), problems);
+            }
+        }
+        meta_problems(&group.meta, &place, problems);
         for constraint in &group.constraints {
             constraint.problems(&place, problems);
         }
@@ -581,6 +684,7 @@ impl Job {
                 affinity.problems(&task_place, problems);
             }
             task_settings_problems(task, &task_place, problems);
+            meta_problems(&task.meta, &task_place, problems);
         }
     }
 
@@ -611,12 +715,15 @@ impl Job {
                 max_client_disconnect: None,
                 stop_after_client_disconnect: None,
                 replace_on_disconnect: true,
+                reconcile: ReconcileStrategy::default(),
+                meta: BTreeMap::new(),
             }],
             stop: false,
             version: 0,
             create_index: 0,
             modify_index: 0,
             job_modify_index: 0,
+            meta: BTreeMap::new(),
         }
     }
 }
@@ -767,6 +874,25 @@ mod tests {
         assert_eq!(job.spreads[0].weight, 50, "Nomad's default weight");
         assert_eq!(job.task_groups[0].networks[0].dynamic_ports[0].to, 8080);
         assert!(job.task_groups[0].asks_for_ports());
+    }
+
+    #[test]
+    fn task_meta_is_the_jobs_then_the_groups_then_the_tasks() {
+        let mut job = valid_job();
+        let entries = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs.iter().map(|(key, value)| (key.to_string(), value.to_string())).collect()
+        };
+        job.meta = entries(&[("owner", "job"), ("tier", "job"), ("only_job", "j")]);
+        job.task_groups[0].meta = entries(&[("tier", "group"), ("rack", "group")]);
+        job.task_groups[0].tasks[0].meta = entries(&[("rack", "task")]);
+        let merged = job.combined_task_meta("group", "task");
+        assert_eq!(merged, entries(&[("owner", "job"), ("tier", "group"), ("only_job", "j"), ("rack", "task")]));
+        assert_eq!(job.combined_task_meta("group", "other")["rack"], "group", "another task sees the group's");
+        assert_eq!(job.combined_task_meta("nope", "task"), job.meta, "an unknown group: the job's alone");
+        assert_eq!(job.validate(), Ok(()));
+        job.task_groups[0].tasks[0].meta.insert("bad".to_string(), "a\0b".to_string());
+        let text = job.validate().expect_err("NUL").to_string();
+        assert!(text.contains("task \"task\": meta \"bad\" contains NUL"), "{text}");
     }
 
     #[test]

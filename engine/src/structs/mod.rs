@@ -28,17 +28,19 @@ mod task_state;
 pub use acl::{AclLevel, AclPolicy, AclRules, AclState, AclToken, AclTokenType};
 pub use affinity::Affinity;
 pub use alloc::{AllocMetric, AllocState, Allocation, ClientStatus, DesiredStatus, RescheduleEvent};
-pub use constraint::{constraint_syntax_problem, version_matches, Constraint, ConstraintOperand, Version};
-pub use duration::{human_duration, DurationError};
+pub use constraint::{
+    constraint_syntax_problem, set_contains, version_matches, Constraint, ConstraintOperand, Version,
+};
+pub use duration::{format_duration, human_duration, DurationError};
 pub use eval::{EvalStatus, Evaluation, TriggerReason};
 pub use ids::{seed_thread_ids, AllocId, EvalId, JobKey, NodeId};
 pub use job::{
-    DelayFunction, Job, JobType, JobValidationError, ReschedulePolicy, RestartMode, RestartPolicy, Task, TaskGroup,
-    UpdateStrategy, DEFAULT_NAMESPACE, MAX_GROUP_COUNT,
+    DelayFunction, Job, JobType, JobValidationError, ReconcileStrategy, ReschedulePolicy, RestartMode, RestartPolicy,
+    Task, TaskGroup, UpdateStrategy, DEFAULT_NAMESPACE, MAX_GROUP_COUNT,
 };
 pub use network::{
-    port_env, AllocatedPort, NetworkResource, NodeNetwork, Port, PortSet, DEFAULT_MAX_DYNAMIC_PORT,
-    DEFAULT_MIN_DYNAMIC_PORT, NOMAD_ENV_PREFIX,
+    port_env, AllocatedPort, HostNetwork, NetworkResource, NodeNetwork, Port, PortListError, PortSet,
+    DEFAULT_MAX_DYNAMIC_PORT, DEFAULT_MIN_DYNAMIC_PORT, NOMAD_ENV_PREFIX,
 };
 pub use node::{ComputedClass, Node, NodeEligibility, NodeStatus};
 pub use plan::{Plan, PlanResult};

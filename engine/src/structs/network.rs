@@ -8,6 +8,12 @@
 //! - A node offers every port but its [`NodeNetwork::reserved_ports`]; dynamic
 //!   ones come from `min_dynamic_port..=max_dynamic_port` (Nomad's defaults,
 //!   20000-32000).
+//! - A port is reached at the node's address, or at the address of the host
+//!   network it names ([`Port::host_network`], Nomad's client
+//!   `host_network`); a node without that host network cannot run the group.
+//!   Ports are accounted per node, not per address: a port taken on one of a
+//!   node's addresses is taken on all of them, which is stricter than Nomad
+//!   and never lets two allocations share a port.
 //! - An [`Allocation`] carries the ports it was given
 //!   ([`Allocation::ports`]); no port is held twice on one node by live
 //!   allocations (the stack, the plan applier and the state store each check it).
@@ -44,12 +50,17 @@ pub struct Port {
     /// (Nomad's `to`); 0: the host port.
     #[serde(default)]
     pub to: u16,
+    /// The node's host network the port is reached on (Nomad's
+    /// `host_network`); `None`: the node's own address (Nomad's `default`).
+    #[serde(default)]
+    pub host_network: Option<Arc<str>>,
 }
 
 impl Port {
-    /// A port labelled `label` with host port `value` (0: dynamic).
+    /// A port labelled `label` with host port `value` (0: dynamic), on the
+    /// node's own address.
     pub fn new(label: &str, value: u16) -> Port {
-        Port { label: Arc::from(label), value, to: 0 }
+        Port { label: Arc::from(label), value, to: 0, host_network: None }
     }
 }
 
@@ -113,9 +124,17 @@ pub struct NodeNetwork {
     /// The address tasks' ports are reached at (`NOMAD_IP_<label>`).
     #[serde(default = "default_ip")]
     pub ip: Arc<str>,
-    /// Ports no allocation may take (the SSH daemon's, the agent's own).
+    /// The interface `ip` is on, as the agent found it (`""`: not known).
+    #[serde(default)]
+    pub device: Arc<str>,
+    /// Ports no allocation may take (the SSH daemon's, the agent's own,
+    /// and those of every host network).
     #[serde(default)]
     pub reserved_ports: PortSet,
+    /// The node's named host networks (Nomad's client `host_network`), by
+    /// name: where a port that names one is reached.
+    #[serde(default)]
+    pub host_networks: BTreeMap<Arc<str>, HostNetwork>,
     /// The first port dynamic ports are picked from.
     #[serde(default = "default_min_dynamic_port")]
     pub min_dynamic_port: u16,
@@ -140,14 +159,41 @@ impl Default for NodeNetwork {
     fn default() -> Self {
         NodeNetwork {
             ip: default_ip(),
+            device: Arc::from(""),
             reserved_ports: PortSet::default(),
+            host_networks: BTreeMap::new(),
             min_dynamic_port: DEFAULT_MIN_DYNAMIC_PORT,
             max_dynamic_port: DEFAULT_MAX_DYNAMIC_PORT,
         }
     }
 }
 
+/// A named network of a node (Nomad's client `host_network` block): the
+/// address the agent found for it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostNetwork {
+    /// The address ports on this network are reached at.
+    pub ip: Arc<str>,
+    /// The interface the address is on (`""`: not known).
+    #[serde(default)]
+    pub device: Arc<str>,
+    /// The ports this network holds back (also in the node's
+    /// [`NodeNetwork::reserved_ports`], since ports are held per node).
+    #[serde(default)]
+    pub reserved_ports: PortSet,
+}
+
 impl NodeNetwork {
+    /// The address a port on `host_network` is reached at: the node's own
+    /// for none (Nomad's `default`), the named network's otherwise; `None`
+    /// when the node has no such network.
+    pub fn address_for(&self, host_network: Option<&str>) -> Option<&Arc<str>> {
+        match host_network {
+            None => Some(&self.ip),
+            Some(name) => self.host_networks.get(name).map(|network| &network.ip),
+        }
+    }
+
     /// How many ports the dynamic range holds.
     pub fn dynamic_range_len(&self) -> usize {
         usize::from(self.max_dynamic_port.saturating_sub(self.min_dynamic_port)) + 1
@@ -159,6 +205,17 @@ impl NodeNetwork {
             format!("dynamic port range {}-{} is empty or starts at 0", self.min_dynamic_port, self.max_dynamic_port)
         })
     }
+}
+
+/// Why a port list (Nomad's `"22,80,8000-8100"`) could not be read.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PortListError {
+    /// An entry is not a port number from 1 to 65535.
+    #[error("{0:?} is not a port number from 1 to 65535")]
+    NotAPort(String),
+    /// A range ends before it starts.
+    #[error("range {0:?} ends before it starts")]
+    Backwards(String),
 }
 
 /// Port numbers as a sorted multiset behind an `Arc`: cloning one is a
@@ -231,6 +288,52 @@ impl PortSet {
             ports.insert(position, *port);
         }
         PortSet(ports.into())
+    }
+
+    /// Reads Nomad's port list: numbers and inclusive ranges separated by
+    /// commas (`"22,80,8000-8100"`; blanks around entries are ignored, `""`
+    /// is no port); a port listed twice is held once.
+    pub fn parse_list(text: &str) -> Result<PortSet, PortListError> {
+        let mut ports = Vec::new();
+        for entry in text.split(',').map(str::trim).filter(|entry| !entry.is_empty()) {
+            let port = |part: &str| {
+                part.trim()
+                    .parse::<u16>()
+                    .ok()
+                    .filter(|port| *port > 0)
+                    .ok_or_else(|| PortListError::NotAPort(entry.to_string()))
+            };
+            match entry.split_once('-') {
+                Some((low, high)) => {
+                    let (low, high) = (port(low)?, port(high)?);
+                    if high < low {
+                        return Err(PortListError::Backwards(entry.to_string()));
+                    }
+                    ports.extend(low..=high);
+                }
+                None => ports.push(port(entry)?),
+            }
+        }
+        ports.sort_unstable();
+        ports.dedup();
+        Ok(PortSet(ports.into()))
+    }
+
+    /// The ports as Nomad writes a port list: ascending, runs of
+    /// consecutive ports as ranges (`"22,80,8000-8100"`), each port once.
+    pub fn list_text(&self) -> String {
+        let mut runs: Vec<(u16, u16)> = Vec::new();
+        for port in self.iter() {
+            match runs.last_mut() {
+                Some((_, high)) if port <= high.saturating_add(1) => *high = (*high).max(port),
+                _ => runs.push((port, port)),
+            }
+        }
+        let text: Vec<String> = runs
+            .iter()
+            .map(|(low, high)| if low == high { low.to_string() } else { format!("{low}-{high}") })
+            .collect();
+        text.join(",")
     }
 
     /// Ports held more than once.
@@ -307,6 +410,32 @@ mod tests {
         assert_eq!(env["NOMAD_ADDR_db"], "[fe80::1]:5432");
         assert_eq!(env.len(), 14);
         assert!(port_env(&alloc, "DROVER_").contains_key("DROVER_PORT_http"));
+    }
+
+    #[test]
+    fn a_port_list_reads_and_writes_as_nomad_s() {
+        let set = PortSet::parse_list(" 22, 80,8000-8003 ,81,22").expect("valid");
+        assert_eq!(set.iter().collect::<Vec<_>>(), vec![22, 80, 81, 8000, 8001, 8002, 8003]);
+        assert_eq!(set.list_text(), "22,80-81,8000-8003");
+        assert_eq!(PortSet::parse_list("").expect("empty"), PortSet::default());
+        assert_eq!(PortSet::default().list_text(), "");
+        assert_eq!(PortSet::parse_list("9000-8000"), Err(PortListError::Backwards("9000-8000".into())));
+        assert_eq!(PortSet::parse_list("22,http"), Err(PortListError::NotAPort("http".into())));
+        assert_eq!(PortSet::parse_list("0"), Err(PortListError::NotAPort("0".into())));
+        assert_eq!(PortSet::parse_list("1-70000"), Err(PortListError::NotAPort("1-70000".into())));
+        let round = PortSet::parse_list(&set.list_text()).expect("its own text reads back");
+        assert_eq!(round, set);
+    }
+
+    #[test]
+    fn a_port_on_a_host_network_is_reached_at_its_address() {
+        let mut network = NodeNetwork { ip: "10.0.0.5".into(), ..NodeNetwork::default() };
+        let public =
+            HostNetwork { ip: "203.0.113.7".into(), device: "eth1".into(), reserved_ports: PortSet::default() };
+        network.host_networks.insert("public".into(), public);
+        assert_eq!(network.address_for(None).map(|ip| &**ip), Some("10.0.0.5"));
+        assert_eq!(network.address_for(Some("public")).map(|ip| &**ip), Some("203.0.113.7"));
+        assert_eq!(network.address_for(Some("private")), None);
     }
 
     #[test]

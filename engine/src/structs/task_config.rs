@@ -261,8 +261,14 @@ pub struct RawExecConfig {
 impl RawExecConfig {
     /// Reads `task.config`, or lists every problem in it.
     pub fn from_task(task: &Task) -> Result<RawExecConfig, Vec<String>> {
+        RawExecConfig::from_config(&task.config)
+    }
+
+    /// Reads a raw_exec `config` (a task's, or the client's interpolated
+    /// copy of it), or lists every problem in it.
+    pub fn from_config(config: &BTreeMap<String, ConfigValue>) -> Result<RawExecConfig, Vec<String>> {
         let mut problems = Vec::new();
-        let command = match task.config.get("command") {
+        let command = match config.get("command") {
             Some(ConfigValue::String(command)) if !command.trim().is_empty() => command.clone(),
             Some(ConfigValue::String(_)) => {
                 problems.push("config.command is empty".to_string());
@@ -277,7 +283,7 @@ impl RawExecConfig {
                 String::new()
             }
         };
-        let args = match task.config.get("args") {
+        let args = match config.get("args") {
             None => Vec::new(),
             Some(ConfigValue::List(items)) => items
                 .iter()
@@ -295,7 +301,7 @@ impl RawExecConfig {
                 Vec::new()
             }
         };
-        let work_dir = match task.config.get("work_dir") {
+        let work_dir = match config.get("work_dir") {
             None => None,
             Some(ConfigValue::String(dir)) => Some(dir.clone()),
             Some(other) => {
@@ -303,7 +309,7 @@ impl RawExecConfig {
                 None
             }
         };
-        for key in task.config.keys() {
+        for key in config.keys() {
             if !matches!(key.as_str(), "command" | "args" | "work_dir") {
                 problems.push(format!("config.{key} is not a raw_exec setting (command, args, work_dir)"));
             }

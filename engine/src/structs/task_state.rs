@@ -108,6 +108,9 @@ impl TaskEvent {
     pub const NOT_RESTARTING: &'static str = "Not Restarting";
     /// The driver could not start it.
     pub const DRIVER_FAILURE: &'static str = "Driver Failure";
+    /// Its driver config could not be read (an unknown `${...}` in it):
+    /// the task fails without a restart.
+    pub const FAILED_VALIDATION: &'static str = "Failed Validation";
     /// Its directories or environment could not be prepared.
     pub const SETUP_FAILURE: &'static str = "Setup Failure";
     /// A stop began: the kill signal was sent.

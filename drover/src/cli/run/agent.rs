@@ -1,20 +1,23 @@
 //! `drover agent`: flags and the TOML file made into the agent's settings,
 //! then the agent runs until a signal.
 
-use std::path::PathBuf;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Args;
-use engine::structs::{Node, NodeEligibility, NodeStatus, Resources};
+use engine::structs::{HostNetwork, Node, NodeEligibility, NodeNetwork, NodeStatus, PortSet, Resources};
 use tokio::sync::watch;
 use transport::client::ClientEndpoints;
 
 use super::{config_error, dev_temp_dir, file_config, init_logs, raise_open_files_limit, runtime, tls_files, Common};
 use crate::cli::Failure;
 use crate::client::agent::{Agent, AgentSettings, NoObserver, TaskSettings};
+use crate::client::fingerprint::{Cidr, Fingerprint, FingerprintError, FingerprintSettings, HostNetworkSpec};
 use crate::client::task_env::EnvDenylist;
-use crate::config::FileConfig;
+use crate::config::{FileConfig, HostNetworks};
 
 #[derive(Debug, Args)]
 pub struct AgentArgs {
@@ -44,6 +47,20 @@ pub struct AgentArgs {
     /// that says so.
     #[arg(long, hide = true)]
     pub http_addr: Option<String>,
+    /// The interface whose address is the node's (`client.network_interface`).
+    #[arg(long)]
+    pub network_interface: Option<String>,
+    /// Node metadata, `KEY=VALUE`, repeatable; over the file's `client.meta`.
+    #[arg(long, value_name = "KEY=VALUE", value_parser = parse_meta)]
+    pub meta: Vec<(String, String)>,
+}
+
+/// One `--meta KEY=VALUE`.
+pub fn parse_meta(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((key, value)) if !key.trim().is_empty() => Ok((key.trim().to_string(), value.to_string())),
+        _ => Err(format!("{text:?} is not KEY=VALUE")),
+    }
 }
 
 /// What the agent says of a removed `--http-addr` or `client.http_addr`.
@@ -85,7 +102,8 @@ pub fn run(args: AgentArgs) -> Result<(), Failure> {
         tracing::warn!(key = "client.http_addr", %addr, "ignored: {NO_AGENT_HTTP}");
     }
     let gc_max_allocs = file.client.gc_max_allocs.unwrap_or(50);
-    let node = local_node(&args, &file, identity, (mock, raw_exec));
+    let fingerprint = fingerprint(&args, &file, &data_dir, servers.first().copied())?;
+    let node = local_node(&args, &file, identity, (mock, raw_exec), &fingerprint)?;
     let runtime = runtime()?;
     runtime.block_on(async move {
         let mut signals = crate::server::ShutdownSignals::catch()?;
@@ -110,54 +128,143 @@ pub fn run(args: AgentArgs) -> Result<(), Failure> {
     })
 }
 
-/// The node this machine is, from the file and the flags.
+/// What this host is: its fingerprint as the file and flags ask for it
+/// (the interface, the host networks), with the data dir's file system.
+pub fn fingerprint(
+    args: &AgentArgs,
+    file: &FileConfig,
+    data_dir: &Path,
+    server: Option<SocketAddr>,
+) -> Result<Fingerprint, Failure> {
+    let client = &file.client;
+    if let Some(problem) = client.host_network.problem() {
+        return Err(Failure::Config(problem.into()));
+    }
+    let mut host_networks = Vec::new();
+    for network in &client.host_network.0 {
+        let cidr = match &network.cidr {
+            Some(text) => Some(
+                Cidr::parse(text)
+                    .map_err(|error| config_error(&format!("client.host_network.{}.cidr", network.name), error))?,
+            ),
+            None => None,
+        };
+        host_networks.push(HostNetworkSpec { name: network.name.clone(), cidr, interface: network.interface.clone() });
+    }
+    // As Nomad's dev agent: the loopback interface, so that nothing a dev
+    // agent runs listens on the machine's network.
+    let dev_interface = args.common.dev.then(|| "lo".to_string());
+    let settings = FingerprintSettings {
+        data_dir: data_dir.to_path_buf(),
+        network_interface: args.network_interface.clone().or(client.network_interface.clone()).or(dev_interface),
+        server,
+        host_networks,
+    };
+    let found = Fingerprint::of_host(&settings).map_err(|error| match error {
+        FingerprintError::NoInterface(..) | FingerprintError::NoAddress(_) => {
+            config_error("client.network_interface", error.to_string())
+        }
+        other => Failure::from(anyhow::Error::from(other).context("fingerprinting the host")),
+    })?;
+    for spec in &settings.host_networks {
+        if !found.host_networks.contains_key(&spec.name) {
+            tracing::warn!(
+                host_network = %spec.name,
+                "no address of this host matches the host network: ports on it cannot be placed here"
+            );
+        }
+    }
+    Ok(found)
+}
+
+/// The node this machine is: its fingerprint, with what the file and the
+/// flags configure over it (resources, reservations, class, meta).
 pub fn local_node(
     args: &AgentArgs,
     file: &FileConfig,
     identity: crate::client::identity::Identity,
     (mock, raw_exec): (bool, bool),
-) -> Node {
+    fingerprint: &Fingerprint,
+) -> Result<Node, Failure> {
     let client = &file.client;
-    let cores = std::thread::available_parallelism().map_or(1, usize::from) as u64;
-    let resources = Resources::new(
-        client.cpu_mhz.unwrap_or(cores * 2_000),
-        client.memory_mb.unwrap_or_else(machine_memory_mb),
-        client.disk_mb.unwrap_or(100_000),
-    );
+    let cpu = client.cpu_total_compute.or(client.cpu_mhz).or(fingerprint.cpu_total_compute()).ok_or_else(|| {
+        config_error("client.cpu_total_compute", "this host does not publish its CPU frequency: set the CPU in MHz")
+    })?;
+    let memory_mb = client.memory_mb.or(fingerprint.memory_bytes.map(|bytes| bytes / MIB)).ok_or_else(|| {
+        config_error("client.memory_mb", "this host does not publish its memory (/proc/meminfo): set it in MiB")
+    })?;
+    let disk_mb = client.disk_mb.unwrap_or(fingerprint.disk_free_bytes / MIB);
+    let resources = Resources::new(cpu, memory_mb, disk_mb);
     let datacenter = args.datacenter.clone().or(client.datacenter.clone()).unwrap_or_else(|| "dc1".to_string());
     let class = args.node_class.clone().or(client.node_class.clone()).unwrap_or_default();
     let mut node = Node::new_ready(identity.node_id, &datacenter, &class, resources);
     node.secret_id = identity.secret_id;
     node.name = args.name.clone().or(client.name.clone()).unwrap_or_else(hostname);
-    node.attributes.remove("driver.exec");
-    node.attributes.insert("unique.hostname".to_string(), hostname());
+    node.attributes = fingerprint.attributes.clone();
+    if client.cpu_total_compute.or(client.cpu_mhz).is_some() {
+        // As Nomad: the configured compute is what the node advertises.
+        node.attributes.insert("cpu.totalcompute".to_string(), cpu.to_string());
+    }
     if mock {
         node.attributes.insert(format!("driver.{}", crate::client::drivers::mock::DRIVER), "1".to_string());
     }
     if raw_exec {
         node.attributes.insert(format!("driver.{}", engine::structs::RAW_EXEC), "1".to_string());
     }
+    let reserved = &client.reserved;
+    node.reserved = Resources::new(reserved.cpu.unwrap_or(0), reserved.memory.unwrap_or(0), reserved.disk.unwrap_or(0));
+    node.network = node_network(&client.reserved.reserved_ports, &client.host_network, fingerprint);
     node.meta = client.meta.clone().unwrap_or_default();
+    node.meta.extend(args.meta.iter().cloned());
     node.status = NodeStatus::Initializing;
     node.eligibility = NodeEligibility::Eligible;
     node.computed_class = node.compute_class();
-    node
+    tracing::info!(
+        address = %node.network.ip,
+        device = %node.network.device,
+        cpu_mhz = node.resources.cpu,
+        memory_mb = node.resources.memory_mb,
+        disk_mb = node.resources.disk_mb,
+        reserved = ?node.reserved,
+        host_networks = ?node.network.host_networks.keys().collect::<Vec<_>>(),
+        "node fingerprinted"
+    );
+    Ok(node)
+}
+
+const MIB: u64 = 1024 * 1024;
+
+/// The node's network: its fingerprinted address, the host networks found,
+/// and every reserved port (the node's and its host networks': ports are
+/// held per node).
+fn node_network(reserved_ports: &PortSet, configured: &HostNetworks, fingerprint: &Fingerprint) -> NodeNetwork {
+    let mut reserved: Vec<u16> = reserved_ports.iter().collect();
+    let mut host_networks = BTreeMap::new();
+    for network in &configured.0 {
+        reserved.extend(network.reserved_ports.iter());
+        if let Some(found) = fingerprint.host_networks.get(&network.name) {
+            let host_network = HostNetwork {
+                ip: Arc::from(found.ip.to_string()),
+                device: Arc::from(found.device.as_str()),
+                reserved_ports: network.reserved_ports.clone(),
+            };
+            host_networks.insert(Arc::from(network.name.as_str()), host_network);
+        }
+    }
+    reserved.sort_unstable();
+    reserved.dedup();
+    NodeNetwork {
+        ip: Arc::from(fingerprint.address.ip.to_string()),
+        device: Arc::from(fingerprint.address.device.as_str()),
+        reserved_ports: PortSet::from(reserved),
+        host_networks,
+        ..NodeNetwork::default()
+    }
 }
 
 pub fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map_or_else(|_| "localhost".to_string(), |name| name.trim().to_string())
-}
-
-/// MemTotal from /proc/meminfo, in MiB (4 GiB if unreadable).
-pub fn machine_memory_mb() -> u64 {
-    std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|text| {
-            let line = text.lines().find(|line| line.starts_with("MemTotal:"))?;
-            line.split_whitespace().nth(1)?.parse::<u64>().ok()
-        })
-        .map_or(4_096, |kib| kib / 1024)
 }
 
 /// The client side of an agent that runs real tasks.

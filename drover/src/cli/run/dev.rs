@@ -15,7 +15,7 @@ use transport::tls::TlsMaterial;
 use crate::client::agent::{Agent, AgentSettings, NoObserver};
 use crate::client::task_env::EnvDenylist;
 
-use super::agent::{hostname, local_node, AgentArgs, ClientSide};
+use super::agent::{fingerprint, hostname, local_node, AgentArgs, ClientSide};
 use super::{dev_temp_dir, raise_open_files_limit, runtime, Common};
 use crate::cli::job::read_job;
 use crate::cli::Failure;
@@ -49,6 +49,19 @@ pub struct DevArgs {
     /// error, warn, info, debug or trace.
     #[arg(long, default_value = "info")]
     pub log_level: String,
+    /// Every HTTP API request needs an ACL token, as with `[acl] enabled`
+    /// (Nomad's `-acl-enabled`); `drover acl bootstrap` makes the first.
+    #[arg(long)]
+    pub acl_enabled: bool,
+    /// The dev node's name (default: the host name; Nomad's `-node`).
+    #[arg(long)]
+    pub node_name: Option<String>,
+    /// The dev node's class.
+    #[arg(long)]
+    pub node_class: Option<String>,
+    /// Node metadata, `KEY=VALUE`, repeatable.
+    #[arg(long, value_name = "KEY=VALUE", value_parser = super::agent::parse_meta)]
+    pub meta: Vec<(String, String)>,
 }
 
 pub fn run(args: DevArgs) -> Result<(), Failure> {
@@ -89,7 +102,7 @@ pub fn run(args: DevArgs) -> Result<(), Failure> {
                 verify_clients: false,
                 name: hostname(),
                 datacenter: "dc1".to_string(),
-                acl_enabled: false,
+                acl_enabled: args.acl_enabled,
                 limits: crate::listener::HttpLimits::default(),
             }),
             durable: args
@@ -130,14 +143,15 @@ pub fn run(args: DevArgs) -> Result<(), Failure> {
                 data_dir: None,
             },
             servers: None,
-            name: None,
+            name: args.node_name.clone(),
             datacenter: None,
-            node_class: None,
+            node_class: args.node_class.clone(),
             mock_driver: true,
             raw_exec: true,
             http_addr: None,
+            network_interface: None,
+            meta: args.meta.clone(),
         };
-        let node = local_node(&agent_args, &FileConfig::default(), identity, (true, true));
         let (stop, stopped) = watch::channel(false);
         let mut _dev_data_dir = None;
         let data_dir = match &args.data_dir {
@@ -145,6 +159,9 @@ pub fn run(args: DevArgs) -> Result<(), Failure> {
             None => _dev_data_dir.insert(dev_temp_dir("drover-dev-agent-")?).path().to_path_buf(),
         };
         std::fs::create_dir_all(&data_dir).with_context(|| format!("creating {}", data_dir.display()))?;
+        let file = FileConfig::default();
+        let fingerprint = fingerprint(&agent_args, &file, &data_dir, Some(addr))?;
+        let node = local_node(&agent_args, &file, identity, (true, true), &fingerprint)?;
         tracing::info!(data_dir = %data_dir.display(), "dev agent data dir (allocation directories and logs)");
         let client_side = ClientSide {
             data_dir,

@@ -28,7 +28,7 @@ use tokio::io::AsyncBufReadExt;
 use crate::client::alloc_dir::AllocDir;
 use crate::client::drivers::executor::{self, ExitRecord, LaunchSpec};
 use crate::client::drivers::isolation::Isolation;
-use crate::client::task_env::{EnvDenylist, TaskEnv};
+use crate::client::task_env::{ConfigError, EnvDenylist, TaskEnv};
 
 /// Why a task could not be started.
 #[derive(Debug, thiserror::Error)]
@@ -40,6 +40,10 @@ pub enum StartError {
     /// The executor or the node failed (a full disk, a fork that failed).
     #[error("{0}")]
     Driver(String),
+    /// The driver config cannot be read as written: a `${...}` in it names
+    /// no variable (Nomad's `Failed Validation`; never restarted).
+    #[error("{0}")]
+    InvalidConfig(#[from] ConfigError),
 }
 
 /// What identifies a running task for good: saved in the allocation's
@@ -215,14 +219,17 @@ impl RawExec {
         env: &TaskEnv,
     ) -> Result<LaunchSpec, StartError> {
         crate::client::alloc_dir::check_name(&task.name).map_err(|error| StartError::Unrunnable(error.to_string()))?;
-        let config = RawExecConfig::from_task(task).map_err(|problems| StartError::Unrunnable(problems.join("; ")))?;
         let process_env = env.process_env(task, std::env::vars(), &self.env_denylist);
+        // Every string of the config goes through the one interpolation
+        // before anything in it is read.
+        let config = env.interpolate_config(&task.config, &process_env)?;
+        let config =
+            RawExecConfig::from_config(&config).map_err(|problems| StartError::Unrunnable(problems.join("; ")))?;
         let task_root = dir.task_dir(&task.name);
-        let path_var = process_env.iter().find(|(key, _)| key == "PATH").map(|(_, value)| value.as_str());
-        let command =
-            resolve_command(&env.interpolate(&config.command), &task_root, &dir.task_local_dir(&task.name), path_var)?;
+        let path_var = process_env.get("PATH").map(String::as_str);
+        let command = resolve_command(&config.command, &task_root, &dir.task_local_dir(&task.name), path_var)?;
         let work_dir = match config.work_dir {
-            Some(work_dir) => task_root.join(env.interpolate(&work_dir)),
+            Some(work_dir) => task_root.join(work_dir),
             None => dir.task_local_dir(&task.name),
         };
         let user = match &task.user {
@@ -247,8 +254,8 @@ impl RawExec {
         Ok(LaunchSpec {
             task: task.name.clone(),
             command,
-            args: config.args.iter().map(|arg| env.interpolate(arg)).collect(),
-            env: process_env,
+            args: config.args,
+            env: process_env.into_iter().collect(),
             work_dir,
             user,
             memory_limit_bytes: limits.memory_limit_bytes,

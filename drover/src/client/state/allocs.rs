@@ -40,6 +40,9 @@ struct Held {
     seen_unknown: bool,
     /// When it ended here (garbage collection order).
     terminal_since: Option<Timestamp>,
+    /// Its tasks were asked to stop here (by the servers or for their
+    /// silence); their runner has not said they ended yet.
+    stopping: bool,
 }
 
 /// What runs an allocation, as the core tracks it.
@@ -114,7 +117,7 @@ impl Allocs {
                         && !held.status.is_terminal();
                     held.seen(counters, &alloc);
                     if alloc.desired_status != DesiredStatus::Run && !held.status.is_terminal() {
-                        held.stop(now, out);
+                        held.stop(now, "stopped by the servers", out);
                     }
                     held.alloc = alloc;
                 }
@@ -218,6 +221,28 @@ impl Allocs {
         }
     }
 
+    /// Stops what its group lets run no longer without the servers, out of
+    /// touch since `since` (the core's module docs).
+    pub(super) fn stop_for_silence(&mut self, now: Timestamp, since: Timestamp, out: &mut Vec<Action>) {
+        for held in self.held.values_mut() {
+            let Some(allowed) = held.silence_allowed() else { continue };
+            if since.plus(allowed) <= now {
+                let why = format!(
+                    "stopped after {} without the servers (stop_after_client_disconnect)",
+                    engine::structs::format_duration(allowed)
+                );
+                tracing::warn!(alloc = %held.alloc.id, %why, "stopping an allocation the servers have not heard of");
+                held.stop(now, &why, out);
+            }
+        }
+    }
+
+    /// When the first allocation is due to stop for the servers' silence,
+    /// out of touch since `since`.
+    pub(super) fn next_silence_stop(&self, since: Timestamp) -> Option<Timestamp> {
+        self.held.values().filter_map(|held| Some(since.plus(held.silence_allowed()?))).min()
+    }
+
     /// Destroys `alloc_id`, or every allocation, that has ended here and
     /// whose directories are still kept (an operator's GC).
     pub(super) fn collect_now(&mut self, alloc_id: Option<AllocId>, out: &mut Vec<Action>) {
@@ -282,6 +307,7 @@ impl Held {
             runner,
             seen_unknown: false,
             terminal_since: None,
+            stopping: false,
         }
     }
 
@@ -310,10 +336,12 @@ impl Held {
     /// The servers stopped an allocation that has not ended here: its
     /// tasks are stopped; the mock driver's (or nothing) ends now, real
     /// tasks when their runner says.
-    fn stop(&mut self, now: Timestamp, out: &mut Vec<Action>) {
+    fn stop(&mut self, now: Timestamp, why: &str, out: &mut Vec<Action>) {
         match self.runner {
             Runner::Tasks => {
-                out.push(Action::Stop(self.alloc.id));
+                if !std::mem::replace(&mut self.stopping, true) {
+                    out.push(Action::Stop(self.alloc.id));
+                }
                 return;
             }
             Runner::Mock => out.push(Action::Stop(self.alloc.id)),
@@ -321,8 +349,16 @@ impl Held {
         }
         self.runner = Runner::None;
         self.status = ClientStatus::Complete;
-        self.description = "stopped by the servers".to_string();
+        self.description = why.to_string();
         self.terminal_since = Some(now);
         self.changed();
+    }
+
+    /// How long its group lets it run without the servers, if it runs here.
+    fn silence_allowed(&self) -> Option<std::time::Duration> {
+        if self.status.is_terminal() || self.stopping || self.runner == Runner::None {
+            return None;
+        }
+        self.alloc.job.group(&self.alloc.task_group)?.stop_after_client_disconnect
     }
 }

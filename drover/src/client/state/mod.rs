@@ -64,6 +64,13 @@
 //! - With `raw_exec` on, the directories of the oldest ended allocations
 //!   beyond `gc_max_allocs` are destroyed, and those of any ended one when
 //!   an operator asks ([`Event::CollectGarbage`]).
+//! - An allocation whose group says `stop_after_client_disconnect` (Nomad
+//!   1.8: `disconnect { stop_on_client_after }`) is stopped here once the
+//!   agent has been out of touch with the servers that long: from the last
+//!   heartbeat they answered before the session was lost (or from the
+//!   agent's start, if none was). [`ClientState::deadline`] includes that
+//!   moment, and every event checks it, so a runtime that is waiting to
+//!   connect gives up the attempt at [`ClientState::stop_deadline`].
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -337,6 +344,12 @@ pub struct ClientState {
     period: Option<Duration>,
     first_push_applied: bool,
     link: Link,
+    /// When the servers last answered a heartbeat (the first event's time
+    /// until they have).
+    heard_at: Option<Timestamp>,
+    /// Since when the agent has been out of touch: the last answered
+    /// heartbeat before the session was lost; `None` while a session runs.
+    out_of_touch_since: Option<Timestamp>,
 }
 
 /// The connection.
@@ -404,6 +417,8 @@ impl ClientState {
             period: None,
             first_push_applied: false,
             link: Link::Down { at: Timestamp::ZERO },
+            heard_at: None,
+            out_of_touch_since: None,
         }
     }
 
@@ -422,6 +437,23 @@ impl ClientState {
     /// When the runtime must hand in [`Event::Tick`] if nothing else
     /// happens; `None` while it owes an answer.
     pub fn deadline(&self) -> Option<Timestamp> {
+        let link = self.link_deadline();
+        match (link, self.stop_deadline()) {
+            (Some(link), Some(stop)) => Some(link.min(stop)),
+            (Some(link), None) => Some(link),
+            // Owing an answer, the runtime still ticks for a stop (a call
+            // or a connection attempt it gives up for it fails as lost).
+            (None, stop) => stop,
+        }
+    }
+
+    /// When the next allocation is due to be stopped for the servers'
+    /// silence (`stop_after_client_disconnect`), while the agent is out of touch.
+    pub fn stop_deadline(&self) -> Option<Timestamp> {
+        self.allocs.next_silence_stop(self.out_of_touch_since?)
+    }
+
+    fn link_deadline(&self) -> Option<Timestamp> {
         match &self.link {
             Link::Down { at } => Some(*at),
             Link::Connecting => None,
@@ -456,6 +488,11 @@ impl ClientState {
     /// Takes `event` at `now`; returns what the runtime must do, in order.
     pub fn handle(&mut self, now: Timestamp, event: Event) -> Vec<Action> {
         let mut out = Vec::new();
+        let started = *self.heard_at.get_or_insert(now);
+        if matches!(self.link, Link::Down { .. } | Link::Connecting) && self.out_of_touch_since.is_none() {
+            // Not yet in touch since the agent started.
+            self.out_of_touch_since = Some(started);
+        }
         let tick = matches!(event, Event::Tick);
         match event {
             Event::Tick => {}
@@ -476,6 +513,9 @@ impl ClientState {
             }
             Event::HeartbeatPeriod(period) => self.set_period(now, period),
             Event::CollectGarbage(alloc_id) => self.allocs.collect_now(alloc_id, &mut out),
+        }
+        if let Some(since) = self.out_of_touch_since {
+            self.allocs.stop_for_silence(now, since, &mut out);
         }
         self.pump(now, tick, &mut out);
         out
@@ -535,6 +575,7 @@ impl ClientState {
             count(&self.counters.writes_retried, 1);
         }
         out.push(Action::Disconnect { why: failure.message });
+        self.out_of_touch_since = self.out_of_touch_since.or(self.heard_at).or(Some(now));
         self.server = self.server.wrapping_add(1);
         let cap = self.config.backoff_cap;
         self.backoff.set_cap(self.heartbeat_ttl.map_or(cap, |ttl| (ttl / 2).min(cap)));
@@ -613,6 +654,8 @@ impl ClientState {
     /// A heartbeat's answer, in whichever step it was sent.
     fn heard(&mut self, now: Timestamp, reply: HeartbeatReply, out: &mut Vec<Action>) {
         count(&self.counters.heartbeats, 1);
+        self.heard_at = Some(now);
+        self.out_of_touch_since = None;
         if !reply.ttl.is_zero() {
             self.heartbeat_ttl = Some(reply.ttl);
         }

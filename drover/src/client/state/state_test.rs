@@ -570,3 +570,54 @@ fn allocations_seen_unknown_and_lost_are_counted() {
     assert_eq!(client.counted(|c| &c.marked_away), 1);
     assert_eq!(client.counted(|c| &c.pushes), 4);
 }
+
+#[test]
+fn allocations_stop_once_their_group_has_been_without_the_servers_long_enough() {
+    let mut client = Client::new(ClientConfig { raw_exec: true, ..config() });
+    client.start();
+    let allowance = Duration::from_secs(60);
+    let tolerant = |id: &str, driver: &str| {
+        let mut job = Job::clone(&job(id, driver));
+        job.task_groups[0].stop_after_client_disconnect = Some(allowance);
+        Arc::new(job)
+    };
+    let (web, real) = (alloc(&tolerant("web", mock::DRIVER), 0), alloc(&tolerant("real", RAW_EXEC), 0));
+    let forever = alloc(&job("forever", mock::DRIVER), 0);
+    client.push(3, &[&web, &real, &forever]);
+    assert_eq!(client.core.deadline(), Some(Timestamp::ZERO.plus(TTL)), "in touch: no stop is due");
+    assert_eq!(client.advance(TTL), vec![Action::Call(Call::Heartbeat)]);
+    assert_eq!(client.handle(heartbeat(NodeStatus::Ready)), vec![]);
+    let heard = client.now;
+    client.lose();
+    let due = heard.plus(allowance);
+    let mut stops = Vec::new();
+    while client.now < due {
+        let actions = client.at_deadline();
+        for action in &actions {
+            match action {
+                Action::Connect(_) => {
+                    let failed = client.handle(Event::Disconnected(Failure::lost("refused")));
+                    assert!(matches!(&failed[..], [Action::Disconnect { .. }]), "{failed:?}");
+                }
+                Action::Stop(id) => stops.push((client.now, *id)),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert!(client.core.deadline().expect("a deadline") <= due || client.now >= due);
+    }
+    assert_eq!(stops, vec![(due, web.id), (due, real.id)], "at the allowance, and only the groups that say so");
+    for _ in 0..3 {
+        let actions = client.at_deadline();
+        assert!(!actions.iter().any(|action| matches!(action, Action::Stop(_))), "stopped once: {actions:?}");
+        if matches!(&actions[..], [Action::Connect(_)]) {
+            client.handle(Event::Disconnected(Failure::lost("refused")));
+        }
+    }
+    // Back in touch: the mock task's end is reported; the real one's comes from its runner.
+    while !matches!(&client.at_deadline()[..], [Action::Connect(_)]) {}
+    assert_eq!(client.handle(Event::Connected), vec![Action::Call(Call::Heartbeat)]);
+    assert_eq!(client.handle(heartbeat(NodeStatus::Ready)), vec![Action::Call(Call::Watch { after: 3 })]);
+    let report = reported(&client.handle(Event::Answered(Answer::Watching)));
+    assert_eq!(report, BTreeMap::from([(web.id, ClientStatus::Complete)]));
+    assert_eq!(client.core.stop_deadline(), None, "in touch again");
+}
