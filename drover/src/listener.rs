@@ -1,7 +1,7 @@
 //! The HTTP listener the server's API runs on (agents serve none): TLS
-//! when configured, a connection cap per client
-//! address, handshake and idle timeouts, and an accept loop that backs off
-//! instead of spinning when the process runs out of file descriptors.
+//! when configured, a connection cap per client address, handshake and
+//! idle timeouts, and an accept loop that backs off instead of spinning
+//! when the process runs out of file descriptors.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
