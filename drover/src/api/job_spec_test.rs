@@ -1,0 +1,155 @@
+//! The reading of submitted jobs: Nomad's defaults, refusals, and the
+//! warnings for what Drover does not honour.
+
+use super::*;
+use serde_json::json;
+
+#[test]
+fn a_cli_job_full_of_nulls_gets_nomads_defaults() {
+    let body = json!({"Job": {"Region": null, "Namespace": null, "ID": "example", "Name": "example",
+        "Type": null, "Priority": null, "Datacenters": ["dc1"], "Constraints": null, "Affinities": null,
+        "TaskGroups": [{"Name": "cache", "Count": null, "Tasks": [{"Name": "redis", "Driver": "mock",
+            "Config": {"run_for": "10s", "ports": ["db"]}, "Resources": {"CPU": 500, "MemoryMB": null},
+            "KillTimeout": null, "Env": null}],
+          "Networks": [{"DynamicPorts": [{"Label": "db", "Value": 0}]}], "NewerNomadField": {"x": 1}}],
+        "Dispatched": false, "NodePool": "default"}, "Region": "", "Namespace": "", "SecretID": ""});
+    let request: JobRegisterRequest = serde_json::from_value(body).expect("lenient");
+    let Converted { job, warnings } = convert_job(request.job.expect("job"), None).expect("converts");
+    assert_eq!((job.job_type, job.priority, &*job.namespace), (JobType::Service, 50, "default"));
+    let group = &job.task_groups[0];
+    assert_eq!(group.count, 1);
+    assert_eq!(group.tasks[0].resources, Resources::new(500, 300, 300));
+    assert_eq!(group.tasks[0].config["ports"], ConfigValue::List(vec!["db".into()]));
+    assert_eq!(group.tasks[0].kill_timeout, Duration::from_secs(5), "Nomad's default");
+    assert_eq!(group.restart_policy, RestartPolicy::default());
+    assert_eq!(
+        warnings,
+        ["TaskGroup \"cache\": NewerNomadField is not known to Drover and was ignored"],
+        "a field Drover does not know is named when set, never when at its zero value"
+    );
+    assert_eq!(group.networks[0].dynamic_ports[0].label.as_ref(), "db");
+    assert_eq!(job.validate(), Ok(()));
+}
+
+#[test]
+fn meta_is_kept_at_every_level_without_a_warning() {
+    let body = json!({"ID": "meta", "Datacenters": ["dc1"], "Meta": {"owner": "ops", "tier": "job"},
+        "TaskGroups": [{"Name": "g", "Meta": {"tier": "group"},
+            "Tasks": [{"Name": "t", "Driver": "mock", "Meta": {"where": "${node.datacenter}"}}]}]});
+    let Converted { job, warnings } = convert_job(serde_json::from_value(body).expect("lenient"), None).expect("ok");
+    assert!(warnings.is_empty(), "{warnings:?}");
+    let meta = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+        pairs.iter().map(|(key, value)| (key.to_string(), value.to_string())).collect()
+    };
+    assert_eq!(job.meta, meta(&[("owner", "ops"), ("tier", "job")]));
+    assert_eq!(job.task_groups[0].meta, meta(&[("tier", "group")]));
+    assert_eq!(job.task_groups[0].tasks[0].meta, meta(&[("where", "${node.datacenter}")]), "left for the client");
+}
+
+#[test]
+fn bad_values_are_refused_with_what_is_wrong() {
+    let refuse = |body: Value| convert_job(serde_json::from_value(body).expect("lenient"), None).expect_err("refused");
+    assert!(refuse(json!({"ID": ""})).to_string().contains("Job ID"));
+    assert!(refuse(json!({"ID": "x", "Type": "daemon"})).to_string().contains("daemon"));
+    assert!(refuse(json!({"ID": "x", "Priority": 300})).to_string().contains("priority"));
+    let operand = json!({"ID": "x", "Constraints": [{"LTarget": "a", "RTarget": "b", "Operand": "~="}]});
+    assert!(refuse(operand).to_string().contains("\"~=\" is not supported"));
+    let reconcile = json!({"ID": "x", "TaskGroups": [{"Name": "g", "Disconnect": {"Reconcile": "coin_toss"}}]});
+    assert!(refuse(reconcile).to_string().contains("\"coin_toss\" is not one of best_score"));
+    assert!(refuse(json!({"ID": "x", "Constraints": [{"LTarget": "a"}]})).to_string().contains("operand"));
+}
+
+#[test]
+fn set_operands_are_read() {
+    let body = json!({"ID": "x", "Constraints": [
+        {"LTarget": "${meta.features}", "RTarget": "a,b", "Operand": "set_contains"},
+        {"LTarget": "${meta.features}", "RTarget": "a,b", "Operand": "set_contains_any"},
+        {"LTarget": "${meta.features}", "RTarget": "a,b", "Operand": "set_contains_all"}]});
+    let job = convert_job(serde_json::from_value(body).expect("lenient"), None).expect("converts").job;
+    let operands: Vec<_> = job.constraints.iter().map(|constraint| constraint.operand).collect();
+    use ConstraintOperand::*;
+    assert_eq!(operands, [SetContains, SetContainsAny, SetContainsAll]);
+}
+
+/// A job with every field of issue 24's list (update, group and task
+/// restart, disconnect) set away from its default.
+fn job_with_every_listed_field() -> Value {
+    json!({"ID": "web", "Datacenters": ["dc1"],
+        "Update": {"MaxParallel": 2, "Canary": 1, "AutoRevert": true, "MinHealthyTime": 30_000_000_000u64,
+            "HealthyDeadline": 300_000_000_000u64, "HealthCheck": "task_states"},
+        "TaskGroups": [{"Name": "g", "Count": 2,
+            "Update": {"AutoPromote": true, "ProgressDeadline": 900_000_000_000u64, "Stagger": 5_000_000_000u64},
+            "RestartPolicy": {"Attempts": 5, "Interval": 600_000_000_000u64, "Delay": 1_000_000_000, "Mode": "delay"},
+            "Disconnect": {"LostAfter": 60_000_000_000u64, "Replace": false, "Reconcile": "keep_replacement"},
+            "Tasks": [{"Name": "t", "Driver": "raw_exec", "Config": {"command": "/bin/true"},
+                "RestartPolicy": {"Attempts": 1}}]}]})
+}
+
+#[test]
+fn every_listed_field_is_honoured_or_warned_of() {
+    let body = job_with_every_listed_field();
+    let Converted { job, warnings } = convert_job(serde_json::from_value(body).expect("lenient"), None).expect("ok");
+    let group = &job.task_groups[0];
+    assert_eq!(group.update.as_ref().map(|update| update.max_parallel), Some(2), "the job's, field by field");
+    assert_eq!(group.reconcile, ReconcileStrategy::KeepReplacement);
+    assert!(!group.replace_on_disconnect);
+    assert_eq!(group.max_client_disconnect, Some(Duration::from_secs(60)));
+    let group_restart = RestartPolicy {
+        attempts: 5,
+        interval: Duration::from_secs(600),
+        delay: Duration::from_secs(1),
+        mode: RestartMode::Delay,
+    };
+    assert_eq!(group.restart_policy, group_restart);
+    let task_restart = RestartPolicy { attempts: 1, ..group_restart.clone() };
+    assert_eq!(group.tasks[0].restart_policy, Some(task_restart), "the task's fields over the group's");
+    assert_eq!(job.validate(), Ok(()));
+    let text = warnings.join("\n");
+    assert_eq!(warnings.len(), 2, "{text}");
+    assert!(
+        text.contains("Job.Update: MinHealthyTime (30s), HealthCheck (\"task_states\"), AutoRevert (true), Canary (1) not implemented"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "TaskGroup \"g\": Update: Stagger (5s), ProgressDeadline (15m), AutoPromote (true) not implemented"
+        ),
+        "{text}"
+    );
+}
+
+#[test]
+fn update_fields_at_nomads_defaults_are_no_news() {
+    let body = json!({"ID": "web", "Update": {"MaxParallel": 1, "Stagger": 30_000_000_000u64, "HealthCheck": "checks",
+        "MinHealthyTime": 10_000_000_000u64, "HealthyDeadline": 300_000_000_000u64,
+        "ProgressDeadline": 600_000_000_000u64, "AutoRevert": false, "AutoPromote": false, "Canary": 0},
+        "TaskGroups": [{"Name": "g", "Tasks": [{"Name": "t", "Driver": "mock"}]}]});
+    let Converted { warnings, .. } = convert_job(serde_json::from_value(body).expect("lenient"), None).expect("ok");
+    assert!(warnings.is_empty(), "{warnings:?}");
+}
+
+#[test]
+fn blocks_that_would_change_what_runs_are_refused() {
+    let task = json!({"Name": "t", "Driver": "mock"});
+    let cases = [
+        (
+            json!({"ID": "cron", "Type": "batch", "Periodic": {"Spec": "*/5 * * * *", "Enabled": true}}),
+            "Job.Periodic is refused",
+        ),
+        (
+            json!({"ID": "work", "Type": "batch", "ParameterizedJob": {"Payload": "required"}}),
+            "Job.ParameterizedJob is refused",
+        ),
+        (json!({"ID": "pool", "NodePool": "gpu"}), "Job.NodePool \"gpu\" is refused"),
+        (
+            json!({"ID": "init", "TaskGroups": [{"Name": "g", "Tasks": [task,
+            {"Name": "migrate", "Driver": "mock", "Lifecycle": {"Hook": "prestart"}}]}]}),
+            "Task \"migrate\": Lifecycle is refused",
+        ),
+    ];
+    for (body, reason) in cases {
+        let error = convert_job(serde_json::from_value(body).expect("lenient"), None).expect_err("refused");
+        assert!(error.to_string().contains(reason), "{error}");
+        assert!(error.to_string().contains("nothing was registered"), "{error}");
+    }
+}
