@@ -333,9 +333,10 @@ impl Held {
         }
     }
 
-    /// The servers stopped an allocation that has not ended here: its
-    /// tasks are stopped; the mock driver's (or nothing) ends now, real
-    /// tasks when their runner says.
+    /// Stops an allocation that has not ended here (the servers stopped
+    /// it, or their silence did; `why` says which): its tasks are stopped
+    /// once; the mock driver's (or nothing) ends now, real tasks when their
+    /// runner says.
     fn stop(&mut self, now: Timestamp, why: &str, out: &mut Vec<Action>) {
         match self.runner {
             Runner::Tasks => {
