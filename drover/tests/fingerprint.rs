@@ -31,30 +31,6 @@ impl Drop for Running {
     }
 }
 
-/// The `listening <rpc>` and `http <addr>` lines `--print-address` prints.
-async fn addresses(child: &mut Child) -> (SocketAddr, String) {
-    let stdout = child.stdout.take().expect("stdout is piped");
-    let lines = bounded(
-        "the address lines",
-        tokio::task::spawn_blocking(move || {
-            let mut reader = std::io::BufReader::new(stdout);
-            let mut lines = Vec::new();
-            for _ in 0..2 {
-                let mut line = String::new();
-                std::io::BufRead::read_line(&mut reader, &mut line).expect("reads");
-                lines.push(line.trim().to_string());
-            }
-            std::thread::spawn(move || std::io::copy(&mut reader, &mut std::io::sink()));
-            lines
-        }),
-    )
-    .await
-    .expect("reader");
-    let rpc = lines[0].strip_prefix("listening ").expect("a listening line").parse().expect("an address");
-    let http = lines[1].strip_prefix("http ").expect("an http line").to_string();
-    (rpc, http)
-}
-
 /// `drover server --dev` with its data (and dev TLS files) in `dir`.
 async fn dev_server(dir: &Path) -> (Running, SocketAddr, ApiClient) {
     let mut child = drover()
@@ -65,7 +41,8 @@ async fn dev_server(dir: &Path) -> (Running, SocketAddr, ApiClient) {
         .stderr(Stdio::inherit())
         .spawn()
         .expect("drover server starts");
-    let (rpc, http) = addresses(&mut child).await;
+    let (rpc, http) = common::printed_addresses(&mut child).await;
+    let rpc: SocketAddr = rpc.parse().expect("an address");
     let api = ApiClient::new(&format!("http://{http}"), None, None).expect("client");
     (Running { child, dir: None }, rpc, api)
 }
@@ -314,7 +291,7 @@ async fn drover_dev_takes_acls_a_node_name_a_class_and_meta() {
         .stderr(Stdio::inherit())
         .spawn()
         .expect("drover dev starts");
-    let (_, http) = addresses(&mut child).await;
+    let (_, http) = common::printed_addresses(&mut child).await;
     let _dev = Running { child, dir: None };
     let address = format!("http://{http}");
     let anonymous = ApiClient::new(&address, None, None).expect("client");

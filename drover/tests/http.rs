@@ -52,24 +52,8 @@ async fn start_server_with(name: &str, extra: &[&str]) -> DevServer {
         .stderr(std::process::Stdio::inherit())
         .spawn()
         .expect("drover server starts");
-    let stdout = child.stdout.take().expect("stdout");
-    let lines = bounded(
-        "the address lines",
-        tokio::task::spawn_blocking(move || {
-            let mut reader = std::io::BufReader::new(stdout);
-            let mut lines = Vec::new();
-            for _ in 0..2 {
-                let mut line = String::new();
-                std::io::BufRead::read_line(&mut reader, &mut line).expect("reads");
-                lines.push(line.trim().to_string());
-            }
-            lines
-        }),
-    )
-    .await
-    .expect("reader");
-    let rpc: SocketAddr = lines[0].strip_prefix("listening ").expect("listening line").parse().expect("address");
-    let http = lines[1].strip_prefix("http ").expect("http line");
+    let (rpc, http) = common::printed_addresses(&mut child).await;
+    let rpc: SocketAddr = rpc.parse().expect("address");
     let api = ApiClient::new(&format!("http://{http}"), None, None).expect("client");
     DevServer { child, rpc, api, dir }
 }

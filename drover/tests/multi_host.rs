@@ -160,28 +160,11 @@ async fn agents_on_their_own_hosts_advertise_their_addresses_and_serve_there() {
         .arg(dir.join("server"))
         .stdout(Stdio::piped());
     let mut server = server.spawn().expect("drover server starts in its namespace");
-    let stdout = server.stdout.take().expect("stdout");
+    let (rpc, http) = common::printed_addresses(&mut server).await;
     let mut children = Children(vec![server]);
-    let lines = bounded(
-        "the address lines",
-        tokio::task::spawn_blocking(move || {
-            let mut reader = std::io::BufReader::new(stdout);
-            let lines: Vec<String> = (0..2)
-                .map(|_| {
-                    let mut line = String::new();
-                    std::io::BufRead::read_line(&mut reader, &mut line).expect("reads");
-                    line.trim().to_string()
-                })
-                .collect();
-            std::thread::spawn(move || std::io::copy(&mut reader, &mut std::io::sink()));
-            lines
-        }),
-    )
-    .await
-    .expect("reader");
-    let port = |line: &str| line.rsplit(':').next().expect("a port").to_string();
-    let rpc = format!("{}:{}", hosts.server, port(&lines[0]));
-    let http = format!("{}:{}", hosts.server_uplink, port(&lines[1]));
+    let port = |address: &str| address.rsplit(':').next().expect("a port").to_string();
+    let rpc = format!("{}:{}", hosts.server, port(&rpc));
+    let http = format!("{}:{}", hosts.server_uplink, port(&http));
     let api = ApiClient::new(&format!("http://{http}"), None, None).expect("client");
     let tls = dir.join("server").join("dev-tls");
     for n in 0..2 {

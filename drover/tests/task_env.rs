@@ -51,25 +51,8 @@ async fn dev_cluster(name: &str) -> DevCluster {
         .stderr(std::process::Stdio::inherit())
         .spawn()
         .expect("drover server starts");
-    let stdout = server.stdout.take().expect("stdout");
-    let lines = bounded(
-        "the server's address lines",
-        tokio::task::spawn_blocking(move || {
-            let mut reader = std::io::BufReader::new(stdout);
-            let mut lines = Vec::new();
-            for _ in 0..2 {
-                let mut line = String::new();
-                std::io::BufRead::read_line(&mut reader, &mut line).expect("reads");
-                lines.push(line.trim().to_string());
-            }
-            std::thread::spawn(move || std::io::copy(&mut reader, &mut std::io::sink()));
-            lines
-        }),
-    )
-    .await
-    .expect("reader");
-    let rpc = lines[0].strip_prefix("listening ").expect("listening line").to_string();
-    let http = format!("http://{}", lines[1].strip_prefix("http ").expect("http line"));
+    let (rpc, http) = common::printed_addresses(&mut server).await;
+    let http = format!("http://{http}");
     let agent = common::dev_agent(&dir, &rpc, &dir.join("agent"))
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::inherit())

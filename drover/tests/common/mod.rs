@@ -100,6 +100,28 @@ pub async fn first_line(child: &mut std::process::Child) -> String {
     bounded("the child's first line", reading).await.expect("reader")
 }
 
+/// The two addresses `--print-address` prints first (`listening <rpc>`,
+/// then `http <addr>`), as printed. The rest of `child`'s (piped) stdout is
+/// read on, so it never writes to a closed pipe.
+pub async fn printed_addresses(child: &mut std::process::Child) -> (String, String) {
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let reading = tokio::task::spawn_blocking(move || {
+        let mut reader = std::io::BufReader::new(stdout);
+        let mut next = || {
+            let mut line = String::new();
+            std::io::BufRead::read_line(&mut reader, &mut line).expect("reads");
+            line.trim().to_string()
+        };
+        let (rpc, http) = (next(), next());
+        std::thread::spawn(move || std::io::copy(&mut reader, &mut std::io::sink()));
+        (rpc, http)
+    });
+    let (rpc, http) = bounded("the address lines", reading).await.expect("reader");
+    let rpc = rpc.strip_prefix("listening ").expect("a listening line").to_string();
+    let http = http.strip_prefix("http ").expect("an http line").to_string();
+    (rpc, http)
+}
+
 /// A large node offering only the mock driver (the server tests' agents).
 pub fn mock_node(n: u128) -> engine::structs::Node {
     use engine::structs::{Node, NodeId, Resources};
