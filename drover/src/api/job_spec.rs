@@ -409,13 +409,18 @@ pub struct Converted {
 /// something even when empty: Go's encoder writes an absent block as
 /// `null`, and a job file's `vault {}` asks for the block's defaults.
 fn is_set(value: &Option<Value>) -> bool {
+    value.as_ref().is_some_and(says_something)
+}
+
+/// [`is_set`] of a value that is there.
+fn says_something(value: &Value) -> bool {
     match value {
-        None | Some(Value::Null) => false,
-        Some(Value::Array(items)) => !items.is_empty(),
-        Some(Value::Object(_)) => true,
-        Some(Value::Bool(flag)) => *flag,
-        Some(Value::String(text)) => !text.is_empty(),
-        Some(Value::Number(number)) => number.as_f64() != Some(0.0),
+        Value::Null => false,
+        Value::Array(items) => !items.is_empty(),
+        Value::Object(_) => true,
+        Value::Bool(flag) => *flag,
+        Value::String(text) => !text.is_empty(),
+        Value::Number(number) => number.as_f64() != Some(0.0),
     }
 }
 
@@ -437,7 +442,7 @@ impl Ignored<'_> {
     /// job brings back.
     fn unknown(&mut self, place: &str, other: &BTreeMap<String, Value>, read_back: &[&str]) {
         for (field, value) in other {
-            if !read_back.contains(&field.as_str()) && is_set(&Some(value.clone())) {
+            if !read_back.contains(&field.as_str()) && says_something(value) {
                 self.warnings.push(format!("{place}{field} is not known to Drover and was ignored"));
             }
         }
@@ -520,10 +525,8 @@ pub fn convert_job(api: JobSpec, query_namespace: Option<&str>) -> Result<Conver
     ignored.check(place, "Payload", &api.payload);
     ignored.check(place, "UI", &api.ui);
     ignored.unknown(place, &api.other, &JOB_READ_BACK);
-    for (field, update) in [("Update.", &api.update)] {
-        if let Some(update) = update {
-            ignored.unknown(&format!("{place}{field}"), &update.other, &[]);
-        }
+    if let Some(update) = &api.update {
+        ignored.unknown("Job.Update.", &update.other, &[]);
     }
     if let Some(reschedule) = &api.reschedule {
         ignored.unknown("Job.Reschedule.", &reschedule.other, &[]);
