@@ -62,6 +62,15 @@
 //! http_idle_timeout = "30s"   # to send a whole request head: before the first request,
 //!                             # between requests, while headers trickle in (Drover's)
 //!
+//! [plugin.docker.config]      # the docker driver (Nomad's plugin "docker" { config {} })
+//! enabled = true              # offer it whenever the daemon answers (Drover's own key)
+//! endpoint = "unix:///var/run/docker.sock" # the daemon (default: DOCKER_HOST if unix://, else this)
+//! allow_privileged = false    # tasks may set privileged = true
+//! allow_caps = ["CHOWN", "DAC_OVERRIDE", "FSETID", "FOWNER", "MKNOD", "SETGID", "SETUID", "SETFCAP",
+//!     "SETPCAP", "NET_BIND_SERVICE", "SYS_CHROOT", "KILL", "AUDIT_WRITE"] # Nomad's default; ["ALL"]: any
+//! volumes = { enabled = false } # host paths and named volumes in volumes/mount
+//! health_check_interval = "30s" # how often the daemon is asked (Drover's own key)
+//!
 //! [tls]                       # required unless --dev
 //! ca_file = "ca.pem"
 //! cert_file = "server.pem"
@@ -137,6 +146,57 @@ pub struct FileConfig {
     /// Connection limits.
     #[serde(default)]
     pub limits: LimitsSection,
+    /// Task driver plugins, by name (`[plugin.docker.config]`), as Nomad's
+    /// `plugin "docker" { config { ... } }`.
+    #[serde(default)]
+    pub plugin: PluginSection,
+}
+
+/// `[plugin.*]`: the drivers' settings.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PluginSection {
+    /// `[plugin.docker]`.
+    #[serde(default)]
+    pub docker: DockerPlugin,
+}
+
+/// `[plugin.docker]`: Nomad's plugin block, whose settings are in `config`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DockerPlugin {
+    /// `[plugin.docker.config]`.
+    #[serde(default)]
+    pub config: DockerPluginConfig,
+}
+
+/// `[plugin.docker.config]`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DockerPluginConfig {
+    /// Offer the driver (Drover's own; default true: it runs whenever the
+    /// daemon answers, as Nomad's).
+    pub enabled: Option<bool>,
+    /// The daemon's socket (`unix:///var/run/docker.sock`).
+    pub endpoint: Option<String>,
+    /// Tasks may run privileged.
+    pub allow_privileged: Option<bool>,
+    /// The capabilities tasks may have (`["ALL"]` for any).
+    pub allow_caps: Option<Vec<String>>,
+    /// Host paths and named volumes.
+    #[serde(default)]
+    pub volumes: DockerVolumes,
+    /// How often the daemon's health is checked (Drover's own; default 30s).
+    #[serde(default, with = "duration_text")]
+    pub health_check_interval: Option<Duration>,
+}
+
+/// `[plugin.docker.config.volumes]`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DockerVolumes {
+    /// Tasks may bind host paths and use named volumes.
+    pub enabled: Option<bool>,
 }
 
 /// `[limits]`.

@@ -23,6 +23,7 @@ use common::{bounded, server_options, temp_dir, until};
 use drover::client::agent::{Agent, AgentSettings, NoObserver, TaskSettings};
 use drover::client::drivers::isolation::Isolation;
 use drover::client::drivers::raw_exec::RawExec;
+use drover::client::drivers::Drivers;
 use drover::server::RunningServer;
 use engine::state::Snapshot;
 use engine::structs::{
@@ -76,7 +77,10 @@ async fn cluster_keeping(name: &str, gc_max_allocs: usize) -> Cluster {
     let node = raw_exec_node(0x15);
     let (stop, stopped) = watch::channel(false);
     let tasks = TaskSettings {
-        driver: Arc::new(RawExec::new(Isolation::detect(), PathBuf::from(env!("CARGO_BIN_EXE_drover")))),
+        drivers: Drivers {
+            raw_exec: Some(Arc::new(RawExec::new(Isolation::detect(), PathBuf::from(env!("CARGO_BIN_EXE_drover"))))),
+            docker: None,
+        },
         data_dir: data_dir.clone(),
         gc_max_allocs,
         stop_tasks_on_shutdown: true,

@@ -35,7 +35,7 @@ use transport::message::RefusalCode;
 
 use crate::client::alloc_runner::{self, AllocHandle, RunnerContext};
 use crate::client::drivers::mock;
-use crate::client::drivers::raw_exec::RawExec;
+use crate::client::drivers::Drivers;
 use crate::client::ops::{ClientOps, GcRequest};
 pub use crate::client::state::AgentCounters;
 use crate::client::state::{
@@ -79,11 +79,12 @@ impl AgentSettings {
     }
 }
 
-/// The agent's real tasks: the `raw_exec` driver and where allocations live.
+/// The agent's real tasks: the drivers (`raw_exec`, `docker`) and where
+/// allocations live.
 #[derive(Clone, Debug)]
 pub struct TaskSettings {
-    /// The driver.
-    pub driver: Arc<RawExec>,
+    /// The drivers.
+    pub drivers: Drivers,
     /// The agent's data directory (`alloc/`, `client/` below it).
     pub data_dir: PathBuf,
     /// Terminal allocations whose directories are kept (Nomad's
@@ -249,7 +250,7 @@ impl Agent {
         let (ended_tx, mut ended_rx) = mpsc::unbounded_channel();
         let context = self.tasks.as_ref().map(|tasks| {
             Arc::new(RunnerContext {
-                driver: tasks.driver.clone(),
+                drivers: tasks.drivers.clone(),
                 node: self.node.clone(),
                 data_dir: tasks.data_dir.clone(),
                 events: ended_tx.clone(),

@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, watch};
 
 use crate::client::alloc_dir::{write_private, AllocDir};
-use crate::client::drivers::raw_exec::{HandleState, RawExec, Reattached};
+use crate::client::drivers::{Drivers, HandleState};
 use crate::client::state::AllocEvent;
 use crate::client::task_env::TaskEnv;
 use crate::client::task_runner::{self, now, KillReason, NotRunning, TaskCommand, TaskContext, TaskUpdate};
@@ -34,8 +34,8 @@ use crate::client::task_runner::{self, now, KillReason, NotRunning, TaskCommand,
 /// What every allocation runner of an agent shares.
 #[derive(Debug)]
 pub struct RunnerContext {
-    /// The driver.
-    pub driver: Arc<RawExec>,
+    /// The drivers.
+    pub drivers: Drivers,
     /// The node the agent is.
     pub node: Node,
     /// The agent's data directory.
@@ -214,15 +214,8 @@ pub fn restore(ctx: &Arc<RunnerContext>, alloc_id: AllocId) -> Option<(Arc<Alloc
     let alloc = Arc::new(saved.alloc);
     let mut states = BTreeMap::new();
     for (name, task) in saved.tasks {
-        let found = task.handle.map(|handle| ctx.driver.reattach(handle, &dir, &name));
-        match &found {
-            Some(Reattached::Running(handle)) => {
-                tracing::info!(alloc = %alloc_id, task = %name, pid = handle.state().task_pid, "re-attached to a running task")
-            }
-            Some(_) => tracing::warn!(alloc = %alloc_id, task = %name, "task found dead after the agent restarted"),
-            None => {}
-        }
-        states.insert(name, (task.state, found));
+        // Each task runner looks for its own task first.
+        states.insert(name, (task.state, task.handle));
     }
     let handle = spawn(ctx, alloc.clone(), dir, states, false);
     Some((alloc, handle))
@@ -232,7 +225,7 @@ fn group_tasks(alloc: &Allocation) -> Vec<engine::structs::Task> {
     alloc.job.group(&alloc.task_group).map(|group| group.tasks.clone()).unwrap_or_default()
 }
 
-type Start = BTreeMap<String, (TaskState, Option<Reattached>)>;
+type Start = BTreeMap<String, (TaskState, Option<HandleState>)>;
 
 /// Spawns the runner; `fresh` for an allocation new to this agent.
 fn spawn(ctx: &Arc<RunnerContext>, alloc: Arc<Allocation>, dir: AllocDir, tasks: Start, fresh: bool) -> AllocHandle {
@@ -253,7 +246,7 @@ fn spawn(ctx: &Arc<RunnerContext>, alloc: Arc<Allocation>, dir: AllocDir, tasks:
 
 /// What a runner starts with.
 struct Parts {
-    /// Each task's state and what re-attaching found.
+    /// Each task's state and its saved handle, if it was running.
     tasks: Start,
     /// The allocation is new to this agent.
     fresh: bool,
@@ -290,7 +283,7 @@ async fn run(
             }
             let env = TaskEnv::new(&alloc, &task, &ctx.node, &dir);
             let task_ctx = TaskContext {
-                driver: ctx.driver.clone(),
+                drivers: ctx.drivers.clone(),
                 alloc: alloc.clone(),
                 task,
                 dir: dir.clone(),
@@ -314,7 +307,7 @@ async fn run(
         if state.state == TaskStatus::Dead && state.failed {
             set_once(&kill, KillReason::SiblingFailed(task.clone()));
         }
-        match handle.filter(|_| state.state == TaskStatus::Running) {
+        match handle.clone().filter(|_| state.state == TaskStatus::Running) {
             Some(handle) => running.lock().insert(task.clone(), handle),
             None => running.lock().remove(&task),
         };
@@ -325,6 +318,9 @@ async fn run(
     if destroyed.wait_for(|destroy| *destroy).await.is_ok() {
         if let Err(error) = dir.destroy() {
             tracing::warn!(alloc = %alloc.id, %error, "removing the allocation's directories");
+        }
+        if let Some(docker) = &ctx.drivers.docker {
+            docker.remove_alloc_containers(&alloc.id.to_string()).await;
         }
     }
 }
@@ -349,7 +345,7 @@ async fn report(ctx: &RunnerContext, alloc: &Arc<Allocation>, dir: &AllocDir, ta
         alloc: Allocation::clone(alloc),
         tasks: tasks
             .iter()
-            .map(|(name, task)| (name.clone(), SavedTask { state: task.state.clone(), handle: task.handle }))
+            .map(|(name, task)| (name.clone(), SavedTask { state: task.state.clone(), handle: task.handle.clone() }))
             .collect(),
     };
     let path = dir.state_file();

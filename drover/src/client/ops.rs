@@ -197,7 +197,7 @@ impl ClientOps {
         let tasks = control
             .running()
             .into_iter()
-            .filter_map(|(task, handle)| Some((task, stats::group_usage(handle.task_pid, self.scale)?)))
+            .filter_map(|(task, handle)| Some((task, stats::group_usage(handle.pid(), self.scale)?)))
             .collect();
         let timestamp = i64::try_from(crate::client::task_runner::now().0).unwrap_or(i64::MAX);
         Ok(AgentReply::AllocStats(AllocUsage { tasks, timestamp }))

@@ -164,6 +164,25 @@ impl TaskEnv {
         TaskEnv { vars: cleaned(vars), node_vars }
     }
 
+    /// The variables as a container sees them: the directories at
+    /// `/alloc`, `/local` and `/secrets` (where the docker driver binds
+    /// them), and `*_PORT_<label>` the port `port_map` gives the label, as
+    /// Nomad's docker driver.
+    pub fn in_container(&self, port_map: &BTreeMap<String, u16>) -> TaskEnv {
+        let mut vars = self.vars.clone();
+        for prefix in PREFIXES {
+            for (suffix, path) in [("ALLOC_DIR", "/alloc"), ("TASK_DIR", "/local"), ("SECRETS_DIR", "/secrets")] {
+                vars.insert(format!("{prefix}{suffix}"), path.to_string());
+            }
+            for (label, port) in port_map {
+                for name in ["PORT", "ALLOC_PORT"] {
+                    vars.insert(clean_name(format!("{prefix}{name}_{label}")), port.to_string());
+                }
+            }
+        }
+        TaskEnv { vars, node_vars: self.node_vars.clone() }
+    }
+
     /// `text` with every `${...}` naming a client variable or a node value
     /// replaced; any other `${...}` stays as written (Nomad's rule for
     /// `env`, services and checks).
@@ -455,6 +474,20 @@ mod tests {
             assert_eq!((get("PORT_db"), get("ALLOC_PORT_db")), (Some("5433"), Some("5433")), "the task binds `to`");
             assert_eq!((get("HOST_PORT_db"), get("ADDR_db")), (Some("5432"), Some("10.0.0.5:5432")));
         }
+    }
+
+    #[test]
+    fn a_container_sees_its_directories_and_mapped_ports_as_docker_binds_them() {
+        let (_, task, env) = fixture();
+        let inside = env.in_container(&BTreeMap::from([("http".to_string(), 8080)]));
+        let process = inside.process_env(&task, [], &EnvDenylist::default());
+        for prefix in PREFIXES {
+            let get = |name: &str| process.get(&format!("{prefix}{name}")).map(String::as_str);
+            assert_eq!((get("ALLOC_DIR"), get("TASK_DIR"), get("SECRETS_DIR")), (Some("/alloc"), Some("/local"), Some("/secrets")));
+            assert_eq!((get("PORT_http"), get("HOST_PORT_http")), (Some("8080"), Some("20123")), "port_map moves the inside");
+            assert_eq!(get("PORT_db"), Some("5433"), "unmapped ports as before");
+        }
+        assert_eq!(inside.interpolate("${NOMAD_TASK_DIR}/conf"), "/local/conf");
     }
 
     #[test]

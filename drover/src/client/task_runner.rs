@@ -37,7 +37,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::client::alloc_dir::AllocDir;
 use crate::client::drivers::executor::ExitRecord;
-use crate::client::drivers::raw_exec::{self, HandleState, RawExec, Reattached, StartError, TaskHandle};
+use crate::client::drivers::{Drivers, HandleState, Reattached, StartError, TaskHandle};
 use crate::client::restarts::{Decision, RestartTracker};
 use crate::client::task_env::TaskEnv;
 
@@ -88,8 +88,8 @@ pub struct TaskUpdate {
 /// What a task runner works with.
 #[derive(Debug)]
 pub struct TaskContext {
-    /// The driver.
-    pub driver: Arc<RawExec>,
+    /// The drivers.
+    pub drivers: Drivers,
     /// The allocation.
     pub alloc: Arc<Allocation>,
     /// The task.
@@ -108,12 +108,12 @@ pub fn now() -> Timestamp {
     Timestamp(u64::try_from(since_epoch.as_nanos()).unwrap_or(u64::MAX))
 }
 
-/// Runs the task until it is dead. `restored` is what re-attaching found
-/// when the agent restarted with the task started.
+/// Runs the task until it is dead. `restored` is the task's handle saved
+/// before the agent restarted, if it was running: it is looked for first.
 pub async fn run(
     ctx: TaskContext,
     mut state: TaskState,
-    restored: Option<Reattached>,
+    restored: Option<HandleState>,
     updates: mpsc::UnboundedSender<TaskUpdate>,
     mut kill: watch::Receiver<Option<KillReason>>,
     mut commands: mpsc::UnboundedReceiver<TaskCommand>,
@@ -130,6 +130,17 @@ pub async fn run(
         .unwrap_or_default();
     let mut tracker = RestartTracker::new(policy, batch);
     let mut rng = SmallRng::from_os_rng();
+    let restored = match restored {
+        Some(saved) => Some(ctx.drivers.reattach(saved, &ctx.dir, &ctx.task).await),
+        None => None,
+    };
+    match &restored {
+        Some(Reattached::Running(handle)) => {
+            tracing::info!(alloc = %ctx.alloc.id, task = %ctx.task.name, handle = ?handle.state(), "re-attached to a running task")
+        }
+        Some(_) => tracing::warn!(alloc = %ctx.alloc.id, task = %ctx.task.name, "task found dead after the agent restarted"),
+        None => {}
+    }
     let mut handle = match restored {
         Some(Reattached::Running(handle)) => {
             state.push_event(TaskEvent::new(TaskEvent::REATTACHED, now(), "Agent restarted; task still running"));
@@ -205,8 +216,8 @@ pub async fn run(
                     TaskCommand::Signal(signal, name, reply) => {
                         let message = format!("Task being sent signal {name}");
                         let event = TaskEvent::new(TaskEvent::SIGNALING, now(), message);
+                        running.signal(signal, &name).await;
                         state.push_event(event.with_detail("signal", name));
-                        running.signal(signal);
                         publish(&state, Some(running.state()));
                         let _ = reply.send(Ok(()));
                     }
@@ -241,8 +252,7 @@ struct Waits<'a> {
 async fn restart_in_place(ctx: &TaskContext, state: &mut TaskState, running: &mut TaskHandle) {
     const REASON: &str = "User requested restart";
     state.push_event(TaskEvent::new(TaskEvent::RESTART_SIGNALED, now(), REASON).with_detail("restart_reason", REASON));
-    let signal = raw_exec::signal(ctx.task.kill_signal()).unwrap_or(Signal::INT);
-    let (record, _) = running.stop(signal, ctx.task.kill_timeout).await;
+    let (record, _) = running.stop(ctx.task.kill_signal.as_deref(), ctx.task.kill_timeout).await;
     terminated(state, record.as_ref());
     let event = TaskEvent::new(TaskEvent::RESTARTING, now(), format!("Restarting in {}", show(Duration::ZERO)))
         .with_detail("restart_reason", REASON)
@@ -256,13 +266,18 @@ async fn restart_in_place(ctx: &TaskContext, state: &mut TaskState, running: &mu
 
 /// Starts the task; records `Started` or `Driver Failure`.
 async fn start(ctx: &TaskContext, state: &mut TaskState) -> Result<TaskHandle, StartError> {
-    match ctx.driver.start(&ctx.alloc, &ctx.task, &ctx.dir, &ctx.env).await {
+    let mut events = Vec::new();
+    let started = ctx.drivers.start(&ctx.alloc, &ctx.task, &ctx.dir, &ctx.env, &mut events).await;
+    for event in events {
+        state.push_event(event);
+    }
+    match started {
         Ok(handle) => {
             state.state = TaskStatus::Running;
             state.started_at = Some(now());
             state.finished_at = None;
-            let event = TaskEvent::new(TaskEvent::STARTED, now(), "Task started by client")
-                .with_detail("pid", handle.state().task_pid.to_string());
+            let (key, value) = handle.started_detail();
+            let event = TaskEvent::new(TaskEvent::STARTED, now(), "Task started by client").with_detail(key, value);
             state.push_event(event);
             Ok(handle)
         }
@@ -374,16 +389,21 @@ async fn stop(ctx: &TaskContext, state: &mut TaskState, running: &mut TaskHandle
         let event = TaskEvent::new(TaskEvent::SIBLING_FAILED, now(), format!("Task's sibling {sibling:?} failed"));
         state.push_event(event);
     }
-    let signal = raw_exec::signal(ctx.task.kill_signal()).unwrap_or(Signal::INT);
     let timeout = ctx.task.kill_timeout;
+    let signal = match (&ctx.task.kill_signal, &*running) {
+        // Docker's stop sends the image's stop signal (SIGTERM unless it
+        // names one), as Nomad's docker driver without a kill_signal.
+        (None, TaskHandle::Container(_)) => "the image's stop signal",
+        _ => ctx.task.kill_signal(),
+    };
     let event = TaskEvent::new(
         TaskEvent::KILLING,
         now(),
-        format!("Sent {}; waiting {} before force killing", ctx.task.kill_signal(), show(timeout)),
+        format!("Sent {signal}; waiting {} before force killing", show(timeout)),
     )
     .with_detail("kill_timeout", timeout.as_nanos().to_string());
     state.push_event(event);
-    let (_, forced) = running.stop(signal, timeout).await;
+    let (_, forced) = running.stop(ctx.task.kill_signal.as_deref(), timeout).await;
     let message = if forced { "Task killed after its kill timeout" } else { "Task successfully killed" };
     state.push_event(TaskEvent::new(TaskEvent::KILLED, now(), message));
     finish(state, false, None);

@@ -126,6 +126,8 @@ impl TaskEvent {
     pub const RESTART_SIGNALED: &'static str = "Restart Signaled";
     /// An operator sent it a signal (`alloc signal`).
     pub const SIGNALING: &'static str = "Signaling";
+    /// Its driver says what it is doing (`Downloading image`).
+    pub const DRIVER: &'static str = "Driver";
 
     /// An event of `event_type` at `time` saying `message`.
     pub fn new(event_type: &str, time: Timestamp, message: impl Into<String>) -> TaskEvent {

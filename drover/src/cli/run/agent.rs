@@ -15,6 +15,8 @@ use transport::client::ClientEndpoints;
 use super::{config_error, dev_temp_dir, file_config, init_logs, raise_open_files_limit, runtime, tls_files, Common};
 use crate::cli::Failure;
 use crate::client::agent::{Agent, AgentSettings, NoObserver, TaskSettings};
+use crate::client::drivers::docker::{Docker, DockerSettings};
+use crate::client::drivers::Drivers;
 use crate::client::fingerprint::{Cidr, Fingerprint, FingerprintError, FingerprintSettings, HostNetworkSpec};
 use crate::client::task_env::EnvDenylist;
 use crate::config::{FileConfig, HostNetworks};
@@ -112,12 +114,10 @@ pub fn run(args: AgentArgs) -> Result<(), Failure> {
         let (stop, stopped) = watch::channel(false);
         let env_denylist = file.client.env_denylist.clone().map(EnvDenylist::new).unwrap_or_default();
         let client_side = ClientSide { data_dir, gc_max_allocs, env_denylist, stop_tasks_on_shutdown: args.common.dev };
-        let tasks = client_side.start(raw_exec)?;
+        let tasks = client_side.start(raw_exec, docker_settings(&file)?).await?;
         tracing::info!(node = %node.id, name = %node.name, servers = ?servers, mock_driver = mock, raw_exec, "drover agent starting");
-        let mut agent = Agent::new(node, AgentSettings::new(servers), endpoints.clone(), quic, Arc::new(NoObserver));
-        if let Some(tasks) = tasks {
-            agent = agent.with_tasks(tasks);
-        }
+        let agent = Agent::new(node, AgentSettings::new(servers), endpoints.clone(), quic, Arc::new(NoObserver));
+        let agent = ClientSide::attach(agent, tasks);
         let running = tokio::spawn(async move { agent.run(stopped).await });
         let signal = signals.recv().await;
         tracing::info!(signal, "agent stopping");
@@ -282,22 +282,67 @@ pub struct ClientSide {
 }
 
 impl ClientSide {
-    /// With raw_exec: finds the isolation and the executor's binary.
-    pub fn start(self, raw_exec: bool) -> Result<Option<TaskSettings>, Failure> {
-        if !raw_exec {
-            return Ok(None);
-        }
-        let isolation = crate::client::drivers::isolation::Isolation::detect();
-        tracing::info!(isolation = %isolation.describe(), "raw_exec driver enabled: tasks run without isolation");
-        let executable = std::env::current_exe().context("finding the drover binary for task executors")?;
-        Ok(Some(TaskSettings {
-            driver: Arc::new(
+    /// The drivers that run real tasks: raw_exec when enabled (its
+    /// isolation and the executor's binary found), docker unless disabled
+    /// (its daemon's health checked once before the node registers).
+    pub async fn start(self, raw_exec: bool, docker: Option<DockerSettings>) -> Result<Option<TaskSettings>, Failure> {
+        let mut drivers = Drivers::default();
+        if raw_exec {
+            let isolation = crate::client::drivers::isolation::Isolation::detect();
+            tracing::info!(isolation = %isolation.describe(), "raw_exec driver enabled: tasks run without isolation");
+            let executable = std::env::current_exe().context("finding the drover binary for task executors")?;
+            drivers.raw_exec = Some(Arc::new(
                 crate::client::drivers::raw_exec::RawExec::new(isolation, executable)
                     .with_env_denylist(self.env_denylist),
-            ),
+            ));
+        }
+        if let Some(settings) = docker {
+            let docker = Docker::connect(settings).await.map_err(|error| config_error("plugin.docker.config.endpoint", error))?;
+            drivers.docker = Some(docker);
+        }
+        if drivers.raw_exec.is_none() && drivers.docker.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(TaskSettings {
+            drivers,
             data_dir: self.data_dir,
             gc_max_allocs: self.gc_max_allocs,
             stop_tasks_on_shutdown: self.stop_tasks_on_shutdown,
         }))
     }
+}
+
+impl ClientSide {
+    /// `agent` with `tasks`, if any, its node advertising the docker
+    /// driver as its health checks find it.
+    pub fn attach(agent: Agent, tasks: Option<TaskSettings>) -> Agent {
+        let Some(tasks) = tasks else { return agent };
+        let docker = tasks.drivers.docker.clone();
+        let agent = agent.with_tasks(tasks);
+        match docker {
+            Some(docker) => agent.with_driver_attributes(engine::structs::DOCKER, docker.attributes()),
+            None => agent,
+        }
+    }
+}
+
+/// The docker driver's settings from `[plugin.docker.config]`, or `None`
+/// when it is disabled there.
+pub fn docker_settings(file: &FileConfig) -> Result<Option<DockerSettings>, Failure> {
+    let config = &file.plugin.docker.config;
+    if config.enabled == Some(false) {
+        return Ok(None);
+    }
+    let default = DockerSettings::default();
+    let interval = config.health_check_interval.unwrap_or(default.health_check_interval);
+    if interval.is_zero() {
+        return Err(config_error("plugin.docker.config.health_check_interval", "must be more than 0s"));
+    }
+    Ok(Some(DockerSettings {
+        endpoint: config.endpoint.clone().unwrap_or(default.endpoint),
+        allow_privileged: config.allow_privileged.unwrap_or(default.allow_privileged),
+        allow_caps: config.allow_caps.clone().unwrap_or(default.allow_caps),
+        volumes_enabled: config.volumes.enabled.unwrap_or(default.volumes_enabled),
+        health_check_interval: interval,
+    }))
 }

@@ -15,7 +15,7 @@ use transport::tls::TlsMaterial;
 use crate::client::agent::{Agent, AgentSettings, NoObserver};
 use crate::client::task_env::EnvDenylist;
 
-use super::agent::{fingerprint, hostname, local_node, AgentArgs, ClientSide};
+use super::agent::{docker_settings, fingerprint, hostname, local_node, AgentArgs, ClientSide};
 use super::{dev_temp_dir, raise_open_files_limit, runtime, Common};
 use crate::cli::job::read_job;
 use crate::cli::Failure;
@@ -169,17 +169,15 @@ pub fn run(args: DevArgs) -> Result<(), Failure> {
             env_denylist: EnvDenylist::default(),
             stop_tasks_on_shutdown: true,
         };
-        let tasks = client_side.start(true)?;
-        let mut agent = Agent::new(
+        let tasks = client_side.start(true, docker_settings(&file)?).await?;
+        let agent = Agent::new(
             node,
             AgentSettings::new(vec![addr]),
             endpoints.clone(),
             endpoints.own_config()?,
             Arc::new(NoObserver),
         );
-        if let Some(tasks) = tasks {
-            agent = agent.with_tasks(tasks);
-        }
+        let agent = ClientSide::attach(agent, tasks);
         let running_agent = tokio::spawn(async move { agent.run(stopped).await });
         for job in jobs {
             let id = job.id.clone();

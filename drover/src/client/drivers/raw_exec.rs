@@ -28,23 +28,8 @@ use tokio::io::AsyncBufReadExt;
 use crate::client::alloc_dir::AllocDir;
 use crate::client::drivers::executor::{self, ExitRecord, LaunchSpec};
 use crate::client::drivers::isolation::Isolation;
-use crate::client::task_env::{ConfigError, EnvDenylist, TaskEnv};
-
-/// Why a task could not be started.
-#[derive(Debug, thiserror::Error)]
-pub enum StartError {
-    /// The task's settings cannot work on this node (its command does not
-    /// exist, its user is unknown): starting it again would fail the same way.
-    #[error("{0}")]
-    Unrunnable(String),
-    /// The executor or the node failed (a full disk, a fork that failed).
-    #[error("{0}")]
-    Driver(String),
-    /// The driver config cannot be read as written: a `${...}` in it names
-    /// no variable (Nomad's `Failed Validation`; never restarted).
-    #[error("{0}")]
-    InvalidConfig(#[from] ConfigError),
-}
+use crate::client::drivers::{Reattached, StartError};
+use crate::client::task_env::{EnvDenylist, TaskEnv};
 
 /// What identifies a running task for good: saved in the allocation's
 /// state file for re-attaching.
@@ -81,20 +66,6 @@ impl std::fmt::Debug for TaskHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TaskHandle").field("state", &self.state).finish_non_exhaustive()
     }
-}
-
-/// What re-attaching found (made once per task at an agent's start: its
-/// size does not matter).
-#[derive(Debug)]
-#[allow(clippy::large_enum_variant)]
-pub enum Reattached {
-    /// The task still runs.
-    Running(TaskHandle),
-    /// It ended while the agent was away; its executor recorded how.
-    Exited(ExitRecord),
-    /// Its executor is gone without a record (the machine restarted, or it
-    /// was killed): the task is lost and its exit code unknown.
-    Lost,
 }
 
 /// The driver.
@@ -181,8 +152,9 @@ impl RawExec {
         Ok(TaskHandle { state, waiter: Waiter::Child(child), exit_file })
     }
 
-    /// Finds a task the agent started before it restarted.
-    pub fn reattach(&self, state: HandleState, dir: &AllocDir, task: &str) -> Reattached {
+    /// Finds a task the agent started before it restarted (whether or not
+    /// the driver is enabled now).
+    pub fn reattach(state: HandleState, dir: &AllocDir, task: &str) -> Reattached {
         let exit_file = dir.task_file(task, "exit.json");
         if let Some(pid) = Pid::from_raw(state.executor_pid) {
             if let Ok(pidfd) = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()) {
@@ -197,7 +169,7 @@ impl RawExec {
                     #[allow(deprecated)]
                     let registered = AsyncFd::new(pidfd);
                     if let Ok(fd) = registered {
-                        return Reattached::Running(TaskHandle { state, waiter: Waiter::Pidfd(fd), exit_file });
+                        return Reattached::Running(super::TaskHandle::Process(TaskHandle { state, waiter: Waiter::Pidfd(fd), exit_file }));
                     }
                 }
             }
