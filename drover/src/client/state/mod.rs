@@ -553,9 +553,9 @@ impl ClientState {
 
     /// Sends a report of what changed, else the changed node, if the
     /// session runs and no call is out; on a tick, also starts what is due
-    /// by now: a connection, a retried greeting, a heartbeat. (Timers fire on ticks only, so a
-    /// runtime takes in what else came, a push say, before a heartbeat
-    /// that is due at once.)
+    /// by now: a connection, a retried greeting, a heartbeat. (Timers fire
+    /// on ticks only, so a runtime takes in what else came, a push say,
+    /// before a heartbeat that is due at once.)
     fn pump(&mut self, now: Timestamp, tick: bool, out: &mut Vec<Action>) {
         match &self.link {
             Link::Down { at } if tick && *at <= now => {
