@@ -260,17 +260,46 @@ impl NodeReservedResources {
     }
 }
 
-/// The node's drivers, from its `driver.<name>` attributes.
+/// The node's drivers, from its `driver.<name>` attributes (their
+/// convention is [`engine::structs::Node::has_driver`]'s).
 fn drivers(node: &engine::structs::Node) -> BTreeMap<String, DriverInfo> {
     node.attributes
         .iter()
         .filter_map(|(key, value)| {
             let name = key.strip_prefix("driver.").filter(|name| !name.contains('.'))?;
-            let detected = value != "0" && value != "false";
-            let info = DriverInfo { detected, healthy: detected, ..DriverInfo::default() };
-            Some((name.to_string(), info))
+            Some((name.to_string(), driver_info(node, name, value)))
         })
         .collect()
+}
+
+/// What the node says of the driver `name`, whose `driver.<name>`
+/// attribute is `value`: `0` is detected but unhealthy, `false` not
+/// detected; the description is its `driver.<name>.health`, its
+/// attributes the other `driver.<name>.*`.
+fn driver_info(node: &engine::structs::Node, name: &str, value: &str) -> DriverInfo {
+    let detected = value != "false";
+    let healthy = detected && value != "0";
+    let prefix = format!("driver.{name}.");
+    let health_key = format!("{prefix}health");
+    let attributes: BTreeMap<String, String> = node
+        .attributes
+        .range(prefix.clone()..)
+        .take_while(|(key, _)| key.starts_with(&prefix))
+        .filter(|(key, _)| **key != health_key)
+        .map(|(key, value)| (key.clone(), value.clone()))
+        .collect();
+    let health_description = match node.attributes.get(&health_key) {
+        Some(description) => description.clone(),
+        None if healthy => "Healthy".to_string(),
+        None => String::new(),
+    };
+    DriverInfo {
+        attributes: (!attributes.is_empty()).then_some(attributes),
+        detected,
+        healthy,
+        health_description,
+        update_time: None,
+    }
 }
 
 fn attribute(node: &engine::structs::Node, name: &str) -> String {
@@ -368,4 +397,50 @@ pub struct NodeEligibilityUpdateResponse {
     pub node_modify_index: u64,
     #[serde(flatten)]
     pub meta: WriteMeta,
+}
+
+#[cfg(test)]
+mod tests {
+    use engine::structs::{NodeId, Resources};
+
+    use super::*;
+
+    #[test]
+    fn drivers_show_their_health_and_their_own_attributes() {
+        let mut node = engine::structs::Node::new_ready(NodeId::from_u128(1), "dc1", "", Resources::new(1000, 1024, 0));
+        let refused = "Failed to connect to docker daemon: connection refused";
+        for (key, value) in [
+            ("driver.docker", "0"),
+            ("driver.docker.health", refused),
+            ("driver.docker.version", "27.1"),
+            ("driver.dockerd", "1"),
+            ("driver.rkt", "false"),
+        ] {
+            node.attributes.insert(key.to_string(), value.to_string());
+        }
+        let drivers = drivers(&node);
+        let docker = DriverInfo {
+            attributes: Some(BTreeMap::from([("driver.docker.version".to_string(), "27.1".to_string())])),
+            detected: true,
+            healthy: false,
+            health_description: refused.to_string(),
+            update_time: None,
+        };
+        assert_eq!(drivers.get("docker"), Some(&docker), "its health is no attribute; dockerd's are not its");
+        let exec = DriverInfo {
+            detected: true,
+            healthy: true,
+            health_description: "Healthy".to_string(),
+            ..Default::default()
+        };
+        assert_eq!(drivers.get("exec"), Some(&exec));
+        assert_eq!(drivers.get("dockerd").map(|info| info.healthy), Some(true));
+        assert_eq!(drivers.get("rkt").map(|info| (info.detected, info.healthy)), Some((false, false)));
+        assert_eq!(drivers.len(), 4);
+        // Healthy again: what its health check said.
+        node.attributes.insert("driver.docker".to_string(), "1".to_string());
+        node.attributes.insert("driver.docker.health".to_string(), "Healthy".to_string());
+        let docker = &super::drivers(&node)["docker"];
+        assert_eq!((docker.detected, docker.healthy, docker.health_description.as_str()), (true, true, "Healthy"));
+    }
 }

@@ -9,6 +9,13 @@
 //! signals, stats, garbage collection). The session protocol and the
 //! allocation rules are the core's module docs.
 //!
+//! The node the agent registers changes while it runs when a driver's
+//! attributes do ([`Agent::with_driver_attributes`]: the docker daemon
+//! stopped answering, or answers again): the agent takes the driver's new
+//! set into its node, which every later registration sends and every
+//! allocation started after it sees (`attr.*` in its tasks' environment),
+//! and the core registers the node again.
+//!
 //! Allocations run with the [`mock`] driver, or with
 //! `raw_exec` enabled ([`Agent::with_tasks`]) an allocation runner each
 //! (`alloc_runner.rs`): real processes, the restart policy, task states and
@@ -22,13 +29,15 @@
 //! kept) its logs can still be read.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use engine::clock::Timestamp;
-use engine::structs::{AllocId, NodeStatus};
+use engine::structs::{AllocId, Node, NodeStatus};
 use tokio::sync::{mpsc, watch};
 use transport::client::{AllocWatch, CallError, ClientConnection, ClientEndpoints};
 use transport::message::RefusalCode;
@@ -134,7 +143,9 @@ impl AgentObserver for NoObserver {}
 
 /// One node's agent.
 pub struct Agent {
-    node: engine::structs::Node,
+    /// The node as fingerprinted; each run replaces the attributes of the
+    /// drivers in `driver_attributes` with their current sets.
+    node: Node,
     settings: AgentSettings,
     endpoints: Arc<ClientEndpoints>,
     quic: quinn::ClientConfig,
@@ -148,6 +159,17 @@ pub struct Agent {
     /// Set once the first push of the servers' allocations is applied
     /// (task runners restored dead wait for it before restarting).
     servers_reached: watch::Sender<bool>,
+    /// The drivers whose attributes change while the agent runs.
+    driver_attributes: Vec<DriverAttributes>,
+}
+
+/// A driver's attributes as its health checks change them.
+#[derive(Clone, Debug)]
+struct DriverAttributes {
+    /// The driver's name.
+    driver: String,
+    /// Its full current set (`driver.<name>`, `driver.<name>.*`).
+    attributes: watch::Receiver<BTreeMap<String, String>>,
 }
 
 impl std::fmt::Debug for Agent {
@@ -169,6 +191,11 @@ enum Runner {
 struct Runtime<'a> {
     agent: &'a Agent,
     core: ClientState,
+    /// The node as registered now: the agent's, with its drivers' current
+    /// attributes (the runner context holds the same).
+    node: Node,
+    /// The drivers' attributes, watched for changes.
+    drivers: Vec<DriverAttributes>,
     /// Where `Timestamp::ZERO` is: the core's clock.
     origin: tokio::time::Instant,
     connection: Option<ClientConnection>,
@@ -192,7 +219,7 @@ enum Flow {
 impl Agent {
     /// An agent for `node`, connecting from `endpoints` with `quic`.
     pub fn new(
-        node: engine::structs::Node,
+        node: Node,
         settings: AgentSettings,
         endpoints: Arc<ClientEndpoints>,
         quic: quinn::ClientConfig,
@@ -208,6 +235,7 @@ impl Agent {
             link: None,
             tasks: None,
             servers_reached: watch::Sender::new(false),
+            driver_attributes: Vec::new(),
         }
     }
 
@@ -222,6 +250,22 @@ impl Agent {
     /// only once it is `true` again.
     pub fn with_link(mut self, link: watch::Receiver<bool>) -> Agent {
         self.link = Some(link);
+        self
+    }
+
+    /// The agent advertising the driver `driver` as `attributes` says:
+    /// `attributes` holds the driver's full current set (`driver.<name>`,
+    /// `driver.<name>.*`; their convention is [`Node::has_driver`]'s). The
+    /// set current when the agent runs goes with its first registration;
+    /// each change replaces all of the driver's attributes in the node,
+    /// which is then registered again. Keys in the set that are not the
+    /// driver's are left out.
+    pub fn with_driver_attributes(
+        mut self,
+        driver: &str,
+        attributes: watch::Receiver<BTreeMap<String, String>>,
+    ) -> Agent {
+        self.driver_attributes.push(DriverAttributes { driver: driver.to_string(), attributes });
         self
     }
 
@@ -248,20 +292,23 @@ impl Agent {
     /// at the end (or left running for the next agent).
     pub async fn run(&self, mut stop: watch::Receiver<bool>) {
         let (ended_tx, mut ended_rx) = mpsc::unbounded_channel();
+        let mut drivers = self.driver_attributes.clone();
+        let node = self.current_node(&mut drivers);
         let context = self.tasks.as_ref().map(|tasks| {
             Arc::new(RunnerContext {
                 drivers: tasks.drivers.clone(),
-                node: self.node.clone(),
+                node: node.clone(),
                 data_dir: tasks.data_dir.clone(),
                 events: ended_tx.clone(),
                 servers_reached: self.servers_reached.subscribe(),
             })
         });
-        let (ops, mut gc_requests) =
-            ClientOps::new(&self.node, self.tasks.as_ref().map(|tasks| tasks.data_dir.clone()));
+        let (ops, mut gc_requests) = ClientOps::new(&node, self.tasks.as_ref().map(|tasks| tasks.data_dir.clone()));
         let mut runtime = Runtime {
             agent: self,
             core: ClientState::new(self.client_config(), self.counters.clone()),
+            node,
+            drivers,
             origin: tokio::time::Instant::now(),
             connection: None,
             watch: None,
@@ -301,6 +348,7 @@ impl Agent {
                     Event::AllocsUpdated(events)
                 }
                 Ok(()) = period.changed() => Event::HeartbeatPeriod(*period.borrow()),
+                changed = driver_changed(&mut runtime.drivers) => runtime.take_driver_attributes(changed),
                 Some(request) = gc_requests.recv() => {
                     runtime.collect_garbage(request, &mut stop).await;
                     // Whatever came due meanwhile happens now.
@@ -314,7 +362,16 @@ impl Agent {
         }
     }
 
-    async fn call<T>(&self, call: impl std::future::Future<Output = Result<T, CallError>>) -> Result<T, CallError> {
+    /// The node with the drivers' current attributes, each marked seen.
+    fn current_node(&self, drivers: &mut [DriverAttributes]) -> Node {
+        let mut node = self.node.clone();
+        for driver in drivers {
+            node.set_driver_attributes(&driver.driver, &driver.attributes.borrow_and_update());
+        }
+        node
+    }
+
+    async fn call<T>(&self, call: impl Future<Output = Result<T, CallError>>) -> Result<T, CallError> {
         within(self.settings.call_timeout, call).await
     }
 }
@@ -323,6 +380,24 @@ impl Runtime<'_> {
     /// The core's clock: time since the agent started.
     fn now(&self) -> Timestamp {
         Timestamp::ZERO.plus(self.origin.elapsed())
+    }
+
+    /// Takes the new attributes of the driver at `changed` into the node:
+    /// [`Event::NodeChanged`] when they changed it (the core registers it
+    /// again), else nothing.
+    fn take_driver_attributes(&mut self, changed: usize) -> Event {
+        let driver = &mut self.drivers[changed];
+        if !self.node.set_driver_attributes(&driver.driver, &driver.attributes.borrow_and_update()) {
+            return Event::Tick;
+        }
+        // Allocations started from now on see the node as registered;
+        // those running keep the environment they started with.
+        if let Some(context) = &mut self.context {
+            Arc::make_mut(context).node = self.node.clone();
+        }
+        let healthy = self.node.has_driver(&driver.driver);
+        tracing::info!(node = %self.node.id, driver = %driver.driver, healthy, "driver attributes changed; registering the node again");
+        Event::NodeChanged
     }
 
     /// Re-attaches to the allocations a previous agent left in the data
@@ -362,7 +437,7 @@ impl Runtime<'_> {
                     return Flow::Go(Some(Event::Disconnected(Failure::lost("no connection"))));
                 };
                 let event = tokio::select! {
-                    event = make_call(agent, connection, &mut self.watch, call) => event,
+                    event = make_call(agent, &self.node, connection, &mut self.watch, call) => event,
                     _ = link_down(&mut self.link) => Event::Disconnected(Failure::lost("the network link went down")),
                 };
                 return Flow::Go(Some(event));
@@ -529,10 +604,15 @@ impl Runtime<'_> {
     }
 }
 
-/// Makes `call` on the open connection; its answer or failure.
-/// Makes `call` on the open connection; its answer or failure.
-async fn make_call(agent: &Agent, connection: &ClientConnection, watch: &mut Option<AllocWatch>, call: Call) -> Event {
-    let node = &agent.node;
+/// Makes `call` on the open connection for `node` (as registered now);
+/// its answer or failure.
+async fn make_call(
+    agent: &Agent,
+    node: &Node,
+    connection: &ClientConnection,
+    watch: &mut Option<AllocWatch>,
+    call: Call,
+) -> Event {
     let answer = match call {
         Call::Register => {
             let mut node = node.clone();
@@ -595,11 +675,33 @@ async fn next_push(watch: &mut Option<AllocWatch>) -> Result<transport::message:
     }
 }
 
+/// The index of a driver whose attributes changed; never without drivers,
+/// nor for one whose sender is gone (its last attributes stay).
+async fn driver_changed(drivers: &mut [DriverAttributes]) -> usize {
+    let mut changes: Vec<_> = drivers
+        .iter_mut()
+        .enumerate()
+        .map(|(at, driver)| {
+            Box::pin(async move {
+                match driver.attributes.changed().await {
+                    Ok(()) => at,
+                    Err(_) => std::future::pending().await,
+                }
+            })
+        })
+        .collect();
+    std::future::poll_fn(|cx| {
+        let ready = changes.iter_mut().find_map(|change| match change.as_mut().poll(cx) {
+            Poll::Ready(at) => Some(at),
+            Poll::Pending => None,
+        });
+        ready.map_or(Poll::Pending, Poll::Ready)
+    })
+    .await
+}
+
 /// `call`'s outcome, or [`CallError::TimedOut`] after `limit`.
-async fn within<T>(
-    limit: Duration,
-    call: impl std::future::Future<Output = Result<T, CallError>>,
-) -> Result<T, CallError> {
+async fn within<T>(limit: Duration, call: impl Future<Output = Result<T, CallError>>) -> Result<T, CallError> {
     tokio::time::timeout(limit, call).await.unwrap_or(Err(CallError::TimedOut(limit)))
 }
 

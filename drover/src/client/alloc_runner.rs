@@ -31,12 +31,13 @@ use crate::client::state::AllocEvent;
 use crate::client::task_env::TaskEnv;
 use crate::client::task_runner::{self, now, KillReason, NotRunning, TaskCommand, TaskContext, TaskUpdate};
 
-/// What every allocation runner of an agent shares.
-#[derive(Debug)]
+/// What every allocation runner of an agent shares (a runner keeps the
+/// context it started with).
+#[derive(Clone, Debug)]
 pub struct RunnerContext {
     /// The drivers.
     pub drivers: Drivers,
-    /// The node the agent is.
+    /// The node the agent is, as registered when the runner started.
     pub node: Node,
     /// The agent's data directory.
     pub data_dir: std::path::PathBuf,

@@ -2,8 +2,8 @@
 //! strict reconnect protocol (`docs/node-lifecycle.md`):
 //!
 //! 1. `register` stores the node's information; a known node keeps its
-//!    status. A new node gets a heartbeat deadline, and a new ready node
-//!    evals for every system job.
+//!    status and its scheduling eligibility. A new node gets a heartbeat
+//!    deadline, and a new ready node evals for every system job.
 //! 2. `update_status` is the heartbeat. A ready node that stays ready
 //!    writes nothing: its deadline moves and it gets its TTL back. A
 //!    `disconnected` node asking for `ready` becomes `initializing`; an

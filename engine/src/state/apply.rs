@@ -198,12 +198,18 @@ impl Snapshot {
         Ok(())
     }
 
+    /// Stores a registration. A known node keeps what the servers decide
+    /// for it, whatever the client sent: its status, its scheduling
+    /// eligibility (an operator's `node eligibility -disable` outlives the
+    /// client's next registration, as Nomad keeps `SchedulingEligibility`)
+    /// and the indexes of its history.
     fn upsert_node(&mut self, index: u64, mut node: Node, applied: &mut Applied) -> Result<(), StateError> {
         node.computed_class = node.compute_class();
         node.modify_index = index;
         match self.nodes.get(&node.id).cloned() {
             Some(existing) => {
                 node.status = existing.status;
+                node.eligibility = existing.eligibility;
                 node.create_index = existing.create_index;
                 node.last_missed_heartbeat_index = existing.last_missed_heartbeat_index;
                 node.last_alloc_update_index = existing.last_alloc_update_index;

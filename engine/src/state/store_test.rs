@@ -4,8 +4,8 @@ use std::time::Duration;
 use super::*;
 use crate::clock::Timestamp;
 use crate::structs::{
-    Allocation, ClientStatus, DesiredStatus, EvalStatus, Evaluation, Job, JobType, Node, NodeStatus, Resources,
-    TriggerReason,
+    Allocation, ClientStatus, DesiredStatus, EvalStatus, Evaluation, Job, JobType, Node, NodeEligibility, NodeStatus,
+    Resources, TriggerReason,
 };
 
 fn node(n: u128) -> Node {
@@ -339,6 +339,27 @@ fn register_keeps_the_status_of_a_known_node() {
     assert_eq!(stored.status, NodeStatus::Down, "no allocation tolerates a disconnect");
     assert_eq!(stored.last_missed_heartbeat_index, missed_at);
     assert_eq!(stored.attributes.get("os.version").map(String::as_str), Some("12"));
+}
+
+#[test]
+fn register_keeps_the_eligibility_an_operator_set() {
+    let store = StateStore::new();
+    store.apply(Command::UpsertNode { node: node(1), evals: vec![] }).expect("node");
+    let eligibility = NodeEligibility::Ineligible;
+    store
+        .apply(Command::UpdateNodeEligibility { node_id: NodeId::from_u128(1), eligibility, evals: vec![] })
+        .expect("marked");
+    // The client's next registration (a driver's health changed) says eligible.
+    let mut again = node(1);
+    again.attributes.insert("driver.docker".into(), "1".into());
+    let applied = store.apply(Command::UpsertNode { node: again, evals: vec![] }).expect("re-register");
+    let snapshot = store.snapshot();
+    let stored = snapshot.node(NodeId::from_u128(1)).expect("node");
+    assert_eq!(stored.eligibility, NodeEligibility::Ineligible, "the operator's mark stays");
+    assert!(stored.has_driver("docker"), "the new attributes are taken");
+    assert!(!stored.is_schedulable());
+    assert!(snapshot.schedulable_nodes().is_empty(), "not in the schedulable list");
+    assert!(applied.capacity_changes.is_empty(), "no capacity for blocked evals on an ineligible node");
 }
 
 #[test]

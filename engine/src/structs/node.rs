@@ -100,10 +100,41 @@ impl Node {
         self.status == NodeStatus::Ready && self.eligibility == NodeEligibility::Eligible
     }
 
-    /// Whether the node has fingerprinted the named task driver.
+    /// Whether the node has the named task driver, detected and healthy:
+    /// only then may the scheduler place the driver's tasks here.
+    ///
+    /// A driver's attributes, as a client sends them and the HTTP API's
+    /// `Drivers` shows them:
+    /// - `driver.<name>`: `1` when the driver is detected and healthy; `0`
+    ///   when it is detected but unhealthy (the docker daemon stopped
+    ///   answering), which counts as absent here, as `false` does. No such
+    ///   attribute: the driver was not detected.
+    /// - `driver.<name>.health`: what the driver's last health check said
+    ///   (`Healthy`, `Failed to connect to docker daemon: ...`).
+    /// - `driver.<name>.<anything else>`: what the driver fingerprinted
+    ///   (`driver.docker.version`).
+    ///
+    /// A client replaces all of a driver's attributes at once
+    /// ([`Node::set_driver_attributes`]).
     pub fn has_driver(&self, driver: &str) -> bool {
         let key = format!("driver.{driver}");
         self.attributes.get(&key).is_some_and(|value| value != "0" && value != "false")
+    }
+
+    /// Replaces every attribute of the named driver (`driver.<name>` and
+    /// `driver.<name>.*`, see [`Node::has_driver`]) with those in
+    /// `attributes`; any other in it is not the driver's and is left out.
+    /// Returns whether the node changed.
+    pub fn set_driver_attributes(&mut self, driver: &str, attributes: &BTreeMap<String, String>) -> bool {
+        let owned = |key: &String| is_driver_attribute(key, driver);
+        let wanted: BTreeMap<String, String> =
+            attributes.iter().filter(|(key, _)| owned(key)).map(|(key, value)| (key.clone(), value.clone())).collect();
+        if self.attributes.iter().filter(|(key, _)| owned(key)).eq(wanted.iter()) {
+            return false;
+        }
+        self.attributes.retain(|key, _| !owned(key));
+        self.attributes.extend(wanted);
+        true
     }
 
     /// Hashes datacenter, class, attributes and meta, leaving out the
@@ -159,6 +190,12 @@ impl Node {
     }
 }
 
+/// Whether `key` is one of the attributes of the driver `driver`.
+fn is_driver_attribute(key: &str, driver: &str) -> bool {
+    let rest = key.strip_prefix("driver.").and_then(|rest| rest.strip_prefix(driver));
+    rest.is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -201,5 +238,36 @@ mod tests {
         assert_eq!(node.allocatable(), Resources::new(900, 1000, 1000));
         assert!(node.has_driver("exec"));
         assert!(!node.has_driver("docker"));
+    }
+
+    #[test]
+    fn a_drivers_attributes_are_replaced_as_a_whole_and_no_others() {
+        let mut node = Node::new_ready(NodeId::from_u128(1), "dc1", "", Resources::new(1000, 1024, 1024));
+        let set = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs.iter().map(|(key, value)| (key.to_string(), value.to_string())).collect()
+        };
+        let healthy =
+            set(&[("driver.docker", "1"), ("driver.docker.version", "27.1"), ("driver.docker.health", "Healthy")]);
+        assert!(node.set_driver_attributes("docker", &healthy));
+        assert!(node.has_driver("docker"));
+        assert!(!node.set_driver_attributes("docker", &healthy), "the same set changes nothing");
+        // Unhealthy: the version is no longer known, and a key not the driver's is not taken.
+        let failed = set(&[
+            ("driver.docker", "0"),
+            ("driver.docker.health", "Failed to connect to docker daemon: refused"),
+            ("driver.dockerd", "1"),
+            ("kernel.name", "plan9"),
+        ]);
+        assert!(node.set_driver_attributes("docker", &failed));
+        assert!(!node.has_driver("docker"));
+        let expected = set(&[
+            ("driver.docker", "0"),
+            ("driver.docker.health", "Failed to connect to docker daemon: refused"),
+            ("driver.exec", "1"),
+            ("kernel.name", "linux"),
+        ]);
+        assert_eq!(node.attributes, expected, "other drivers and attributes stay");
+        assert!(node.set_driver_attributes("docker", &BTreeMap::new()));
+        assert_eq!(node.attributes, set(&[("driver.exec", "1"), ("kernel.name", "linux")]), "not detected: gone");
     }
 }

@@ -20,6 +20,9 @@
 //! 3. [`Action::Connect`] is answered with [`Event::Connected`] or
 //!    [`Event::Disconnected`]; a connection lost later (the watch ended,
 //!    the network went away) is [`Event::Disconnected`] too.
+//! 4. Every [`Call::Register`] sends the node as the runtime has it when
+//!    the call goes out; when the runtime changes it (a driver's health),
+//!    it hands in [`Event::NodeChanged`].
 //!
 //! The session protocol, each step one call:
 //!
@@ -45,6 +48,14 @@
 //!    applied and what changed is reported. Any other failed call ends
 //!    the session (a report naming an allocation the servers no longer
 //!    place here also restarts the watch from the beginning).
+//! 7. A node the runtime changed is registered again once the session
+//!    runs and no call is out (after a report due, before a heartbeat
+//!    due); changes that come before it goes make one call, one that comes
+//!    while it is out makes another after. The change is the servers' only
+//!    once a registration sent after it is answered: a session lost first
+//!    (a failed registration ends it, as other failed calls do) leaves it
+//!    due, and the next session sends it once it runs (its handshake only
+//!    heartbeats, the servers knowing the node already).
 //!
 //! The allocation rules (`allocs.rs`):
 //!
@@ -194,6 +205,9 @@ pub enum Event {
     /// of every ended one, to go now (Nomad's client GC): each such
     /// allocation with real tasks is destroyed, as if beyond `gc_max_allocs`.
     CollectGarbage(Option<AllocId>),
+    /// The runtime changed the node it registers (a driver's attributes):
+    /// the servers must be sent it again (module docs, session step 7).
+    NodeChanged,
 }
 
 /// A call's answer.
@@ -288,7 +302,9 @@ pub enum Action {
 /// A call to the servers.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Call {
-    /// Register the node, as `initializing`.
+    /// Register the node as the runtime has it now, as `initializing` (a
+    /// node the servers know keeps its status): the first registration, one
+    /// after the servers forgot the node, or one after the node changed.
     Register,
     /// Heartbeat, asking for `ready`.
     Heartbeat,
@@ -350,6 +366,10 @@ pub struct ClientState {
     /// Since when the agent has been out of touch: the last answered
     /// heartbeat before the session was lost; `None` while a session runs.
     out_of_touch_since: Option<Timestamp>,
+    /// How many times the runtime changed the node ([`Event::NodeChanged`]).
+    node_version: u64,
+    /// The `node_version` of the last registration the servers answered.
+    node_version_sent: u64,
 }
 
 /// The connection.
@@ -393,7 +413,14 @@ enum Step {
 /// The call out.
 #[derive(Debug)]
 enum Out {
-    Register,
+    /// A session's registration (module docs, step 2), of the node at this version.
+    Register {
+        node_version: u64,
+    },
+    /// A running session's registration of the changed node, at this version.
+    NodeUpdate {
+        node_version: u64,
+    },
     Heartbeat,
     Watch,
     /// The allocations sent, each at the version sent.
@@ -419,6 +446,8 @@ impl ClientState {
             link: Link::Down { at: Timestamp::ZERO },
             heard_at: None,
             out_of_touch_since: None,
+            node_version: 0,
+            node_version_sent: 0,
         }
     }
 
@@ -513,6 +542,7 @@ impl ClientState {
             }
             Event::HeartbeatPeriod(period) => self.set_period(now, period),
             Event::CollectGarbage(alloc_id) => self.allocs.collect_now(alloc_id, &mut out),
+            Event::NodeChanged => self.node_version += 1,
         }
         if let Some(since) = self.out_of_touch_since {
             self.allocs.stop_for_silence(now, since, &mut out);
@@ -521,11 +551,11 @@ impl ClientState {
         out
     }
 
-    /// Sends a report of what changed, if the session runs and no call is
-    /// out; on a tick, also starts what is due by now: a connection, a
-    /// retried greeting, a heartbeat. (Timers fire on ticks only, so a
-    /// runtime takes in what else came, a push say, before a heartbeat
-    /// that is due at once.)
+    /// Sends a report of what changed, else the changed node, if the
+    /// session runs and no call is out; on a tick, also starts what is due
+    /// by now: a connection, a retried greeting, a heartbeat. (Timers fire
+    /// on ticks only, so a runtime takes in what else came, a push say,
+    /// before a heartbeat that is due at once.)
     fn pump(&mut self, now: Timestamp, tick: bool, out: &mut Vec<Action>) {
         match &self.link {
             Link::Down { at } if tick && *at <= now => {
@@ -544,7 +574,7 @@ impl ClientState {
             }
             Link::Up(Session { call: None, step: Step::Ready { next_heartbeat, .. } }) => {
                 let due = tick && *next_heartbeat <= now;
-                if !self.report(out) && due {
+                if !self.report(out) && !self.update_node(out) && due {
                     self.call(Out::Heartbeat, Call::Heartbeat, out);
                 }
             }
@@ -564,7 +594,7 @@ impl ClientState {
             self.call(Out::Heartbeat, Call::Heartbeat, out);
         } else {
             self.link = Link::Up(Session { step: Step::Register { again: false }, call: None });
-            self.call(Out::Register, Call::Register, out);
+            self.register(out);
         }
     }
 
@@ -591,6 +621,26 @@ impl ClientState {
         }
     }
 
+    /// Sends the session's registration (module docs, step 2).
+    fn register(&mut self, out: &mut Vec<Action>) {
+        self.call(Out::Register { node_version: self.node_version }, Call::Register, out);
+    }
+
+    /// Registers the node again if the runtime changed it since the
+    /// servers last took it (module docs, step 7); whether a call went.
+    fn update_node(&mut self, out: &mut Vec<Action>) -> bool {
+        if self.node_version_sent == self.node_version {
+            return false;
+        }
+        self.call(Out::NodeUpdate { node_version: self.node_version }, Call::Register, out);
+        true
+    }
+
+    /// The servers have the node as it was at `node_version`.
+    fn node_taken(&mut self, node_version: u64) {
+        self.node_version_sent = self.node_version_sent.max(node_version);
+    }
+
     /// The call out, taken; `None` when none is (the answer is dropped).
     fn take_call(&mut self) -> Option<Out> {
         match &mut self.link {
@@ -602,12 +652,14 @@ impl ClientState {
     fn answered(&mut self, now: Timestamp, answer: Answer, out: &mut Vec<Action>) {
         let Some(call) = self.take_call() else { return };
         match (call, answer) {
-            (Out::Register, Answer::Registered) => {
+            (Out::Register { node_version }, Answer::Registered) => {
+                self.node_taken(node_version);
                 let again = matches!(self.step(), Some(Step::Register { again: true }));
                 self.set_step(greeting(again));
                 self.registered_now(out);
                 self.call(Out::Heartbeat, Call::Heartbeat, out);
             }
+            (Out::NodeUpdate { node_version }, Answer::Registered) => self.node_taken(node_version),
             (Out::Heartbeat, Answer::Heartbeat(reply)) => self.heard(now, reply, out),
             (Out::Watch, Answer::Watching) => {
                 let Some(&mut Step::Watch { initializing, ttl }) = self.step() else { return };
@@ -698,7 +750,7 @@ impl ClientState {
             }
             Some(Step::Greet { again: false, .. }) if heartbeat && failure.refusal == Some(Refusal::UnknownNode) => {
                 self.set_step(Step::Register { again: true });
-                self.call(Out::Register, Call::Register, out);
+                self.register(out);
             }
             Some(&mut Step::Ready { unanswered, ttl, .. })
                 if heartbeat && failure.transient && unanswered + 1 < MAX_UNANSWERED =>

@@ -621,3 +621,101 @@ fn allocations_stop_once_their_group_has_been_without_the_servers_long_enough() 
     assert_eq!(report, BTreeMap::from([(web.id, ClientStatus::Complete)]));
     assert_eq!(client.core.stop_deadline(), None, "in touch again");
 }
+
+#[test]
+fn a_node_changed_while_the_session_runs_is_registered_again_and_its_allocations_stay() {
+    let mut client = Client::new(config());
+    client.start();
+    let web = alloc(&job("web", mock::DRIVER), 0);
+    client.push(1, &[&web]);
+    let heartbeat_due = client.core.deadline();
+    assert_eq!(client.handle(Event::NodeChanged), vec![Action::Call(Call::Register)]);
+    assert_eq!(client.core.deadline(), None, "the registration is out");
+    assert_eq!(client.handle(Event::Answered(Answer::Registered)), vec![], "no heartbeat, no destroy: still ready");
+    assert!(client.core.is_ready());
+    assert_eq!(client.core.deadline(), heartbeat_due, "the heartbeat stays when it was due");
+    assert!(client.core.alloc(web.id).is_some(), "a node update drops nothing");
+    assert_eq!(client.advance(TTL), vec![Action::Call(Call::Heartbeat)], "sent once");
+}
+
+#[test]
+fn a_node_changed_while_a_call_is_out_is_registered_once_it_is_answered() {
+    let mut client = Client::new(config());
+    client.start();
+    assert_eq!(client.advance(TTL), vec![Action::Call(Call::Heartbeat)]);
+    assert_eq!(client.handle(Event::NodeChanged), vec![], "one call at a time");
+    assert_eq!(client.handle(heartbeat(NodeStatus::Ready)), vec![Action::Call(Call::Register)]);
+    // A change while the registration is out: the node sent may predate it.
+    assert_eq!(client.handle(Event::NodeChanged), vec![]);
+    assert_eq!(client.handle(Event::Answered(Answer::Registered)), vec![Action::Call(Call::Register)]);
+    assert_eq!(client.handle(Event::Answered(Answer::Registered)), vec![]);
+    // Both a report and the node due once the heartbeat is answered: the
+    // report goes first, the node right after.
+    assert_eq!(client.advance(TTL), vec![Action::Call(Call::Heartbeat)]);
+    let web = alloc(&job("web", mock::DRIVER), 0);
+    assert_eq!(client.handle(Event::NodeChanged), vec![]);
+    let push = client.handle(Event::Push { index: 1, allocs: vec![web.clone()] });
+    assert!(reported(&push).is_empty(), "{push:?}");
+    let report = client.handle(heartbeat(NodeStatus::Ready));
+    assert_eq!(reported(&report), BTreeMap::from([(web.id, ClientStatus::Running)]));
+    assert_eq!(client.handle(Event::Answered(Answer::Reported)), vec![Action::Call(Call::Register)]);
+    assert_eq!(client.handle(Event::Answered(Answer::Registered)), vec![]);
+}
+
+#[test]
+fn changes_before_the_registration_goes_make_one_call() {
+    let mut client = Client::new(config());
+    client.start();
+    assert_eq!(client.advance(TTL), vec![Action::Call(Call::Heartbeat)]);
+    for _ in 0..3 {
+        assert_eq!(client.handle(Event::NodeChanged), vec![]);
+    }
+    assert_eq!(client.handle(heartbeat(NodeStatus::Ready)), vec![Action::Call(Call::Register)]);
+    assert_eq!(client.handle(Event::Answered(Answer::Registered)), vec![]);
+    assert_eq!(client.advance(TTL), vec![Action::Call(Call::Heartbeat)], "no second registration");
+}
+
+#[test]
+fn a_node_changed_before_the_first_registration_goes_with_it() {
+    let mut client = Client::new(config());
+    assert_eq!(client.handle(Event::NodeChanged), vec![]);
+    client.start();
+    assert_eq!(client.handle(Event::NodeChanged), vec![Action::Call(Call::Register)], "only a later change");
+}
+
+#[test]
+fn a_node_changed_while_disconnected_is_registered_once_the_next_session_runs() {
+    let mut client = Client::new(config());
+    client.start();
+    let web = alloc(&job("web", mock::DRIVER), 0);
+    client.push(2, &[&web]);
+    client.lose();
+    assert_eq!(client.handle(Event::NodeChanged), vec![]);
+    client.at_deadline();
+    assert_eq!(client.handle(Event::Connected), vec![Action::Call(Call::Heartbeat)], "the servers know the node");
+    assert_eq!(client.handle(heartbeat(NodeStatus::Ready)), vec![Action::Call(Call::Watch { after: 2 })]);
+    assert_eq!(client.handle(Event::Answered(Answer::Watching)), vec![Action::Call(Call::Register)]);
+    assert_eq!(client.handle(Event::Answered(Answer::Registered)), vec![]);
+    assert!(client.core.is_ready());
+    assert!(client.core.alloc(web.id).is_some());
+}
+
+#[test]
+fn a_failed_node_registration_ends_the_session_and_the_next_one_sends_it() {
+    let mut client = Client::new(config());
+    client.start();
+    assert_eq!(client.handle(Event::NodeChanged), vec![Action::Call(Call::Register)]);
+    let lost = client.handle(Event::CallFailed(timed_out()));
+    assert!(matches!(&lost[..], [Action::Disconnect { .. }]), "{lost:?}");
+    client.at_deadline();
+    assert_eq!(client.handle(Event::Connected), vec![Action::Call(Call::Heartbeat)]);
+    assert_eq!(client.handle(heartbeat(NodeStatus::Ready)), vec![Action::Call(Call::Watch { after: 0 })]);
+    assert_eq!(client.handle(Event::Answered(Answer::Watching)), vec![Action::Call(Call::Register)], "sent again");
+    // Lost with the registration out, the change is still due.
+    client.lose();
+    client.at_deadline();
+    client.handle(Event::Connected);
+    client.handle(heartbeat(NodeStatus::Ready));
+    assert_eq!(client.handle(Event::Answered(Answer::Watching)), vec![Action::Call(Call::Register)]);
+    assert_eq!(client.handle(Event::Answered(Answer::Registered)), vec![]);
+}
