@@ -78,7 +78,6 @@ pub const NOT_IMPLEMENTED: &[(&str, &str, &str, bool)] = &[
     ("resources", "device", "Devices", true),
     ("resources", "network", "Networks", true),
     ("resources", "cores", "Cores", false),
-    ("resources", "memory_max", "MemoryMaxMB", false),
 ];
 
 /// What each level takes: attributes (HCL name → JSON name, and whether
@@ -315,7 +314,12 @@ impl Reader<'_> {
                     task.insert(key.into(), self.map(inner)?);
                 }
                 "resources" => {
-                    let attributes = [("cpu", "CPU", false), ("memory", "MemoryMB", false), ("disk", "DiskMB", false)];
+                    let attributes = [
+                        ("cpu", "CPU", false),
+                        ("memory", "MemoryMB", false),
+                        ("memory_max", "MemoryMaxMB", false),
+                        ("disk", "DiskMB", false),
+                    ];
                     task.insert("Resources".into(), self.simple(inner, &attributes)?);
                 }
                 "logs" => {
@@ -572,9 +576,11 @@ job "example" {
         let request: crate::api::job_spec::JobRegisterRequest = serde_json::from_value(json).expect("lenient");
         let converted = crate::api::job_spec::convert_job(request.job.expect("job"), None).expect("converts");
         let text = converted.warnings.join("\n");
-        for field in ["Services", "Vault", "ShutdownDelay", "Resources.MemoryMaxMB"] {
+        for field in ["Services", "Vault", "ShutdownDelay"] {
             assert!(text.contains(&format!("Task \"redis\": {field} is not implemented")), "{field}: {text}");
         }
+        assert!(!text.contains("MemoryMaxMB"), "memory_max is honoured: {text}");
+        assert_eq!(converted.job.task_groups[0].tasks[0].memory_max_mb, 512);
         let periodic =
             EXAMPLE.replace("  type = \"service\"", "  type = \"batch\"\n  periodic { crons = [\"@daily\"] }");
         let json = job_json("example.hcl", &periodic).expect("parses");

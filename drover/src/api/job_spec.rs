@@ -709,10 +709,16 @@ fn convert_task(
     ignored.check(&place, "Resources.Networks", &resources.networks);
     ignored.check(&place, "Resources.Devices", &resources.devices);
     ignored.check(&place, "Resources.Cores", &resources.cores.map(Value::from));
-    ignored.check(&place, "Resources.MemoryMaxMB", &resources.memory_max_mb.map(Value::from));
     ignored.unknown(&format!("{place}Resources."), &resources.other, &[]);
     let cpu = non_negative(resources.cpu.unwrap_or(DEFAULT_CPU as i64), &place, "Resources.CPU")?;
     let memory = non_negative(resources.memory_mb.unwrap_or(DEFAULT_MEMORY_MB as i64), &place, "Resources.MemoryMB")?;
+    // 0 (Go's zero value, as a job read back carries it) is no limit.
+    let memory_max = non_negative(resources.memory_max_mb.unwrap_or(0), &place, "Resources.MemoryMaxMB")?;
+    if memory_max != 0 && memory_max < memory {
+        return Err(JobSpecError(format!(
+            "{place}Resources: MemoryMaxMB value ({memory_max}) cannot be less than MemoryMB value ({memory})"
+        )));
+    }
     let mut config = BTreeMap::new();
     for (key, value) in api.config.unwrap_or_default() {
         if value.is_null() {
@@ -723,6 +729,7 @@ fn convert_task(
         config.insert(key, value);
     }
     let mut task = Task::new(&name, &api.driver.unwrap_or_default(), Resources::new(cpu, memory, disk_mb));
+    task.memory_max_mb = memory_max;
     task.constraints = convert_constraints(api.constraints.unwrap_or_default(), "task")?;
     task.affinities = convert_affinities(api.affinities.unwrap_or_default(), "task")?;
     task.config = config;

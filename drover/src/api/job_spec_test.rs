@@ -153,3 +153,28 @@ fn blocks_that_would_change_what_runs_are_refused() {
         assert!(error.to_string().contains("nothing was registered"), "{error}");
     }
 }
+
+#[test]
+fn memory_max_is_honoured_and_never_below_memory() {
+    let task = |resources: Value| {
+        json!({"ID": "web", "Datacenters": ["dc1"], "TaskGroups": [{"Name": "g",
+            "Tasks": [{"Name": "t", "Driver": "mock", "Resources": resources}]}]})
+    };
+    let body = task(json!({"CPU": 100, "MemoryMB": 256, "MemoryMaxMB": 1024}));
+    let Converted { job, warnings } = convert_job(serde_json::from_value(body).expect("lenient"), None).expect("ok");
+    assert!(warnings.is_empty(), "{warnings:?}");
+    let read = &job.task_groups[0].tasks[0];
+    assert_eq!((read.resources.memory_mb, read.memory_max_mb), (256, 1024));
+    let answered = serde_json::to_value(crate::api::jobs::Task::new(read, crate::api::jobs::RestartPolicy::default()))
+        .expect("json");
+    assert_eq!(
+        (&answered["Resources"]["MemoryMB"], &answered["Resources"]["MemoryMaxMB"]),
+        (&json!(256), &json!(1024))
+    );
+    let read_back = task(json!({"CPU": 100, "MemoryMB": 256, "MemoryMaxMB": 0}));
+    let job = convert_job(serde_json::from_value(read_back).expect("lenient"), None).expect("ok").job;
+    assert_eq!(job.task_groups[0].tasks[0].memory_max_mb, 0, "Go's zero value: no limit");
+    let below = task(json!({"CPU": 100, "MemoryMB": 256, "MemoryMaxMB": 128}));
+    let error = convert_job(serde_json::from_value(below).expect("lenient"), None).expect_err("refused");
+    assert!(error.to_string().contains("MemoryMaxMB value (128) cannot be less than MemoryMB value (256)"), "{error}");
+}

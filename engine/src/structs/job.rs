@@ -206,8 +206,14 @@ pub struct Task {
     pub name: String,
     /// Task driver (`exec`, `docker`, ...); the node must have it.
     pub driver: String,
-    /// What the task needs.
+    /// What the task needs; `resources.memory_mb` is the memory it
+    /// reserves (what the scheduler counts).
     pub resources: Resources,
+    /// The hard memory limit in MiB where the driver enforces one (Nomad's
+    /// `resources { memory_max }`), at least `resources.memory_mb`, which
+    /// is then the reservation; 0: none, the reservation is the limit.
+    #[serde(default)]
+    pub memory_max_mb: u64,
     /// Task-level constraints.
     #[serde(default)]
     pub constraints: Vec<Constraint>,
@@ -265,6 +271,7 @@ impl Task {
             name: name.to_string(),
             driver: driver.to_string(),
             resources,
+            memory_max_mb: 0,
             constraints: Vec::new(),
             config: BTreeMap::new(),
             env: BTreeMap::new(),
@@ -681,6 +688,12 @@ impl Job {
             if task.resources.memory_mb == 0 {
                 problems.push(format!("{task_place}: memory must be at least 1 MiB"));
             }
+            if task.memory_max_mb != 0 && task.memory_max_mb < task.resources.memory_mb {
+                problems.push(format!(
+                    "{task_place}: memory_max ({} MiB) cannot be less than memory ({} MiB)",
+                    task.memory_max_mb, task.resources.memory_mb
+                ));
+            }
             for constraint in &task.constraints {
                 constraint.problems(&task_place, problems);
             }
@@ -772,6 +785,16 @@ mod tests {
                 "task group \"group\", task \"task\": config.ports: Port \"admin\" not found, check network stanza",
             ]
         );
+    }
+
+    #[test]
+    fn memory_max_is_at_least_the_reservation() {
+        let mut job = valid_job();
+        job.task_groups[0].tasks[0].memory_max_mb = 512;
+        assert_eq!(job.validate(), Ok(()));
+        job.task_groups[0].tasks[0].memory_max_mb = 64;
+        let text = job.validate().expect_err("below memory").to_string();
+        assert!(text.contains("memory_max (64 MiB) cannot be less than memory (128 MiB)"), "{text}");
     }
 
     #[test]
