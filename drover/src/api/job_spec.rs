@@ -11,9 +11,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use engine::structs::{
-    Affinity, ConfigValue, Constraint, ConstraintOperand, DelayFunction, Job, JobType, LogConfig, NetworkResource,
-    Port, ReconcileStrategy, ReschedulePolicy, Resources, RestartMode, RestartPolicy, Spread, SpreadTarget, Task,
-    TaskGroup, UpdateStrategy,
+    Affinity, ConfigValue, Constraint, ConstraintOperand, DelayFunction, DockerConfig, Job, JobType, LogConfig,
+    NetworkResource, Port, ReconcileStrategy, ReschedulePolicy, Resources, RestartMode, RestartPolicy, Spread,
+    SpreadTarget, Task, TaskGroup, UpdateStrategy, DOCKER,
 };
 use serde::Deserialize;
 use serde_json::Value;
@@ -730,6 +730,9 @@ fn convert_task(
     }
     let mut task = Task::new(&name, &api.driver.unwrap_or_default(), Resources::new(cpu, memory, disk_mb));
     task.memory_max_mb = memory_max;
+    if task.driver == DOCKER {
+        warn_ignored_docker_keys(&config, &place, ignored.warnings);
+    }
     task.constraints = convert_constraints(api.constraints.unwrap_or_default(), "task")?;
     task.affinities = convert_affinities(api.affinities.unwrap_or_default(), "task")?;
     task.config = config;
@@ -760,6 +763,16 @@ fn convert_task(
         };
     }
     Ok(task)
+}
+
+/// Warns of every key of a docker task's config that Drover does not read:
+/// Nomad's keys it does not implement, and keys no docker driver has (the
+/// config's problems are `Job::validate`'s to refuse).
+fn warn_ignored_docker_keys(config: &BTreeMap<String, ConfigValue>, place: &str, warnings: &mut Vec<String>) {
+    let (_problems, ignored) = DockerConfig::submission_problems(config);
+    for (key, why) in ignored {
+        warnings.push(format!("{place}config.{key} {why} and was ignored"));
+    }
 }
 
 fn non_negative(value: i64, place: &str, field: &str) -> Result<u64, JobSpecError> {
