@@ -275,7 +275,7 @@ impl Allocation {
             job,
             resources: Resources { networks: networks.clone(), ..Resources::from(alloc.resources) },
             shared_resources: SharedResources { disk_mb: alloc.resources.disk_mb, networks: networks.clone() },
-            task_resources: tasks.iter().map(|task| (task.name.clone(), Resources::from(task.resources))).collect(),
+            task_resources: tasks.iter().map(|task| (task.name.clone(), Resources::of_task(task))).collect(),
             allocated_resources: AllocatedResources {
                 tasks: tasks
                     .iter()

@@ -78,7 +78,6 @@ pub const NOT_IMPLEMENTED: &[(&str, &str, &str, bool)] = &[
     ("resources", "device", "Devices", true),
     ("resources", "network", "Networks", true),
     ("resources", "cores", "Cores", false),
-    ("resources", "memory_max", "MemoryMaxMB", false),
 ];
 
 /// What each level takes: attributes (HCL name → JSON name, and whether
@@ -315,7 +314,12 @@ impl Reader<'_> {
                     task.insert(key.into(), self.map(inner)?);
                 }
                 "resources" => {
-                    let attributes = [("cpu", "CPU", false), ("memory", "MemoryMB", false), ("disk", "DiskMB", false)];
+                    let attributes = [
+                        ("cpu", "CPU", false),
+                        ("memory", "MemoryMB", false),
+                        ("memory_max", "MemoryMaxMB", false),
+                        ("disk", "DiskMB", false),
+                    ];
                     task.insert("Resources".into(), self.simple(inner, &attributes)?);
                 }
                 "logs" => {
@@ -342,14 +346,23 @@ impl Reader<'_> {
     }
 
     /// A block read as a free-form map (`config`, `env`, `meta`): every
-    /// attribute kept by its own name, nested blocks as objects.
+    /// attribute kept by its own name, a nested block as an object, and a
+    /// block written more than once (a docker task's `mount`) as the list
+    /// of them, in order.
     fn map(&self, block: &Block) -> Result<Value, HclError> {
         let mut object = Map::new();
+        let mut block_names = std::collections::BTreeMap::<&str, usize>::new();
+        for inner in block.body.iter().filter_map(Structure::as_block) {
+            *block_names.entry(inner.ident.as_str()).or_default() += 1;
+        }
         for structure in block.body.iter() {
             match structure {
                 Structure::Attribute(attribute) => {
                     let value = self.value(&attribute.value, self.offset(attribute.span()))?;
                     object.insert(attribute.key.as_str().to_string(), value);
+                }
+                Structure::Block(inner) if block_names.get(inner.ident.as_str()).is_some_and(|count| *count > 1) => {
+                    push(&mut object, inner.ident.as_str(), self.map(inner)?);
                 }
                 Structure::Block(inner) => {
                     object.insert(inner.ident.as_str().to_string(), self.map(inner)?);
@@ -572,15 +585,89 @@ job "example" {
         let request: crate::api::job_spec::JobRegisterRequest = serde_json::from_value(json).expect("lenient");
         let converted = crate::api::job_spec::convert_job(request.job.expect("job"), None).expect("converts");
         let text = converted.warnings.join("\n");
-        for field in ["Services", "Vault", "ShutdownDelay", "Resources.MemoryMaxMB"] {
+        for field in ["Services", "Vault", "ShutdownDelay"] {
             assert!(text.contains(&format!("Task \"redis\": {field} is not implemented")), "{field}: {text}");
         }
+        assert!(!text.contains("MemoryMaxMB"), "memory_max is honoured: {text}");
+        assert_eq!(converted.job.task_groups[0].tasks[0].memory_max_mb, 512);
         let periodic =
             EXAMPLE.replace("  type = \"service\"", "  type = \"batch\"\n  periodic { crons = [\"@daily\"] }");
         let json = job_json("example.hcl", &periodic).expect("parses");
         let request: crate::api::job_spec::JobRegisterRequest = serde_json::from_value(json).expect("lenient");
         let error = crate::api::job_spec::convert_job(request.job.expect("job"), None).expect_err("refused");
         assert!(error.to_string().contains("Job.Periodic is refused"), "{error}");
+    }
+
+    #[test]
+    fn a_docker_task_s_config_comes_out_as_the_driver_reads_it() {
+        let text = r#"
+job "web" {
+  datacenters = ["dc1"]
+  group "g" {
+    network {
+      port "http" { to = 8080 }
+    }
+    task "web" {
+      driver = "docker"
+      config {
+        image = "registry.example:5000/web:1.2"
+        ports = ["http"]
+        port_map { http = 8080 }
+        labels { team = "web" }
+        logging {
+          type = "json-file"
+          config { max-file = "3" }
+        }
+        auth {
+          username = "deploy"
+          password = "secret"
+        }
+        mount {
+          type     = "bind"
+          source   = "local/conf"
+          target   = "/etc/web"
+          readonly = true
+        }
+        mount {
+          type   = "tmpfs"
+          target = "/scratch"
+        }
+        devices = [{ host_path = "/dev/fuse" }]
+      }
+      resources {
+        memory     = 128
+        memory_max = 256
+      }
+    }
+  }
+}
+"#;
+        let json = job_json("web.hcl", text).expect("parses");
+        let request: crate::api::job_spec::JobRegisterRequest = serde_json::from_value(json).expect("lenient");
+        let converted = crate::api::job_spec::convert_job(request.job.expect("job"), None).expect("converts");
+        assert_eq!(converted.job.validate(), Ok(()));
+        assert_eq!(
+            converted.warnings,
+            ["TaskGroup \"g\": Task \"web\": config.devices is not implemented by Drover and was ignored"]
+        );
+        let task = &converted.job.task_groups[0].tasks[0];
+        assert_eq!((task.resources.memory_mb, task.memory_max_mb), (128, 256));
+        let docker = engine::structs::DockerConfig::from_task(task).expect("the driver reads it");
+        assert_eq!(docker.image_reference(), ("registry.example:5000/web".to_string(), "1.2".to_string()));
+        assert_eq!(docker.ports, ["http"]);
+        assert_eq!(docker.port_map.get("http"), Some(&8080));
+        assert_eq!(docker.labels.get("team").map(String::as_str), Some("web"));
+        let logging = docker.logging.expect("a logging block");
+        assert_eq!(
+            (logging.kind.as_str(), logging.config.get("max-file").map(String::as_str)),
+            ("json-file", Some("3"))
+        );
+        let auth = docker.auth.expect("an auth block");
+        assert_eq!((auth.username.as_str(), auth.password.as_str()), ("deploy", "secret"));
+        let mounts: Vec<_> = docker.mounts.iter().map(|mount| (mount.kind, mount.target.as_str())).collect();
+        use engine::structs::MountKind;
+        assert_eq!(mounts, [(MountKind::Bind, "/etc/web"), (MountKind::Tmpfs, "/scratch")], "both mount blocks");
+        assert!(docker.mounts[0].readonly);
     }
 
     #[test]

@@ -11,9 +11,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use engine::structs::{
-    Affinity, ConfigValue, Constraint, ConstraintOperand, DelayFunction, Job, JobType, LogConfig, NetworkResource,
-    Port, ReconcileStrategy, ReschedulePolicy, Resources, RestartMode, RestartPolicy, Spread, SpreadTarget, Task,
-    TaskGroup, UpdateStrategy,
+    Affinity, ConfigValue, Constraint, ConstraintOperand, DelayFunction, DockerConfig, Job, JobType, LogConfig,
+    NetworkResource, Port, ReconcileStrategy, ReschedulePolicy, Resources, RestartMode, RestartPolicy, Spread,
+    SpreadTarget, Task, TaskGroup, UpdateStrategy, DOCKER,
 };
 use serde::Deserialize;
 use serde_json::Value;
@@ -709,10 +709,16 @@ fn convert_task(
     ignored.check(&place, "Resources.Networks", &resources.networks);
     ignored.check(&place, "Resources.Devices", &resources.devices);
     ignored.check(&place, "Resources.Cores", &resources.cores.map(Value::from));
-    ignored.check(&place, "Resources.MemoryMaxMB", &resources.memory_max_mb.map(Value::from));
     ignored.unknown(&format!("{place}Resources."), &resources.other, &[]);
     let cpu = non_negative(resources.cpu.unwrap_or(DEFAULT_CPU as i64), &place, "Resources.CPU")?;
     let memory = non_negative(resources.memory_mb.unwrap_or(DEFAULT_MEMORY_MB as i64), &place, "Resources.MemoryMB")?;
+    // 0 (Go's zero value, as a job read back carries it) is no limit.
+    let memory_max = non_negative(resources.memory_max_mb.unwrap_or(0), &place, "Resources.MemoryMaxMB")?;
+    if memory_max != 0 && memory_max < memory {
+        return Err(JobSpecError(format!(
+            "{place}Resources: MemoryMaxMB value ({memory_max}) cannot be less than MemoryMB value ({memory})"
+        )));
+    }
     let mut config = BTreeMap::new();
     for (key, value) in api.config.unwrap_or_default() {
         if value.is_null() {
@@ -723,6 +729,10 @@ fn convert_task(
         config.insert(key, value);
     }
     let mut task = Task::new(&name, &api.driver.unwrap_or_default(), Resources::new(cpu, memory, disk_mb));
+    task.memory_max_mb = memory_max;
+    if task.driver == DOCKER {
+        warn_ignored_docker_keys(&config, &place, ignored.warnings);
+    }
     task.constraints = convert_constraints(api.constraints.unwrap_or_default(), "task")?;
     task.affinities = convert_affinities(api.affinities.unwrap_or_default(), "task")?;
     task.config = config;
@@ -753,6 +763,16 @@ fn convert_task(
         };
     }
     Ok(task)
+}
+
+/// Warns of every key of a docker task's config that Drover does not read:
+/// Nomad's keys it does not implement, and keys no docker driver has (the
+/// config's problems are `Job::validate`'s to refuse).
+fn warn_ignored_docker_keys(config: &BTreeMap<String, ConfigValue>, place: &str, warnings: &mut Vec<String>) {
+    let (_problems, ignored) = DockerConfig::submission_problems(config);
+    for (key, why) in ignored {
+        warnings.push(format!("{place}config.{key} {why} and was ignored"));
+    }
 }
 
 fn non_negative(value: i64, place: &str, field: &str) -> Result<u64, JobSpecError> {

@@ -153,3 +153,56 @@ fn blocks_that_would_change_what_runs_are_refused() {
         assert!(error.to_string().contains("nothing was registered"), "{error}");
     }
 }
+
+#[test]
+fn a_docker_task_s_ignored_keys_are_warned_of_and_its_problems_refused() {
+    let body = json!({"ID": "web", "Datacenters": ["dc1"], "TaskGroups": [{"Name": "g",
+        "Networks": [{"DynamicPorts": [{"Label": "http", "To": 8080}]}],
+        "Tasks": [{"Name": "web", "Driver": "docker", "Config": {"image": "nginx:1.25", "ports": ["http"],
+            "devices": [{"host_path": "/dev/fuse"}], "colour": "blue",
+            "mount": [{"target": "/data", "source": "data", "volume_options": {"no_copy": true}}],
+            "port_map": [{"http": "${NOMAD_META_port}"}]}}]}]});
+    let Converted { job, warnings } = convert_job(serde_json::from_value(body).expect("lenient"), None).expect("ok");
+    assert_eq!(
+        warnings,
+        [
+            "TaskGroup \"g\": Task \"web\": config.colour is not a docker setting and was ignored",
+            "TaskGroup \"g\": Task \"web\": config.devices is not implemented by Drover and was ignored",
+            "TaskGroup \"g\": Task \"web\": config.mount[0].volume_options is not implemented by Drover and was ignored",
+        ]
+    );
+    assert_eq!(job.validate(), Ok(()), "a variable in port_map is the client's to fill in");
+    let bad = json!({"ID": "web", "Datacenters": ["dc1"], "TaskGroups": [{"Name": "g",
+        "Tasks": [{"Name": "web", "Driver": "docker", "Config": {"ports": ["http"], "privileged": "yes"}}]}]});
+    let Converted { job, .. } = convert_job(serde_json::from_value(bad).expect("lenient"), None).expect("converts");
+    let problems = job.validate().expect_err("three problems").problems;
+    assert_eq!(problems.len(), 3, "{problems:?}");
+    assert!(problems[0].ends_with("config.privileged must be true or false, not \"yes\""), "{problems:?}");
+    assert!(problems[1].ends_with("config.image is required for the docker driver"), "{problems:?}");
+    assert!(problems[2].ends_with("config.ports: Port \"http\" not found, check network stanza"), "{problems:?}");
+}
+
+#[test]
+fn memory_max_is_honoured_and_never_below_memory() {
+    let task = |resources: Value| {
+        json!({"ID": "web", "Datacenters": ["dc1"], "TaskGroups": [{"Name": "g",
+            "Tasks": [{"Name": "t", "Driver": "mock", "Resources": resources}]}]})
+    };
+    let body = task(json!({"CPU": 100, "MemoryMB": 256, "MemoryMaxMB": 1024}));
+    let Converted { job, warnings } = convert_job(serde_json::from_value(body).expect("lenient"), None).expect("ok");
+    assert!(warnings.is_empty(), "{warnings:?}");
+    let read = &job.task_groups[0].tasks[0];
+    assert_eq!((read.resources.memory_mb, read.memory_max_mb), (256, 1024));
+    let answered = serde_json::to_value(crate::api::jobs::Task::new(read, crate::api::jobs::RestartPolicy::default()))
+        .expect("json");
+    assert_eq!(
+        (&answered["Resources"]["MemoryMB"], &answered["Resources"]["MemoryMaxMB"]),
+        (&json!(256), &json!(1024))
+    );
+    let read_back = task(json!({"CPU": 100, "MemoryMB": 256, "MemoryMaxMB": 0}));
+    let job = convert_job(serde_json::from_value(read_back).expect("lenient"), None).expect("ok").job;
+    assert_eq!(job.task_groups[0].tasks[0].memory_max_mb, 0, "Go's zero value: no limit");
+    let below = task(json!({"CPU": 100, "MemoryMB": 256, "MemoryMaxMB": 128}));
+    let error = convert_job(serde_json::from_value(below).expect("lenient"), None).expect_err("refused");
+    assert!(error.to_string().contains("MemoryMaxMB value (128) cannot be less than MemoryMB value (256)"), "{error}");
+}

@@ -340,7 +340,7 @@ impl Task {
             env: task.env.clone(),
             constraints: task.constraints.iter().map(Constraint::from).collect(),
             affinities: none_if_empty(&task.affinities),
-            resources: Resources::from(task.resources),
+            resources: Resources::of_task(task),
             restart_policy,
             kill_timeout: nanos(task.kill_timeout),
             log_config: LogConfig { max_files: task.logs.max_files, max_file_size_mb: task.logs.max_file_size_mb },

@@ -12,9 +12,13 @@ pub struct Resources {
     /// CPU shares in MHz.
     #[serde(rename = "CPU")]
     pub cpu: u64,
-    /// Memory in MiB.
+    /// Memory in MiB: a task's reservation.
     #[serde(rename = "MemoryMB")]
     pub memory_mb: u64,
+    /// A task's hard memory limit in MiB (`resources { memory_max }`);
+    /// 0: none, `MemoryMB` is the limit.
+    #[serde(rename = "MemoryMaxMB")]
+    pub memory_max_mb: u64,
     /// Disk in MiB.
     #[serde(rename = "DiskMB")]
     pub disk_mb: u64,
@@ -28,6 +32,13 @@ pub struct Resources {
     /// Always null: Drover schedules no devices.
     #[serde(rename = "Devices")]
     pub devices: Option<Value>,
+}
+
+impl Resources {
+    /// A task's ask: its resources and its hard memory limit.
+    pub fn of_task(task: &engine::structs::Task) -> Resources {
+        Resources { memory_max_mb: task.memory_max_mb, ..Resources::from(task.resources) }
+    }
 }
 
 impl From<engine::structs::Resources> for Resources {

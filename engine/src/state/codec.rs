@@ -17,8 +17,9 @@ use crate::structs::Job;
 
 /// The version byte of today's format. 2: jobs and allocations carry what
 /// issue 24 added (meta, task restart policies, reconcile strategies, port
-/// host networks, placement scores); a log of version 1 is refused, never misread.
-pub const FORMAT_VERSION: u8 = 2;
+/// host networks, placement scores). 3: a task carries its `memory_max_mb`
+/// (issue 25). A log of an older version is refused, never misread.
+pub const FORMAT_VERSION: u8 = 3;
 
 /// Why bytes did not decode to a command.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

@@ -7,6 +7,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+#[cfg(doc)]
+use super::docker_config::DockerConfig;
+use super::docker_config::{docker_port_problems, DOCKER};
 use super::duration::{serde_duration, serde_opt_duration};
 use super::task_config::{task_settings_problems, ConfigValue, LogConfig, DEFAULT_KILL_SIGNAL};
 #[cfg(doc)]
@@ -203,17 +206,24 @@ pub struct Task {
     pub name: String,
     /// Task driver (`exec`, `docker`, ...); the node must have it.
     pub driver: String,
-    /// What the task needs.
+    /// What the task needs; `resources.memory_mb` is the memory it
+    /// reserves (what the scheduler counts).
     pub resources: Resources,
+    /// The hard memory limit in MiB where the driver enforces one (Nomad's
+    /// `resources { memory_max }`), at least `resources.memory_mb`, which
+    /// is then the reservation; 0: none, the reservation is the limit.
+    #[serde(default)]
+    pub memory_max_mb: u64,
     /// Task-level constraints.
     #[serde(default)]
     pub constraints: Vec<Constraint>,
     /// Driver configuration, opaque to the scheduler; checked at
     /// submission for the drivers Drover knows (`raw_exec`: `command`,
-    /// `args`, `work_dir`; see [`RawExecConfig`]). Every string in it,
-    /// however nested, may use `${...}` variables (`${NOMAD_PORT_http}`,
-    /// `${NOMAD_META_owner}`, `${node.unique.id}`, `${attr.*}`, `${meta.*}`,
-    /// `${env.NAME}`), filled in by the client; one it does not know fails
+    /// `args`, `work_dir`, see [`RawExecConfig`]; `docker`: see
+    /// [`DockerConfig`]). Every string in it, however nested, may use
+    /// `${...}` variables (`${NOMAD_PORT_http}`, `${NOMAD_META_owner}`,
+    /// `${node.unique.id}`, `${attr.*}`, `${meta.*}`, `${env.NAME}`),
+    /// filled in by the client; one it does not know fails
     /// the task, as in Nomad.
     #[serde(default)]
     pub config: BTreeMap<String, ConfigValue>,
@@ -261,6 +271,7 @@ impl Task {
             name: name.to_string(),
             driver: driver.to_string(),
             resources,
+            memory_max_mb: 0,
             constraints: Vec::new(),
             config: BTreeMap::new(),
             env: BTreeMap::new(),
@@ -677,6 +688,12 @@ impl Job {
             if task.resources.memory_mb == 0 {
                 problems.push(format!("{task_place}: memory must be at least 1 MiB"));
             }
+            if task.memory_max_mb != 0 && task.memory_max_mb < task.resources.memory_mb {
+                problems.push(format!(
+                    "{task_place}: memory_max ({} MiB) cannot be less than memory ({} MiB)",
+                    task.memory_max_mb, task.resources.memory_mb
+                ));
+            }
             for constraint in &task.constraints {
                 constraint.problems(&task_place, problems);
             }
@@ -684,6 +701,9 @@ impl Job {
                 affinity.problems(&task_place, problems);
             }
             task_settings_problems(task, &task_place, problems);
+            if task.driver == DOCKER {
+                docker_port_problems(task, group, &task_place, problems);
+            }
             meta_problems(&task.meta, &task_place, problems);
         }
     }
@@ -740,6 +760,41 @@ mod tests {
     #[test]
     fn a_valid_job_passes() {
         assert_eq!(valid_job().validate(), Ok(()));
+    }
+
+    #[test]
+    fn a_docker_task_publishes_only_its_groups_ports() {
+        let mut job = valid_job();
+        job.task_groups[0].networks = vec![NetworkResource {
+            reserved_ports: Vec::new(),
+            dynamic_ports: vec![crate::structs::Port::new("http", 0)],
+        }];
+        let task = &mut job.task_groups[0].tasks[0];
+        task.driver = DOCKER.to_string();
+        task.config =
+            serde_json::from_str(r#"{"image": "web", "ports": ["http", "${NOMAD_META_port}"]}"#).expect("config");
+        assert_eq!(job.validate(), Ok(()), "a label holding ${{ is the client's to check");
+        let ports = ConfigValue::List(vec!["http".into(), "admin".into()]);
+        job.task_groups[0].tasks[0].config.insert("ports".to_string(), ports);
+        job.task_groups[0].tasks[0].config.insert("privileged".to_string(), "yes".into());
+        let error = job.validate().expect_err("an unknown port and a bad bool");
+        assert_eq!(
+            error.problems,
+            [
+                "task group \"group\", task \"task\": config.privileged must be true or false, not \"yes\"",
+                "task group \"group\", task \"task\": config.ports: Port \"admin\" not found, check network stanza",
+            ]
+        );
+    }
+
+    #[test]
+    fn memory_max_is_at_least_the_reservation() {
+        let mut job = valid_job();
+        job.task_groups[0].tasks[0].memory_max_mb = 512;
+        assert_eq!(job.validate(), Ok(()));
+        job.task_groups[0].tasks[0].memory_max_mb = 64;
+        let text = job.validate().expect_err("below memory").to_string();
+        assert!(text.contains("memory_max (64 MiB) cannot be less than memory (128 MiB)"), "{text}");
     }
 
     #[test]

@@ -32,7 +32,9 @@ pub use alloc::{AllocMetric, AllocState, Allocation, ClientStatus, DesiredStatus
 pub use constraint::{
     constraint_syntax_problem, set_contains, version_matches, Constraint, ConstraintOperand, Version,
 };
-pub use docker_config::{DockerAuth, DockerConfig, DockerLogging, DockerMount, MountKind, DOCKER};
+pub use docker_config::{
+    DockerAuth, DockerConfig, DockerLogging, DockerMount, MountKind, DEFAULT_IMAGE_PULL_TIMEOUT, DOCKER,
+};
 pub use duration::{format_duration, human_duration, DurationError};
 pub use eval::{EvalStatus, Evaluation, TriggerReason};
 pub use ids::{seed_thread_ids, AllocId, EvalId, JobKey, NodeId};

@@ -2,7 +2,8 @@
 //! (typed values: string, integer, float, bool, list, map), the `logs`
 //! stanza, the kill signal names, and the `raw_exec` driver's config read
 //! from a task (`command`, `args`, `work_dir`), so that a job is checked at
-//! submission (`Job::validate`) with the same rules the agent applies.
+//! submission (`Job::validate`) with the same rules the agent applies (the
+//! `docker` driver's, larger, is in `docker_config.rs`).
 //!
 //! Contract: a [`ConfigValue`] reads from JSON as the plain value
 //! (`"sleep"`, `30`, `["-c", "x"]`) and encodes in binary formats
@@ -17,6 +18,7 @@ use std::hash::{Hash, Hasher};
 use serde::de::{self, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use super::docker_config::{DockerConfig, DOCKER};
 use super::Task;
 
 /// The `raw_exec` driver's name, as Nomad's.
@@ -329,6 +331,11 @@ pub(crate) fn task_settings_problems(task: &Task, place: &str, problems: &mut Ve
         if let Err(found) = RawExecConfig::from_task(task) {
             problems.extend(found.into_iter().map(|problem| format!("{place}: {problem}")));
         }
+    }
+    if task.driver == DOCKER {
+        // As submitted: `${...}` variables are still text, filled in by the client.
+        let (found, _ignored) = DockerConfig::submission_problems(&task.config);
+        problems.extend(found.into_iter().map(|problem| format!("{place}: {problem}")));
     }
     for key in task.env.keys() {
         if key.is_empty() || key.contains('=') || key.contains('\0') {

@@ -217,9 +217,11 @@ impl RawExec {
                 Some(ids)
             }
         };
+        // The hard limit: `memory_max` where the job sets one, else the reservation.
+        let memory_limit_mb = task.memory_max_mb.max(task.resources.memory_mb);
         let limits = self
             .isolation
-            .for_task(&format!("{}.{}", alloc.id, task.name), task.resources.memory_mb, task.resources.cpu)
+            .for_task(&format!("{}.{}", alloc.id, task.name), memory_limit_mb, task.resources.cpu)
             .map_err(|error| StartError::Driver(format!("setting up resource limits: {error}")))?;
         let kill_signal = signal(task.kill_signal())
             .ok_or_else(|| StartError::Unrunnable(format!("unknown kill signal {:?}", task.kill_signal())))?;
