@@ -155,9 +155,8 @@ pub fn build(spec: &Spec<'_>) -> Result<(String, ContainerCreateBody), String> {
         None if !config.args.is_empty() => Some(config.args.clone()),
         None => None,
     };
-    let (repo, tag) = config.image_reference();
     let body = ContainerCreateBody {
-        image: Some(format!("{repo}:{tag}")),
+        image: Some(image(config)),
         cmd,
         entrypoint: config.entrypoint.clone(),
         env: Some(env.iter().map(|(key, value)| format!("{key}={value}")).collect()),
@@ -172,6 +171,14 @@ pub fn build(spec: &Spec<'_>) -> Result<(String, ContainerCreateBody), String> {
         ..ContainerCreateBody::default()
     };
     Ok((name, body))
+}
+
+/// The image as the engine names it: `repo:tag`, or `repo@digest`.
+pub fn image(config: &DockerConfig) -> String {
+    match config.image_reference() {
+        (repo, tag) if tag.is_empty() => repo,
+        (repo, tag) => format!("{repo}:{tag}"),
+    }
 }
 
 fn mib(megabytes: u64) -> i64 {

@@ -198,7 +198,9 @@ impl Docker {
                 tracing::warn!(%error, "docker driver unhealthy: the daemon does not answer");
                 BTreeMap::from([
                     ("driver.docker".to_string(), "0".to_string()),
-                    ("driver.docker.health".to_string(), format!("Failed to connect to docker daemon: {error}")),
+                    // The same words whatever the error (it is logged):
+                    // the attribute is part of the node's class.
+                    ("driver.docker.health".to_string(), "Failed to connect to docker daemon".to_string()),
                 ])
             }
             Err(error) => {
@@ -318,7 +320,7 @@ impl Docker {
         events: &mut Vec<TaskEvent>,
     ) -> Result<(), StartError> {
         let (repo, tag) = config.image_reference();
-        let reference = format!("{repo}:{tag}");
+        let reference = container::image(config);
         if !config.force_pull && tag != "latest" && client.inspect_image(&reference).await.is_ok() {
             return Ok(());
         }
@@ -332,7 +334,11 @@ impl Docker {
             serveraddress: Some(auth.server_address.clone()).filter(|text| !text.is_empty()),
             ..Default::default()
         });
-        let options = CreateImageOptionsBuilder::new().from_image(&repo).tag(&tag).build();
+        // A digest (`app@sha256:...`) is pulled as it is, with no tag.
+        let options = match tag.as_str() {
+            "" => CreateImageOptionsBuilder::new().from_image(&repo).build(),
+            tag => CreateImageOptionsBuilder::new().from_image(&repo).tag(tag).build(),
+        };
         let pull = async {
             let mut progress = std::pin::pin!(client.create_image(Some(options), None, credentials));
             while let Some(step) = progress.next().await {
