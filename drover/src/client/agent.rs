@@ -17,7 +17,7 @@
 //! and the core registers the node again.
 //!
 //! Allocations run with the [`mock`] driver, or with
-//! `raw_exec` enabled ([`Agent::with_tasks`]) an allocation runner each
+//! real tasks enabled (`raw_exec`, `docker`: [`Agent::with_tasks`]) an allocation runner each
 //! (`alloc_runner.rs`): real processes, the restart policy, task states and
 //! events in every report. Tasks keep running while the servers are
 //! unreachable, as a Nomad client's do; what changed meanwhile is reported
@@ -281,7 +281,7 @@ impl Agent {
             servers: self.settings.servers.clone(),
             backoff_base: self.settings.backoff_base,
             backoff_cap: self.settings.backoff_cap,
-            raw_exec: self.tasks.is_some(),
+            real_tasks: self.tasks.is_some(),
             gc_max_allocs: self.tasks.as_ref().map_or(0, |tasks| tasks.gc_max_allocs),
             seed: self.node.id.0.as_u128() as u64,
         }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use engine::clock::Timestamp;
 use engine::state::ClientAllocUpdate;
-use engine::structs::{AllocId, Allocation, ClientStatus, DesiredStatus, NodeId, TaskState, RAW_EXEC};
+use engine::structs::{AllocId, Allocation, ClientStatus, DesiredStatus, NodeId, TaskState};
 
 use super::{count, Action, AgentCounters, AllocEvent, ClientConfig, HeldAlloc, RunnerKind};
 use crate::client::drivers::mock;
@@ -18,7 +18,7 @@ use crate::client::drivers::mock;
 #[derive(Debug)]
 pub(super) struct Allocs {
     node_id: NodeId,
-    raw_exec: bool,
+    real_tasks: bool,
     gc_max_allocs: usize,
     held: BTreeMap<AllocId, Held>,
 }
@@ -63,7 +63,7 @@ impl Allocs {
     pub(super) fn new(config: &ClientConfig) -> Allocs {
         Allocs {
             node_id: config.node_id,
-            raw_exec: config.raw_exec,
+            real_tasks: config.real_tasks,
             gc_max_allocs: config.gc_max_allocs,
             held: BTreeMap::new(),
         }
@@ -145,20 +145,18 @@ impl Allocs {
     /// light path, or failed when this agent does not offer the driver.
     fn start(&self, now: Timestamp, alloc: Arc<Allocation>, out: &mut Vec<Action>) -> Held {
         let tasks = alloc.job.group(&alloc.task_group).map(|group| group.tasks.as_slice()).unwrap_or_default();
-        let real = tasks.iter().any(|task| task.driver == RAW_EXEC);
+        let real = tasks.iter().any(|task| task.driver != mock::DRIVER);
         let mut held = Held::new(alloc.clone(), ClientStatus::Pending, Runner::None);
         held.changed();
-        if real && self.raw_exec && tasks.iter().all(|task| task.driver == RAW_EXEC) {
+        if real && self.real_tasks && tasks.iter().all(|task| task.driver != mock::DRIVER) {
             held.description = "starting tasks".to_string();
             held.runner = Runner::Tasks;
             out.push(Action::Start { alloc, runner: RunnerKind::Tasks });
         } else if real {
             held.status = ClientStatus::Failed;
-            held.description = match tasks.iter().find(|task| task.driver != RAW_EXEC) {
-                Some(other) if self.raw_exec => {
-                    format!("driver {:?} cannot run beside raw_exec in one group", other.driver)
-                }
-                _ => "driver \"raw_exec\" is not enabled on this node".to_string(),
+            held.description = match tasks.iter().find(|task| task.driver != mock::DRIVER) {
+                Some(real) if !self.real_tasks => format!("driver {:?} is not enabled on this node", real.driver),
+                _ => "driver \"mock\" cannot run beside real drivers in one group".to_string(),
             };
             held.terminal_since = Some(now);
         } else {
@@ -199,7 +197,7 @@ impl Allocs {
     /// Destroys the oldest ended allocations with real tasks beyond
     /// `gc_max_allocs` (their runners stop any task still running first).
     pub(super) fn collect_garbage(&mut self, out: &mut Vec<Action>) {
-        if !self.raw_exec {
+        if !self.real_tasks {
             return;
         }
         let mut ended: Vec<(Timestamp, AllocId)> = self

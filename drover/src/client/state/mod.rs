@@ -72,7 +72,7 @@
 //! - A runner's update replaces the allocation's status and task states;
 //!   one for an allocation that has ended here is dropped, unless real
 //!   tasks report it (their runner has the last word).
-//! - With `raw_exec` on, the directories of the oldest ended allocations
+//! - With real tasks on, the directories of the oldest ended allocations
 //!   beyond `gc_max_allocs` are destroyed, and those of any ended one when
 //!   an operator asks ([`Event::CollectGarbage`]).
 //! - An allocation whose group says `stop_after_client_disconnect` (Nomad
@@ -117,10 +117,10 @@ pub struct ClientConfig {
     pub backoff_base: Duration,
     /// Largest reconnect delay ceiling.
     pub backoff_cap: Duration,
-    /// Whether allocations of `raw_exec` tasks run (an allocation runner
-    /// each); otherwise they fail at once.
-    pub raw_exec: bool,
-    /// Ended `raw_exec` allocations whose directories are kept.
+    /// Whether allocations of real tasks (any driver but `mock`) run, an
+    /// allocation runner each; otherwise they fail at once.
+    pub real_tasks: bool,
+    /// Ended allocations of real tasks whose directories are kept.
     pub gc_max_allocs: usize,
     /// The seed of the reconnect and retry jitter.
     pub seed: u64,
@@ -321,7 +321,7 @@ pub enum Call {
 /// What runs an allocation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RunnerKind {
-    /// An allocation runner with real tasks (`raw_exec`).
+    /// An allocation runner with real tasks (`raw_exec`, `docker`).
     Tasks,
     /// The mock driver's light path, ending by itself when it says.
     Mock(Option<MockEnd>),

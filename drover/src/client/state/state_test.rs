@@ -29,7 +29,7 @@ fn config() -> ClientConfig {
         servers: vec![server(1), server(2)],
         backoff_base: Duration::from_millis(250),
         backoff_cap: Duration::from_secs(30),
-        raw_exec: false,
+        real_tasks: false,
         gc_max_allocs: 50,
         seed: 7,
     }
@@ -306,7 +306,7 @@ fn a_push_that_stops_an_allocation_stops_it_and_reports_it_complete_never_to_run
 
 #[test]
 fn real_tasks_stopped_by_the_servers_are_reported_when_their_runner_says_they_ended() {
-    let mut client = Client::new(ClientConfig { raw_exec: true, ..config() });
+    let mut client = Client::new(ClientConfig { real_tasks: true, ..config() });
     client.start();
     let web = alloc(&job("web", RAW_EXEC), 0);
     let first = client.push(1, &[&web]);
@@ -325,7 +325,7 @@ fn real_tasks_stopped_by_the_servers_are_reported_when_their_runner_says_they_en
 fn a_stopped_allocation_is_never_resumed_after_an_agent_restart() {
     let web = alloc(&job("web", RAW_EXEC), 0);
     let db = alloc(&job("db", RAW_EXEC), 0);
-    let mut client = Client::new(ClientConfig { raw_exec: true, ..config() });
+    let mut client = Client::new(ClientConfig { real_tasks: true, ..config() });
     // The restarted agent re-attached to both from its data dir.
     client.core.restored(web.clone());
     client.core.restored(db.clone());
@@ -498,7 +498,7 @@ fn news_that_comes_while_a_call_is_out_is_sent_once_it_is_answered() {
 
 #[test]
 fn ended_real_allocations_beyond_gc_max_allocs_are_destroyed_oldest_first() {
-    let mut client = Client::new(ClientConfig { raw_exec: true, gc_max_allocs: 1, ..config() });
+    let mut client = Client::new(ClientConfig { real_tasks: true, gc_max_allocs: 1, ..config() });
     client.start();
     let allocs: Vec<_> = (0..3).map(|index| alloc(&job("batch", RAW_EXEC), index)).collect();
     client.push(1, &allocs.iter().collect::<Vec<_>>());
@@ -514,7 +514,7 @@ fn ended_real_allocations_beyond_gc_max_allocs_are_destroyed_oldest_first() {
 
 #[test]
 fn an_operators_gc_destroys_ended_real_allocations_only_and_each_once() {
-    let mut client = Client::new(ClientConfig { raw_exec: true, ..config() });
+    let mut client = Client::new(ClientConfig { real_tasks: true, ..config() });
     client.start();
     let allocs: Vec<_> = (0..3).map(|index| alloc(&job("batch", RAW_EXEC), index)).collect();
     client.push(1, &allocs.iter().collect::<Vec<_>>());
@@ -573,7 +573,7 @@ fn allocations_seen_unknown_and_lost_are_counted() {
 
 #[test]
 fn allocations_stop_once_their_group_has_been_without_the_servers_long_enough() {
-    let mut client = Client::new(ClientConfig { raw_exec: true, ..config() });
+    let mut client = Client::new(ClientConfig { real_tasks: true, ..config() });
     client.start();
     let allowance = Duration::from_secs(60);
     let tolerant = |id: &str, driver: &str| {

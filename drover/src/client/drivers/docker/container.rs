@@ -446,6 +446,6 @@ mod tests {
         let (alloc, task, config) = fixture(r#"{"image": "app:1", "volumes": ["../alloc/data:/shared"]}"#);
         let (_, body) = made(&alloc, &task, &config, &settings).expect("inside the allocation");
         let binds = body.host_config.expect("host").binds.expect("binds");
-        assert!(binds[3].ends_with("/web/../alloc/data:/shared"), "{binds:?}");
+        assert!(binds[3].ends_with(&format!("/{}/../alloc/data:/shared", task.name)), "{binds:?}");
     }
 }
