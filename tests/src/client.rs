@@ -67,7 +67,7 @@ impl SimClient {
             servers: vec![std::net::SocketAddr::from(([127, 0, 0, 1], 4647))],
             backoff_base: Duration::from_millis(250),
             backoff_cap: Duration::from_secs(30),
-            raw_exec: false,
+            real_tasks: false,
             gc_max_allocs: 50,
             seed,
         };

@@ -35,7 +35,8 @@ pub fn test_image() -> &'static str {
             "FROM scratch\nCOPY busybox /bin/busybox\nRUN [\"/bin/busybox\", \"--install\", \"-s\", \"/bin\"]\nENV PATH=/bin\n",
         )
         .expect("writes the Dockerfile");
-        let output = Command::new("docker").args(["build", "-q", "-t", IMAGE]).arg(&context).output().expect("docker build");
+        let output =
+            Command::new("docker").args(["build", "-q", "-t", IMAGE]).arg(&context).output().expect("docker build");
         assert!(output.status.success(), "building {IMAGE}: {}", String::from_utf8_lossy(&output.stderr));
         let _ = std::fs::remove_dir_all(&context);
     }

@@ -87,8 +87,10 @@ pub enum TaskHandle {
     Container(docker::TaskHandle),
 }
 
-/// What re-attaching found.
+/// What re-attaching found (made once per task at an agent's start: its
+/// size does not matter).
 #[derive(Debug)]
+#[allow(clippy::large_enum_variant)]
 pub enum Reattached {
     /// The task still runs.
     Running(TaskHandle),
