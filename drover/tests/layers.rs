@@ -186,9 +186,10 @@ fn no_file_imports_itself_through_others() {
             .iter()
             .filter_map(|(_, path)| file_of(&source.modules, path))
             .filter(|target| target != file)
-            // A child naming its folder's `mod.rs` (`super::ApiState`) is
-            // the module tree, not a circle with its parent.
-            .filter(|target| !(target.ends_with("mod.rs") && file.parent() == target.parent()));
+            // A module naming an enclosing folder's `mod.rs`
+            // (`super::ApiState`, `crate::client::drivers::StartError` from
+            // `drivers/docker/`) is the module tree, not a circle with it.
+            .filter(|target| !(target.ends_with("mod.rs") && target.parent().is_some_and(|dir| file.starts_with(dir))));
         edges.entry(file).or_default().extend(targets);
     }
     let mut circles = Vec::new();

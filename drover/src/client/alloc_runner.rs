@@ -26,10 +26,11 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, watch};
 
 use crate::client::alloc_dir::{write_private, AllocDir};
+use crate::client::clock::now;
 use crate::client::drivers::{Drivers, HandleState};
 use crate::client::state::AllocEvent;
 use crate::client::task_env::TaskEnv;
-use crate::client::task_runner::{self, now, KillReason, NotRunning, TaskCommand, TaskContext, TaskUpdate};
+use crate::client::task_runner::{self, KillReason, NotRunning, TaskCommand, TaskContext, TaskUpdate};
 
 /// What every allocation runner of an agent shares (a runner keeps the
 /// context it started with).

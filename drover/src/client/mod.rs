@@ -14,7 +14,8 @@
 //! - `ops.rs`: the servers' calls on the agent's connection (logs, files,
 //!   restarts, signals, stats, garbage collection); `fs.rs` reads the
 //!   allocation directories for them, `stats.rs` the host's `/proc`.
-//! - `identity.rs`: the node's persistent id and secret.
+//! - `identity.rs`: the node's persistent id and secret; `clock.rs` the
+//!   wall clock of task events and stats.
 //! - `fingerprint.rs`: what the host is (address, CPU, memory, OS, kernel,
 //!   storage), read from the host as Nomad's attributes.
 //! - `drivers/`: the task drivers.
@@ -22,6 +23,7 @@
 pub mod agent;
 pub mod alloc_dir;
 pub mod alloc_runner;
+pub mod clock;
 pub mod drivers;
 pub mod fingerprint;
 pub mod fs;

@@ -199,7 +199,7 @@ impl ClientOps {
             .into_iter()
             .filter_map(|(task, handle)| Some((task, stats::group_usage(handle.pid(), self.scale)?)))
             .collect();
-        let timestamp = i64::try_from(crate::client::task_runner::now().0).unwrap_or(i64::MAX);
+        let timestamp = i64::try_from(crate::client::clock::now().0).unwrap_or(i64::MAX);
         Ok(AgentReply::AllocStats(AllocUsage { tasks, timestamp }))
     }
 

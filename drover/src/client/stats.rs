@@ -13,8 +13,8 @@ use std::path::Path;
 
 use transport::message::{CpuUsage, DiskUsage, HostStats, ProcessUsage};
 
+use crate::client::clock::now;
 use crate::client::drivers::executor::stat_fields;
-use crate::client::task_runner::now;
 
 /// What one core of the host is worth in MHz (the node's fingerprint),
 /// to turn shares of a core into Nomad's ticks.

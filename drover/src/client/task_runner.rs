@@ -26,9 +26,8 @@
 //! which it saves for re-attaching.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
-use engine::clock::Timestamp;
 use engine::structs::{Allocation, Task, TaskEvent, TaskState, TaskStatus};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
@@ -36,6 +35,7 @@ use rustix::process::Signal;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::client::alloc_dir::AllocDir;
+use crate::client::clock::now;
 use crate::client::drivers::executor::ExitRecord;
 use crate::client::drivers::{Drivers, HandleState, Reattached, StartError, TaskHandle};
 use crate::client::restarts::{Decision, RestartTracker};
@@ -100,12 +100,6 @@ pub struct TaskContext {
     pub env: TaskEnv,
     /// See [`crate::client::alloc_runner::RunnerContext::servers_reached`].
     pub servers_reached: watch::Receiver<bool>,
-}
-
-/// The wall clock as a timestamp, for events.
-pub fn now() -> Timestamp {
-    let since_epoch = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
-    Timestamp(u64::try_from(since_epoch.as_nanos()).unwrap_or(u64::MAX))
 }
 
 /// Runs the task until it is dead. `restored` is the task's handle saved

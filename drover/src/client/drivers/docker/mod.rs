@@ -323,7 +323,7 @@ impl Docker {
         if !config.force_pull && tag != "latest" && client.inspect_image(&reference).await.is_ok() {
             return Ok(());
         }
-        let downloading = TaskEvent::new(TaskEvent::DRIVER, crate::client::task_runner::now(), "Downloading image")
+        let downloading = TaskEvent::new(TaskEvent::DRIVER, crate::client::clock::now(), "Downloading image")
             .with_detail("image", reference.clone());
         events.push(downloading);
         let credentials = config.auth.as_ref().map(|auth| bollard::auth::DockerCredentials {
