@@ -330,6 +330,7 @@ async fn past_memory_max_a_task_is_oom_killed_and_reported_so() {
     if enforced == "true" {
         assert_eq!(alloc["ClientStatus"], "failed");
         assert_eq!(terminated["Details"]["oom_killed"], "true", "{terminated:#}");
+        assert_eq!((terminated["ExitCode"].as_i64(), terminated["Signal"].as_i64()), (Some(137), Some(9)), "SIGKILL");
         assert!(terminated["DisplayMessage"].as_str().unwrap_or_default().contains("OOM Killed"), "{terminated:#}");
         assert_eq!(log_of(&cluster, &alloc, "stdout").await, "");
     } else {

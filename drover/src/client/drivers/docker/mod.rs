@@ -347,9 +347,9 @@ impl Docker {
         };
         match tokio::time::timeout(config.image_pull_timeout, pull).await {
             Ok(Ok(())) => Ok(()),
-            // A missing image or a registry that cannot be reached will
-            // not start to work by itself often enough to restart for.
-            Ok(Err(error)) => Err(StartError::Unrunnable(format!("Failed to pull `{reference}`: {error}"))),
+            // A registry may come back: the restart policy decides, as
+            // Nomad's (an image that does not exist fails once it gives up).
+            Ok(Err(error)) => Err(StartError::Driver(format!("Failed to pull `{reference}`: {error}"))),
             Err(_) => Err(StartError::Driver(format!(
                 "Failed to pull `{reference}`: no image after the image_pull_timeout of {}",
                 engine::structs::format_duration(config.image_pull_timeout)
@@ -531,12 +531,14 @@ impl TaskHandle {
     }
 }
 
-/// How a container ended, from its inspected state (Docker gives no
-/// signal: a code above 128 is the shell's way of saying one).
+/// How a container ended, from its inspected state. Docker gives no
+/// signal, but its runtime reports a main process killed by signal N as
+/// exit code 128 + N, which is read back as the signal (Nomad reports 0).
 fn exit_record(state: Option<&bollard::models::ContainerState>) -> ExitRecord {
     let exit_code = state.and_then(|state| state.exit_code).and_then(|code| i32::try_from(code).ok());
     let oom_killed = state.and_then(|state| state.oom_killed).unwrap_or(false);
-    ExitRecord { exit_code, signal: None, oom_killed }
+    let signal = exit_code.filter(|code| (129..=128 + 64).contains(code)).map(|code| code - 128);
+    ExitRecord { exit_code, signal, oom_killed }
 }
 
 /// Removes a container, its anonymous volumes with it; one already gone
