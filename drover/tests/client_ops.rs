@@ -21,6 +21,8 @@ use serde_json::{json, Value};
 
 mod common;
 
+use common::api::until;
+
 use common::{bounded, drover, first_line, temp_dir, Certs};
 
 /// The task: says it started (with its pid), and answers SIGUSR1.
@@ -110,23 +112,6 @@ impl Drop for AgentProcess {
         }
         let _ = self.0.wait();
     }
-}
-
-/// Blocking queries on `path` until `done` holds.
-async fn until(api: &ApiClient, path: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
-    bounded(what, async {
-        let mut index = 0;
-        loop {
-            let separator = if path.contains('?') { '&' } else { '?' };
-            let answer = api.get(&format!("{path}{separator}index={index}&wait=30s")).await.expect("request");
-            let value = answer.json().unwrap_or_else(|error| panic!("{what}: {error:#}"));
-            if done(&value) {
-                return value;
-            }
-            index = answer.index.expect("X-Nomad-Index on reads");
-        }
-    })
-    .await
 }
 
 /// The management token, once the cluster has a leader: a bootstrap made

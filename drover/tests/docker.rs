@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use common::bounded;
+use common::api::{alloc_of, allocated_port, is_terminal, until};
 use common::docker::{containers, docker, remove_test_containers, test_image, TEST_LABEL};
 use drover::api::client::ApiClient;
 use serde_json::{json, Value};
@@ -138,40 +138,8 @@ job "{id}" {{
     }
 }
 
-/// Blocks on `path` (a blocking query from `index`) until `done` holds.
-async fn until(api: &ApiClient, path: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
-    bounded(what, async {
-        let mut index = 0;
-        loop {
-            let separator = if path.contains('?') { '&' } else { '?' };
-            let answer = api.get(&format!("{path}{separator}index={index}&wait=30s")).await.expect("request");
-            let value = answer.json().expect("200 JSON");
-            if done(&value) {
-                return value;
-            }
-            index = answer.index.expect("X-Nomad-Index on reads");
-        }
-    })
-    .await
-}
-
-/// The job's one allocation, read in full once `done` holds for its stub.
-async fn alloc_of(cluster: &DevCluster, job: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
-    let allocs = until(&cluster.api, &format!("/v1/job/{job}/allocations"), what, |allocs| {
-        allocs.as_array().is_some_and(|list| list.iter().any(&done))
-    })
-    .await;
-    let stub = allocs.as_array().expect("a list").iter().find(|stub| done(stub)).expect("found").clone();
-    let id = stub["ID"].as_str().expect("an id");
-    cluster.api.get(&format!("/v1/allocation/{id}")).await.expect("answer").json().expect("the allocation")
-}
-
 fn status_is(status: &'static str) -> impl Fn(&Value) -> bool {
     move |stub| stub["ClientStatus"] == status
-}
-
-fn is_terminal(stub: &Value) -> bool {
-    matches!(stub["ClientStatus"].as_str(), Some("complete" | "failed"))
 }
 
 /// Task `t`'s events.
@@ -214,13 +182,6 @@ async fn log_containing(cluster: &DevCluster, alloc: &Value, text: &str) {
     }
 }
 
-/// The allocation's port `label`: its host address and port.
-fn allocated_port(alloc: &Value, label: &str) -> (String, u64) {
-    let ports = alloc["AllocatedResources"]["Shared"]["Ports"].as_array().expect("the allocation's ports");
-    let port = ports.iter().find(|port| port["Label"] == label).unwrap_or_else(|| panic!("port {label}: {ports:?}"));
-    (port["HostIP"].as_str().expect("an address").to_string(), port["Value"].as_u64().expect("a number"))
-}
-
 /// The containers of allocation `alloc`.
 fn alloc_containers(alloc: &Value) -> Vec<String> {
     containers("com.hashicorp.nomad.alloc_id", alloc["ID"].as_str().expect("id"))
@@ -252,7 +213,7 @@ async fn a_service_in_bridge_mode_answers_on_its_host_port_with_its_limits_in_th
         "resources {\n        cpu = 200\n        memory = 32\n        memory_max = 64\n      }",
     );
     cluster.run_job("web", &hcl);
-    let alloc = alloc_of(&cluster, "web", "the allocation running", status_is("running")).await;
+    let alloc = alloc_of(&cluster.api, "web", "the allocation running", status_is("running")).await;
     let (ip, port) = allocated_port(&alloc, "http");
     let id = alloc["ID"].as_str().expect("id").to_string();
     let addr = format!("{ip}:{port}");
@@ -274,7 +235,7 @@ async fn a_service_in_bridge_mode_answers_on_its_host_port_with_its_limits_in_th
 
     let stopped = cluster.api.request("DELETE", "/v1/job/web", None).await.expect("stop");
     assert_eq!(stopped.status, 200, "{}", stopped.body);
-    let alloc = alloc_of(&cluster, "web", "the allocation stopped", is_terminal).await;
+    let alloc = alloc_of(&cluster.api, "web", "the allocation stopped", is_terminal).await;
     assert_eq!(alloc["ClientStatus"], "complete", "{:#}", alloc["TaskStates"]);
     eventually("the container removed", || alloc_containers(&alloc).is_empty().then_some(())).await;
 }
@@ -291,7 +252,7 @@ async fn a_batch_tasks_exit_code_and_logs_reach_alloc_status_and_alloc_logs() {
         "",
     );
     cluster.run_job("once", &hcl);
-    let alloc = alloc_of(&cluster, "once", "the allocation ended", is_terminal).await;
+    let alloc = alloc_of(&cluster.api, "once", "the allocation ended", is_terminal).await;
     assert_eq!(alloc["ClientStatus"], "failed", "{:#}", alloc["TaskStates"]);
     let events = events(&alloc);
     let terminated = event(&events, "Terminated").expect("a Terminated event");
@@ -324,7 +285,7 @@ async fn past_memory_max_a_task_is_oom_killed_and_reported_so() {
         "resources {\n        memory = 16\n        memory_max = 24\n      }",
     );
     cluster.run_job("hog", &hcl);
-    let alloc = alloc_of(&cluster, "hog", "the allocation ended", is_terminal).await;
+    let alloc = alloc_of(&cluster.api, "hog", "the allocation ended", is_terminal).await;
     let events = events(&alloc);
     let terminated = event(&events, "Terminated").expect("a Terminated event");
     if enforced == "true" {
@@ -352,7 +313,7 @@ async fn signal_restart_and_stop_reach_the_container_and_the_kill_timeout_is_hon
         "kill_signal = \"SIGTERM\"\n      kill_timeout = \"2s\"",
     );
     cluster.run_job("stubborn", &hcl);
-    let alloc = alloc_of(&cluster, "stubborn", "the allocation running", status_is("running")).await;
+    let alloc = alloc_of(&cluster.api, "stubborn", "the allocation running", status_is("running")).await;
     let id = alloc["ID"].as_str().expect("id").to_string();
     log_containing(&cluster, &alloc, "ready").await;
 
@@ -387,7 +348,7 @@ async fn signal_restart_and_stop_reach_the_container_and_the_kill_timeout_is_hon
     // The stop: SIGTERM is trapped, so SIGKILL comes after the 2s timeout.
     let stopped = cluster.api.request("DELETE", "/v1/job/stubborn", None).await.expect("stop");
     assert_eq!(stopped.status, 200, "{}", stopped.body);
-    let alloc = alloc_of(&cluster, "stubborn", "the allocation stopped", is_terminal).await;
+    let alloc = alloc_of(&cluster.api, "stubborn", "the allocation stopped", is_terminal).await;
     let events = events(&alloc);
     let killing = events.iter().rev().find(|event| event["Type"] == "Killing").expect("a Killing event");
     assert_eq!(killing["Details"]["kill_timeout"], "2000000000", "{killing:#}");
@@ -411,8 +372,8 @@ async fn an_agent_killed_with_sigkill_reattaches_and_removes_what_was_stopped_me
         );
         cluster.run_job(id, &hcl);
     }
-    let keep = alloc_of(&cluster, "keep", "keep running", status_is("running")).await;
-    let dropped = alloc_of(&cluster, "drop", "drop running", status_is("running")).await;
+    let keep = alloc_of(&cluster.api, "keep", "keep running", status_is("running")).await;
+    let dropped = alloc_of(&cluster.api, "drop", "drop running", status_is("running")).await;
     let kept_container = alloc_containers(&keep);
     assert_eq!(kept_container.len(), 1, "{kept_container:?}");
     assert_eq!(alloc_containers(&dropped).len(), 1);
@@ -423,7 +384,7 @@ async fn an_agent_killed_with_sigkill_reattaches_and_removes_what_was_stopped_me
     assert_eq!(alloc_containers(&dropped).len(), 1, "nobody stopped it while the agent was away");
     cluster.start_agent();
 
-    let dropped = alloc_of(&cluster, "drop", "the stopped allocation reported", is_terminal).await;
+    let dropped = alloc_of(&cluster.api, "drop", "the stopped allocation reported", is_terminal).await;
     assert_eq!(dropped["ClientStatus"], "complete", "{:#}", dropped["TaskStates"]);
     eventually("its container removed", || alloc_containers(&dropped).is_empty().then_some(())).await;
     let keep_id = keep["ID"].as_str().expect("id").to_string();
@@ -441,7 +402,7 @@ async fn an_absent_image_fails_the_task_with_a_clear_event() {
     let cluster = DevCluster::start("absent", None).await;
     let hcl = cluster.job("absent", "batch", "", "", "").replace(common::docker::IMAGE, "drover-test-absent:1");
     cluster.run_job("absent", &hcl);
-    let alloc = alloc_of(&cluster, "absent", "the allocation failed", is_terminal).await;
+    let alloc = alloc_of(&cluster.api, "absent", "the allocation failed", is_terminal).await;
     assert_eq!(alloc["ClientStatus"], "failed");
     let events = events(&alloc);
     let failure = event(&events, "Driver Failure").expect("a Driver Failure event");

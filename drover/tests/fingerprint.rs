@@ -11,7 +11,8 @@ use std::process::{Child, Command, Stdio};
 
 mod common;
 
-use common::{bounded, drover, temp_dir};
+use common::api::until;
+use common::{drover, temp_dir};
 use drover::api::client::ApiClient;
 use serde_json::{json, Value};
 
@@ -61,24 +62,6 @@ fn agent(dir: &Path, rpc: SocketAddr, tls: &[PathBuf; 3], config: &str) -> Comma
     let mut command = common::agent_command(&rpc.to_string(), tls, &dir.join("agent"));
     command.args(["--mock-driver", "--log-level", "warn", "--config"]).arg(file);
     command
-}
-
-/// Blocks on `path` until `done` holds of its JSON; returns it.
-async fn until(api: &ApiClient, path: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
-    bounded(what, async {
-        let mut index = 0;
-        loop {
-            let separator = if path.contains('?') { '&' } else { '?' };
-            let answer = api.get(&format!("{path}{separator}index={index}&wait=30s")).await.expect("request");
-            assert_eq!(answer.status, 200, "{path}: {}", answer.body);
-            let value = answer.json().expect("JSON");
-            if done(&value) {
-                return value;
-            }
-            index = answer.index.expect("X-Nomad-Index");
-        }
-    })
-    .await
 }
 
 /// Nomad's JSON for a service job of one mock task asking for `cpu` MHz,

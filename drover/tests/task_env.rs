@@ -18,6 +18,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use common::api::{alloc_of, allocated_port, is_terminal, until};
 use common::bounded;
 use drover::api::client::ApiClient;
 use serde_json::{json, Value};
@@ -62,34 +63,6 @@ async fn dev_cluster(name: &str) -> DevCluster {
     DevCluster { children: vec![server, agent], api, http, dir }
 }
 
-/// Blocks on `path` (a blocking query from `index`) until `done` holds.
-async fn until(api: &ApiClient, path: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
-    bounded(what, async {
-        let mut index = 0;
-        loop {
-            let separator = if path.contains('?') { '&' } else { '?' };
-            let answer = api.get(&format!("{path}{separator}index={index}&wait=30s")).await.expect("request");
-            let value = answer.json().expect("200 JSON");
-            if done(&value) {
-                return value;
-            }
-            index = answer.index.expect("X-Nomad-Index on reads");
-        }
-    })
-    .await
-}
-
-/// The job's one allocation, read in full once `done` holds for its stub.
-async fn alloc_of(cluster: &DevCluster, job: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
-    let allocs = until(&cluster.api, &format!("/v1/job/{job}/allocations"), what, |allocs| {
-        allocs.as_array().is_some_and(|list| list.iter().any(&done))
-    })
-    .await;
-    let stub = allocs.as_array().expect("a list").iter().find(|stub| done(stub)).expect("found").clone();
-    let id = stub["ID"].as_str().expect("an id");
-    cluster.api.get(&format!("/v1/allocation/{id}")).await.expect("answer").json().expect("the allocation")
-}
-
 /// The node the allocation runs on, as the API answers it.
 async fn node_of(cluster: &DevCluster, alloc: &Value) -> Value {
     let node = alloc["NodeID"].as_str().expect("a node id");
@@ -104,21 +77,9 @@ async fn stdout_of(cluster: &DevCluster, alloc: &Value, task: &str) -> String {
     answer.body
 }
 
-/// The allocation's port `label` as its `AllocatedResources` report it:
-/// the host address and port.
-fn allocated_port(alloc: &Value, label: &str) -> (String, u64) {
-    let ports = alloc["AllocatedResources"]["Shared"]["Ports"].as_array().expect("the allocation's ports");
-    let port = ports.iter().find(|port| port["Label"] == label).unwrap_or_else(|| panic!("port {label}: {ports:?}"));
-    (port["HostIP"].as_str().expect("an address").to_string(), port["Value"].as_u64().expect("a number"))
-}
-
 /// A port no process of this machine listens on now.
 fn unused_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").expect("binds").local_addr().expect("addr").port()
-}
-
-fn is_terminal(stub: &Value) -> bool {
-    matches!(stub["ClientStatus"].as_str(), Some("complete" | "failed"))
 }
 
 /// The Nomad job file of the first test: ports, meta at every level, a
@@ -192,7 +153,7 @@ async fn a_task_sees_nomads_environment_and_its_args_are_interpolated() {
         .expect("drover job run");
     assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
 
-    let alloc = alloc_of(&cluster, "envdump", "the allocation complete", is_terminal).await;
+    let alloc = alloc_of(&cluster.api, "envdump", "the allocation complete", is_terminal).await;
     assert_eq!(alloc["ClientStatus"], "complete", "{:#}", alloc["TaskStates"]);
     let node = node_of(&cluster, &alloc).await;
     let (ip, http_port) = allocated_port(&alloc, "http");
@@ -298,7 +259,7 @@ async fn an_http_server_bound_to_its_port_answers_where_its_allocation_says() {
     let written = cluster.api.request("PUT", "/v1/jobs", Some(&job)).await.expect("answer");
     assert_eq!(written.status, 200, "{}", written.body);
 
-    let alloc = alloc_of(&cluster, "web", "the server running", |stub| stub["ClientStatus"] == "running").await;
+    let alloc = alloc_of(&cluster.api, "web", "the server running", |stub| stub["ClientStatus"] == "running").await;
     let network = &alloc["AllocatedResources"]["Shared"]["Networks"][0];
     let ip = network["IP"].as_str().expect("the allocation's address");
     let port = network["DynamicPorts"][0]["Value"].as_u64().expect("its port");
@@ -336,7 +297,7 @@ async fn an_unknown_variable_in_a_driver_config_fails_the_task_at_once() {
     let written = cluster.api.request("PUT", "/v1/jobs", Some(&job)).await.expect("answer");
     assert_eq!(written.status, 200, "{}", written.body);
 
-    let alloc = alloc_of(&cluster, "typo", "the allocation failed", |stub| stub["ClientStatus"] == "failed").await;
+    let alloc = alloc_of(&cluster.api, "typo", "the allocation failed", |stub| stub["ClientStatus"] == "failed").await;
     let state = &alloc["TaskStates"]["t"];
     assert_eq!((state["State"].as_str(), state["Failed"].as_bool()), (Some("dead"), Some(true)), "{state:#}");
     assert_eq!(state["Restarts"], 0, "never restarted: {state:#}");

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub mod agent;
+pub mod api;
 pub mod docker;
 
 use drover::server::{RunningServer, ServerOptions};
