@@ -22,7 +22,6 @@ use serde_json::{json, Value};
 mod common;
 
 use common::api::until;
-
 use common::{bounded, drover, first_line, temp_dir, Certs};
 
 /// The task: says it started (with its pid), and answers SIGUSR1.
