@@ -133,7 +133,7 @@ fn sleep_job(id: &str, count: u32) -> Job {
 }
 
 fn now() -> Timestamp {
-    drover::client::task_runner::now()
+    drover::client::clock::now()
 }
 
 async fn wait(server: &RunningServer, holds: impl Fn(&Snapshot) -> bool) -> Arc<Snapshot> {
