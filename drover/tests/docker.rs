@@ -357,7 +357,8 @@ async fn signal_restart_and_stop_reach_the_container_and_the_kill_timeout_is_hon
 
     // An operator's signal reaches the container's main process.
     let signal = json!({"Signal": "SIGUSR1", "Task": "t"});
-    let sent = cluster.api.request("PUT", &format!("/v1/client/allocation/{id}/signal"), Some(&signal)).await.expect("signal");
+    let sent =
+        cluster.api.request("PUT", &format!("/v1/client/allocation/{id}/signal"), Some(&signal)).await.expect("signal");
     assert_eq!(sent.status, 200, "{}", sent.body);
     log_containing(&cluster, &alloc, "got-usr1").await;
 
@@ -366,11 +367,15 @@ async fn signal_restart_and_stop_reach_the_container_and_the_kill_timeout_is_hon
     let first = alloc_containers(&alloc);
     assert_eq!(first.len(), 1, "{first:?}");
     let restart = json!({"TaskName": "t"});
-    let sent =
-        cluster.api.request("PUT", &format!("/v1/client/allocation/{id}/restart"), Some(&restart)).await.expect("restart");
+    let sent = cluster
+        .api
+        .request("PUT", &format!("/v1/client/allocation/{id}/restart"), Some(&restart))
+        .await
+        .expect("restart");
     assert_eq!(sent.status, 200, "{}", sent.body);
     let restarted = until(&cluster.api, &format!("/v1/allocation/{id}"), "the task started again", |alloc| {
-        events(alloc).iter().filter(|event| event["Type"] == "Started").count() == 2 && alloc["ClientStatus"] == "running"
+        events(alloc).iter().filter(|event| event["Type"] == "Started").count() == 2
+            && alloc["ClientStatus"] == "running"
     })
     .await;
     assert!(event(&events(&restarted), "Restart Signaled").is_some(), "{:#}", restarted["TaskStates"]);
@@ -395,8 +400,14 @@ async fn signal_restart_and_stop_reach_the_container_and_the_kill_timeout_is_hon
 async fn an_agent_killed_with_sigkill_reattaches_and_removes_what_was_stopped_meanwhile() {
     let mut cluster = DevCluster::start("reattach", None).await;
     for id in ["keep", "drop"] {
-        let hcl = cluster.job(id, "service", "", r#"command = "sleep"
-        args = ["3600"]"#, "");
+        let hcl = cluster.job(
+            id,
+            "service",
+            "",
+            r#"command = "sleep"
+        args = ["3600"]"#,
+            "",
+        );
         cluster.run_job(id, &hcl);
     }
     let keep = alloc_of(&cluster, "keep", "keep running", status_is("running")).await;
@@ -496,7 +507,9 @@ async fn an_endpoint_that_stops_answering_makes_the_driver_unhealthy_until_it_re
     let driver = |healthy: bool| {
         move |nodes: &Value| {
             nodes.as_array().is_some_and(|nodes| {
-                nodes.iter().any(|node| node["Drivers"]["docker"]["Healthy"] == healthy && node["Drivers"]["docker"]["Detected"] == true)
+                nodes.iter().any(|node| {
+                    node["Drivers"]["docker"]["Healthy"] == healthy && node["Drivers"]["docker"]["Detected"] == true
+                })
             })
         }
     };

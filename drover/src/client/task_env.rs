@@ -483,8 +483,15 @@ mod tests {
         let process = inside.process_env(&task, [], &EnvDenylist::default());
         for prefix in PREFIXES {
             let get = |name: &str| process.get(&format!("{prefix}{name}")).map(String::as_str);
-            assert_eq!((get("ALLOC_DIR"), get("TASK_DIR"), get("SECRETS_DIR")), (Some("/alloc"), Some("/local"), Some("/secrets")));
-            assert_eq!((get("PORT_http"), get("HOST_PORT_http")), (Some("8080"), Some("20123")), "port_map moves the inside");
+            assert_eq!(
+                (get("ALLOC_DIR"), get("TASK_DIR"), get("SECRETS_DIR")),
+                (Some("/alloc"), Some("/local"), Some("/secrets"))
+            );
+            assert_eq!(
+                (get("PORT_http"), get("HOST_PORT_http")),
+                (Some("8080"), Some("20123")),
+                "port_map moves the inside"
+            );
             assert_eq!(get("PORT_db"), Some("5433"), "unmapped ports as before");
         }
         assert_eq!(inside.interpolate("${NOMAD_TASK_DIR}/conf"), "/local/conf");

@@ -138,14 +138,16 @@ pub async fn run(
         Some(Reattached::Running(handle)) => {
             tracing::info!(alloc = %ctx.alloc.id, task = %ctx.task.name, handle = ?handle.state(), "re-attached to a running task")
         }
-        Some(_) => tracing::warn!(alloc = %ctx.alloc.id, task = %ctx.task.name, "task found dead after the agent restarted"),
+        Some(_) => {
+            tracing::warn!(alloc = %ctx.alloc.id, task = %ctx.task.name, "task found dead after the agent restarted")
+        }
         None => {}
     }
     let mut handle = match restored {
         Some(Reattached::Running(handle)) => {
             state.push_event(TaskEvent::new(TaskEvent::REATTACHED, now(), "Agent restarted; task still running"));
             publish(&state, Some(handle.state()));
-            Some(handle)
+            Some(*handle)
         }
         Some(found) => {
             let record = match found {

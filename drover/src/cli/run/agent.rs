@@ -297,7 +297,9 @@ impl ClientSide {
             ));
         }
         if let Some(settings) = docker {
-            let docker = Docker::connect(settings).await.map_err(|error| config_error("plugin.docker.config.endpoint", error))?;
+            let docker = Docker::connect(settings)
+                .await
+                .map_err(|error| config_error("plugin.docker.config.endpoint", error))?;
             drivers.docker = Some(docker);
         }
         if drivers.raw_exec.is_none() && drivers.docker.is_none() {

@@ -90,8 +90,8 @@ pub enum TaskHandle {
 /// What re-attaching found.
 #[derive(Debug)]
 pub enum Reattached {
-    /// The task still runs.
-    Running(TaskHandle),
+    /// The task still runs (boxed: a handle is far larger than a record).
+    Running(Box<TaskHandle>),
     /// It ended while the agent was away; this is how.
     Exited(ExitRecord),
     /// It is gone without a record (its executor was killed, its container

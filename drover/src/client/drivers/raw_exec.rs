@@ -169,7 +169,11 @@ impl RawExec {
                     #[allow(deprecated)]
                     let registered = AsyncFd::new(pidfd);
                     if let Ok(fd) = registered {
-                        return Reattached::Running(super::TaskHandle::Process(TaskHandle { state, waiter: Waiter::Pidfd(fd), exit_file }));
+                        return Reattached::Running(Box::new(super::TaskHandle::Process(TaskHandle {
+                            state,
+                            waiter: Waiter::Pidfd(fd),
+                            exit_file,
+                        })));
                     }
                 }
             }

@@ -119,11 +119,7 @@ pub fn build(spec: &Spec<'_>) -> Result<(String, ContainerCreateBody), String> {
             ])),
         },
     };
-    let ulimits = config
-        .ulimit
-        .iter()
-        .map(|(name, value)| ulimit(name, value))
-        .collect::<Result<Vec<_>, _>>()?;
+    let ulimits = config.ulimit.iter().map(|(name, value)| ulimit(name, value)).collect::<Result<Vec<_>, _>>()?;
     let non_empty = |list: &Vec<String>| (!list.is_empty()).then(|| list.clone());
     let host_config = HostConfig {
         binds: Some(binds),
@@ -244,7 +240,9 @@ fn host_path(source: &str, dir: &AllocDir, task: &str, volumes_enabled: bool) ->
     let path = Path::new(source);
     if path.is_absolute() {
         if !volumes_enabled {
-            return Err(format!("{source:?}: volumes are not enabled on this client; only paths in the task directory"));
+            return Err(format!(
+                "{source:?}: volumes are not enabled on this client; only paths in the task directory"
+            ));
         }
         return Ok(source.to_string());
     }
@@ -271,10 +269,7 @@ fn docker_mount(
     let (typ, source) = match mount.kind {
         MountKind::Bind => (MountType::BIND, Some(host_path(&mount.source, dir, task, volumes_enabled)?)),
         MountKind::Volume if !volumes_enabled => {
-            return Err(format!(
-                "config.mount {:?}: volume mounts need volumes enabled on this client",
-                mount.target
-            ))
+            return Err(format!("config.mount {:?}: volume mounts need volumes enabled on this client", mount.target))
         }
         MountKind::Volume => (MountType::VOLUME, Some(mount.source.clone())),
         MountKind::Tmpfs => (MountType::TMPFS, None),
@@ -288,14 +283,13 @@ fn docker_mount(
     })
 }
 
+/// Docker's port bindings: `"8080/tcp"` to the host addresses and ports.
+type PortBindings = HashMap<String, Option<Vec<PortBinding>>>;
+
 /// The ports to publish: `(exposed, bindings)`.
-fn ports(
-    alloc: &Allocation,
-    config: &DockerConfig,
-    network_mode: &str,
-) -> Result<(Vec<String>, HashMap<String, Option<Vec<PortBinding>>>), String> {
+fn ports(alloc: &Allocation, config: &DockerConfig, network_mode: &str) -> Result<(Vec<String>, PortBindings), String> {
     let mut exposed = Vec::new();
-    let mut bindings: HashMap<String, Option<Vec<PortBinding>>> = HashMap::new();
+    let mut bindings = PortBindings::new();
     for label in &config.ports {
         if !alloc.ports.iter().any(|port| *port.label == **label) {
             return Err(format!("Port {label:?} not found, check network stanza"));
@@ -304,7 +298,8 @@ fn ports(
     if matches!(network_mode, "host" | "none") || network_mode.starts_with("container:") {
         return Ok((exposed, bindings));
     }
-    let published = alloc.ports.iter().filter(|port| config.ports.is_empty() || config.ports.iter().any(|l| *l == *port.label));
+    let published =
+        alloc.ports.iter().filter(|port| config.ports.is_empty() || config.ports.iter().any(|l| *l == *port.label));
     for port in published {
         let inside = match config.port_map.get(&*port.label) {
             Some(mapped) => *mapped,
@@ -313,7 +308,8 @@ fn ports(
         };
         for protocol in ["tcp", "udp"] {
             let key = format!("{inside}/{protocol}");
-            let binding = PortBinding { host_ip: Some(port.host_ip.to_string()), host_port: Some(port.value.to_string()) };
+            let binding =
+                PortBinding { host_ip: Some(port.host_ip.to_string()), host_port: Some(port.value.to_string()) };
             bindings.entry(key.clone()).or_insert_with(|| Some(Vec::new())).get_or_insert_with(Vec::new).push(binding);
             if !exposed.contains(&key) {
                 exposed.push(key);
@@ -356,7 +352,12 @@ mod tests {
         (alloc, task, docker)
     }
 
-    fn made(alloc: &Allocation, task: &Task, config: &DockerConfig, settings: &DockerSettings) -> Result<(String, ContainerCreateBody), String> {
+    fn made(
+        alloc: &Allocation,
+        task: &Task,
+        config: &DockerConfig,
+        settings: &DockerSettings,
+    ) -> Result<(String, ContainerCreateBody), String> {
         let dir = AllocDir::new(Path::new("/data"), alloc.id);
         let env = BTreeMap::from([("NOMAD_TASK_NAME".to_string(), task.name.clone())]);
         build(&Spec { alloc, task, dir: &dir, config, env: &env, settings })
@@ -401,7 +402,9 @@ mod tests {
         let (_, body) = made(&alloc, &task, &config, &DockerSettings::default()).expect("made");
         let host = body.host_config.expect("host config");
         assert_eq!((host.memory, host.memory_reservation), (Some(512 << 20), Some(256 << 20)));
-        let (_, body) = made(&alloc, &task, &DockerConfig { memory_hard_limit: 1024, ..config }, &DockerSettings::default()).expect("made");
+        let (_, body) =
+            made(&alloc, &task, &DockerConfig { memory_hard_limit: 1024, ..config }, &DockerSettings::default())
+                .expect("made");
         assert_eq!(body.host_config.expect("host").memory, Some(1024 << 20), "the larger of the two");
     }
 
@@ -427,7 +430,8 @@ mod tests {
         assert_eq!(error, "Docker privileged mode is disabled on this Nomad agent");
         let allowing = DockerSettings { allow_privileged: true, ..settings.clone() };
         assert!(made(&alloc, &task, &config, &allowing).is_ok());
-        let (alloc, task, config) = fixture(r#"{"image": "app:1", "cap_add": ["SYS_ADMIN", "cap_net_raw"], "cap_drop": ["CHOWN"]}"#);
+        let (alloc, task, config) =
+            fixture(r#"{"image": "app:1", "cap_add": ["SYS_ADMIN", "cap_net_raw"], "cap_drop": ["CHOWN"]}"#);
         let error = made(&alloc, &task, &config, &settings).expect_err("refused");
         assert!(error.ends_with("NET_RAW, SYS_ADMIN"), "{error}");
         let all = DockerSettings { allow_caps: vec!["ALL".to_string()], ..settings.clone() };

@@ -46,7 +46,15 @@ pub fn follow(
                     let gone = client
                         .inspect_container(&container, None::<bollard::query_parameters::InspectContainerOptions>)
                         .await
-                        .map_or_else(|error| matches!(error, bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }), |found| found.state.and_then(|state| state.running) != Some(true));
+                        .map_or_else(
+                            |error| {
+                                matches!(
+                                    error,
+                                    bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }
+                                )
+                            },
+                            |found| found.state.and_then(|state| state.running) != Some(true),
+                        );
                     if gone {
                         return;
                     }
@@ -72,7 +80,8 @@ impl Copy {
     async fn run(&self, client: &bollard::Docker, container: &str) -> Result<(), String> {
         let mark = std::fs::read_to_string(&self.mark_file).ok().map(|text| text.trim().to_string());
         let since = mark.as_deref().and_then(unix_seconds).unwrap_or(0);
-        let options = LogsOptionsBuilder::new().follow(true).stdout(true).stderr(true).timestamps(true).since(since).build();
+        let options =
+            LogsOptionsBuilder::new().follow(true).stdout(true).stderr(true).timestamps(true).since(since).build();
         let max_bytes = u64::from(self.limits.max_file_size_mb) * 1024 * 1024;
         let open = |kind| {
             RotatingWriter::open(&self.logs_dir, &prefix(&self.task, kind), self.limits.max_files, max_bytes)

@@ -189,9 +189,9 @@ impl Docker {
     /// time) and publishes the attributes; returns whether it has ever
     /// answered.
     async fn check_health(&self, path: &str, reached_before: bool) -> bool {
-        let found = tokio::time::timeout(HEALTH_TIMEOUT, self.probe(path)).await.unwrap_or_else(|_| {
-            Err(format!("no answer in {}s", HEALTH_TIMEOUT.as_secs()))
-        });
+        let found = tokio::time::timeout(HEALTH_TIMEOUT, self.probe(path))
+            .await
+            .unwrap_or_else(|_| Err(format!("no answer in {}s", HEALTH_TIMEOUT.as_secs())));
         let attributes = match found {
             Ok(attributes) => attributes,
             Err(error) if reached_before => {
@@ -227,12 +227,9 @@ impl Docker {
         let client = match agreed {
             Some(client) => client,
             None => {
-                let fresh = bollard::Docker::connect_with_unix(
-                    path,
-                    REQUEST_TIMEOUT.as_secs(),
-                    bollard::API_DEFAULT_VERSION,
-                )
-                .map_err(|error| error.to_string())?;
+                let fresh =
+                    bollard::Docker::connect_with_unix(path, REQUEST_TIMEOUT.as_secs(), bollard::API_DEFAULT_VERSION)
+                        .map_err(|error| error.to_string())?;
                 let agreed = fresh.negotiate_version().await.map_err(|error| error.to_string())?;
                 *self.client.lock() = Some(agreed.clone());
                 agreed
@@ -251,7 +248,9 @@ impl Docker {
         if self.settings.volumes_enabled {
             attributes.insert("driver.docker.volumes.enabled".to_string(), "1".to_string());
         }
-        if let Ok(bridge) = client.inspect_network("bridge", None::<bollard::query_parameters::InspectNetworkOptions>).await {
+        if let Ok(bridge) =
+            client.inspect_network("bridge", None::<bollard::query_parameters::InspectNetworkOptions>).await
+        {
             let gateway = bridge.ipam.and_then(|ipam| ipam.config).into_iter().flatten().find_map(|cfg| cfg.gateway);
             if let Some(gateway) = gateway {
                 attributes.insert("driver.docker.bridge_ip".to_string(), gateway);
@@ -413,11 +412,11 @@ impl Docker {
         match client.inspect_container(&state.id, None::<InspectContainerOptions>).await {
             Ok(found) if found.state.as_ref().and_then(|state| state.running) == Some(true) => {
                 let logs = logs::follow(client, state.id.clone(), dir, &task.name, task.logs);
-                Reattached::Running(super::TaskHandle::Container(TaskHandle {
+                Reattached::Running(Box::new(super::TaskHandle::Container(TaskHandle {
                     state,
                     docker: self.clone(),
                     logs: Some(logs),
-                }))
+                })))
             }
             Ok(found) => {
                 // Ended while the agent was away: its last logs, its exit,
