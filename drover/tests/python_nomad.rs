@@ -1,8 +1,13 @@
 //! python-nomad 2.1.0, the real library from PyPI, against a real
-//! `drover server --dev` and a real `drover agent --dev` (mock and raw_exec
-//! drivers), both the `drover` binary on loopback ports they pick: jobs,
-//! evals, nodes and allocations, and the client endpoints (logs, files,
-//! stats, signal, restart, stop, gc) the server answers through the agent.
+//! `drover server --dev` and a real `drover agent --dev` (mock, raw_exec
+//! and docker drivers), both the `drover` binary on loopback ports they
+//! pick, one Python script a test (`tests/python/`): jobs, evals, nodes
+//! and allocations, and the client endpoints (logs, files, stats, signal,
+//! restart, stop, gc) the server answers through the agent; and a Nomad
+//! job file with `driver = "docker"` run as `nomad job run` runs it
+//! (`/v1/jobs/parse`, register, the task's events, its HTTP answer on the
+//! allocated host port, the stop), on an image the test builds, its
+//! containers removed however it ends.
 //! The library lives in a virtual environment that `.ci/run` installs; the
 //! test installs it itself when it is missing (`pip install
 //! python-nomad==2.1.0`).
@@ -12,7 +17,7 @@ mod common;
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{mpsc, Mutex};
 use std::time::Duration;
 
 /// How long the whole Python run may take before the test fails.
@@ -66,8 +71,11 @@ impl Drop for Children {
     }
 }
 
-/// The virtual environment with python-nomad 2.1.0: `.ci/run` makes it.
+/// The virtual environment with python-nomad 2.1.0: `.ci/run` makes it;
+/// the first test that finds it missing makes it, while the others wait.
 fn python() -> PathBuf {
+    static MAKING: Mutex<()> = Mutex::new(());
+    let _making = MAKING.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("python-nomad-2.1.0");
     let python = venv.join("bin/python");
     if !python.exists() {
@@ -82,13 +90,13 @@ fn python() -> PathBuf {
     python
 }
 
-#[test]
-fn python_nomad_registers_reads_and_stops_a_job_on_a_real_server_and_agent() {
-    let python = python();
-    let dir = std::env::temp_dir().join(format!("drover-python-nomad-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let mut children = Children { dir: dir.clone(), running: Vec::new() };
+/// A real `drover server --dev` and `drover agent --dev` on loopback
+/// ports they pick, their data in `dir`; the children, and the server's
+/// HTTP address.
+fn dev_cluster(dir: &Path) -> (Children, String) {
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).expect("temp dir");
+    let mut children = Children { dir: dir.to_path_buf(), running: Vec::new() };
     // Every listener of every process on a port it picks: a test never
     // depends on a well-known port being free.
     let server = children.spawn(
@@ -96,7 +104,7 @@ fn python_nomad_registers_reads_and_stops_a_job_on_a_real_server_and_agent() {
         Command::new(env!("CARGO_BIN_EXE_drover"))
             .args(["server", "--dev", "--bind", "127.0.0.1", "--port", "0", "--http-port", "0", "--print-address"])
             .args(["--workers", "1", "--data-dir"])
-            .arg(&dir)
+            .arg(dir)
             .stdout(Stdio::piped()),
     );
     let mut lines = std::io::BufReader::new(server.stdout.take().expect("stdout")).lines();
@@ -107,12 +115,21 @@ fn python_nomad_registers_reads_and_stops_a_job_on_a_real_server_and_agent() {
     let rpc = line("listening").strip_prefix("listening ").map(str::to_string);
     let http = line("http").strip_prefix("http ").map(str::to_string);
     let (Some(rpc), Some(http)) = (rpc, http) else { panic!("the server's address lines:\n{}", children.stderrs()) };
-    children.spawn("agent", common::dev_agent(&dir, &rpc, &dir.join("agent")).stdout(Stdio::null()));
+    // The rest of its stdout is read on, so it never writes to a closed pipe.
+    std::thread::spawn(move || lines.for_each(drop));
+    children.spawn("agent", common::dev_agent(dir, &rpc, &dir.join("agent")).stdout(Stdio::null()));
+    (children, format!("http://{http}"))
+}
 
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/nomad_client.py");
-    let mut python = Command::new(&python)
+/// Runs `tests/python/<script>` against the server at `http` with `env`,
+/// until it ends or a child does, within [`WATCHDOG`]; its stdout, once
+/// it passed.
+fn run_script(children: &mut Children, script: &str, http: &str, env: &[(&str, &str)]) -> String {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python").join(script);
+    let mut python = Command::new(python())
         .arg(&script)
-        .env("NOMAD_ADDR", format!("http://{http}"))
+        .env("NOMAD_ADDR", http)
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -148,7 +165,46 @@ fn python_nomad_registers_reads_and_stops_a_job_on_a_real_server_and_agent() {
     let status = waiter.join().expect("the waiter").expect("python was waited for");
     let (stdout, stderr) = (stdout.join().expect("stdout"), stderr.join().expect("stderr"));
     assert!(status.success(), "python-nomad test failed:\n{stdout}\n{stderr}\n{}", children.stderrs());
+    stdout
+}
+
+#[test]
+fn python_nomad_registers_reads_and_stops_a_job_on_a_real_server_and_agent() {
+    let dir = std::env::temp_dir().join(format!("drover-python-nomad-{}", std::process::id()));
+    let (mut children, http) = dev_cluster(&dir);
+    let stdout = run_script(&mut children, "nomad_client.py", &http, &[]);
     assert!(stdout.contains("checks passed"), "{stdout}");
+    drop(children);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Removes the test's containers when dropped, however the test ends.
+struct TestContainers(String);
+
+impl Drop for TestContainers {
+    fn drop(&mut self) {
+        common::docker::remove_test_containers(&self.0);
+    }
+}
+
+#[test]
+fn python_nomad_runs_a_docker_job_file_as_nomad_job_run_does() {
+    let image = common::docker::test_image();
+    let label = format!("python-nomad-{}", std::process::id());
+    // Dropped after the children (declared before them): the agent is
+    // gone before its containers are removed.
+    let _containers = TestContainers(label.clone());
+    let dir = std::env::temp_dir().join(format!("drover-python-nomad-docker-{}", std::process::id()));
+    let (mut children, http) = dev_cluster(&dir);
+    let env = [
+        ("DROVER_TEST_IMAGE", image),
+        ("DROVER_TEST_LABEL", common::docker::TEST_LABEL),
+        ("DROVER_TEST_LABEL_VALUE", label.as_str()),
+    ];
+    let stdout = run_script(&mut children, "nomad_docker_job.py", &http, &env);
+    assert!(stdout.contains("checks passed"), "{stdout}");
+    let left = common::docker::containers(common::docker::TEST_LABEL, &label);
+    assert!(left.is_empty(), "the stopped allocation's container is removed: {left:?}");
     drop(children);
     let _ = std::fs::remove_dir_all(&dir);
 }

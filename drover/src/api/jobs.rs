@@ -508,6 +508,23 @@ pub struct ScalingRequest {
     pub message: Option<String>,
 }
 
+/// `PUT|POST /v1/jobs/parse` body (`JobsParseRequest`): a job file's text,
+/// answered with the job in Nomad's JSON.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+pub struct JobsParseRequest {
+    /// The job file (HCL2).
+    #[serde(rename = "JobHCL")]
+    pub job_hcl: String,
+    /// Read the file as HCL1 (Drover reads HCL2 only).
+    #[serde(rename = "HCLv1")]
+    pub hcl_v1: bool,
+    /// Values for the file's `variable`s (Drover's reader takes none).
+    pub variables: String,
+    /// Fill in every default (Drover answers the job as written).
+    pub canonicalize: bool,
+}
+
 /// The answer to a job register, scale or evaluate (`JobRegisterResponse`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, rename_all = "PascalCase")]

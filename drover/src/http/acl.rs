@@ -8,7 +8,8 @@
 //!    scrapers carry no token, as with Nomad);
 //! 2. a management token: the rest of `/v1/acl/`, `/v1/operator/snapshot`;
 //! 3. otherwise a level on one area ([`AclRules`]): `read` for GET (and
-//!    `/v1/search`), `write` for the rest; nodes need `node`, the agent and
+//!    `/v1/search`, and `/v1/jobs/parse`: Nomad's `parse-job`), `write`
+//!    for the rest; nodes need `node`, the agent and
 //!    workers `agent`, `/v1/operator/*` `operator`, everything else
 //!    (jobs, evaluations, allocations) `namespace "default"`;
 //! 4. but for the client operations, which need Nomad's capabilities
@@ -95,7 +96,8 @@ fn need(method: &Method, path: &str) -> Need {
         Need::Level(Area::Agent, level)
     } else if path == "/v1/nodes" || path.starts_with("/v1/node/") {
         Need::Level(Area::Node, level)
-    } else if path == "/v1/search" {
+    } else if path == "/v1/search" || path == "/v1/jobs/parse" {
+        // Nomad's `parse-job`, which its `read` policy grants.
         Need::Level(Area::Namespace, AclLevel::Read)
     } else {
         Need::Level(Area::Namespace, level)
@@ -488,6 +490,7 @@ mod tests {
         assert_eq!(need(&Method::PUT, "/v1/jobs"), Need::Level(Area::Namespace, AclLevel::Write));
         assert_eq!(need(&Method::DELETE, "/v1/job/web"), Need::Level(Area::Namespace, AclLevel::Write));
         assert_eq!(need(&Method::POST, "/v1/search"), Need::Level(Area::Namespace, AclLevel::Read));
+        assert_eq!(need(&Method::PUT, "/v1/jobs/parse"), Need::Level(Area::Namespace, AclLevel::Read));
         assert_eq!(need(&Method::GET, "/v1/node/abc"), Need::Level(Area::Node, AclLevel::Read));
         assert_eq!(need(&Method::PUT, "/v1/agent/schedulers/config"), Need::Level(Area::Agent, AclLevel::Write));
         assert_eq!(need(&Method::GET, "/v1/operator/raft/info"), Need::Level(Area::Operator, AclLevel::Read));

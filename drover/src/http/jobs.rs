@@ -3,14 +3,15 @@
 //! has), so ids may hold `/`, and a job whose id ends in a suffix (`a/plan`)
 //! is reached by its suffix's handler, never registered under another id
 //! (a register's body must name the id of its path). The sub-paths Drover
-//! does not serve yet answer 501, naming the path.
+//! does not serve yet answer 501, naming the path. `/v1/jobs/parse` reads a
+//! job file into Nomad's job JSON, as `drover job run` reads one.
 
 use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::Method;
-use axum::routing::{any, get};
+use axum::routing::{any, get, put};
 use axum::Router;
 use engine::job_endpoint::{JobError, JobWriteResponse};
 use engine::state::Snapshot;
@@ -23,13 +24,17 @@ use super::ApiState;
 use crate::api::evaluations::Evaluation;
 use crate::api::job_spec::{self, JobRegisterRequest};
 use crate::api::jobs::{
-    JobDeregisterResponse, JobRegisterResponse, JobScaleStatusResponse, ScalingRequest, TaskGroupScaleStatus,
+    JobDeregisterResponse, JobRegisterResponse, JobScaleStatusResponse, JobsParseRequest, ScalingRequest,
+    TaskGroupScaleStatus,
 };
 use crate::api::WriteMeta;
 
 /// The routes of this file.
 pub fn routes() -> Router<ApiState> {
-    Router::new().route("/v1/jobs", get(list).put(register).post(register)).route("/v1/job/{*rest}", any(job))
+    Router::new()
+        .route("/v1/jobs", get(list).put(register).post(register))
+        .route("/v1/jobs/parse", put(parse).post(parse))
+        .route("/v1/job/{*rest}", any(job))
 }
 
 /// `GET /v1/jobs[?prefix=&namespace=]`: stubs ordered by id; `namespace=*`
@@ -53,6 +58,31 @@ async fn list(State(state): State<ApiState>, params: Params) -> Result<Reply, Ap
 /// `PUT|POST /v1/jobs`: register (or update) a job from Nomad's JSON.
 async fn register(State(state): State<ApiState>, params: Params, body: Bytes) -> Result<Reply, ApiError> {
     register_job(state, params, body, None).await
+}
+
+/// `PUT|POST /v1/jobs/parse`: the job file in the body's `JobHCL`, read
+/// as `drover job run` reads a file (`api::hcl`), answered with the job in
+/// Nomad's JSON, unregistered. Nomad's messages: `Job spec is empty`,
+/// `Failed to parse job: <file:line: what>` (400). What Drover's reader
+/// cannot do (HCL1, variables, canonicalizing) answers 501 naming it,
+/// rather than a job that is not what was asked for.
+async fn parse(params: Params, body: Bytes) -> Result<Reply, ApiError> {
+    let request: JobsParseRequest =
+        serde_json::from_slice(&body).map_err(|error| ApiError::BadRequest(error.to_string()))?;
+    let unsupported = [
+        (request.hcl_v1, "HCLv1: Drover reads HCL2 job files only"),
+        (!request.variables.trim().is_empty(), "Variables: Drover's job file reader takes no variables"),
+        (request.canonicalize, "Canonicalize: parse without it; the server applies Nomad's defaults on register"),
+    ];
+    if let Some((_, what)) = unsupported.iter().find(|(asked, _)| *asked) {
+        return Err(ApiError::NotImplemented(format!("/v1/jobs/parse with {what}")));
+    }
+    if request.job_hcl.trim().is_empty() {
+        return Err(ApiError::BadRequest("Job spec is empty".to_string()));
+    }
+    let mut parsed = crate::api::hcl::job_json("input.hcl", &request.job_hcl)
+        .map_err(|error| ApiError::BadRequest(format!("Failed to parse job: {error}")))?;
+    Ok(Reply::json(&parsed["Job"].take(), params.pretty(), None))
 }
 
 /// What `job` does for `/v1/job/<rest>` by method and suffix.

@@ -1,5 +1,5 @@
 //! The one builder of `drover agent` command lines with TLS flags, shared
-//! by the tests (through `common`) and `examples/raw_exec_latency.rs`
+//! by the tests (through `common`) and `examples/task_latency.rs`
 //! (through `#[path]`).
 
 use std::path::{Path, PathBuf};

@@ -1,7 +1,9 @@
-//! The docker tests' image and clean-up. No registry can be reached, so
-//! the image is built here: `FROM scratch` with a static busybox (Debian's
-//! `busybox-static`, which `.ci/run` installs) and its applets linked in
-//! `/bin`: `sh`, `httpd`, `sleep`, `head`, `tr` and the rest.
+//! The docker tests' image and clean-up, shared by the tests (through
+//! `common`) and `examples/task_latency.rs` (through `#[path]`, so this
+//! file stands alone). No registry can be reached, so the image is built
+//! here: `FROM scratch` with a static busybox (Debian's `busybox-static`,
+//! which `.ci/run` installs) and its applets linked in `/bin`: `sh`,
+//! `httpd`, `sleep`, `head`, `tr` and the rest.
 
 use std::path::Path;
 use std::process::Command;
@@ -28,7 +30,8 @@ pub fn test_image() -> &'static str {
             .into_iter()
             .find(|path| Path::new(path).exists())
             .expect("a static busybox (Debian's busybox-static; .ci/run installs it)");
-        let context = super::temp_dir("docker-image");
+        let context = std::env::temp_dir().join(format!("drover-docker-image-{}", std::process::id()));
+        std::fs::create_dir_all(&context).expect("the build context");
         std::fs::copy(busybox, context.join("busybox")).expect("copies busybox");
         std::fs::write(
             context.join("Dockerfile"),

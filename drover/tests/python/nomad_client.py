@@ -1,21 +1,18 @@
 """python-nomad 2.1.0 against a real `drover server` with a real `drover agent`.
 
 Run by drover/tests/python_nomad.rs, which starts both and sets NOMAD_ADDR.
-Waits use the API's blocking queries (a request that returns when the
-state changes) or read a followed log, never sleeps. The client endpoints
-(logs, files, stats, signal, restart, stop, gc) are the server's, which
-reaches the agent over the agent's own connection.
+Waits use the API's blocking queries (`blocking.py`) or read a followed
+log, never sleeps. The client endpoints (logs, files, stats, signal,
+restart, stop, gc) are the server's, which reaches the agent over the
+agent's own connection.
 """
 
-import os
 import sys
-import time
 
 import nomad
 import requests
 
-ADDR = os.environ["NOMAD_ADDR"]
-n = nomad.Nomad(address=ADDR, timeout=10)
+from blocking import ADDR, n, wait_alloc, wait_allocs
 
 JOB = {
     "Job": {
@@ -39,24 +36,6 @@ JOB = {
         ],
     }
 }
-
-
-def wait_allocs(job_id, done, what):
-    """Blocking queries on the job's allocations until `done` holds."""
-    index = 0
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        answer = requests.get(
-            f"{ADDR}/v1/job/{job_id}/allocations",
-            params={"index": index, "wait": "5s"},
-            timeout=15,
-        )
-        answer.raise_for_status()
-        index = int(answer.headers["X-Nomad-Index"])
-        allocs = n.job.get_allocations(job_id)
-        if done(allocs):
-            return allocs
-    sys.exit(f"never {what}")
 
 
 registered = n.jobs.register_job(JOB)
@@ -126,24 +105,6 @@ TRAPPER = {
         ],
     }
 }
-
-
-def wait_alloc(alloc_id, done, what):
-    """Blocking queries on one allocation until `done` holds."""
-    index = 0
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        answer = requests.get(
-            f"{ADDR}/v1/allocation/{alloc_id}",
-            params={"index": index, "wait": "5s"},
-            timeout=15,
-        )
-        answer.raise_for_status()
-        index = int(answer.headers["X-Nomad-Index"])
-        alloc = answer.json()
-        if done(alloc):
-            return alloc
-    sys.exit(f"never {what}")
 
 
 def last_pid(alloc):
