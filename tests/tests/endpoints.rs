@@ -121,6 +121,27 @@ fn a_blocked_eval_is_unblocked_by_new_capacity() {
 }
 
 #[test]
+fn a_driver_that_becomes_healthy_on_a_node_brings_its_system_jobs() {
+    let server = server();
+    let mut bare = node(1, 1000);
+    bare.attributes.insert("driver.docker".into(), "0".into());
+    server.nodes().register(bare.clone()).expect("node");
+    let mut system = Job::new_simple("agentd", JobType::System, 1, Resources::new(100, 64, 0));
+    system.task_groups[0].tasks[0].driver = "docker".into();
+    system.task_groups[0].tasks[0].config.insert("image".into(), "agentd:1".into());
+    server.jobs().register(system.clone()).expect("job");
+    settle(&server, |snapshot| snapshot.evals_by_job(&system.key()).all(|eval| eval.status.is_terminal()));
+    assert_eq!(live(&server.store().snapshot(), &system), 0, "docker is unhealthy there");
+    // The agent registers the node again with the driver healthy: a new
+    // class, and the node's evals with it.
+    let mut healthy = bare;
+    healthy.attributes.insert("driver.docker".into(), "1".into());
+    server.nodes().register(healthy).expect("re-registered");
+    settle(&server, |snapshot| live(snapshot, &system) == 1);
+    server.shutdown();
+}
+
+#[test]
 fn the_allocs_query_blocks_until_the_node_has_news() {
     let server = server();
     server.nodes().register(node(1, 4000)).expect("node");

@@ -179,10 +179,12 @@ impl NodeEndpoint {
         self.answer(node_id, applied.index)
     }
 
-    /// The registration's one command: a new ready node and the evals of
-    /// every system job, computed from the state before the write (a new
-    /// node has no allocations). A node already registered must present
-    /// the secret it registered with.
+    /// The registration's one command: the node, and the node's evals
+    /// (its jobs' and every system job's, computed from the state before
+    /// the write) when it is new and ready, or when a schedulable node now
+    /// has another class (a driver became healthy or unhealthy: its system
+    /// jobs may now fit, or no longer run), as Nomad's. A node already
+    /// registered must present the secret it registered with.
     fn registration(&self, node: Node) -> Result<Command, NodeError> {
         let snapshot = self.writer.store().snapshot();
         let known = snapshot.node(node.id);
@@ -190,7 +192,13 @@ impl NodeEndpoint {
             return Err(NodeError::WrongSecret { node: node.id });
         }
         let is_new_and_ready = known.is_none() && node.status == NodeStatus::Ready;
-        let evals = if is_new_and_ready { node_evals(&snapshot, node.id, self.clock.now()) } else { Vec::new() };
+        let class_changed =
+            known.is_some_and(|known| known.is_schedulable() && known.computed_class != node.compute_class());
+        let evals = if is_new_and_ready || class_changed {
+            node_evals(&snapshot, node.id, self.clock.now())
+        } else {
+            Vec::new()
+        };
         Ok(Command::UpsertNode { node, evals })
     }
 
