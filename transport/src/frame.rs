@@ -12,7 +12,8 @@ pub const MAGIC: [u8; 3] = *b"DRV";
 /// log, the report's scope and audit. 3: jobs and allocations carry what
 /// issue 24 added (meta, task restart policies, reconcile strategies, port
 /// host networks, placement scores). 4: a task carries its `memory_max_mb`.
-pub const VERSION: u8 = 4;
+/// 5: groups and tasks carry their services and checks.
+pub const VERSION: u8 = 5;
 /// Bytes before the payload.
 pub const HEADER_LEN: usize = 3 + 1 + 1 + 8 + 4;
 /// The largest payload a peer may send (8 MiB).

@@ -54,14 +54,12 @@ pub const NOT_IMPLEMENTED: &[(&str, &str, &str, bool)] = &[
     ("job", "migrate", "Migrate", false),
     ("job", "ui", "UI", false),
     ("job", "node_pool", "NodePool", false),
-    ("group", "service", "Services", true),
     ("group", "volume", "Volumes", true),
     ("group", "scaling", "Scaling", false),
     ("group", "migrate", "Migrate", false),
     ("group", "consul", "Consul", false),
     ("group", "shutdown_delay", "ShutdownDelay", false),
     ("group", "prevent_reschedule_on_lost", "PreventRescheduleOnLost", false),
-    ("task", "service", "Services", true),
     ("task", "vault", "Vault", false),
     ("task", "template", "Templates", true),
     ("task", "artifact", "Artifacts", true),
@@ -256,6 +254,7 @@ impl Reader<'_> {
                 "affinity" => push(group, "Affinities", self.affinity(inner)?),
                 "spread" => push(group, "Spreads", self.spread(inner)?),
                 "network" => push(group, "Networks", self.network(inner)?),
+                "service" => push(group, "Services", self.service(inner)?),
                 "restart" => {
                     group.insert("RestartPolicy".into(), self.restart(inner)?);
                 }
@@ -331,6 +330,7 @@ impl Reader<'_> {
                 }
                 "constraint" => push(task, "Constraints", self.constraint(inner)?),
                 "affinity" => push(task, "Affinities", self.affinity(inner)?),
+                "service" => push(task, "Services", self.service(inner)?),
                 _ => return Ok(false),
             }
             Ok(true)
@@ -450,6 +450,105 @@ impl Reader<'_> {
         network.insert("ReservedPorts".into(), Value::Array(reserved));
         network.insert("DynamicPorts".into(), Value::Array(dynamic));
         Ok(Value::Object(network))
+    }
+
+    /// A `service` block: its `check` blocks become `Checks`, `port` is
+    /// `PortLabel`; Nomad's blocks Drover warns of or refuses (`connect`,
+    /// `identity`, ...) are kept under their JSON names for `job_spec`.
+    fn service(&self, block: &Block) -> Result<Value, HclError> {
+        let attributes = [
+            ("name", "Name", false),
+            ("port", "PortLabel", false),
+            ("tags", "Tags", false),
+            ("canary_tags", "CanaryTags", false),
+            ("enable_tag_override", "EnableTagOverride", false),
+            ("address_mode", "AddressMode", false),
+            ("address", "Address", false),
+            ("provider", "Provider", false),
+            ("task", "TaskName", false),
+            ("on_update", "OnUpdate", false),
+            ("meta", "Meta", false),
+            ("canary_meta", "CanaryMeta", false),
+            ("tagged_addresses", "TaggedAddresses", false),
+            ("cluster", "Cluster", false),
+        ];
+        let mut service = Map::new();
+        let mut checks = Vec::new();
+        self.fill(&block.body, "service", &attributes, &mut service, |inner, service| {
+            let free_form = match inner.ident.as_str() {
+                "check" => {
+                    checks.push(self.check(inner)?);
+                    return Ok(true);
+                }
+                "check_restart" => {
+                    service.insert("CheckRestart".into(), self.check_restart(inner)?);
+                    return Ok(true);
+                }
+                "meta" => "Meta",
+                "canary_meta" => "CanaryMeta",
+                "tagged_addresses" => "TaggedAddresses",
+                "connect" => "Connect",
+                "identity" => "Identity",
+                "weights" => "Weights",
+                _ => return Ok(false),
+            };
+            service.insert(free_form.into(), self.map(inner)?);
+            Ok(true)
+        })?;
+        if !checks.is_empty() {
+            service.insert("Checks".into(), Value::Array(checks));
+        }
+        Ok(Value::Object(service))
+    }
+
+    fn check(&self, block: &Block) -> Result<Value, HclError> {
+        let attributes = [
+            ("name", "Name", false),
+            ("type", "Type", false),
+            ("path", "Path", false),
+            ("method", "Method", false),
+            ("body", "Body", false),
+            ("protocol", "Protocol", false),
+            ("port", "PortLabel", false),
+            ("address_mode", "AddressMode", false),
+            ("command", "Command", false),
+            ("args", "Args", false),
+            ("task", "TaskName", false),
+            ("interval", "Interval", DURATION),
+            ("timeout", "Timeout", DURATION),
+            ("initial_status", "InitialStatus", false),
+            ("success_before_passing", "SuccessBeforePassing", false),
+            ("failures_before_critical", "FailuresBeforeCritical", false),
+            ("failures_before_warning", "FailuresBeforeWarning", false),
+            ("on_update", "OnUpdate", false),
+            ("tls_skip_verify", "TLSSkipVerify", false),
+            ("tls_server_name", "TLSServerName", false),
+            ("grpc_service", "GRPCService", false),
+            ("grpc_use_tls", "GRPCUseTLS", false),
+            ("expose", "Expose", false),
+            ("notes", "Notes", false),
+            ("header", "Header", false),
+        ];
+        let mut check = Map::new();
+        self.fill(&block.body, "check", &attributes, &mut check, |inner, check| {
+            match inner.ident.as_str() {
+                "header" => {
+                    check.insert("Header".into(), self.map(inner)?);
+                }
+                "check_restart" => {
+                    check.insert("CheckRestart".into(), self.check_restart(inner)?);
+                }
+                _ => return Ok(false),
+            }
+            Ok(true)
+        })?;
+        Ok(Value::Object(check))
+    }
+
+    fn check_restart(&self, block: &Block) -> Result<Value, HclError> {
+        let attributes =
+            [("limit", "Limit", false), ("grace", "Grace", DURATION), ("ignore_warnings", "IgnoreWarnings", false)];
+        self.simple(block, &attributes)
     }
 
     fn restart(&self, block: &Block) -> Result<Value, HclError> {
@@ -577,7 +676,7 @@ job "example" {
         let json = job_json("example.hcl", &more).expect("parses");
         let task = &json["Job"]["TaskGroups"][0]["Tasks"][0];
         assert_eq!(task["Vault"], json!({"policies": ["x"]}));
-        assert_eq!(task["Services"], json!([{"name": "a", "check": {"type": "tcp"}}, {"name": "b"}]));
+        assert_eq!(task["Services"], json!([{"Name": "a", "Checks": [{"Type": "tcp"}]}, {"Name": "b"}]));
         assert_eq!(
             (task["ShutdownDelay"].as_str(), task["Resources"]["MemoryMaxMB"].as_i64()),
             (Some("5s"), Some(512))
@@ -585,7 +684,7 @@ job "example" {
         let request: crate::api::job_spec::JobRegisterRequest = serde_json::from_value(json).expect("lenient");
         let converted = crate::api::job_spec::convert_job(request.job.expect("job"), None).expect("converts");
         let text = converted.warnings.join("\n");
-        for field in ["Services", "Vault", "ShutdownDelay"] {
+        for field in ["Vault", "ShutdownDelay"] {
             assert!(text.contains(&format!("Task \"redis\": {field} is not implemented")), "{field}: {text}");
         }
         assert!(!text.contains("MemoryMaxMB"), "memory_max is honoured: {text}");
@@ -719,5 +818,113 @@ job "m" {
         let network = &converted.job.task_groups[0].networks[0];
         assert_eq!(network.dynamic_ports[0].host_network.as_deref(), Some("public"));
         assert_eq!(network.reserved_ports[0].host_network, None, "no host_network: the node's address");
+    }
+
+    #[test]
+    fn a_web_service_with_http_and_tcp_checks_reaches_the_engine_job() {
+        let text = r#"
+job "shop" {
+  datacenters = ["dc1"]
+  group "web" {
+    count = 2
+    network {
+      port "http" { to = 8080 }
+      port "metrics" {}
+    }
+    service {
+      name         = "shop-web"
+      port         = "http"
+      tags         = ["urlprefix-/shop", "v2"]
+      canary_tags  = ["canary"]
+      address_mode = "host"
+      provider     = "nomad"
+      meta { version = "2" }
+      check_restart {
+        limit = 3
+        grace = "30s"
+      }
+      check {
+        name     = "alive"
+        type     = "http"
+        path     = "/health"
+        method   = "GET"
+        interval = "10s"
+        timeout  = "2s"
+        header { X-Foo = ["bar"] }
+        check_restart {
+          limit           = 5
+          ignore_warnings = true
+        }
+      }
+      check {
+        type     = "tcp"
+        port     = "metrics"
+        interval = "5s"
+        timeout  = "1s"
+      }
+    }
+    task "server" {
+      driver = "raw_exec"
+      config {
+        command = "/usr/local/bin/shop"
+        args    = ["--port", "${NOMAD_PORT_http}"]
+      }
+      service {
+        port = "metrics"
+        tags = ["metrics"]
+      }
+    }
+  }
+}
+"#;
+        let json = job_json("shop.hcl", text).expect("parses");
+        let service = &json["Job"]["TaskGroups"][0]["Services"][0];
+        assert_eq!(
+            (service["PortLabel"].as_str(), service["Checks"][0]["Interval"].as_u64()),
+            (Some("http"), Some(10_000_000_000))
+        );
+        assert_eq!(service["Checks"][0]["Header"], json!({"X-Foo": ["bar"]}));
+        assert_eq!(service["CheckRestart"], json!({"Limit": 3, "Grace": 30_000_000_000u64}));
+        let request: crate::api::job_spec::JobRegisterRequest = serde_json::from_value(json).expect("lenient");
+        let converted = crate::api::job_spec::convert_job(request.job.expect("job"), None).expect("converts");
+        assert_eq!(converted.job.validate(), Ok(()));
+        assert_eq!(converted.warnings.len(), 2, "one not-yet-registered warning per service: {:?}", converted.warnings);
+        use engine::structs::{AddressMode, CheckKind, CheckRestart};
+        use std::time::Duration;
+        let group = &converted.job.task_groups[0];
+        let service = &group.services[0];
+        assert_eq!((service.name.as_str(), service.port_label.as_str()), ("shop-web", "http"));
+        assert_eq!(
+            (&service.tags[..], &service.canary_tags[..]),
+            (&["urlprefix-/shop".to_string(), "v2".to_string()][..], &["canary".to_string()][..])
+        );
+        assert_eq!((service.address_mode, service.meta["version"].as_str()), (AddressMode::Host, "2"));
+        let [http, tcp] = &service.checks[..] else { panic!("two checks: {:?}", service.checks) };
+        assert_eq!((http.kind, http.path.as_str(), http.method.as_str()), (CheckKind::Http, "/health", "GET"));
+        assert_eq!((http.interval, http.timeout), (Duration::from_secs(10), Duration::from_secs(2)));
+        assert_eq!(http.header["X-Foo"], ["bar"]);
+        assert_eq!(
+            http.check_restart,
+            Some(CheckRestart { limit: 5, grace: Duration::from_secs(30), ignore_warnings: true })
+        );
+        assert_eq!(
+            (tcp.kind, tcp.port_label.as_deref(), tcp.name.as_str()),
+            (CheckKind::Tcp, Some("metrics"), "service: \"shop-web\" check")
+        );
+        assert_eq!(
+            tcp.check_restart,
+            Some(CheckRestart { limit: 3, grace: Duration::from_secs(30), ignore_warnings: false })
+        );
+        let task_service = &group.tasks[0].services[0];
+        assert_eq!((task_service.name.as_str(), task_service.port_label.as_str()), ("shop-web-server", "metrics"));
+        assert_eq!(task_service.tags, ["metrics"]);
+    }
+
+    #[test]
+    fn a_misspelt_check_attribute_is_named_with_its_line() {
+        let text = "job \"j\" {\n  group \"g\" {\n    service {\n      check {\n        intreval = \"10s\"\n      }\n    }\n  }\n}\n";
+        let error = job_json("j.hcl", text).expect_err("refused");
+        assert_eq!(error.line, 5, "{error}");
+        assert!(error.to_string().contains("check: attribute \"intreval\" is not supported"), "{error}");
     }
 }

@@ -18,6 +18,7 @@ use engine::structs::{
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::service_spec::{convert_services, ServiceOwner, ServiceSpec};
 use super::{known_namespace, NamespaceError, REGION};
 
 /// Why a submitted job was refused: what is wrong, and where (the API
@@ -25,6 +26,13 @@ use super::{known_namespace, NamespaceError, REGION};
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct JobSpecError(String);
+
+impl JobSpecError {
+    /// A refusal saying `message`.
+    pub(crate) fn new(message: String) -> JobSpecError {
+        JobSpecError(message)
+    }
+}
 
 impl From<NamespaceError> for JobSpecError {
     fn from(error: NamespaceError) -> Self {
@@ -131,7 +139,7 @@ pub struct TaskGroupSpec {
     pub volumes: Option<Value>,
     pub migrate: Option<Value>,
     pub networks: Option<Vec<NetworkSpec>>,
-    pub services: Option<Value>,
+    pub services: Option<Vec<ServiceSpec>>,
     pub scaling: Option<Value>,
     pub consul: Option<Value>,
     pub shutdown_delay: Option<Value>,
@@ -159,7 +167,7 @@ pub struct TaskSpec {
     pub kill_signal: Option<String>,
     pub log_config: Option<Value>,
     pub affinities: Option<Vec<AffinitySpec>>,
-    pub services: Option<Value>,
+    pub services: Option<Vec<ServiceSpec>>,
     pub vault: Option<Value>,
     pub templates: Option<Value>,
     pub artifacts: Option<Value>,
@@ -408,12 +416,12 @@ pub struct Converted {
 /// `false`, `0` or `""` (the zero values the CLI fills in). An object says
 /// something even when empty: Go's encoder writes an absent block as
 /// `null`, and a job file's `vault {}` asks for the block's defaults.
-fn is_set(value: &Option<Value>) -> bool {
+pub(crate) fn is_set(value: &Option<Value>) -> bool {
     value.as_ref().is_some_and(says_something)
 }
 
 /// [`is_set`] of a value that is there.
-fn says_something(value: &Value) -> bool {
+pub(crate) fn says_something(value: &Value) -> bool {
     match value {
         Value::Null => false,
         Value::Array(items) => !items.is_empty(),
@@ -533,9 +541,11 @@ pub fn convert_job(api: JobSpec, query_namespace: Option<&str>) -> Result<Conver
     }
     ignored.check(place, "AllAtOnce", &api.all_at_once.map(Value::Bool));
     let constraints = convert_constraints(api.constraints.unwrap_or_default(), "job")?;
+    let job_name = api.name.clone().filter(|name| !name.is_empty()).unwrap_or_else(|| id.clone());
     let mut task_groups = Vec::new();
     for group in api.task_groups.unwrap_or_default() {
-        task_groups.push(convert_group(group, job_type, &api.update, &api.reschedule, &mut warnings)?);
+        let context = GroupContext { job_name: &job_name, job_type, update: &api.update, reschedule: &api.reschedule };
+        task_groups.push(convert_group(group, &context, &mut warnings)?);
     }
     let query_namespace = query_namespace.filter(|namespace| !namespace.is_empty());
     let body_namespace = api.namespace.filter(|namespace| !namespace.is_empty());
@@ -549,7 +559,7 @@ pub fn convert_job(api: JobSpec, query_namespace: Option<&str>) -> Result<Conver
     let job = Job {
         namespace: Arc::from(namespace),
         id: Arc::from(id.as_str()),
-        name: api.name.filter(|name| !name.is_empty()).unwrap_or_else(|| id.clone()),
+        name: job_name,
         job_type,
         priority,
         datacenters: api.datacenters.unwrap_or_default(),
@@ -567,20 +577,26 @@ pub fn convert_job(api: JobSpec, query_namespace: Option<&str>) -> Result<Conver
     Ok(Converted { job, warnings })
 }
 
+/// What a group's conversion needs of its job.
+struct GroupContext<'a> {
+    job_name: &'a str,
+    job_type: JobType,
+    update: &'a Option<UpdateSpec>,
+    reschedule: &'a Option<RescheduleSpec>,
+}
+
 fn convert_group(
     api: TaskGroupSpec,
-    job_type: JobType,
-    job_update: &Option<UpdateSpec>,
-    job_reschedule: &Option<RescheduleSpec>,
+    job: &GroupContext<'_>,
     warnings: &mut Vec<String>,
 ) -> Result<TaskGroup, JobSpecError> {
+    let (job_type, job_update, job_reschedule) = (job.job_type, job.update, job.reschedule);
     let name = api.name.unwrap_or_default();
     let place = format!("TaskGroup {name:?}: ");
     let mut ignored = Ignored { warnings };
     for (field, value) in [
         ("Volumes", &api.volumes),
         ("Migrate", &api.migrate),
-        ("Services", &api.services),
         ("Scaling", &api.scaling),
         ("Consul", &api.consul),
         ("ShutdownDelay", &api.shutdown_delay),
@@ -624,8 +640,11 @@ fn convert_group(
     for (position, task) in api.tasks.unwrap_or_default().into_iter().enumerate() {
         // The group's ephemeral disk is one reservation: it goes on its first task.
         let disk = if position == 0 { non_negative(disk_mb, &place, "EphemeralDisk.SizeMB")? } else { 0 };
-        tasks.push(convert_task(task, disk, &restart, &place, ignored.warnings)?);
+        let task_owner = TaskOwner { job_name: job.job_name, group: &name, place: &place };
+        tasks.push(convert_task(task, disk, &restart, &task_owner, ignored.warnings)?);
     }
+    let owner = ServiceOwner { job: job.job_name, group: &name, task: None, place: &place };
+    let services = convert_services(api.services, &owner, ignored.warnings)?;
     if let Some(update) = &api.update {
         update.warn_unhonoured(&place, ignored.warnings);
     }
@@ -663,21 +682,28 @@ fn convert_group(
         replace_on_disconnect: disconnect.replace.unwrap_or(true),
         reconcile,
         meta: api.meta.unwrap_or_default(),
+        services,
     })
+}
+
+/// Where a task is: its job's and group's names, and the group's place in messages.
+struct TaskOwner<'a> {
+    job_name: &'a str,
+    group: &'a str,
+    place: &'a str,
 }
 
 fn convert_task(
     api: TaskSpec,
     disk_mb: u64,
     group_restart: &RestartPolicy,
-    group_place: &str,
+    owner: &TaskOwner<'_>,
     warnings: &mut Vec<String>,
 ) -> Result<Task, JobSpecError> {
     let name = api.name.unwrap_or_default();
-    let place = format!("{group_place}Task {name:?}: ");
+    let place = format!("{}Task {name:?}: ", owner.place);
     let mut ignored = Ignored { warnings };
     for (field, value) in [
-        ("Services", &api.services),
         ("Vault", &api.vault),
         ("Templates", &api.templates),
         ("Artifacts", &api.artifacts),
@@ -738,6 +764,8 @@ fn convert_task(
     task.config = config;
     task.env = api.env.unwrap_or_default();
     task.meta = api.meta.unwrap_or_default();
+    let service_owner = ServiceOwner { job: owner.job_name, group: owner.group, task: Some(&name), place: &place };
+    task.services = convert_services(api.services, &service_owner, ignored.warnings)?;
     task.user = api.user.filter(|user| !user.is_empty());
     if let Some(restart) = &api.restart_policy {
         // The group's own (as a job read back carries it on every task) is no policy of the task's.

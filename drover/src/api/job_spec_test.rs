@@ -2,6 +2,7 @@
 //! warnings for what Drover does not honour.
 
 use super::*;
+use engine::structs::{AddressMode, CheckKind, CheckRestart, CheckStatus, OnUpdate, ServiceProvider};
 use serde_json::json;
 
 #[test]
@@ -205,4 +206,125 @@ fn memory_max_is_honoured_and_never_below_memory() {
     let below = task(json!({"CPU": 100, "MemoryMB": 256, "MemoryMaxMB": 128}));
     let error = convert_job(serde_json::from_value(below).expect("lenient"), None).expect_err("refused");
     assert!(error.to_string().contains("MemoryMaxMB value (128) cannot be less than MemoryMB value (256)"), "{error}");
+}
+
+/// A group with a web service (http and tcp checks, a service-level
+/// `CheckRestart`) and a task service left to its defaults.
+fn job_with_services() -> Value {
+    json!({"ID": "shop", "Name": "shop", "Datacenters": ["dc1"], "TaskGroups": [{"Name": "web",
+        "Networks": [{"DynamicPorts": [{"Label": "http"}], "ReservedPorts": [{"Label": "admin", "Value": 9090}]}],
+        "Services": [{"Name": "shop-web", "PortLabel": "http", "Tags": ["v1", "${NOMAD_META_tier}"],
+            "CanaryTags": ["canary"], "Meta": {"team": "shop"}, "AddressMode": "host", "Provider": "nomad",
+            "TaskName": "server", "OnUpdate": "ignore_warnings", "EnableTagOverride": false, "Connect": null,
+            "CheckRestart": {"Limit": 3, "Grace": 30_000_000_000u64, "IgnoreWarnings": true},
+            "Checks": [
+                {"Name": "alive", "Type": "http", "Path": "/health", "Method": "HEAD", "Protocol": "https",
+                 "Header": {"X-Foo": ["bar", "baz"]}, "Interval": 10_000_000_000u64, "Timeout": 2_000_000_000u64,
+                 "InitialStatus": "warning", "SuccessBeforePassing": 2, "FailuresBeforeCritical": -1,
+                 "TLSSkipVerify": true, "CheckRestart": {"Limit": 5}},
+                {"Type": "tcp", "PortLabel": "admin", "Interval": 5_000_000_000u64, "Timeout": 1_000_000_000u64},
+                {"Name": "script", "Type": "script", "Command": "/bin/check", "Args": ["-q"],
+                 "Interval": 30_000_000_000u64, "Timeout": 5_000_000_000u64}]}],
+        "Tasks": [{"Name": "server", "Driver": "raw_exec", "Config": {"command": "/bin/web"},
+            "Services": [{"PortLabel": "admin"}]}]}]})
+}
+
+#[test]
+fn services_and_checks_are_read_with_nomads_defaults() {
+    let Converted { job, warnings } =
+        convert_job(serde_json::from_value(job_with_services()).expect("lenient"), None).expect("converts");
+    assert_eq!(job.validate(), Ok(()));
+    let service = &job.task_groups[0].services[0];
+    assert_eq!((service.name.as_str(), service.port_label.as_str()), ("shop-web", "http"));
+    assert_eq!(service.tags, ["v1", "${NOMAD_META_tier}"], "left for the agent");
+    assert_eq!(service.canary_tags, ["canary"]);
+    assert_eq!(service.meta["team"], "shop");
+    assert_eq!(service.address_mode, AddressMode::Host);
+    assert_eq!(service.provider, ServiceProvider::Nomad);
+    assert_eq!((service.task_name.as_deref(), service.on_update), (Some("server"), OnUpdate::IgnoreWarnings));
+    let [http, tcp, script] = &service.checks[..] else { panic!("three checks: {:?}", service.checks) };
+    assert_eq!((http.kind, http.path.as_str(), http.method.as_str()), (CheckKind::Http, "/health", "HEAD"));
+    assert_eq!((http.protocol.as_str(), http.tls_skip_verify), ("https", true));
+    assert_eq!(http.header["X-Foo"], ["bar", "baz"]);
+    assert_eq!((http.interval, http.timeout), (Duration::from_secs(10), Duration::from_secs(2)));
+    assert_eq!(http.initial_status, Some(CheckStatus::Warning));
+    assert_eq!((http.success_before_passing, http.failures_before_critical), (2, 0), "negative clamps to 0");
+    let own = CheckRestart { limit: 5, grace: Duration::from_secs(30), ignore_warnings: true };
+    assert_eq!(http.check_restart, Some(own), "the check's limit over the service's grace and warnings");
+    assert_eq!(tcp.name, "service: \"shop-web\" check", "Nomad's default check name");
+    assert_eq!((tcp.method.as_str(), tcp.port_label.as_deref()), ("GET", Some("admin")));
+    let inherited = CheckRestart { limit: 3, grace: Duration::from_secs(30), ignore_warnings: true };
+    assert_eq!(tcp.check_restart, Some(inherited), "the service's check_restart");
+    assert_eq!((script.command.as_str(), &script.args[..]), ("/bin/check", &["-q".to_string()][..]));
+    let task_service = &job.task_groups[0].tasks[0].services[0];
+    assert_eq!(task_service.name, "shop-web-server", "<job>-<group>-<task>");
+    assert_eq!(task_service.provider, ServiceProvider::Nomad, "Drover's default");
+    let not_yet: Vec<&String> = warnings
+        .iter()
+        .filter(|warning| warning.contains(super::super::service_spec::SERVICE_NOT_REGISTERED_YET))
+        .collect();
+    assert_eq!(not_yet.len(), 2, "one per service: {warnings:?}");
+    assert_eq!(warnings.len(), 2, "nothing else is warned of: {warnings:?}");
+    assert!(
+        not_yet
+            .iter()
+            .any(|warning| warning.starts_with("TaskGroup \"web\": Task \"server\": Service \"shop-web-server\": ")),
+        "{warnings:?}"
+    );
+}
+
+#[test]
+fn a_job_read_back_converts_to_the_same_job() {
+    let Converted { job, .. } =
+        convert_job(serde_json::from_value(job_with_services()).expect("lenient"), None).expect("converts");
+    let answered = crate::api::jobs::TaskGroup::new(&job.task_groups[0], None);
+    let services = serde_json::to_value(&answered.services).expect("serializes");
+    assert_eq!(services[0]["Checks"][0]["Interval"], 10_000_000_000u64);
+    assert_eq!(
+        services[0]["Checks"][1]["CheckRestart"],
+        json!({"Limit": 3, "Grace": 30_000_000_000u64, "IgnoreWarnings": true})
+    );
+    let mut body = job_with_services();
+    body["TaskGroups"][0]["Services"] = services;
+    body["TaskGroups"][0]["Tasks"][0]["Services"] =
+        serde_json::to_value(&answered.tasks[0].services).expect("serializes");
+    let again = convert_job(serde_json::from_value(body).expect("lenient"), None).expect("converts");
+    assert_eq!(again.job, job, "what GET /v1/job/:id answers registers the same job");
+}
+
+#[test]
+fn service_fields_drover_lacks_are_warned_of_or_refused() {
+    let mut body = job_with_services();
+    let service = &mut body["TaskGroups"][0]["Services"][0];
+    service["EnableTagOverride"] = json!(true);
+    service["Identity"] = json!({"Name": "consul"});
+    service["Provider"] = json!("consul");
+    service["Checks"][0]["Expose"] = json!(true);
+    service["Checks"][0]["GRPCService"] = json!("x");
+    service["Checks"][0]["Brand-new"] = json!(1);
+    let Converted { warnings, .. } =
+        convert_job(serde_json::from_value(body.clone()).expect("lenient"), None).expect("converts");
+    let text = warnings.join("\n");
+    let place = "TaskGroup \"web\": Service \"shop-web\": ";
+    for expected in [
+        format!("{place}EnableTagOverride is not implemented by Drover and was ignored"),
+        format!("{place}Identity is not implemented by Drover and was ignored"),
+        format!("{place}Provider \"consul\" is not supported by Drover"),
+        format!("{place}Check \"alive\": Expose is not implemented by Drover and was ignored"),
+        format!("{place}Check \"alive\": GRPCService is not implemented by Drover and was ignored"),
+        format!("{place}Check \"alive\": Brand-new is not known to Drover and was ignored"),
+    ] {
+        assert!(text.contains(&expected), "{expected}\n{text}");
+    }
+    let refuse = |body: Value| convert_job(serde_json::from_value(body).expect("lenient"), None).expect_err("refused");
+    let mut grpc = job_with_services();
+    grpc["TaskGroups"][0]["Services"][0]["Checks"][1]["Type"] = json!("grpc");
+    let error = refuse(grpc).to_string();
+    assert!(error.contains("Check \"service: \\\"shop-web\\\" check\": Type \"grpc\" is refused"), "{error}");
+    let mut connect = job_with_services();
+    connect["TaskGroups"][0]["Tasks"][0]["Services"][0]["Connect"] = json!({"SidecarService": {}});
+    assert!(refuse(connect).to_string().contains("Service \"shop-web-server\": Connect is refused"));
+    let mut mode = job_with_services();
+    mode["TaskGroups"][0]["Services"][0]["AddressMode"] = json!("bridge");
+    assert!(refuse(mode).to_string().contains("AddressMode \"bridge\" is not one of auto, host, alloc or driver"));
 }

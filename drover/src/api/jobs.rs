@@ -92,7 +92,8 @@ pub struct TaskGroup {
     pub spreads: Option<Vec<Spread>>,
     /// `null` when there are none.
     pub networks: Option<Vec<NetworkResource>>,
-    pub services: Option<Value>,
+    /// `null` when there are none.
+    pub services: Option<Vec<Service>>,
     pub volumes: Option<Value>,
     /// Nanoseconds; always `null`.
     pub shutdown_delay: Option<u64>,
@@ -115,7 +116,8 @@ pub struct Task {
     /// The driver's config, as plain JSON values.
     pub config: BTreeMap<String, ConfigValue>,
     pub env: BTreeMap<String, String>,
-    pub services: Option<Value>,
+    /// `null` when there are none.
+    pub services: Option<Vec<Service>>,
     pub vault: Option<Value>,
     pub templates: Option<Value>,
     pub constraints: Vec<Constraint>,
@@ -346,6 +348,7 @@ impl Task {
             log_config: LogConfig { max_files: task.logs.max_files, max_file_size_mb: task.logs.max_file_size_mb },
             kill_signal: task.kill_signal.clone().unwrap_or_default(),
             meta: meta_or_none(&task.meta),
+            services: none_if_empty(&task.services),
             ..Task::default()
         }
     }
@@ -392,7 +395,132 @@ impl TaskGroup {
                 },
             ),
             meta: meta_or_none(&group.meta),
+            services: none_if_empty(&group.services),
             ..TaskGroup::default()
+        }
+    }
+}
+
+/// A service of a group or a task (`Service`), as submitted with Nomad's
+/// defaults filled in; the service's `CheckRestart` is laid into each
+/// check's, so the service's own is `null`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+#[allow(missing_docs)]
+pub struct Service {
+    pub name: String,
+    pub tags: Option<Vec<String>>,
+    pub canary_tags: Option<Vec<String>>,
+    pub enable_tag_override: bool,
+    pub port_label: String,
+    /// `auto`, `host`, `alloc` or `driver`.
+    pub address_mode: String,
+    pub address: String,
+    pub checks: Option<Vec<ServiceCheck>>,
+    pub check_restart: Option<CheckRestart>,
+    pub connect: Option<Value>,
+    pub meta: Option<BTreeMap<String, String>>,
+    pub canary_meta: Option<BTreeMap<String, String>>,
+    pub task_name: String,
+    /// `require_healthy`, `ignore_warnings` or `ignore`.
+    pub on_update: String,
+    /// `nomad` or `consul`.
+    pub provider: String,
+}
+
+impl From<&engine::structs::Service> for Service {
+    fn from(service: &engine::structs::Service) -> Self {
+        Service {
+            name: service.name.clone(),
+            tags: (!service.tags.is_empty()).then(|| service.tags.clone()),
+            canary_tags: (!service.canary_tags.is_empty()).then(|| service.canary_tags.clone()),
+            port_label: service.port_label.clone(),
+            address_mode: service.address_mode.as_str().to_string(),
+            address: service.address.clone().unwrap_or_default(),
+            checks: none_if_empty(&service.checks),
+            meta: meta_or_none(&service.meta),
+            task_name: service.task_name.clone().unwrap_or_default(),
+            on_update: service.on_update.as_str().to_string(),
+            provider: service.provider.as_str().to_string(),
+            ..Service::default()
+        }
+    }
+}
+
+/// A check of a service (`ServiceCheck`); durations in nanoseconds.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+#[allow(missing_docs)]
+pub struct ServiceCheck {
+    pub name: String,
+    /// `http`, `tcp` or `script`.
+    #[serde(rename = "Type")]
+    pub kind: String,
+    pub command: String,
+    pub args: Option<Vec<String>>,
+    pub path: String,
+    pub protocol: String,
+    pub port_label: String,
+    pub address_mode: String,
+    pub interval: u64,
+    pub timeout: u64,
+    /// `passing`, `warning`, `critical` or `""`.
+    pub initial_status: String,
+    #[serde(rename = "TLSSkipVerify")]
+    pub tls_skip_verify: bool,
+    pub header: Option<BTreeMap<String, Vec<String>>>,
+    pub method: String,
+    pub body: String,
+    pub check_restart: Option<CheckRestart>,
+    pub task_name: String,
+    pub success_before_passing: u64,
+    pub failures_before_critical: u64,
+    pub on_update: String,
+}
+
+impl From<&engine::structs::ServiceCheck> for ServiceCheck {
+    fn from(check: &engine::structs::ServiceCheck) -> Self {
+        ServiceCheck {
+            name: check.name.clone(),
+            kind: check.kind.as_str().to_string(),
+            command: check.command.clone(),
+            args: (!check.args.is_empty()).then(|| check.args.clone()),
+            path: check.path.clone(),
+            protocol: check.protocol.clone(),
+            port_label: check.port_label.clone().unwrap_or_default(),
+            address_mode: check.address_mode.map(|mode| mode.as_str().to_string()).unwrap_or_default(),
+            interval: nanos(check.interval),
+            timeout: nanos(check.timeout),
+            initial_status: check.initial_status.map(|status| status.as_str().to_string()).unwrap_or_default(),
+            tls_skip_verify: check.tls_skip_verify,
+            header: (!check.header.is_empty()).then(|| check.header.clone()),
+            method: check.method.clone(),
+            body: check.body.clone(),
+            check_restart: check.check_restart.as_ref().map(CheckRestart::from),
+            task_name: check.task_name.clone().unwrap_or_default(),
+            success_before_passing: u64::from(check.success_before_passing),
+            failures_before_critical: u64::from(check.failures_before_critical),
+            on_update: check.on_update.as_str().to_string(),
+        }
+    }
+}
+
+/// `CheckRestart`; `Grace` in nanoseconds.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+#[allow(missing_docs)]
+pub struct CheckRestart {
+    pub limit: u64,
+    pub grace: u64,
+    pub ignore_warnings: bool,
+}
+
+impl From<&engine::structs::CheckRestart> for CheckRestart {
+    fn from(restart: &engine::structs::CheckRestart) -> Self {
+        CheckRestart {
+            limit: u64::from(restart.limit),
+            grace: nanos(restart.grace),
+            ignore_warnings: restart.ignore_warnings,
         }
     }
 }

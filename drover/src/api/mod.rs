@@ -36,6 +36,7 @@ pub mod nodes;
 pub mod operator;
 pub mod resources;
 pub mod search;
+pub mod service_spec;
 pub mod stats;
 
 use axum::http::HeaderMap;

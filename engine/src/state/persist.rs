@@ -40,8 +40,9 @@ use crate::structs::{AllocId, Allocation, ComputedClass, Evaluation, Job, JobKey
 
 /// The version byte of today's snapshot format (2: the records of issue 24's
 /// job and allocation fields, as the log format's version 2; 3: a task's
-/// `memory_max_mb`, as the log format's version 3).
-pub const SNAPSHOT_FORMAT_VERSION: u8 = 3;
+/// `memory_max_mb`, as the log format's version 3; 4: groups' and tasks'
+/// services, as the log format's version 4).
+pub const SNAPSHOT_FORMAT_VERSION: u8 = 4;
 
 /// The longest record a decoder accepts (a group of one node's allocations
 /// is the largest record; a million would be far below this).

@@ -11,10 +11,11 @@ use serde::{Deserialize, Serialize};
 use super::docker_config::DockerConfig;
 use super::docker_config::{docker_port_problems, DOCKER};
 use super::duration::{serde_duration, serde_opt_duration};
+use super::service::group_service_problems;
 use super::task_config::{task_settings_problems, ConfigValue, LogConfig, DEFAULT_KILL_SIGNAL};
 #[cfg(doc)]
 use super::task_config::{RawExecConfig, KILL_SIGNALS};
-use super::{spread, Affinity, Constraint, JobKey, NetworkResource, Resources, Spread};
+use super::{spread, Affinity, Constraint, JobKey, NetworkResource, Resources, Service, Spread};
 
 /// The namespace a job lands in when it names none.
 pub const DEFAULT_NAMESPACE: &str = "default";
@@ -258,6 +259,10 @@ pub struct Task {
     /// group's and the job's, they reach the task as `NOMAD_META_<key>`.
     #[serde(default)]
     pub meta: BTreeMap<String, String>,
+    /// The task's services (Nomad's task `service` blocks), registered
+    /// while it runs.
+    #[serde(default)]
+    pub services: Vec<Service>,
 }
 
 fn default_kill_timeout() -> Duration {
@@ -282,6 +287,7 @@ impl Task {
             affinities: Vec::new(),
             restart_policy: None,
             meta: BTreeMap::new(),
+            services: Vec::new(),
         }
     }
 
@@ -348,6 +354,10 @@ pub struct TaskGroup {
     /// Free-form key-value pairs (Nomad's group `meta`), for its tasks.
     #[serde(default)]
     pub meta: BTreeMap<String, String>,
+    /// The group's services (Nomad's group `service` blocks), registered
+    /// while an allocation runs.
+    #[serde(default)]
+    pub services: Vec<Service>,
 }
 
 /// Which of two allocations of one slot is kept when the original comes
@@ -645,6 +655,7 @@ impl Job {
         }
         self.preference_problems(group, &place, problems);
         self.task_problems(group, &place, problems);
+        group_service_problems(group, &place, problems);
     }
 
     /// Affinities, spreads and ports of a group.
@@ -737,6 +748,7 @@ impl Job {
                 replace_on_disconnect: true,
                 reconcile: ReconcileStrategy::default(),
                 meta: BTreeMap::new(),
+                services: Vec::new(),
             }],
             stop: false,
             version: 0,
