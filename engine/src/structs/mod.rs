@@ -1,6 +1,7 @@
 //! The domain model: nodes, jobs, allocations, evaluations and plans;
 //! the placement preferences jobs carry (affinities, spreads), their
-//! network ports, and the cluster's scheduler configuration.
+//! network ports, the cluster's scheduler configuration, and the service
+//! registrations clients make for their allocations.
 //!
 //! Everything here is plain data, serializable with serde, so that it can be
 //! carried inside state-store `Command`s, written to a log and sent on the
@@ -22,6 +23,7 @@ mod node;
 mod plan;
 mod resources;
 mod scheduler_config;
+mod service_registration;
 mod spread;
 mod task_config;
 mod task_state;
@@ -50,6 +52,7 @@ pub use node::{ComputedClass, Node, NodeEligibility, NodeStatus};
 pub use plan::{Plan, PlanResult};
 pub use resources::Resources;
 pub use scheduler_config::{PreemptionConfig, SchedulerAlgorithm, SchedulerConfiguration};
+pub use service_registration::{ServiceOwner, ServiceRegistration, SERVICE_ID_PREFIX};
 pub use spread::{Spread, SpreadTarget};
 pub use task_config::{ConfigValue, LogConfig, RawExecConfig, DEFAULT_KILL_SIGNAL, KILL_SIGNALS, MOCK, RAW_EXEC};
 pub use task_state::{TaskEvent, TaskState, TaskStatus, MAX_TASK_EVENTS};
