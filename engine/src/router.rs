@@ -68,7 +68,7 @@ mod tests {
         Allocation, ClientStatus, DesiredStatus, EvalId, Job, JobType, NodeEligibility, NodeId, NodeStatus, Resources,
         TriggerReason,
     };
-    use crate::testing::node;
+    use crate::testing::{node, service_registration};
 
     fn acl_token(name: &str, policies: &[&str]) -> crate::structs::AclToken {
         crate::structs::AclToken {
@@ -176,6 +176,9 @@ mod tests {
             "upsert_acl_tokens",
             "delete_acl_tokens",
             "stop_alloc",
+            "upsert_service_registrations",
+            "delete_service_registration",
+            "delete_service_registrations_of_allocs",
         ];
         for kind in kinds {
             let seam = Seam::new();
@@ -244,6 +247,23 @@ mod tests {
                     let alloc = seam.placed(node(0).id);
                     Command::StopAlloc { alloc_id: alloc.id, eval, time: Timestamp(3) }
                 }
+                "upsert_service_registrations" => {
+                    let alloc = seam.placed(node(0).id);
+                    Command::UpsertServiceRegistrations { registrations: vec![service_registration(&alloc, "web", 80)] }
+                }
+                "delete_service_registration" => {
+                    let registration = service_registration(&seam.placed(node(0).id), "web", 80);
+                    let upsert = Command::UpsertServiceRegistrations { registrations: vec![registration.clone()] };
+                    seam.writer.write(upsert).expect("registered");
+                    Command::DeleteServiceRegistration {
+                        namespace: registration.namespace.to_string(),
+                        id: registration.id,
+                    }
+                }
+                "delete_service_registrations_of_allocs" => {
+                    let alloc = seam.placed(node(0).id);
+                    Command::DeleteServiceRegistrationsOfAllocs { alloc_ids: vec![alloc.id] }
+                }
                 other => unreachable!("{other}"),
             };
             let frees_capacity = match &command {
@@ -263,9 +283,13 @@ mod tests {
                 | Command::DeleteAclPolicies { .. }
                 | Command::UpsertAclTokens { .. }
                 | Command::DeleteAclTokens { .. }
-                | Command::AclBootstrapReset { .. } => false,
+                | Command::AclBootstrapReset { .. }
+                | Command::UpsertServiceRegistrations { .. }
+                | Command::DeleteServiceRegistration { .. }
+                | Command::DeleteServiceRegistrationsOfAllocs { .. } => false,
             };
-            // The scheduler configuration and the ACL carry no eval; every other kind carries one.
+            // The scheduler configuration, the ACL and service registrations
+            // carry no eval; every other kind carries one.
             let carries_eval = !matches!(
                 command,
                 Command::SetSchedulerConfig { .. }
@@ -275,6 +299,9 @@ mod tests {
                     | Command::UpsertAclTokens { .. }
                     | Command::DeleteAclTokens { .. }
                     | Command::AclBootstrapReset { .. }
+                    | Command::UpsertServiceRegistrations { .. }
+                    | Command::DeleteServiceRegistration { .. }
+                    | Command::DeleteServiceRegistrationsOfAllocs { .. }
             );
             let parked = seam.park_blocked(if kind == "upsert_node" { node(1).id } else { node(0).id });
             let ready_before = seam.ready();

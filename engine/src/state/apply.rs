@@ -95,6 +95,17 @@ impl Snapshot {
                 self.upsert_evals(index, vec![eval], applied);
                 Ok(())
             }
+            Command::UpsertServiceRegistrations { registrations } => {
+                self.upsert_service_registrations(index, registrations, applied);
+                Ok(())
+            }
+            Command::DeleteServiceRegistration { namespace, id } => {
+                self.delete_service_registration(index, &namespace, &id)
+            }
+            Command::DeleteServiceRegistrationsOfAllocs { alloc_ids } => {
+                self.delete_alloc_service_registrations(index, &alloc_ids);
+                Ok(())
+            }
         }
     }
 
@@ -119,6 +130,7 @@ impl Snapshot {
             self.note_freed_capacity(alloc.node_id, applied);
         }
         applied.touch(alloc.node_id);
+        self.forget_services_if_ended(index, &alloc);
         self.put_alloc(alloc);
         self.table_indexes.allocs = index;
         Ok(())
@@ -253,6 +265,11 @@ impl Snapshot {
         if !was_schedulable && node.is_schedulable() {
             applied.capacity_changes.push(CapacityChange::of(&node));
         }
+        // A node marked down loses its service registrations; a
+        // disconnected one keeps them, as in Nomad (`services.rs`).
+        if status == NodeStatus::Down {
+            self.forget_services_of_node(index, node_id);
+        }
         self.put_node(node);
         self.table_indexes.nodes = index;
         Ok(())
@@ -383,6 +400,7 @@ impl Snapshot {
                 self.note_freed_capacity(alloc.node_id, applied);
             }
             applied.touch(alloc.node_id);
+            self.forget_services_if_ended(index, &alloc);
             self.put_alloc(alloc);
             self.touch_node_alloc_update(index, update.node_id)?;
         }
@@ -475,6 +493,7 @@ impl Snapshot {
                 }
             }
             applied.touch(alloc.node_id);
+            self.forget_services_if_ended(index, &alloc);
             self.put_alloc(alloc);
         }
         self.table_indexes.allocs = index;

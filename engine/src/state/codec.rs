@@ -18,8 +18,9 @@ use crate::structs::Job;
 /// The version byte of today's format. 2: jobs and allocations carry what
 /// issue 24 added (meta, task restart policies, reconcile strategies, port
 /// host networks, placement scores). 3: a task carries its `memory_max_mb`
-/// (issue 25). 4: groups and tasks carry their services and checks (issue
-/// 26). A log of an older version is refused, never misread.
+/// (issue 25). 4: groups and tasks carry their services and checks, and
+/// the service registration commands (issue 26). A log of an older version
+/// is refused, never misread.
 pub const FORMAT_VERSION: u8 = 4;
 
 /// Why bytes did not decode to a command.

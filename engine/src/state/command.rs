@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::clock::Timestamp;
 use crate::structs::{
     AclPolicy, AclToken, AllocId, Allocation, ClientStatus, EvalId, Evaluation, Job, JobKey, Node, NodeEligibility,
-    NodeId, NodeStatus, PlanResult, SchedulerConfiguration, TaskState, TriggerReason,
+    NodeId, NodeStatus, PlanResult, SchedulerConfiguration, ServiceRegistration, TaskState, TriggerReason,
 };
 
 /// One write to the state store.
@@ -170,6 +170,36 @@ pub enum Command {
         eval: Evaluation,
         /// When it was stopped.
         time: Timestamp,
+    },
+    /// Clients register services of their allocations (Nomad's
+    /// `ServiceRegistration.Upsert`), by id: a new id is created, a known
+    /// one replaced (keeping its create index), one that says what the
+    /// stored row says is left alone, and when nothing changed the table
+    /// index stays. Each registration is taken or left out on its own:
+    /// one naming an allocation that is unknown, on another node, of
+    /// another job, or stopped or ended is listed in
+    /// [`super::Applied::refused_registrations`]. (New variants at the end:
+    /// older logs still read.)
+    UpsertServiceRegistrations {
+        /// The registrations (their indexes are set by the store).
+        registrations: Vec<ServiceRegistration>,
+    },
+    /// Remove one registration (Nomad's `DELETE /v1/service/:name/:id`, and
+    /// a client's deregistration); refused with
+    /// [`super::StateError::UnknownServiceRegistration`] when the namespace
+    /// holds no such id.
+    DeleteServiceRegistration {
+        /// The namespace of the registration's job.
+        namespace: String,
+        /// The registration's id.
+        id: String,
+    },
+    /// Remove every registration of these allocations (a client that
+    /// stopped them, or a sweep of allocations that are gone); allocations
+    /// without registrations are passed over.
+    DeleteServiceRegistrationsOfAllocs {
+        /// The allocations.
+        alloc_ids: Vec<AllocId>,
     },
 }
 

@@ -37,6 +37,7 @@ mod apply;
 mod codec;
 mod command;
 mod persist;
+mod services;
 mod snapshot;
 mod table;
 mod watch;
@@ -54,6 +55,7 @@ use serde::{Deserialize, Serialize};
 pub use codec::{CodecError, FORMAT_VERSION};
 pub use command::{ClientAllocUpdate, Command};
 pub use persist::{PersistError, MAX_RECORD, SNAPSHOT_FORMAT_VERSION};
+pub use services::{ServiceDump, ServiceListing};
 pub use snapshot::{NodeList, Snapshot, StateDump, TableIndexes};
 pub use table::{Iter as TableIter, Table};
 pub use watch::{wait_until, wait_until_async, NodeWatch};
@@ -138,6 +140,29 @@ pub enum StateError {
         /// The last position applied.
         last: u64,
     },
+    /// No service registration has this id in this namespace.
+    #[error("service registration {id} not found in namespace {namespace}")]
+    UnknownServiceRegistration {
+        /// The namespace asked.
+        namespace: String,
+        /// The id asked.
+        id: String,
+    },
+    /// A service registration names an allocation of another job, or in
+    /// another namespace.
+    #[error("service registration {id} names job {job} but allocation {alloc_id} belongs to another")]
+    ServiceRegistrationMismatch {
+        /// The registration.
+        id: String,
+        /// The job it names.
+        job: JobKey,
+        /// The allocation it names.
+        alloc_id: AllocId,
+    },
+    /// A service registration names an allocation the servers stopped or
+    /// its client ended: nothing there answers any more.
+    #[error("allocation {0} is stopped or ended; its services are not registered")]
+    AllocNotLive(AllocId),
     /// A client reported an allocation live again after it had ended on
     /// the client: its ports and resources may be another's by now.
     #[error("allocation {alloc_id} already ended ({status:?}); a client cannot report it live again")]
@@ -201,6 +226,9 @@ pub struct Applied {
     pub refused_placements: Vec<AllocId>,
     /// Client alloc updates left out, with why.
     pub refused_updates: Vec<(AllocId, StateError)>,
+    /// Service registrations left out, by id, with why.
+    #[serde(default)]
+    pub refused_registrations: Vec<(String, StateError)>,
     /// The job a job write left stored (`RegisterJob`, `DeregisterJob`
     /// without purge), with its version and indexes as applied.
     #[serde(default)]
@@ -422,5 +450,7 @@ impl Drop for Waiting<'_> {
 
 #[cfg(test)]
 mod replay_test;
+#[cfg(test)]
+mod services_test;
 #[cfg(test)]
 mod store_test;

@@ -16,8 +16,10 @@
 //! 3. Derived indexes are not written but rebuilt on decode, in the order
 //!    the live store kept them: nodes are written grouped by computed
 //!    class, allocations by node and evaluations by job, each group in its
-//!    index's order; the per-job allocation order is written as ids. So a
-//!    decoded snapshot dumps ([`Snapshot::dump`]) exactly as the encoded one.
+//!    index's order; the per-job allocation order is written as ids. The
+//!    service registrations' indexes keep sorted lists, so their rows go in
+//!    any order. So a decoded snapshot dumps ([`Snapshot::dump`]) exactly as
+//!    the encoded one.
 //! 4. Adding a table is one change here: a new tag, its section written in
 //!    [`Snapshot::encode`] and read in [`Snapshot::decode`]. A file without
 //!    the section decodes to an empty table, so older files stay readable;
@@ -41,7 +43,8 @@ use crate::structs::{AllocId, Allocation, ComputedClass, Evaluation, Job, JobKey
 /// The version byte of today's snapshot format (2: the records of issue 24's
 /// job and allocation fields, as the log format's version 2; 3: a task's
 /// `memory_max_mb`, as the log format's version 3; 4: groups' and tasks'
-/// services, as the log format's version 4).
+/// services, the header's table index of service registrations, and their
+/// section).
 pub const SNAPSHOT_FORMAT_VERSION: u8 = 4;
 
 /// The longest record a decoder accepts (a group of one node's allocations
@@ -59,8 +62,9 @@ mod tag {
     pub const EVALS: u8 = 6;
     pub const SCHEDULER_CONFIG: u8 = 7;
     pub const ACL: u8 = 8;
+    pub const SERVICES: u8 = 9;
     /// The last tag this build knows.
-    pub const LAST: u8 = ACL;
+    pub const LAST: u8 = SERVICES;
 }
 
 /// Why bytes did not decode to a snapshot.
@@ -134,7 +138,8 @@ impl Snapshot {
         writer.section(tag::EVALS, self.evals_by_job.len(), evals)?;
         let config = self.scheduler_config.iter();
         writer.section(tag::SCHEDULER_CONFIG, usize::from(self.scheduler_config.is_some()), config)?;
-        writer.section(tag::ACL, 1, std::iter::once(&*self.acl))
+        writer.section(tag::ACL, 1, std::iter::once(&*self.acl))?;
+        writer.section(tag::SERVICES, self.services.len(), self.services.rows())
     }
 
     /// Reads a snapshot written by [`Snapshot::encode`], rebuilding its
@@ -201,6 +206,7 @@ impl Snapshot {
                 }
                 tag::SCHEDULER_CONFIG => self.scheduler_config = Some(reader.record()?),
                 tag::ACL => self.acl = Arc::new(reader.record()?),
+                tag::SERVICES => self.services.insert(reader.record()?),
                 _ => unreachable!("next_section accepts only known tags"),
             }
         }

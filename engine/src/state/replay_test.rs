@@ -13,7 +13,8 @@ use super::*;
 use crate::clock::Timestamp;
 use crate::structs::{
     AllocId, AllocatedPort, Allocation, ClientStatus, DesiredStatus, EvalId, EvalStatus, Evaluation, Job, JobType,
-    Node, NodeEligibility, NodeStatus, Resources, SchedulerAlgorithm, SchedulerConfiguration, TriggerReason,
+    Node, NodeEligibility, NodeStatus, Resources, SchedulerAlgorithm, SchedulerConfiguration, ServiceOwner,
+    ServiceRegistration, TriggerReason,
 };
 
 /// One step of the random sequence; a command is built from it against the
@@ -71,6 +72,14 @@ enum Op {
         kind: u8,
         n: u8,
     },
+    /// A service registration write: 0-2 register a service of an
+    /// allocation (refused when it is not live), 3 delete one registration
+    /// (refused when unknown), 4 delete an allocation's registrations.
+    Service {
+        pick: usize,
+        kind: u8,
+        port: u16,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -105,6 +114,7 @@ fn op() -> impl Strategy<Value = Op> {
         }),
         (any::<bool>(), proptest::option::of(0..40u64)).prop_map(|(spread, cas)| Op::Config { spread, cas }),
         (0..5u8, 0..3u8).prop_map(|(kind, n)| Op::Acl { kind, n }),
+        (any::<usize>(), 0..5u8, 0..3u16).prop_map(|(pick, kind, port)| Op::Service { pick, kind, port }),
     ]
 }
 
@@ -210,6 +220,30 @@ fn command(op: &Op, snapshot: &Snapshot, step: u64) -> Command {
                 2 => Command::DeleteAclPolicies { names: vec![format!("policy-{n}")] },
                 3 => Command::UpsertAclTokens { tokens: vec![token] },
                 _ => Command::DeleteAclTokens { accessor_ids: vec![token.accessor_id] },
+            }
+        }
+        Op::Service { pick, kind, port } => {
+            let mut allocs: Vec<_> = snapshot.allocs().collect();
+            allocs.sort_by_key(|alloc| alloc.id);
+            let Some(alloc) = allocs.get(pick % allocs.len().max(1)) else {
+                return Command::DeleteServiceRegistration { namespace: "default".into(), id: "none".into() };
+            };
+            match kind {
+                0..=2 => {
+                    let name = format!("svc-{}", port % 2);
+                    let owner = ServiceOwner::Task("t");
+                    let mut registration = ServiceRegistration::of_alloc(alloc, "dc1", owner, &name, "p");
+                    registration.port = 20_000 + port;
+                    registration.tags = vec![format!("tag-{port}")];
+                    Command::UpsertServiceRegistrations { registrations: vec![registration] }
+                }
+                3 => {
+                    let mut ids: Vec<_> = snapshot.service_registrations().map(|row| row.id.clone()).collect();
+                    ids.sort();
+                    let id = ids.get(pick % ids.len().max(1)).cloned().unwrap_or_else(|| "none".into());
+                    Command::DeleteServiceRegistration { namespace: "default".into(), id }
+                }
+                _ => Command::DeleteServiceRegistrationsOfAllocs { alloc_ids: vec![alloc.id] },
             }
         }
         Op::Plan { job, n, places, stop, port } => {

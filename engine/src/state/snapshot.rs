@@ -10,6 +10,7 @@ use std::sync::Arc;
 use imbl::Vector;
 use serde::{Deserialize, Serialize};
 
+use super::services::{ServiceDump, ServiceTables};
 use super::table::Table;
 use crate::structs::{
     AclState, AllocId, Allocation, ComputedClass, EvalId, Evaluation, Job, JobKey, Node, NodeId, PortSet, Resources,
@@ -38,6 +39,8 @@ pub struct Snapshot {
     pub(super) scheduler_config: Option<SchedulerConfiguration>,
     /// ACL tokens and policies (small: a write copies them).
     pub(super) acl: Arc<AclState>,
+    /// Service registrations and their lookups.
+    pub(super) services: ServiceTables,
     pub(super) table_indexes: TableIndexes,
 }
 
@@ -102,6 +105,8 @@ pub struct TableIndexes {
     pub allocs: u64,
     /// Last write to evaluations.
     pub evals: u64,
+    /// Last write to service registrations.
+    pub services: u64,
 }
 
 impl Default for Snapshot {
@@ -121,6 +126,7 @@ impl Default for Snapshot {
             node_ports: Table::with_depth(3),
             scheduler_config: None,
             acl: Arc::default(),
+            services: ServiceTables::default(),
             table_indexes: TableIndexes::default(),
         }
     }
@@ -325,6 +331,8 @@ pub struct StateDump {
     pub scheduler_config: Option<SchedulerConfiguration>,
     /// ACL tokens and policies.
     pub acl: AclState,
+    /// Service registrations and their lookups.
+    pub services: ServiceDump,
 }
 
 impl Snapshot {
@@ -357,6 +365,7 @@ impl Snapshot {
             node_ports: sorted(&self.node_ports, |ports| ports.iter().collect()),
             scheduler_config: self.scheduler_config,
             acl: AclState::clone(&self.acl),
+            services: self.services.dump(),
         }
     }
 }

@@ -70,7 +70,7 @@ fn each_command_applies_at_the_next_index() {
     assert_eq!(snapshot.node(NodeId::from_u128(1)).expect("node").create_index, 1);
     let stored = snapshot.job(&job("web").key()).expect("job");
     assert_eq!((stored.create_index, stored.job_modify_index, stored.version), (2, 2, 0));
-    assert_eq!(snapshot.table_indexes(), TableIndexes { nodes: 1, jobs: 2, allocs: 0, evals: 2 });
+    assert_eq!(snapshot.table_indexes(), TableIndexes { nodes: 1, jobs: 2, allocs: 0, evals: 2, services: 0 });
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! The domain model: nodes, jobs, allocations, evaluations and plans;
 //! the placement preferences jobs carry (affinities, spreads), their
-//! network ports and services, and the cluster's scheduler configuration.
+//! network ports and services, the cluster's scheduler configuration, and
+//! the service registrations clients make for their allocations.
 //!
 //! Everything here is plain data, serializable with serde, so that it can be
 //! carried inside state-store `Command`s, written to a log and sent on the
@@ -23,6 +24,7 @@ mod plan;
 mod resources;
 mod scheduler_config;
 mod service;
+mod service_registration;
 mod spread;
 mod task_config;
 mod task_state;
@@ -55,6 +57,7 @@ pub use service::{
     service_name_problem, AddressMode, CheckKind, CheckRestart, CheckStatus, OnUpdate, Service, ServiceCheck,
     ServiceProvider, CHECK_METHODS, MAX_SERVICE_NAME_LEN, MIN_CHECK_INTERVAL,
 };
+pub use service_registration::{ServiceOwner, ServiceRegistration, SERVICE_ID_PREFIX};
 pub use spread::{Spread, SpreadTarget};
 pub use task_config::{ConfigValue, LogConfig, RawExecConfig, DEFAULT_KILL_SIGNAL, KILL_SIGNALS, MOCK, RAW_EXEC};
 pub use task_state::{TaskEvent, TaskState, TaskStatus, MAX_TASK_EVENTS};

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use crate::clock::Timestamp;
 use crate::state::{Command, StateStore};
-use crate::structs::{Allocation, EvalId, Job, JobType, Node, NodeId, Resources};
+use crate::structs::{Allocation, EvalId, Job, JobType, Node, NodeId, Resources, ServiceOwner, ServiceRegistration};
 
 /// Node `n` of a test cluster: 20 classes, 4 datacenters, three sizes.
 pub fn node(n: usize) -> Node {
@@ -19,6 +19,16 @@ pub fn node(n: usize) -> Node {
     let datacenter = format!("dc{}", n % 4 + 1);
     let class = format!("class-{}", n % 20);
     Node::new_ready(NodeId::from_u128(n as u128 + 1), &datacenter, &class, sizes[n % sizes.len()])
+}
+
+/// A registration of `alloc`'s task `web`, service `service_name` on port
+/// label `http`, answering on `10.0.0.1:<port>` in `dc1`, tagged `v1`.
+pub fn service_registration(alloc: &Allocation, service_name: &str, port: u16) -> ServiceRegistration {
+    let mut registration = ServiceRegistration::of_alloc(alloc, "dc1", ServiceOwner::Task("web"), service_name, "http");
+    registration.address = "10.0.0.1".into();
+    registration.port = port;
+    registration.tags = vec!["v1".into()];
+    registration
 }
 
 /// A store holding `n_nodes` ready nodes and `n_allocs` running
