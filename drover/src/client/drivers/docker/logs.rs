@@ -42,6 +42,12 @@ pub fn follow(
         loop {
             match copy.run(&client, &container).await {
                 Ok(()) => return,
+                // A log driver the Engine cannot read back (syslog, gelf...):
+                // Docker keeps no copy to follow, as with Nomad.
+                Err(error) if error.contains("does not support reading") => {
+                    tracing::warn!(%container, %error, "the container's logs cannot be read back: alloc logs stays empty");
+                    return;
+                }
                 Err(error) => {
                     let gone = client
                         .inspect_container(&container, None::<bollard::query_parameters::InspectContainerOptions>)
