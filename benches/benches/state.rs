@@ -44,6 +44,7 @@ fn commit_one_alloc_update(c: &mut Criterion) {
                             node_id,
                             client_status: ClientStatus::Running,
                             client_description: String::new(),
+                            services: None,
                             task_states: Default::default(),
                         }],
                         evals: vec![],

@@ -210,6 +210,7 @@ mod tests {
                         node_id: alloc.node_id,
                         client_status: ClientStatus::Failed,
                         client_description: String::new(),
+                        services: None,
                         task_states: Default::default(),
                     };
                     Command::UpdateAllocsFromClient { updates: vec![failed], evals: vec![eval], time: Timestamp(3) }

@@ -68,6 +68,7 @@ fn update(n: u128) -> ClientAllocUpdate {
         node_id: NodeId::from_u128(1),
         client_status: ClientStatus::Running,
         client_description: String::new(),
+        services: None,
         task_states: Default::default(),
     }
 }

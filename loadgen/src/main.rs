@@ -559,6 +559,7 @@ fn report_started(nodes: &engine::node::endpoint::NodeEndpoint, snapshot: &Snaps
             node_id: alloc.node_id,
             client_status: ClientStatus::Running,
             client_description: "started".into(),
+            services: None,
             task_states: Default::default(),
         });
     }

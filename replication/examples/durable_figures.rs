@@ -141,6 +141,7 @@ fn main() {
                         node_id: nodes_of[index],
                         client_status: ClientStatus::Running,
                         client_description: String::new(),
+                        services: None,
                         task_states: Default::default(),
                     }],
                     evals: vec![],

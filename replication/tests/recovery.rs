@@ -70,6 +70,7 @@ fn command(rng: &mut SmallRng, snapshot: &Snapshot, step: u64) -> Command {
                 node_id: alloc.node_id,
                 client_status,
                 client_description: String::new(),
+                services: None,
                 task_states: Default::default(),
             };
             Command::UpdateAllocsFromClient { updates: vec![update], evals: vec![], time }

@@ -153,6 +153,7 @@ fn update(alloc: &Allocation, status: ClientStatus) -> ClientAllocUpdate {
         node_id: alloc.node_id,
         client_status: status,
         client_description: String::new(),
+        services: None,
         task_states: Default::default(),
     }
 }

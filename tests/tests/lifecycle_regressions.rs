@@ -249,6 +249,7 @@ mod threaded {
                 node_id: alloc.node_id,
                 client_status: status,
                 client_description: String::new(),
+                services: None,
                 task_states: Default::default(),
             };
             self.server.nodes().update_allocs(alloc.node_id, vec![update])

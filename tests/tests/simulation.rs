@@ -346,6 +346,7 @@ impl Sim {
                     status,
                     description: description.to_string(),
                     task_states: Default::default(),
+                    services: None,
                 })
             })
             .collect()

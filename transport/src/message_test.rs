@@ -30,6 +30,7 @@ fn every_message_round_trips() {
             node_id,
             client_status: ClientStatus::Running,
             client_description: "started".into(),
+            services: None,
             task_states: Default::default(),
         }],
     });

@@ -30,6 +30,7 @@ fn corpus() -> Vec<Vec<u8>> {
         node_id: node.id,
         client_status: ClientStatus::Running,
         client_description: "started".into(),
+        services: None,
         task_states: Default::default(),
     };
     let frames = [

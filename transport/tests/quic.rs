@@ -84,6 +84,7 @@ async fn a_client_registers_heartbeats_receives_an_alloc_and_reports_it_running(
         node_id: node.id,
         client_status: ClientStatus::Running,
         client_description: "started".into(),
+        services: None,
         task_states: Default::default(),
     };
     let index =
@@ -229,6 +230,7 @@ async fn a_watch_resumes_after_the_last_index_the_client_saw() {
         node_id: node.id,
         client_status: ClientStatus::Running,
         client_description: String::new(),
+        services: None,
         task_states: Default::default(),
     };
     let index = bounded("report", connection.update_allocs(node.id, node.secret_id, vec![update])).await.expect("ok");

@@ -454,7 +454,13 @@ impl Runtime<'_> {
                 if let Some(end) = end {
                     let (ended, alloc_id) = (self.ended_tx.clone(), alloc.id);
                     let timer = mock::end_after(end, move |status, description| {
-                        let _ = ended.send(AllocEvent { alloc_id, status, description, task_states: BTreeMap::new() });
+                        let _ = ended.send(AllocEvent {
+                            alloc_id,
+                            status,
+                            description,
+                            task_states: BTreeMap::new(),
+                            services: None,
+                        });
                     });
                     self.runners.insert(alloc_id, Runner::Mock(timer));
                 }

@@ -359,7 +359,8 @@ async fn report(ctx: &RunnerContext, alloc: &Arc<Allocation>, dir: &AllocDir, ta
     if let Ok(Err(error)) = written {
         tracing::warn!(alloc = %alloc.id, %error, "writing the allocation's state file; a restarted agent cannot re-attach");
     }
-    let _ = ctx.events.send(AllocEvent { alloc_id: alloc.id, status, description, task_states: states });
+    let services = Some(crate::client::services::registrations(alloc, &ctx.node, dir, &states));
+    let _ = ctx.events.send(AllocEvent { alloc_id: alloc.id, status, description, task_states: states, services });
 }
 
 /// The allocation's client status from its tasks' states, as Nomad's.

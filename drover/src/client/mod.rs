@@ -10,7 +10,8 @@
 //! - `alloc_runner.rs`, `task_runner.rs`, `restarts.rs`: an allocation's
 //!   tasks, their lifecycle and restart policy.
 //! - `alloc_dir.rs`, `task_env.rs`, `logs.rs`: an allocation's directory,
-//!   a task's environment, its log files.
+//!   a task's environment, its log files; `services.rs` its service
+//!   registrations.
 //! - `ops.rs`: the servers' calls on the agent's connection (logs, files,
 //!   restarts, signals, stats, garbage collection); `fs.rs` reads the
 //!   allocation directories for them, `stats.rs` the host's `/proc`.
@@ -31,6 +32,7 @@ pub mod identity;
 pub mod logs;
 pub mod ops;
 pub mod restarts;
+pub mod services;
 pub mod state;
 pub mod stats;
 pub mod task_env;

@@ -253,6 +253,7 @@ mod tests {
             node_id: NodeId::from_u128(1),
             client_status: ClientStatus::Running,
             client_description: String::new(),
+            services: None,
             task_states: Default::default(),
         };
         store

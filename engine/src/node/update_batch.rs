@@ -357,6 +357,7 @@ mod tests {
             node_id: alloc.node_id,
             client_status: ClientStatus::Running,
             client_description: String::new(),
+            services: None,
             task_states: Default::default(),
         }
     }

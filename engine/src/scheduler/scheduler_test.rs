@@ -50,6 +50,7 @@ fn report(harness: &Harness, alloc: &crate::structs::Allocation, status: ClientS
                 node_id: alloc.node_id,
                 client_status: status,
                 client_description: String::new(),
+                services: None,
                 task_states: Default::default(),
             }],
             evals: vec![],

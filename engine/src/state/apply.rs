@@ -401,7 +401,11 @@ impl Snapshot {
             }
             applied.touch(alloc.node_id);
             self.forget_services_if_ended(index, &alloc);
+            let live = !alloc.terminal();
             self.put_alloc(alloc);
+            if let (true, Some(services)) = (live, &update.services) {
+                self.replace_alloc_service_registrations(index, update.alloc_id, services.clone(), applied);
+            }
             self.touch_node_alloc_update(index, update.node_id)?;
         }
         self.table_indexes.allocs = index;

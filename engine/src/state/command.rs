@@ -245,4 +245,11 @@ pub struct ClientAllocUpdate {
     /// light path, sends none and leaves them as they are).
     #[serde(default)]
     pub task_states: BTreeMap<String, TaskState>,
+    /// The allocation's service registrations as the client has them now
+    /// (those of its running tasks), replacing the stored ones; `None`
+    /// leaves them as they are (the mock driver's light path). A client
+    /// that runs real tasks sends them with every report; reports are
+    /// applied in the order they came, so the newest list stands.
+    #[serde(default)]
+    pub services: Option<Vec<ServiceRegistration>>,
 }

@@ -176,6 +176,7 @@ fn command(op: &Op, snapshot: &Snapshot, step: u64) -> Command {
                 node_id,
                 client_status: status,
                 client_description: "r".into(),
+                services: None,
                 task_states: Default::default(),
             };
             Command::UpdateAllocsFromClient { updates: vec![update], evals: vec![], time }

@@ -247,6 +247,39 @@ impl Snapshot {
         Ok(())
     }
 
+    /// A client's report of an allocation's registrations
+    /// ([`super::ClientAllocUpdate::services`]): those it no longer lists
+    /// go, the rest are upserted (each checked as an upsert is; one that
+    /// is stored as it is changes nothing).
+    pub(super) fn replace_alloc_service_registrations(
+        &mut self,
+        index: u64,
+        alloc_id: AllocId,
+        registrations: Vec<ServiceRegistration>,
+        applied: &mut Applied,
+    ) {
+        let gone: Vec<String> = self
+            .services
+            .listed(&self.services.by_alloc, &alloc_id)
+            .filter(|stored| !registrations.iter().any(|registration| registration.id == stored.id))
+            .map(|stored| stored.id.clone())
+            .collect();
+        for id in &gone {
+            self.services.remove(id);
+        }
+        if !gone.is_empty() {
+            self.table_indexes.services = index;
+        }
+        let (ours, others): (Vec<_>, Vec<_>) =
+            registrations.into_iter().partition(|registration| registration.alloc_id == alloc_id);
+        for other in others {
+            let error =
+                StateError::ServiceRegistrationMismatch { id: other.id.clone(), job: other.job_key(), alloc_id };
+            applied.refused_registrations.push((other.id, error));
+        }
+        self.upsert_service_registrations(index, ours, applied);
+    }
+
     /// [`super::Command::DeleteServiceRegistration`]: refused, changing
     /// nothing, when the namespace holds no such id.
     pub(super) fn delete_service_registration(

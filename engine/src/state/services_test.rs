@@ -54,6 +54,7 @@ fn client_reports(alloc: &Allocation, status: ClientStatus) -> Command {
             node_id: alloc.node_id,
             client_status: status,
             client_description: String::new(),
+            services: None,
             task_states: Default::default(),
         }],
         evals: vec![],
@@ -347,4 +348,45 @@ fn registrations_survive_a_snapshot_round_trip_and_the_log_format() {
     restored.apply(down).expect("down");
     assert_eq!(ids(restored.snapshot().service_registrations_by_node(NodeId::from_u128(2))).len(), 1);
     assert_eq!(restored.snapshot().service_registration_count(), 1);
+}
+
+#[test]
+fn a_client_report_replaces_its_allocations_registrations() {
+    let store = store();
+    let (web, api) = (running(&store, "web", 1), running(&store, "api", 1));
+    let (http, admin) = (service_registration(&web, "web", 8080), service_registration(&web, "web-admin", 9090));
+    let report = |services: Option<Vec<ServiceRegistration>>, status| {
+        let Command::UpdateAllocsFromClient { mut updates, evals, time } = client_reports(&web, status) else {
+            unreachable!("client_reports makes a client update")
+        };
+        updates[0].services = services;
+        Command::UpdateAllocsFromClient { updates, evals, time }
+    };
+    store.apply(report(Some(vec![http.clone(), admin.clone()]), ClientStatus::Running)).expect("report");
+    let snapshot = store.snapshot();
+    assert_eq!(
+        sorted(ids(snapshot.service_registrations_by_alloc(web.id))),
+        sorted(vec![http.id.clone(), admin.id.clone()])
+    );
+    let index = snapshot.table_indexes().services;
+
+    // The same list again changes nothing; `None` leaves them as they are.
+    store.apply(report(Some(vec![http.clone(), admin.clone()]), ClientStatus::Running)).expect("report");
+    store.apply(report(None, ClientStatus::Running)).expect("report");
+    let snapshot = store.snapshot();
+    assert_eq!(snapshot.table_indexes().services, index, "nothing changed");
+    assert_eq!(snapshot.service_registrations_by_alloc(web.id).count(), 2);
+
+    // A shorter list drops what it no longer names; another allocation's
+    // registration in it is refused, never stored under this one.
+    let stray = service_registration(&api, "db", 5432);
+    let applied = store.apply(report(Some(vec![http.clone(), stray.clone()]), ClientStatus::Running)).expect("report");
+    let snapshot = store.snapshot();
+    assert_eq!(ids(snapshot.service_registrations_by_alloc(web.id)), vec![http.id.clone()]);
+    assert!(snapshot.service_registration(&stray.id).is_none());
+    assert_eq!(applied.refused_registrations.len(), 1, "{:?}", applied.refused_registrations);
+
+    // The allocation ends: its registrations go, whatever the report lists.
+    store.apply(report(Some(vec![http.clone()]), ClientStatus::Complete)).expect("report");
+    assert_eq!(store.snapshot().service_registrations_by_alloc(web.id).count(), 0);
 }

@@ -52,6 +52,7 @@ fn client_reports(alloc: &Allocation, status: ClientStatus, time: u64) -> Comman
             node_id: alloc.node_id,
             client_status: status,
             client_description: String::new(),
+            services: None,
             task_states: Default::default(),
         }],
         evals: vec![],
@@ -173,6 +174,7 @@ fn client_updates_are_taken_or_refused_one_by_one() {
         node_id,
         client_status: ClientStatus::Running,
         client_description: String::new(),
+        services: None,
         task_states: Default::default(),
     };
     let applied = store
@@ -214,6 +216,7 @@ fn a_plan_keeps_what_the_client_reported_and_never_places_on_a_node_that_left() 
         node_id: alloc.node_id,
         client_status: ClientStatus::Running,
         client_description: "started".into(),
+        services: None,
         task_states: Default::default(),
     };
     store

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use engine::clock::Timestamp;
 use engine::state::ClientAllocUpdate;
-use engine::structs::{AllocId, Allocation, ClientStatus, DesiredStatus, NodeId, TaskState};
+use engine::structs::{AllocId, Allocation, ClientStatus, DesiredStatus, NodeId, ServiceRegistration, TaskState};
 
 use super::{count, Action, AgentCounters, AllocEvent, ClientConfig, HeldAlloc, RunnerKind};
 use crate::client::drivers::mock;
@@ -31,6 +31,8 @@ struct Held {
     description: String,
     /// Every task's state (real tasks only).
     task_states: BTreeMap<String, TaskState>,
+    /// Its service registrations (real tasks only).
+    services: Option<Vec<ServiceRegistration>>,
     /// Bumped whenever what is reported changes.
     version: u64,
     /// Whether the servers have `version`.
@@ -191,6 +193,7 @@ impl Allocs {
         held.status = event.status;
         held.description = event.description;
         held.task_states = event.task_states;
+        held.services = event.services;
         held.changed();
     }
 
@@ -274,6 +277,7 @@ impl Allocs {
                     node_id: self.node_id,
                     client_status: held.status,
                     client_description: held.description.clone(),
+                    services: held.services.clone(),
                     task_states: held.task_states.clone(),
                 }
             })
@@ -297,6 +301,7 @@ impl Held {
     fn new(alloc: Arc<Allocation>, status: ClientStatus, runner: Runner) -> Held {
         Held {
             task_states: BTreeMap::new(),
+            services: None,
             alloc,
             status,
             description: String::new(),

@@ -91,7 +91,7 @@ use std::time::Duration;
 
 use engine::clock::Timestamp;
 use engine::state::ClientAllocUpdate;
-use engine::structs::{AllocId, Allocation, ClientStatus, NodeId, NodeStatus, TaskState};
+use engine::structs::{AllocId, Allocation, ClientStatus, NodeId, NodeStatus, ServiceRegistration, TaskState};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -175,6 +175,9 @@ pub struct AllocEvent {
     pub description: String,
     /// Every task's state (empty for the mock driver's light path).
     pub task_states: BTreeMap<String, TaskState>,
+    /// The service registrations of its running tasks (`None` for the
+    /// mock driver's light path, which registers none).
+    pub services: Option<Vec<ServiceRegistration>>,
 }
 
 /// What happened, as the runtime hands it in.

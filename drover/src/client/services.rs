@@ -1,0 +1,138 @@
+//! An allocation's service registrations as its agent makes them (Nomad's
+//! service hooks), from its job's `service` blocks and its tasks' states.
+//! A pure function of both: the allocation runner reports the result with
+//! every change of its tasks, and the servers replace what they stored.
+//!
+//! 1. A task's service is registered while that task runs; a group's while
+//!    any task of the allocation runs.
+//! 2. Its name, tags and `address` are interpolated with the task's
+//!    variables (a group service's with those of the task it names, else
+//!    of the group's first task); an unknown `${...}` stays as written.
+//! 3. The address is `address` when given, else the host address of the
+//!    allocated port, else the node's. The port is the allocated host port
+//!    of the label (`to` with `address_mode` `alloc` or `driver`, the port
+//!    the task binds), or the number written in place of a label.
+
+use engine::structs::{
+    AddressMode, Allocation, Node, Service, ServiceOwner, ServiceRegistration, TaskState, TaskStatus,
+};
+
+use std::collections::BTreeMap;
+
+use crate::client::alloc_dir::AllocDir;
+use crate::client::task_env::TaskEnv;
+
+/// The registrations `alloc` has now on `node`, its tasks being as
+/// `states` says.
+pub fn registrations(
+    alloc: &Allocation,
+    node: &Node,
+    dir: &AllocDir,
+    states: &BTreeMap<String, TaskState>,
+) -> Vec<ServiceRegistration> {
+    let Some(group) = alloc.job.group(&alloc.task_group) else { return Vec::new() };
+    let running = |task: &str| states.get(task).is_some_and(|state| state.state == TaskStatus::Running);
+    let mut out = Vec::new();
+    if group.tasks.iter().any(|task| running(&task.name)) {
+        for service in &group.services {
+            let task = service
+                .task_name
+                .as_deref()
+                .and_then(|name| group.tasks.iter().find(|task| task.name == name))
+                .or(group.tasks.first());
+            if let Some(task) = task {
+                let env = TaskEnv::new(alloc, task, node, dir);
+                out.push(registration(alloc, node, service, ServiceOwner::Group(&group.name), &env));
+            }
+        }
+    }
+    for task in group.tasks.iter().filter(|task| running(&task.name)) {
+        let env = TaskEnv::new(alloc, task, node, dir);
+        for service in &task.services {
+            out.push(registration(alloc, node, service, ServiceOwner::Task(&task.name), &env));
+        }
+    }
+    out
+}
+
+/// One service's registration (module docs, steps 2 and 3).
+fn registration(
+    alloc: &Allocation,
+    node: &Node,
+    service: &Service,
+    owner: ServiceOwner<'_>,
+    env: &TaskEnv,
+) -> ServiceRegistration {
+    let name = env.interpolate(&service.name);
+    let label = env.interpolate(&service.port_label);
+    let mut registration = ServiceRegistration::of_alloc(alloc, &node.datacenter, owner, &name, &label);
+    registration.tags = service.tags.iter().map(|tag| env.interpolate(tag)).collect();
+    let allocated = alloc.ports.iter().find(|port| *port.label == *label);
+    registration.port = match (allocated, service.address_mode) {
+        (Some(port), AddressMode::Alloc | AddressMode::Driver) if port.to > 0 => port.to,
+        (Some(port), _) => port.value,
+        (None, _) => label.parse().unwrap_or(0),
+    };
+    registration.address = match (&service.address, allocated) {
+        (Some(address), _) => env.interpolate(address),
+        (None, Some(port)) => port.host_ip.to_string(),
+        (None, None) => node.network.ip.to_string(),
+    };
+    registration
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use engine::structs::{AllocatedPort, EvalId, Job, JobType, NodeId, Resources};
+    use std::path::Path;
+    use std::sync::Arc;
+
+    fn fixture() -> (Allocation, Node) {
+        let mut job = Job::new_simple("shop", JobType::Service, 1, Resources::new(100, 64, 0));
+        let group = &mut job.task_groups[0];
+        group.services.push(Service { name: "shop-lb".into(), port_label: "http".into(), ..Service::default() });
+        group.tasks[0].services.push(Service {
+            name: "${NOMAD_TASK_NAME}-api".into(),
+            port_label: "http".into(),
+            tags: vec!["dc=${node.datacenter}".into()],
+            ..Service::default()
+        });
+        group.tasks[0].services.push(Service {
+            name: "metrics".into(),
+            port_label: "9100".into(),
+            address: Some("10.9.9.9".into()),
+            ..Service::default()
+        });
+        let job = Arc::new(job);
+        let group = job.task_groups[0].name.clone();
+        let mut alloc = Allocation::new_placement(&job, &group, 0, NodeId::from_u128(7), EvalId::from_u128(1));
+        alloc.ports =
+            vec![AllocatedPort { label: Arc::from("http"), value: 23456, to: 8080, host_ip: Arc::from("10.0.0.5") }];
+        let node = Node::new_ready(NodeId::from_u128(7), "dc1", "", Resources::new(1000, 1000, 1000));
+        (alloc, node)
+    }
+
+    #[test]
+    fn running_tasks_register_their_services_and_the_groups() {
+        let (alloc, node) = fixture();
+        let dir = AllocDir::new(Path::new("/data"), alloc.id);
+        let task = alloc.job.task_groups[0].tasks[0].name.clone();
+        let mut states = BTreeMap::from([(task.clone(), TaskState::default())]);
+        assert!(registrations(&alloc, &node, &dir, &states).is_empty(), "nothing runs yet");
+        states.get_mut(&task).expect("the task").state = TaskStatus::Running;
+        let found = registrations(&alloc, &node, &dir, &states);
+        let by_name: BTreeMap<&str, &ServiceRegistration> =
+            found.iter().map(|registration| (registration.service_name.as_str(), registration)).collect();
+        assert_eq!(by_name.len(), 3, "{found:#?}");
+        let lb = by_name["shop-lb"];
+        assert_eq!((lb.address.as_str(), lb.port), ("10.0.0.5", 23456), "the allocated host port");
+        assert_eq!(lb.id, format!("_nomad-task-{}-group-{}-shop-lb-http", alloc.id, alloc.task_group));
+        let api = by_name[format!("{task}-api").as_str()];
+        assert_eq!(api.tags, vec!["dc=dc1".to_string()], "interpolated");
+        let metrics = by_name["metrics"];
+        assert_eq!((metrics.address.as_str(), metrics.port), ("10.9.9.9", 9100), "address and a number as port");
+        states.get_mut(&task).expect("the task").state = TaskStatus::Dead;
+        assert!(registrations(&alloc, &node, &dir, &states).is_empty(), "a dead task has none");
+    }
+}
