@@ -12,7 +12,8 @@
 //! - `fs.rs` (an allocation's files and streamed frames) and `stats.rs`
 //!   (an allocation's and a host's resource usage), the client operations'.
 //! - `agent.rs` (agent, members, health, the scheduling workers),
-//!   `search.rs`, `operator.rs` (raft), `metrics.rs`, `acl.rs`.
+//!   `search.rs`, `operator.rs` (raft), `metrics.rs`, `acl.rs`, `services.rs`
+//!   (Nomad-native service discovery).
 //! - `client.rs`: the API client; `format.rs`: times and Go durations.
 //!
 //! Answers are built from the engine's types by `From` impls here where
@@ -37,6 +38,7 @@ pub mod operator;
 pub mod resources;
 pub mod search;
 pub mod service_spec;
+pub mod services;
 pub mod stats;
 
 use axum::http::HeaderMap;

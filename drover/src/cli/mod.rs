@@ -6,7 +6,8 @@
 //! prints (aligned tables, the eval monitor), with `--json` on every read.
 //! One file per command group, its clap definitions beside the code that
 //! runs them: `job.rs`, `node.rs`, `alloc.rs`, `eval.rs`, `operator.rs`,
-//! `acl.rs`, `server.rs` (members, workers, `status`), `tls.rs`. They
+//! `acl.rs`, `service.rs`, `server.rs` (members, workers, `status`),
+//! `tls.rs`. They
 //! reach a server only through `crate::api`. `run/` is the process wiring
 //! of `drover server`, `agent`, `dev` and the internal `executor`.
 //!
@@ -23,6 +24,7 @@ pub mod node;
 pub mod operator;
 pub mod run;
 pub mod server;
+pub mod service;
 pub mod tls;
 
 use std::path::PathBuf;
@@ -100,6 +102,13 @@ pub enum Top {
         #[command(flatten)]
         api: ApiArgs,
     },
+    /// Nomad-native service discovery: list, info, delete.
+    Service {
+        #[command(subcommand)]
+        command: service::ServiceCommand,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
     /// ACL tokens and policies (with `acl.enabled` on the servers).
     Acl {
         #[command(subcommand)]
@@ -169,6 +178,7 @@ pub fn dispatch(cli: Cli) -> Result<(), Failure> {
         Top::Eval { command, api } => eval::command(command, &api),
         Top::Operator { command, api } => operator::command(command, &api),
         Top::Acl { command, api } => acl::command(command, &api),
+        Top::Service { command, api } => service::command(command, &api),
         Top::Status { prefix, json, api } => {
             client_command(&api, |client| async move { server::status(&client, prefix.as_deref(), json).await })
         }

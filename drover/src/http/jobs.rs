@@ -112,9 +112,9 @@ async fn job(
         ("/scale", Method::PUT | Method::POST) => scale(state, params, key, body).await,
         ("/scale", Method::GET) => scale_status(&state, &params, key).await,
         ("/evaluate", Method::PUT | Method::POST) => evaluate(state, params, key).await,
-        // No deployments exist (they come with health-gated updates), and
-        // no job's services are registered (service blocks are warned of).
-        ("/deployments" | "/services", Method::GET) => {
+        ("/services", Method::GET) => super::services::job_services(&state, &params, key).await,
+        // No deployments exist (they come with health-gated updates).
+        ("/deployments", Method::GET) => {
             blocking(&state, &params, |snapshot| Ok(snapshot.table_indexes().jobs), |_| Ok(Vec::<()>::new())).await
         }
         (suffix, _) if NOT_IMPLEMENTED.contains(&suffix) => {

@@ -19,7 +19,8 @@
 //! One file per resource: `jobs.rs`, `evals.rs`, `allocs.rs`, `nodes.rs`,
 //! `agent.rs` (agent, status, workers, search), `operator.rs` (snapshots,
 //! raft), `client.rs` and `client_fs.rs` (the client operations, answered
-//! by the agent that runs the allocation), `acl.rs` (the ACL check in front of them all, tokens and
+//! by the agent that runs the allocation), `services.rs` (Nomad-native
+//! service discovery), `acl.rs` (the ACL check in front of them all, tokens and
 //! policies), `forward.rs` (a follower's relay to the leader); `nomad.rs`
 //! builds the answers that read the state beyond their object, `query.rs`
 //! holds the query parameters, blocking queries and the read headers. The
@@ -40,6 +41,7 @@ pub mod nodes;
 pub mod nomad;
 pub mod operator;
 pub mod query;
+pub mod services;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -116,6 +118,7 @@ pub fn router(state: ApiState) -> Router {
         .merge(metrics::routes())
         .merge(operator::routes())
         .merge(acl::routes())
+        .merge(services::routes())
         .fallback(error::unknown_path)
         .layer(axum::middleware::from_fn_with_state(state.clone(), acl::authorize))
         .layer(axum::middleware::from_fn_with_state(state.clone(), forward::forward_http))

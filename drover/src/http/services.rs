@@ -1,0 +1,160 @@
+//! Nomad-native service discovery (Nomad 1.3+): `/v1/services`,
+//! `/v1/service/<name>[/<id>]`, and the registrations of an allocation
+//! (`/v1/allocation/<id>/services`) and of a job
+//! (`/v1/job/<id>/services`, routed by `jobs.rs`, answered by
+//! [`job_services`]).
+//!
+//! Every read blocks on the services table's index, so a query from the
+//! index it last saw wakes when a registration is written or removed.
+//! Reads need namespace `read` (Nomad's `read-job`), the delete namespace
+//! `write` (Nomad's `submit-job`); `http/acl.rs` checks both by method.
+//! Where Drover differs: `?choose=` (Nomad 1.3.2's rendezvous choice) is
+//! refused with 400 naming it, never ignored; an unknown id on delete is a
+//! 404 (Nomad answers 500 with the same message) because python-nomad and
+//! Drover's API take 404 as "no such object".
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::Method;
+use axum::routing::{any, get};
+use axum::Router;
+use engine::state::{Command, Snapshot, StateError};
+use engine::structs::{AllocId, JobKey, ServiceRegistration};
+
+use super::error::ApiError;
+use super::query::{blocking, exact_uuid, Params, Reply};
+use super::ApiState;
+use crate::api::services::{self as api, ServiceRegistrationListStub, ServiceRegistrationStub};
+
+/// The routes of this file.
+pub fn routes() -> Router<ApiState> {
+    Router::new()
+        .route("/v1/services", get(list))
+        .route("/v1/service/", any(missing_name))
+        .route("/v1/service/{*rest}", any(service))
+        .route("/v1/allocation/{id}/services", get(alloc_services))
+}
+
+/// The services table's index: what every read here reports and blocks on.
+fn services_index(snapshot: &Snapshot) -> Result<u64, ApiError> {
+    Ok(snapshot.table_indexes().services)
+}
+
+/// Registrations as answered.
+fn answer<'a>(registrations: impl Iterator<Item = &'a Arc<ServiceRegistration>>) -> Vec<api::ServiceRegistration> {
+    registrations.map(|registration| api::ServiceRegistration::from(&**registration)).collect()
+}
+
+/// `GET /v1/services[?namespace=]`: per namespace (sorted), its service
+/// names (sorted) with the union of their tags; `namespace=*` lists every
+/// namespace; a namespace without services is left out, so none is `[]`.
+async fn list(State(state): State<ApiState>, params: Params) -> Result<Reply, ApiError> {
+    let namespace = params.namespace().to_string();
+    blocking(&state, &params, services_index, |snapshot| {
+        let listed = snapshot.service_names().into_iter().filter(|(of, _)| namespace == "*" || **of == *namespace);
+        let stubs: Vec<ServiceRegistrationListStub> = listed
+            .map(|(of, listings)| ServiceRegistrationListStub {
+                namespace: of.to_string(),
+                services: listings
+                    .into_iter()
+                    .map(|listing| ServiceRegistrationStub { service_name: listing.service_name, tags: listing.tags })
+                    .collect(),
+            })
+            .collect();
+        Ok(stubs)
+    })
+    .await
+}
+
+/// `/v1/service/` without a name: 400, as Nomad.
+async fn missing_name() -> ApiError {
+    ApiError::BadRequest("missing service name".to_string())
+}
+
+/// `/v1/service/<name>` (GET) and `/v1/service/<name>/<id>` (DELETE);
+/// more segments are 400 `invalid URI`, another method 405, as Nomad.
+async fn service(
+    State(state): State<ApiState>,
+    method: Method,
+    Path(rest): Path<String>,
+    params: Params,
+) -> Result<Reply, ApiError> {
+    let segments: Vec<&str> = rest.split('/').collect();
+    match (segments.as_slice(), method) {
+        ([""], _) => Err(missing_name().await),
+        ([name], Method::GET) => read(&state, &params, name).await,
+        ([_name, id], Method::DELETE) if !id.is_empty() => delete(&state, &params, id).await,
+        ([_] | [_, _], _) => Err(ApiError::MethodNotAllowed),
+        _ => Err(ApiError::BadRequest("invalid URI".to_string())),
+    }
+}
+
+/// `GET /v1/service/<name>[?tag=&namespace=]`: the service's
+/// registrations sorted by id (by namespace, then id, with `*`), `[]` when
+/// none; `?choose=` is refused (module docs).
+async fn read(state: &ApiState, params: &Params, name: &str) -> Result<Reply, ApiError> {
+    if params.get("choose").is_some() {
+        let refused = "failed to choose services: the choose parameter is not supported by Drover";
+        return Err(ApiError::BadRequest(refused.to_string()));
+    }
+    let namespace = params.namespace().to_string();
+    let tag = params.get("tag").filter(|tag| !tag.is_empty()).map(str::to_string);
+    blocking(state, params, services_index, |snapshot| {
+        if namespace != "*" {
+            return Ok(answer(snapshot.service_registrations_by_name(&namespace, name, tag.as_deref())));
+        }
+        let mut every: Vec<&Arc<ServiceRegistration>> = snapshot
+            .service_registrations()
+            .filter(|registration| registration.service_name == name)
+            .filter(|registration| tag.as_ref().is_none_or(|tag| registration.tags.contains(tag)))
+            .collect();
+        every.sort_by(|a, b| (&a.namespace, &a.id).cmp(&(&b.namespace, &b.id)));
+        Ok(answer(every.into_iter()))
+    })
+    .await
+}
+
+/// `DELETE /v1/service/<name>/<id>[?namespace=]`: removes the registration
+/// `id` (by id alone, as Nomad; the name is not checked): `null` with the
+/// write's index in `X-Nomad-Index`. An id the namespace does not hold is
+/// 404 `service registration not found` and writes nothing.
+async fn delete(state: &ApiState, params: &Params, id: &str) -> Result<Reply, ApiError> {
+    let command = Command::DeleteServiceRegistration { namespace: params.namespace().to_string(), id: id.to_string() };
+    let leader = state.leader()?;
+    let written = tokio::task::spawn_blocking(move || leader.writer().write(command))
+        .await
+        .map_err(|error| ApiError::Internal(format!("engine call failed: {error}")))?;
+    match written {
+        Ok(applied) => Ok(Reply::json(&(), false, Some(applied.index))),
+        Err(StateError::UnknownServiceRegistration { .. }) => {
+            Err(ApiError::NotFound("service registration not found".to_string()))
+        }
+        Err(other) => Err(other.into()),
+    }
+}
+
+/// `GET /v1/job/<id>/services[?namespace=]`: the job's registrations
+/// sorted by id; 404 `job not found` for an unknown job, as Nomad.
+pub async fn job_services(state: &ApiState, params: &Params, key: JobKey) -> Result<Reply, ApiError> {
+    blocking(state, params, services_index, |snapshot| {
+        snapshot.job(&key).ok_or_else(|| ApiError::NotFound("job not found".to_string()))?;
+        Ok(answer(snapshot.service_registrations_by_job(&key)))
+    })
+    .await
+}
+
+/// `GET /v1/allocation/<id>/services`: the allocation's registrations
+/// sorted by id; 404 `alloc not found` for an unknown allocation.
+async fn alloc_services(
+    State(state): State<ApiState>,
+    Path(id): Path<String>,
+    params: Params,
+) -> Result<Reply, ApiError> {
+    let id = AllocId(exact_uuid(&id, "alloc")?);
+    blocking(&state, &params, services_index, |snapshot| {
+        snapshot.alloc(id).ok_or_else(|| ApiError::NotFound("alloc not found".to_string()))?;
+        Ok(answer(snapshot.service_registrations_by_alloc(id)))
+    })
+    .await
+}
