@@ -255,6 +255,7 @@ async fn an_http_server_bound_to_its_port_answers_where_its_allocation_says() {
         "TaskGroups": [{"Name": "web", "Count": 1, "Networks": [{"DynamicPorts": [{"Label": "http"}]}],
             "Tasks": [{"Name": "server", "Driver": "raw_exec", "KillTimeout": 1_000_000_000u64,
                 "Config": {"command": "sh", "args": ["-c", script]},
+                "Services": [{"Name": "web-${NOMAD_TASK_NAME}", "PortLabel": "http", "Tags": ["v1"]}],
                 "Resources": {"CPU": 100, "MemoryMB": 128}}]}]}});
     let written = cluster.api.request("PUT", "/v1/jobs", Some(&job)).await.expect("answer");
     assert_eq!(written.status, 200, "{}", written.body);
@@ -277,6 +278,17 @@ async fn an_http_server_bound_to_its_port_answers_where_its_allocation_says() {
     .await;
     assert_eq!((answer.status, answer.body.trim()), (200, alloc["ID"].as_str().expect("id")));
 
+    // The running task's service is registered where it answers.
+    let found = until(&cluster.api, "/v1/service/web-server", "the service registered", |list| {
+        list.as_array().is_some_and(|list| !list.is_empty())
+    })
+    .await;
+    let registrations = found.as_array().expect("a list");
+    assert_eq!(registrations.len(), 1, "{found:#}");
+    let registration = &registrations[0];
+    assert_eq!((registration["Address"].as_str(), registration["Port"].as_u64()), (Some(ip), Some(port)));
+    assert_eq!((&registration["AllocID"], &registration["Tags"]), (&alloc["ID"], &json!(["v1"])));
+
     let stopped = cluster.api.request("DELETE", "/v1/job/web", None).await.expect("answer");
     assert_eq!(stopped.status, 200, "{}", stopped.body);
     until(&cluster.api, "/v1/job/web/allocations", "the server stopped", |allocs| {
@@ -284,6 +296,8 @@ async fn an_http_server_bound_to_its_port_answers_where_its_allocation_says() {
     })
     .await;
     assert!(server.get("/id.txt").await.is_err(), "the port is closed with its task");
+    let services = cluster.api.get("/v1/job/web/services").await.expect("answer").json().expect("JSON");
+    assert_eq!(services, json!([]), "its registration went with it");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

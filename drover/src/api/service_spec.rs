@@ -15,10 +15,11 @@ use serde_json::Value;
 
 use super::job_spec::{is_set, says_something, JobSpecError};
 
-/// The warning every submitted service gets until Drover's agents register
-/// services and run their checks (issue 26); remove it with that work.
-pub const SERVICE_NOT_REGISTERED_YET: &str =
-    "is stored with the job but not yet registered or checked by Drover's agents";
+/// The warning every submitted check gets until Drover's agents run
+/// checks (issue 26, which registers services already); remove it with
+/// that work.
+pub const CHECK_NOT_RUN_YET: &str =
+    "is stored with the job but not yet run by Drover's agents: the service is registered without a health status";
 
 /// A service (`api.Service`).
 #[derive(Debug, Default, Deserialize)]
@@ -203,7 +204,6 @@ fn convert_service(
     for check in api.checks.unwrap_or_default() {
         service.checks.push(convert_check(check, &name, api.check_restart.as_ref(), &place, warnings)?);
     }
-    warnings.push(format!("{place}the service {SERVICE_NOT_REGISTERED_YET}"));
     Ok(service)
 }
 
@@ -216,6 +216,7 @@ fn convert_check(
 ) -> Result<ServiceCheck, JobSpecError> {
     let name = api.name.filter(|name| !name.is_empty()).unwrap_or_else(|| ServiceCheck::default_name(service_name));
     let place = format!("{service_place}Check {name:?}: ");
+    warnings.push(format!("{place}the check {CHECK_NOT_RUN_YET}"));
     let kind = match api.kind.as_deref().unwrap_or("") {
         "grpc" => {
             return Err(JobSpecError::new(format!(

@@ -91,19 +91,12 @@ mod tests {
     fn fixture() -> (Allocation, Node) {
         let mut job = Job::new_simple("shop", JobType::Service, 1, Resources::new(100, 64, 0));
         let group = &mut job.task_groups[0];
-        group.services.push(Service { name: "shop-lb".into(), port_label: "http".into(), ..Service::default() });
+        group.services.push(Service::new("shop-lb", "http"));
         group.tasks[0].services.push(Service {
-            name: "${NOMAD_TASK_NAME}-api".into(),
-            port_label: "http".into(),
             tags: vec!["dc=${node.datacenter}".into()],
-            ..Service::default()
+            ..Service::new("${NOMAD_TASK_NAME}-api", "http")
         });
-        group.tasks[0].services.push(Service {
-            name: "metrics".into(),
-            port_label: "9100".into(),
-            address: Some("10.9.9.9".into()),
-            ..Service::default()
-        });
+        group.tasks[0].services.push(Service { address: Some("10.9.9.9".into()), ..Service::new("metrics", "9100") });
         let job = Arc::new(job);
         let group = job.task_groups[0].name.clone();
         let mut alloc = Allocation::new_placement(&job, &group, 0, NodeId::from_u128(7), EvalId::from_u128(1));
