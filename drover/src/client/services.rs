@@ -3,8 +3,10 @@
 //! A pure function of both: the allocation runner reports the result with
 //! every change of its tasks, and the servers replace what they stored.
 //!
-//! 1. A task's service is registered while that task runs; a group's while
-//!    any task of the allocation runs.
+//! 1. A task's service is registered while that task runs and is not being
+//!    stopped (from its `Killing` or `Restart Signaled` event, published
+//!    before the kill, it is deregistered first, as Nomad's); a group's
+//!    while any task of the allocation is so.
 //! 2. Its name, tags and `address` are interpolated with the task's
 //!    variables (a group service's with those of the task it names, else
 //!    of the group's first task); an unknown `${...}` stays as written.
@@ -14,7 +16,7 @@
 //!    the task binds), or the number written in place of a label.
 
 use engine::structs::{
-    AddressMode, Allocation, Node, Service, ServiceOwner, ServiceRegistration, TaskState, TaskStatus,
+    AddressMode, Allocation, Node, Service, ServiceOwner, ServiceRegistration, TaskEvent, TaskState, TaskStatus,
 };
 
 use std::collections::BTreeMap;
@@ -31,7 +33,7 @@ pub fn registrations(
     states: &BTreeMap<String, TaskState>,
 ) -> Vec<ServiceRegistration> {
     let Some(group) = alloc.job.group(&alloc.task_group) else { return Vec::new() };
-    let running = |task: &str| states.get(task).is_some_and(|state| state.state == TaskStatus::Running);
+    let running = |task: &str| states.get(task).is_some_and(serving);
     let mut out = Vec::new();
     if group.tasks.iter().any(|task| running(&task.name)) {
         for service in &group.services {
@@ -53,6 +55,17 @@ pub fn registrations(
         }
     }
     out
+}
+
+/// Whether a task's services are registered (module docs, step 1).
+fn serving(state: &TaskState) -> bool {
+    let stopping = state.events.last().is_some_and(|event| {
+        matches!(
+            event.event_type.as_str(),
+            TaskEvent::KILLING | TaskEvent::RESTART_SIGNALED | TaskEvent::SIBLING_FAILED
+        )
+    });
+    state.state == TaskStatus::Running && !stopping
 }
 
 /// One service's registration (module docs, steps 2 and 3).
@@ -125,6 +138,9 @@ mod tests {
         assert_eq!(api.tags, vec!["dc=dc1".to_string()], "interpolated");
         let metrics = by_name["metrics"];
         assert_eq!((metrics.address.as_str(), metrics.port), ("10.9.9.9", 9100), "address and a number as port");
+        let killing = TaskEvent::new(TaskEvent::KILLING, engine::clock::Timestamp(1), "Sent SIGINT");
+        states.get_mut(&task).expect("the task").push_event(killing);
+        assert!(registrations(&alloc, &node, &dir, &states).is_empty(), "a task being stopped has none");
         states.get_mut(&task).expect("the task").state = TaskStatus::Dead;
         assert!(registrations(&alloc, &node, &dir, &states).is_empty(), "a dead task has none");
     }

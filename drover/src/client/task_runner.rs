@@ -204,7 +204,7 @@ pub async fn run(
                 record = running.wait() => break Some(record),
                 Ok(()) = kill.changed() => {
                     let reason = kill.borrow().clone();
-                    stop(&ctx, &mut state, &mut running, reason).await;
+                    stop(&ctx, &mut state, &mut running, reason, &publish).await;
                     publish(&state, None);
                     return;
                 }
@@ -218,7 +218,7 @@ pub async fn run(
                         let _ = reply.send(Ok(()));
                     }
                     TaskCommand::Restart(reply) => {
-                        restart_in_place(&ctx, &mut state, &mut running).await;
+                        restart_in_place(&ctx, &mut state, &mut running, &publish).await;
                         publish(&state, None);
                         let _ = reply.send(Ok(()));
                         break None;
@@ -245,9 +245,16 @@ struct Waits<'a> {
 
 /// An operator's restart (module docs, 4): the task is killed as in a
 /// stop and marked to start again at once.
-async fn restart_in_place(ctx: &TaskContext, state: &mut TaskState, running: &mut TaskHandle) {
+async fn restart_in_place(
+    ctx: &TaskContext,
+    state: &mut TaskState,
+    running: &mut TaskHandle,
+    publish: &impl Fn(&TaskState, Option<HandleState>),
+) {
     const REASON: &str = "User requested restart";
     state.push_event(TaskEvent::new(TaskEvent::RESTART_SIGNALED, now(), REASON).with_detail("restart_reason", REASON));
+    // Said before the kill, so its services are deregistered first.
+    publish(state, Some(running.state()));
     let (record, _) = running.stop(ctx.task.kill_signal.as_deref(), ctx.task.kill_timeout).await;
     terminated(state, record.as_ref());
     let event = TaskEvent::new(TaskEvent::RESTARTING, now(), format!("Restarting in {}", show(Duration::ZERO)))
@@ -380,7 +387,13 @@ fn finish(state: &mut TaskState, failed: bool, reason: Option<&str>) {
 }
 
 /// The stop sequence: `Killing`, the kill signal, the timeout, SIGKILL, `Killed`.
-async fn stop(ctx: &TaskContext, state: &mut TaskState, running: &mut TaskHandle, reason: Option<KillReason>) {
+async fn stop(
+    ctx: &TaskContext,
+    state: &mut TaskState,
+    running: &mut TaskHandle,
+    reason: Option<KillReason>,
+    publish: &impl Fn(&TaskState, Option<HandleState>),
+) {
     if let Some(KillReason::SiblingFailed(sibling)) = &reason {
         let event = TaskEvent::new(TaskEvent::SIBLING_FAILED, now(), format!("Task's sibling {sibling:?} failed"));
         state.push_event(event);
@@ -399,6 +412,8 @@ async fn stop(ctx: &TaskContext, state: &mut TaskState, running: &mut TaskHandle
     )
     .with_detail("kill_timeout", timeout.as_nanos().to_string());
     state.push_event(event);
+    // Said before the kill, so its services are deregistered first.
+    publish(state, Some(running.state()));
     let (_, forced) = running.stop(ctx.task.kill_signal.as_deref(), timeout).await;
     let message = if forced { "Task killed after its kill timeout" } else { "Task successfully killed" };
     state.push_event(TaskEvent::new(TaskEvent::KILLED, now(), message));
