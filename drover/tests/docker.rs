@@ -365,10 +365,10 @@ async fn an_agent_killed_with_sigkill_reattaches_and_removes_what_was_stopped_me
         let hcl = cluster.job(
             id,
             "service",
-            "",
+            "network {\n      port \"http\" {}\n    }",
             r#"command = "sleep"
         args = ["3600"]"#,
-            "",
+            &format!("service {{\n        name = \"{id}-svc\"\n        port = \"http\"\n      }}"),
         );
         cluster.run_job(id, &hcl);
     }
@@ -395,6 +395,21 @@ async fn an_agent_killed_with_sigkill_reattaches_and_removes_what_was_stopped_me
     assert_eq!(keep["ClientStatus"], "running", "{:#}", keep["TaskStates"]);
     assert_eq!(alloc_containers(&keep), kept_container, "the same container, and only it");
     assert_eq!(events(&keep).iter().filter(|event| event["Type"] == "Started").count(), 1, "never started again");
+
+    // One registration per allocation, no orphan: the kept one is there
+    // once (the agent reported it again under the same id), the stopped
+    // one's went with it.
+    let kept = until(&cluster.api, "/v1/service/keep-svc", "the kept service registered", |list| {
+        list.as_array().is_some_and(|list| !list.is_empty())
+    })
+    .await;
+    let kept = kept.as_array().expect("a list");
+    assert_eq!(kept.len(), 1, "{kept:#?}");
+    assert_eq!(kept[0]["AllocID"], keep["ID"]);
+    let services = cluster.api.get("/v1/services").await.expect("answer").json().expect("JSON");
+    let names: Vec<&Value> =
+        services[0]["Services"].as_array().expect("a list").iter().map(|service| &service["ServiceName"]).collect();
+    assert_eq!(names, [&json!("keep-svc")], "{services:#}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
