@@ -85,7 +85,7 @@ fn cli_job(id: &str, count: u32) -> Value {
                 "Resources": {"CPU": 100, "MemoryMB": 64, "DiskMB": null}, "Env": null, "KillTimeout": null,
                 "Services": null, "Meta": null}],
             "RestartPolicy": null, "ReschedulePolicy": null, "EphemeralDisk": {"SizeMB": 10},
-            "Services": [{"Name": "web", "PortLabel": "http"}]}],
+            "Consul": {"Namespace": "team"}}],
         "Update": null, "Periodic": null, "Meta": null, "Stop": null, "Version": null, "SubmitTime": null},
         "Region": "", "Namespace": "", "SecretID": ""})
 }
@@ -131,7 +131,7 @@ async fn the_nomad_api_serves_jobs_evals_allocs_nodes_and_the_agent() {
     assert!(answer.index.is_some());
     let eval_id = registered["EvalID"].as_str().expect("eval id").to_string();
     assert_eq!(
-        registered["Warnings"], "TaskGroup \"web\": Services is not implemented by Drover and was ignored",
+        registered["Warnings"], "TaskGroup \"web\": Consul is not implemented by Drover and was ignored",
         "ignored fields are named"
     );
     // The eval is readable at once (the CLI's monitor reads it right away).
@@ -316,9 +316,10 @@ async fn bad_requests_get_nomads_codes_and_write_nothing() {
         assert_eq!(answer.status, 501, "{path}: {}", answer.body);
         assert!(answer.body.contains(&format!("/{suffix} is not implemented")), "{path}: {}", answer.body);
     }
-    for listed in ["/v1/job/web/deployments", "/v1/job/web/services"] {
-        assert_eq!(api.get(listed).await.expect("answer").json().expect("json"), json!([]), "{listed}");
-    }
+    let deployments = api.get("/v1/job/web/deployments").await.expect("answer");
+    assert_eq!(deployments.json().expect("json"), json!([]));
+    let services = api.get("/v1/job/web/services").await.expect("answer");
+    assert_eq!((services.status, services.body.trim()), (404, "job not found"), "as Nomad, for a job it does not know");
     let mut cron = cli_job("cron", 1);
     cron["Job"]["Type"] = json!("batch");
     cron["Job"]["Periodic"] = json!({"Spec": "*/5 * * * *", "SpecType": "cron", "Enabled": true});

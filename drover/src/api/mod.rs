@@ -39,6 +39,7 @@ pub mod resources;
 pub mod search;
 pub mod service_spec;
 pub mod services;
+pub mod spec;
 pub mod stats;
 
 use axum::http::HeaderMap;

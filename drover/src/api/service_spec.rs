@@ -13,7 +13,7 @@ use engine::structs::{
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::job_spec::{is_set, says_something, JobSpecError};
+use super::spec::{is_set, says_something, JobSpecError};
 
 /// The warning every submitted check gets until Drover's agents run
 /// checks (issue 26, which registers services already); remove it with
