@@ -401,9 +401,12 @@ impl Snapshot {
             }
             applied.touch(alloc.node_id);
             self.forget_services_if_ended(index, &alloc);
-            let live = !alloc.terminal();
+            // Still running on its client: what it lists replaces what is
+            // stored, also once the servers stopped it (its tasks being
+            // killed are deregistered first); only additions are refused then.
+            let running_here = !alloc.client_terminal();
             self.put_alloc(alloc);
-            if let (true, Some(services)) = (live, &update.services) {
+            if let (true, Some(services)) = (running_here, &update.services) {
                 self.replace_alloc_service_registrations(index, update.alloc_id, services.clone(), applied);
             }
             self.touch_node_alloc_update(index, update.node_id)?;

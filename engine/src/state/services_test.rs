@@ -386,6 +386,25 @@ fn a_client_report_replaces_its_allocations_registrations() {
     assert!(snapshot.service_registration(&stray.id).is_none());
     assert_eq!(applied.refused_registrations.len(), 1, "{:?}", applied.refused_registrations);
 
+    // The servers stop it: while its client still runs it, a report
+    // without the registration removes it (its task is being killed), and
+    // none is added any more.
+    let mut stopped = Allocation::clone(store.snapshot().alloc(web.id).expect("placed"));
+    stopped.desired_status = DesiredStatus::Stop;
+    let plan = Command::ApplyPlanResults {
+        eval_id: EvalId::from_u128(9),
+        allocs: vec![stopped],
+        evals: vec![],
+        time: Timestamp(4),
+    };
+    store.apply(plan).expect("stopped");
+    assert_eq!(store.snapshot().service_registrations_by_alloc(web.id).count(), 1, "a stop alone keeps it");
+    store.apply(report(Some(vec![]), ClientStatus::Running)).expect("report");
+    assert_eq!(store.snapshot().service_registrations_by_alloc(web.id).count(), 0, "deregistered before the kill");
+    let applied = store.apply(report(Some(vec![http.clone()]), ClientStatus::Running)).expect("report");
+    assert_eq!(store.snapshot().service_registrations_by_alloc(web.id).count(), 0, "no addition once stopped");
+    assert_eq!(applied.refused_registrations.len(), 1);
+
     // The allocation ends: its registrations go, whatever the report lists.
     store.apply(report(Some(vec![http.clone()]), ClientStatus::Complete)).expect("report");
     assert_eq!(store.snapshot().service_registrations_by_alloc(web.id).count(), 0);
