@@ -381,11 +381,23 @@ async fn serve_stream(
             Err(error) => refuse_malformed(service, remote, &mut send, &mut recv, request_id, &error.to_string()).await,
         };
     }
-    let outcome = match service.settle().await {
+    let mut outcome = match service.settle().await {
         Ok(Serve::Here(nodes)) => service.reply(&nodes, remote, operator, &frame).await,
         Ok(Serve::Leader(route)) => Ok(forward(route.as_ref(), &frame, operator).await),
         Err(refusal) => Ok(refusal.to_frame(request_id)),
     };
+    // The leadership moved between the settle and the forward (this server
+    // taking it over, or the leader losing it): a node's own calls are
+    // idempotent (a registration, a heartbeat, a report of its
+    // allocations), so one is settled again, once, and served where the
+    // leader is now, rather than refused for an election that has ended.
+    if matches!(&outcome, Ok(reply) if is_no_leader(reply)) && is_node_call(&frame) {
+        outcome = match service.settle().await {
+            Ok(Serve::Here(nodes)) => service.reply(&nodes, remote, operator, &frame).await,
+            Ok(Serve::Leader(route)) => Ok(forward(route.as_ref(), &frame, operator).await),
+            Err(refusal) => Ok(refusal.to_frame(request_id)),
+        };
+    }
     let reply = match outcome {
         Ok(reply) => reply,
         Err(Failure::Malformed(error)) => {
@@ -412,6 +424,16 @@ const FORWARDED: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv
 /// The refusal while the cluster has no leader (an election).
 fn no_leader() -> Refusal {
     Refusal { code: RefusalCode::NoLeader, message: "no cluster leader; try again".to_string() }
+}
+
+/// Whether `reply` refuses for want of a leader.
+fn is_no_leader(reply: &Frame) -> bool {
+    matches!(Refusal::from_frame(reply), Ok(refusal) if refusal.code == RefusalCode::NoLeader)
+}
+
+/// Whether `frame` is one of a node's own idempotent calls.
+fn is_node_call(frame: &Frame) -> bool {
+    matches!(Kind::try_from(frame.kind), Ok(Kind::Register | Kind::Heartbeat | Kind::UpdateAllocs))
 }
 
 /// Forwards `frame` to the leader through `route`; the leader's reply frame.
