@@ -268,6 +268,8 @@ async fn run(
 ) {
     let Parts { tasks, fresh, mut commands, running } = parts;
     let mut saved: BTreeMap<String, SavedTask> = BTreeMap::new();
+    // Each task's variables, made once: its runner's, and its services'.
+    let mut envs: BTreeMap<String, TaskEnv> = BTreeMap::new();
     let (updates_tx, mut updates) = mpsc::unbounded_channel();
     let built = dir.build(group_tasks(&alloc).iter().map(|task| task.name.as_str()));
     for (name, (mut state, found)) in tasks {
@@ -284,6 +286,7 @@ async fn run(
                 state.push_event(TaskEvent::new(TaskEvent::TASK_SETUP, now(), "Building Task Directory"));
             }
             let env = TaskEnv::new(&alloc, &task, &ctx.node, &dir);
+            envs.insert(name.clone(), env.clone());
             let task_ctx = TaskContext {
                 drivers: ctx.drivers.clone(),
                 alloc: alloc.clone(),
@@ -301,7 +304,7 @@ async fn run(
         saved.insert(name, SavedTask { state, handle: None });
     }
     drop(updates_tx);
-    report(&ctx, &alloc, &dir, &saved).await;
+    report(&ctx, &alloc, &dir, &envs, &saved).await;
     // The queues of tasks that do not run are dropped: commands to them
     // are answered "not running".
     drop(commands);
@@ -314,7 +317,7 @@ async fn run(
             None => running.lock().remove(&task),
         };
         saved.insert(task, SavedTask { state, handle });
-        report(&ctx, &alloc, &dir, &saved).await;
+        report(&ctx, &alloc, &dir, &envs, &saved).await;
     }
     // Every task is dead. Removed directories wait for the agent's word.
     if destroyed.wait_for(|destroy| *destroy).await.is_ok() {
@@ -339,7 +342,13 @@ fn set_once(kill: &watch::Sender<Option<KillReason>>, why: KillReason) {
 }
 
 /// Saves the state file and tells the agent.
-async fn report(ctx: &RunnerContext, alloc: &Arc<Allocation>, dir: &AllocDir, tasks: &BTreeMap<String, SavedTask>) {
+async fn report(
+    ctx: &RunnerContext,
+    alloc: &Arc<Allocation>,
+    dir: &AllocDir,
+    envs: &BTreeMap<String, TaskEnv>,
+    tasks: &BTreeMap<String, SavedTask>,
+) {
     let states: BTreeMap<String, TaskState> =
         tasks.iter().map(|(name, task)| (name.clone(), task.state.clone())).collect();
     let (status, description) = client_status(&states);
@@ -359,7 +368,7 @@ async fn report(ctx: &RunnerContext, alloc: &Arc<Allocation>, dir: &AllocDir, ta
     if let Ok(Err(error)) = written {
         tracing::warn!(alloc = %alloc.id, %error, "writing the allocation's state file; a restarted agent cannot re-attach");
     }
-    let services = Some(crate::client::services::registrations(alloc, &ctx.node, dir, &states));
+    let services = Some(crate::client::services::registrations(alloc, &ctx.node, envs, &states));
     let _ = ctx.events.send(AllocEvent { alloc_id: alloc.id, status, description, task_states: states, services });
 }
 

@@ -9,7 +9,8 @@
 //!    while any task of the allocation is so.
 //! 2. Its name, tags and `address` are interpolated with the task's
 //!    variables (a group service's with those of the task it names, else
-//!    of the group's first task); an unknown `${...}` stays as written.
+//!    of the group's first task that has them); an unknown `${...}` stays
+//!    as written.
 //! 3. The address is `address` when given, else the host address of the
 //!    allocated port, else the node's. The port is the allocated host port
 //!    of the label (`to` with `address_mode` `alloc` or `driver`, the port
@@ -21,15 +22,15 @@ use engine::structs::{
 
 use std::collections::BTreeMap;
 
-use crate::client::alloc_dir::AllocDir;
 use crate::client::task_env::TaskEnv;
 
 /// The registrations `alloc` has now on `node`, its tasks being as
-/// `states` says.
+/// `states` says, with each task's variables in `envs` (the allocation
+/// runner's, made once).
 pub fn registrations(
     alloc: &Allocation,
     node: &Node,
-    dir: &AllocDir,
+    envs: &BTreeMap<String, TaskEnv>,
     states: &BTreeMap<String, TaskState>,
 ) -> Vec<ServiceRegistration> {
     let Some(group) = alloc.job.group(&alloc.task_group) else { return Vec::new() };
@@ -37,21 +38,20 @@ pub fn registrations(
     let mut out = Vec::new();
     if group.tasks.iter().any(|task| running(&task.name)) {
         for service in &group.services {
-            let task = service
+            let env = service
                 .task_name
                 .as_deref()
-                .and_then(|name| group.tasks.iter().find(|task| task.name == name))
-                .or(group.tasks.first());
-            if let Some(task) = task {
-                let env = TaskEnv::new(alloc, task, node, dir);
-                out.push(registration(alloc, node, service, ServiceOwner::Group(&group.name), &env));
+                .and_then(|name| envs.get(name))
+                .or_else(|| group.tasks.iter().find_map(|task| envs.get(&task.name)));
+            if let Some(env) = env {
+                out.push(registration(alloc, node, service, ServiceOwner::Group(&group.name), env));
             }
         }
     }
     for task in group.tasks.iter().filter(|task| running(&task.name)) {
-        let env = TaskEnv::new(alloc, task, node, dir);
+        let Some(env) = envs.get(&task.name) else { continue };
         for service in &task.services {
-            out.push(registration(alloc, node, service, ServiceOwner::Task(&task.name), &env));
+            out.push(registration(alloc, node, service, ServiceOwner::Task(&task.name), env));
         }
     }
     out
@@ -97,6 +97,7 @@ fn registration(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::client::alloc_dir::AllocDir;
     use engine::structs::{AllocatedPort, EvalId, Job, JobType, NodeId, Resources};
     use std::path::Path;
     use std::sync::Arc;
@@ -124,10 +125,12 @@ mod tests {
         let (alloc, node) = fixture();
         let dir = AllocDir::new(Path::new("/data"), alloc.id);
         let task = alloc.job.task_groups[0].tasks[0].name.clone();
+        let envs =
+            BTreeMap::from([(task.clone(), TaskEnv::new(&alloc, &alloc.job.task_groups[0].tasks[0], &node, &dir))]);
         let mut states = BTreeMap::from([(task.clone(), TaskState::default())]);
-        assert!(registrations(&alloc, &node, &dir, &states).is_empty(), "nothing runs yet");
+        assert!(registrations(&alloc, &node, &envs, &states).is_empty(), "nothing runs yet");
         states.get_mut(&task).expect("the task").state = TaskStatus::Running;
-        let found = registrations(&alloc, &node, &dir, &states);
+        let found = registrations(&alloc, &node, &envs, &states);
         let by_name: BTreeMap<&str, &ServiceRegistration> =
             found.iter().map(|registration| (registration.service_name.as_str(), registration)).collect();
         assert_eq!(by_name.len(), 3, "{found:#?}");
@@ -140,8 +143,8 @@ mod tests {
         assert_eq!((metrics.address.as_str(), metrics.port), ("10.9.9.9", 9100), "address and a number as port");
         let killing = TaskEvent::new(TaskEvent::KILLING, engine::clock::Timestamp(1), "Sent SIGINT");
         states.get_mut(&task).expect("the task").push_event(killing);
-        assert!(registrations(&alloc, &node, &dir, &states).is_empty(), "a task being stopped has none");
+        assert!(registrations(&alloc, &node, &envs, &states).is_empty(), "a task being stopped has none");
         states.get_mut(&task).expect("the task").state = TaskStatus::Dead;
-        assert!(registrations(&alloc, &node, &dir, &states).is_empty(), "a dead task has none");
+        assert!(registrations(&alloc, &node, &envs, &states).is_empty(), "a dead task has none");
     }
 }

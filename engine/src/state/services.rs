@@ -398,13 +398,4 @@ impl Snapshot {
     ) -> impl Iterator<Item = &Arc<ServiceRegistration>> + '_ {
         self.services.listed(&self.services.by_node, &node_id)
     }
-
-    /// Whether upserting `registrations` would change nothing: each has a
-    /// stored row that says the same. A caller (the endpoint that takes
-    /// clients' registrations) can then answer without a write.
-    pub fn service_registrations_unchanged(&self, registrations: &[ServiceRegistration]) -> bool {
-        registrations.iter().all(|registration| {
-            self.service_registration(&registration.id).is_some_and(|row| row.same_as(registration))
-        })
-    }
 }

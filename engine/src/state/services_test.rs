@@ -115,7 +115,6 @@ fn the_same_registrations_again_write_nothing_and_a_change_keeps_the_create_inde
     let alloc = running(&store, "web", 1);
     let registration = service_registration(&alloc, "web", 8080);
     let first = upsert(&store, vec![registration.clone()]);
-    assert!(store.snapshot().service_registrations_unchanged(std::slice::from_ref(&registration)));
 
     let again = upsert(&store, vec![registration.clone()]);
     let snapshot = store.snapshot();
@@ -125,7 +124,6 @@ fn the_same_registrations_again_write_nothing_and_a_change_keeps_the_create_inde
 
     let mut moved = registration.clone();
     moved.port = 9090;
-    assert!(!snapshot.service_registrations_unchanged(std::slice::from_ref(&moved)));
     let changed = upsert(&store, vec![moved]);
     let snapshot = store.snapshot();
     let stored = snapshot.service_registration(&registration.id).expect("replaced");

@@ -49,19 +49,7 @@ pub fn follow(
                     return;
                 }
                 Err(error) => {
-                    let gone = client
-                        .inspect_container(&container, None::<bollard::query_parameters::InspectContainerOptions>)
-                        .await
-                        .map_or_else(
-                            |error| {
-                                matches!(
-                                    error,
-                                    bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }
-                                )
-                            },
-                            |found| found.state.and_then(|state| state.running) != Some(true),
-                        );
-                    if gone {
+                    if has_ended(&client, &container).await {
                         return;
                     }
                     tracing::debug!(%container, %error, "following the container's logs again");
@@ -71,6 +59,15 @@ pub fn follow(
             }
         }
     })
+}
+
+/// Whether `container` no longer runs (or is gone); `false` while the
+/// daemon does not answer, so the copy is tried again.
+async fn has_ended(client: &bollard::Docker, container: &str) -> bool {
+    match client.inspect_container(container, None::<bollard::query_parameters::InspectContainerOptions>).await {
+        Ok(found) => found.state.and_then(|state| state.running) != Some(true),
+        Err(error) => matches!(error, bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }),
+    }
 }
 
 struct Copy {
