@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use engine::node::service_reads::ServiceQuery;
 use engine::state::ClientAllocUpdate;
 use engine::structs::{Node, NodeId, NodeStatus};
 use quinn::{Endpoint, RecvStream, SendStream};
@@ -17,9 +18,9 @@ use uuid::Uuid;
 
 use crate::frame::MAX_PAYLOAD;
 use crate::message::{
-    AllocsPush, ClusterReport, HeartbeatRequest, IndexReply, Kind, Message, MessageError, NodeReply, Refusal,
-    RefusalCode, RegisterRequest, ReportRequest, ReportScope, SubmitJobRequest, UpdateAllocsRequest,
-    WatchAllocsRequest,
+    AllocsPush, ClusterReport, HeartbeatRequest, IndexReply, Kind, Message, MessageError, NodeReply,
+    ReadServicesRequest, Refusal, RefusalCode, RegisterRequest, ReportRequest, ReportScope, ServicesReply,
+    SubmitJobRequest, UpdateAllocsRequest, WatchAllocsRequest,
 };
 use crate::settings;
 use crate::stream::{codes, write_frame, FrameReader, StreamError};
@@ -183,6 +184,20 @@ impl ClientConnection {
     ) -> Result<u64, CallError> {
         let reply: IndexReply = self.call(&UpdateAllocsRequest { node_id, secret_id, updates }).await?;
         Ok(reply.index)
+    }
+
+    /// Reads service registrations for the node's templates: answered once
+    /// the services table changed after `min_index` (at once for 0), or
+    /// after `wait` unchanged. Bound the call by more than `wait`.
+    pub async fn read_services(
+        &self,
+        node_id: NodeId,
+        secret_id: Uuid,
+        queries: Vec<ServiceQuery>,
+        min_index: u64,
+        wait: Duration,
+    ) -> Result<ServicesReply, CallError> {
+        self.call(&ReadServicesRequest { node_id, secret_id, queries, min_index, wait }).await
     }
 
     /// Opens the node's allocation watch, resuming after `last_index` (0:

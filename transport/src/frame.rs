@@ -12,8 +12,9 @@ pub const MAGIC: [u8; 3] = *b"DRV";
 /// log, the report's scope and audit. 3: jobs and allocations carry what
 /// issue 24 added (meta, task restart policies, reconcile strategies, port
 /// host networks, placement scores). 4: a task carries its `memory_max_mb`.
-/// 5: groups and tasks carry their services and checks.
-pub const VERSION: u8 = 5;
+/// 5: groups and tasks carry their services and checks. 6: tasks carry
+/// their templates; an agent reads services for them (`ReadServices`).
+pub const VERSION: u8 = 6;
 /// Bytes before the payload.
 pub const HEADER_LEN: usize = 3 + 1 + 1 + 8 + 4;
 /// The largest payload a peer may send (8 MiB).

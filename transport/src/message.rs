@@ -21,6 +21,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use engine::node::service_reads::{ServiceAnswer, ServiceQuery};
 use engine::state::ClientAllocUpdate;
 use engine::structs::job_refs::{decoding_jobs, encoding_jobs, JobTable};
 use engine::structs::{Allocation, Job, Node, NodeId, NodeStatus};
@@ -53,6 +54,9 @@ pub enum Kind {
     /// connection. (5 was the agent's question whether a token may read
     /// logs, from before agents served no listener of their own.)
     AgentCall = 6,
+    /// [`ReadServicesRequest`]: an agent reads service registrations for
+    /// its templates (a blocking query, served from the server's own state).
+    ReadServices = 7,
     /// [`SubmitJobRequest`]: an operator registers a job.
     SubmitJob = 32,
     /// [`ReportRequest`]: an operator asks for the cluster report.
@@ -71,6 +75,8 @@ pub enum Kind {
     FileChunk = 69,
     /// [`AgentError`]: why an agent did not (or no longer) answer a call.
     AgentError = 70,
+    /// [`ServicesReply`]: the answer to a services read.
+    ServicesReply = 71,
     /// [`Refusal`]: why a call was refused; nothing was written.
     Refusal = 127,
 }
@@ -85,6 +91,7 @@ impl TryFrom<u8> for Kind {
             3 => Kind::UpdateAllocs,
             4 => Kind::WatchAllocs,
             6 => Kind::AgentCall,
+            7 => Kind::ReadServices,
             32 => Kind::SubmitJob,
             33 => Kind::Report,
             64 => Kind::NodeReply,
@@ -94,6 +101,7 @@ impl TryFrom<u8> for Kind {
             68 => Kind::AgentReply,
             69 => Kind::FileChunk,
             70 => Kind::AgentError,
+            71 => Kind::ServicesReply,
             127 => Kind::Refusal,
             other => return Err(MessageError::UnknownKind(other)),
         })
@@ -187,6 +195,8 @@ plain_messages! {
     UpdateAllocsRequest => Kind::UpdateAllocs,
     WatchAllocsRequest => Kind::WatchAllocs,
     AgentCallRequest => Kind::AgentCall,
+    ReadServicesRequest => Kind::ReadServices,
+    ServicesReply => Kind::ServicesReply,
     AgentReply => Kind::AgentReply,
     FileChunk => Kind::FileChunk,
     AgentError => Kind::AgentError,
@@ -241,6 +251,39 @@ pub struct WatchAllocsRequest {
     pub secret_id: Uuid,
     /// The index of the last push the client applied (0: none).
     pub last_index: u64,
+}
+
+/// An agent reads what its tasks' templates ask for: answered once the
+/// services table's index passes `min_index` (at once for 0), or after
+/// `wait` (at most [`MAX_SERVICES_WAIT`]) with the data as it is. Served
+/// from the state of the server the agent is connected to, leader or not.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadServicesRequest {
+    /// The node.
+    pub node_id: NodeId,
+    /// Its secret.
+    pub secret_id: Uuid,
+    /// What to read (at most `engine::node::service_reads::MAX_SERVICE_QUERIES`).
+    pub queries: Vec<ServiceQuery>,
+    /// The services table's index of the agent's last answer (0: none).
+    pub min_index: u64,
+    /// How long the server may hold the read before answering unchanged.
+    #[serde(with = "nanos")]
+    pub wait: Duration,
+}
+
+/// The longest a server holds a services read (Nomad's blocking queries
+/// wait at most 10 minutes; a shorter hold keeps a stalled call visible).
+pub const MAX_SERVICES_WAIT: Duration = Duration::from_secs(300);
+
+/// The answer to a [`ReadServicesRequest`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServicesReply {
+    /// The services table's index the answers are current at: the next
+    /// read's `min_index`.
+    pub index: u64,
+    /// One answer per query, in the order asked.
+    pub answers: Vec<ServiceAnswer>,
 }
 
 /// What a node learns from registering or heartbeating.
@@ -518,6 +561,10 @@ pub enum AnyMessage {
     WatchAllocs(WatchAllocsRequest),
     /// [`Kind::AgentCall`].
     AgentCall(AgentCallRequest),
+    /// [`Kind::ReadServices`].
+    ReadServices(ReadServicesRequest),
+    /// [`Kind::ServicesReply`].
+    ServicesReply(ServicesReply),
     /// [`Kind::SubmitJob`].
     SubmitJob(SubmitJobRequest),
     /// [`Kind::Report`].
@@ -550,6 +597,8 @@ impl AnyMessage {
             Kind::UpdateAllocs => AnyMessage::UpdateAllocs(UpdateAllocsRequest::from_payload(payload)?),
             Kind::WatchAllocs => AnyMessage::WatchAllocs(WatchAllocsRequest::from_payload(payload)?),
             Kind::AgentCall => AnyMessage::AgentCall(AgentCallRequest::from_payload(payload)?),
+            Kind::ReadServices => AnyMessage::ReadServices(ReadServicesRequest::from_payload(payload)?),
+            Kind::ServicesReply => AnyMessage::ServicesReply(ServicesReply::from_payload(payload)?),
             Kind::AgentReply => AnyMessage::AgentReply(AgentReply::from_payload(payload)?),
             Kind::FileChunk => AnyMessage::FileChunk(FileChunk::from_payload(payload)?),
             Kind::AgentError => AnyMessage::AgentError(AgentError::from_payload(payload)?),
@@ -571,6 +620,8 @@ impl AnyMessage {
             AnyMessage::UpdateAllocs(message) => message.to_frame(request_id),
             AnyMessage::WatchAllocs(message) => message.to_frame(request_id),
             AnyMessage::AgentCall(message) => message.to_frame(request_id),
+            AnyMessage::ReadServices(message) => message.to_frame(request_id),
+            AnyMessage::ServicesReply(message) => message.to_frame(request_id),
             AnyMessage::AgentReply(message) => message.to_frame(request_id),
             AnyMessage::FileChunk(message) => message.to_frame(request_id),
             AnyMessage::AgentError(message) => message.to_frame(request_id),

@@ -43,6 +43,21 @@ fn every_message_round_trips() {
     });
     round_trip(&IndexReply { index: 12 });
     round_trip(&Refusal { code: RefusalCode::WrongSecret, message: "no".into() });
+    use engine::node::service_reads::{ServiceAnswer, ServiceNameTags, ServiceQuery};
+    let queries = vec![
+        ServiceQuery::Instances { namespace: "default".into(), name: "api".into() },
+        ServiceQuery::Names { namespace: "default".into() },
+    ];
+    let wait = Duration::from_secs(60);
+    round_trip(&ReadServicesRequest { node_id, secret_id: Uuid::from_u128(5), queries, min_index: 8, wait });
+    let job = Arc::new(Job::new_simple("web", JobType::Service, 1, Resources::new(1, 1, 0)));
+    let alloc = Allocation::new_placement(&job, "group", 0, node_id, EvalId::from_u128(2));
+    let instance = testing::service_registration(&alloc, "api", 8080);
+    let names = vec![ServiceNameTags { name: "api".into(), tags: vec!["v1".into()] }];
+    round_trip(&ServicesReply {
+        index: 9,
+        answers: vec![ServiceAnswer::Instances(vec![instance]), ServiceAnswer::Names(names)],
+    });
 }
 
 /// Every call a server makes on an agent's connection, and every answer.

@@ -9,6 +9,10 @@
 //! replicated state. Heartbeat replies carry the cluster's client
 //! addresses, the leader's first.
 //!
+//! A node's services read (for its templates) is served like the watch,
+//! from this server's own state, leader or not: a blocking query held
+//! until the services table changes or its wait ends.
+//!
 //! The connection a node's authenticated watch runs on is the node's: the
 //! server calls the agent back on it ([`ClientListener::call_agent`],
 //! `crate::agent_call`).
@@ -27,6 +31,7 @@ use std::sync::Arc;
 
 use engine::job_endpoint::JobError;
 use engine::node::endpoint::{NodeEndpoint, NodeError};
+use engine::node::service_reads::MAX_SERVICE_QUERIES;
 use engine::state::{LogError, StateError, WaitError};
 use engine::structs::NodeId;
 use quinn::{Connection, Endpoint, Incoming, RecvStream, SendStream};
@@ -37,8 +42,8 @@ use crate::frame::{Frame, MAX_PAYLOAD};
 use crate::log_limit::RateLimited;
 use crate::message::{
     AgentCallRequest, AllocsPush, ClusterReport, HeartbeatRequest, IndexReply, Kind, ListenerStats, Message,
-    MessageError, NodeReply, Refusal, RefusalCode, RegisterRequest, ReportRequest, ReportScope, SubmitJobRequest,
-    UpdateAllocsRequest, WatchAllocsRequest,
+    MessageError, NodeReply, ReadServicesRequest, Refusal, RefusalCode, RegisterRequest, ReportRequest, ReportScope,
+    ServicesReply, SubmitJobRequest, UpdateAllocsRequest, WatchAllocsRequest, MAX_SERVICES_WAIT,
 };
 use crate::settings::{self, MAX_HANDSHAKES, MAX_REQUEST};
 use crate::stream::{abandon, codes, write_frame, write_last_frame, FrameReader, StreamError};
@@ -381,6 +386,24 @@ async fn serve_stream(
             Err(error) => refuse_malformed(service, remote, &mut send, &mut recv, request_id, &error.to_string()).await,
         };
     }
+    if frame.kind == Kind::ReadServices as u8 {
+        let reply = match ReadServicesRequest::from_frame(&frame) {
+            Ok(request) if request.queries.len() <= MAX_SERVICE_QUERIES => {
+                read_services(service, remote, request, request_id).await
+            }
+            Ok(request) => {
+                let why = format!("{} queries: a read carries at most {MAX_SERVICE_QUERIES}", request.queries.len());
+                return refuse_malformed(service, remote, &mut send, &mut recv, request_id, &why).await;
+            }
+            Err(error) => {
+                return refuse_malformed(service, remote, &mut send, &mut recv, request_id, &error.to_string()).await
+            }
+        };
+        if let Err(error) = write_last_frame(&mut send, &reply).await {
+            tracing::debug!(%remote, %error, "could not answer a services read");
+        }
+        return;
+    }
     let mut outcome = match service.settle().await {
         Ok(Serve::Here(nodes)) => service.reply(&nodes, remote, operator, &frame).await,
         Ok(Serve::Leader(route)) => Ok(forward(route.as_ref(), &frame, operator).await),
@@ -621,6 +644,33 @@ async fn push_allocs(
             return;
         }
         service.counters.pushes.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// An agent's services read, served from this server's own state like a
+/// watch (any server answers it): authenticated by the node's secret, then
+/// held until the services table changes after the agent's index or the
+/// wait ends (at most [`MAX_SERVICES_WAIT`]), when it answers with the data
+/// as it is. A shutdown ends the hold with a refusal.
+async fn read_services(service: &Service, remote: SocketAddr, request: ReadServicesRequest, request_id: u64) -> Frame {
+    if let Err(error) = service.nodes.authenticate(request.node_id, request.secret_id) {
+        return service.refusal(remote, &error).to_frame(request_id);
+    }
+    let wait = request.wait.min(MAX_SERVICES_WAIT);
+    let mut shutdown = service.shutdown.clone();
+    let read = service.nodes.read_services_async(request.node_id, &request.queries, request.min_index);
+    let found = tokio::select! {
+        found = tokio::time::timeout(wait, read) => match found {
+            Ok(found) => found,
+            Err(_) => Ok(service.nodes.read_services_now(&request.queries)),
+        },
+        _ = shutdown.wait_for(|stopping| *stopping) => {
+            Err(NodeError::Wait(WaitError::Shutdown { wanted: request.min_index + 1 }))
+        }
+    };
+    match found {
+        Ok(read) => ServicesReply { index: read.index, answers: read.answers }.to_frame(request_id),
+        Err(error) => service.refusal(remote, &error).to_frame(request_id),
     }
 }
 

@@ -61,7 +61,6 @@ pub const NOT_IMPLEMENTED: &[(&str, &str, &str, bool)] = &[
     ("group", "shutdown_delay", "ShutdownDelay", false),
     ("group", "prevent_reschedule_on_lost", "PreventRescheduleOnLost", false),
     ("task", "vault", "Vault", false),
-    ("task", "template", "Templates", true),
     ("task", "artifact", "Artifacts", true),
     ("task", "lifecycle", "Lifecycle", false),
     ("task", "volume_mount", "VolumeMounts", true),
@@ -331,11 +330,57 @@ impl Reader<'_> {
                 "constraint" => push(task, "Constraints", self.constraint(inner)?),
                 "affinity" => push(task, "Affinities", self.affinity(inner)?),
                 "service" => push(task, "Services", self.service(inner)?),
+                "template" => push(task, "Templates", self.template(inner)?),
                 _ => return Ok(false),
             }
             Ok(true)
         })?;
         Ok(Value::Object(task))
+    }
+
+    /// A `template` block, under Nomad's JSON names (`data` is
+    /// `EmbeddedTmpl`, `destination` `DestPath`, `env` `Envvars`, ...);
+    /// its `wait` and `change_script` blocks are kept for `job_spec` to
+    /// warn of or refuse.
+    fn template(&self, block: &Block) -> Result<Value, HclError> {
+        let attributes = [
+            ("data", "EmbeddedTmpl", false),
+            ("source", "SourcePath", false),
+            ("destination", "DestPath", false),
+            ("perms", "Perms", false),
+            ("change_mode", "ChangeMode", false),
+            ("change_signal", "ChangeSignal", false),
+            ("splay", "Splay", DURATION),
+            ("once", "Once", false),
+            ("env", "Envvars", false),
+            ("left_delimiter", "LeftDelim", false),
+            ("right_delimiter", "RightDelim", false),
+            ("error_on_missing_key", "ErrMissingKey", false),
+            ("uid", "Uid", false),
+            ("gid", "Gid", false),
+            ("vault_grace", "VaultGrace", DURATION),
+        ];
+        let mut template = Map::new();
+        self.fill(&block.body, "template", &attributes, &mut template, |inner, template| {
+            match inner.ident.as_str() {
+                "wait" => {
+                    let attributes = [("min", "Min", DURATION), ("max", "Max", DURATION)];
+                    template.insert("Wait".into(), self.simple(inner, &attributes)?);
+                }
+                "change_script" => {
+                    let attributes = [
+                        ("command", "Command", false),
+                        ("args", "Args", false),
+                        ("timeout", "Timeout", DURATION),
+                        ("fail_on_error", "FailOnError", false),
+                    ];
+                    template.insert("ChangeScript".into(), self.simple(inner, &attributes)?);
+                }
+                _ => return Ok(false),
+            }
+            Ok(true)
+        })?;
+        Ok(Value::Object(template))
     }
 
     /// A block of plain attributes only.
@@ -918,6 +963,62 @@ job "shop" {
         let task_service = &group.tasks[0].services[0];
         assert_eq!((task_service.name.as_str(), task_service.port_label.as_str()), ("shop-web-server", "metrics"));
         assert_eq!(task_service.tags, ["metrics"]);
+    }
+
+    #[test]
+    fn template_blocks_reach_the_engine_job_under_nomads_names() {
+        let text = r#"
+job "web" {
+  group "g" {
+    task "t" {
+      driver = "raw_exec"
+      template {
+        data          = <<EOF
+{{ range nomadService "api" }}{{ .Address }}:{{ .Port }}
+{{ end }}
+EOF
+        destination   = "local/upstreams.txt"
+        change_mode   = "signal"
+        change_signal = "SIGHUP"
+        splay         = "2s"
+        perms         = "0600"
+      }
+      template {
+        source      = "/srv/app.env.tpl"
+        destination = "secrets/app.env"
+        env         = true
+        uid         = 1000
+        wait {
+          min = "5s"
+        }
+      }
+    }
+  }
+}
+"#;
+        let json = job_json("web.hcl", text).expect("parses");
+        let templates = &json["Job"]["TaskGroups"][0]["Tasks"][0]["Templates"];
+        assert_eq!(templates[0]["Splay"], 2_000_000_000u64);
+        assert_eq!(templates[1]["Wait"], json!({"Min": 5_000_000_000u64}));
+        let request: crate::api::job_spec::JobRegisterRequest = serde_json::from_value(json).expect("lenient");
+        let converted = crate::api::job_spec::convert_job(request.job.expect("job"), None).expect("converts");
+        assert_eq!(converted.job.validate(), Ok(()));
+        let warned = converted.warnings.join("\n");
+        assert!(warned.contains("Template 2 (\"secrets/app.env\"): Uid is not implemented"), "{warned}");
+        assert!(warned.contains("Wait is not implemented"), "{warned}");
+        let [first, second] = &converted.job.task_groups[0].tasks[0].templates[..] else { panic!("two templates") };
+        assert_eq!(first.data, "{{ range nomadService \"api\" }}{{ .Address }}:{{ .Port }}\n{{ end }}\n");
+        assert_eq!((first.destination.as_str(), first.perms.as_str()), ("local/upstreams.txt", "0600"));
+        use engine::structs::ChangeMode;
+        assert_eq!((first.change_mode, first.change_signal.as_deref()), (ChangeMode::Signal, Some("SIGHUP")));
+        assert_eq!(first.splay, std::time::Duration::from_secs(2));
+        assert_eq!((second.source.as_deref(), second.envvars), (Some("/srv/app.env.tpl"), true));
+        let escaping = text.replace("local/upstreams.txt", "../../etc/cron.d/x");
+        let json = job_json("web.hcl", &escaping).expect("parses");
+        let request: crate::api::job_spec::JobRegisterRequest = serde_json::from_value(json).expect("lenient");
+        let converted = crate::api::job_spec::convert_job(request.job.expect("job"), None).expect("converts");
+        let problems = converted.job.validate().expect_err("refused").to_string();
+        assert!(problems.contains("climbs out of the task's directory"), "{problems}");
     }
 
     #[test]

@@ -19,6 +19,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::service_spec::{convert_services, ServiceOwner, ServiceSpec};
+use super::template_spec::{convert_templates, TemplateSpec};
 pub use super::spec::JobSpecError;
 use super::spec::{is_set, says_something};
 use super::{known_namespace, REGION};
@@ -152,7 +153,7 @@ pub struct TaskSpec {
     pub affinities: Option<Vec<AffinitySpec>>,
     pub services: Option<Vec<ServiceSpec>>,
     pub vault: Option<Value>,
-    pub templates: Option<Value>,
+    pub templates: Option<Vec<TemplateSpec>>,
     pub artifacts: Option<Value>,
     pub lifecycle: Option<Value>,
     pub volume_mounts: Option<Value>,
@@ -668,7 +669,6 @@ fn convert_task(
     let mut ignored = Ignored { warnings };
     for (field, value) in [
         ("Vault", &api.vault),
-        ("Templates", &api.templates),
         ("Artifacts", &api.artifacts),
         ("VolumeMounts", &api.volume_mounts),
         ("DispatchPayload", &api.dispatch_payload),
@@ -729,6 +729,7 @@ fn convert_task(
     task.meta = api.meta.unwrap_or_default();
     let service_owner = ServiceOwner { job: owner.job_name, group: owner.group, task: Some(&name), place: &place };
     task.services = convert_services(api.services, &service_owner, ignored.warnings)?;
+    task.templates = convert_templates(api.templates, &place, ignored.warnings)?;
     task.user = api.user.filter(|user| !user.is_empty());
     if let Some(restart) = &api.restart_policy {
         // The group's own (as a job read back carries it on every task) is no policy of the task's.

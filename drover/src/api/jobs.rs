@@ -119,7 +119,8 @@ pub struct Task {
     /// `null` when there are none.
     pub services: Option<Vec<Service>>,
     pub vault: Option<Value>,
-    pub templates: Option<Value>,
+    /// `null` when there are none.
+    pub templates: Option<Vec<Template>>,
     pub constraints: Vec<Constraint>,
     /// `null` when there are none.
     pub affinities: Option<Vec<Affinity>>,
@@ -349,6 +350,7 @@ impl Task {
             kill_signal: task.kill_signal.clone().unwrap_or_default(),
             meta: meta_or_none(&task.meta),
             services: none_if_empty(&task.services),
+            templates: none_if_empty(&task.templates),
             ..Task::default()
         }
     }
@@ -443,6 +445,46 @@ impl From<&engine::structs::Service> for Service {
             on_update: service.on_update.as_str().to_string(),
             provider: service.provider.as_str().to_string(),
             ..Service::default()
+        }
+    }
+}
+
+/// A template of a task (`Template`), as submitted with Nomad's defaults
+/// filled in; `Splay` in nanoseconds.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+#[allow(missing_docs)]
+pub struct Template {
+    pub source_path: String,
+    pub dest_path: String,
+    pub embedded_tmpl: String,
+    /// `restart`, `signal` or `noop`.
+    pub change_mode: String,
+    pub change_signal: String,
+    pub splay: u64,
+    pub perms: String,
+    pub once: bool,
+    pub left_delim: String,
+    pub right_delim: String,
+    pub envvars: bool,
+    pub err_missing_key: bool,
+}
+
+impl From<&engine::structs::Template> for Template {
+    fn from(template: &engine::structs::Template) -> Self {
+        Template {
+            source_path: template.source.clone().unwrap_or_default(),
+            dest_path: template.destination.clone(),
+            embedded_tmpl: template.data.clone(),
+            change_mode: template.change_mode.as_str().to_string(),
+            change_signal: template.change_signal.clone().unwrap_or_default(),
+            splay: nanos(template.splay),
+            perms: template.perms.clone(),
+            once: template.once,
+            left_delim: template.left_delimiter.clone(),
+            right_delim: template.right_delimiter.clone(),
+            envvars: template.envvars,
+            err_missing_key: template.error_on_missing_key,
         }
     }
 }

@@ -38,6 +38,7 @@ pub mod operator;
 pub mod resources;
 pub mod search;
 pub mod service_spec;
+pub mod template_spec;
 pub mod services;
 pub mod spec;
 pub mod stats;

@@ -46,6 +46,7 @@ use crate::client::alloc_runner::{self, AllocHandle, RunnerContext};
 use crate::client::drivers::mock;
 use crate::client::drivers::Drivers;
 use crate::client::ops::{ClientOps, GcRequest};
+use crate::client::service_watch::ServiceWatch;
 pub use crate::client::state::AgentCounters;
 use crate::client::state::{
     Action, AllocEvent, Answer, Call, ClientConfig, ClientState, Event, Failure, HeartbeatReply, Refusal, RunnerKind,
@@ -208,6 +209,10 @@ struct Runtime<'a> {
     /// open connection.
     ops: Arc<ClientOps>,
     serving: Option<tokio::task::AbortHandle>,
+    /// The open connection, for the templates' service reads
+    /// (`service_watch.rs`), and the task doing them.
+    services_link: watch::Sender<Option<ClientConnection>>,
+    service_reads: Option<tokio::task::AbortHandle>,
 }
 
 /// Whether the agent goes on.
@@ -294,6 +299,11 @@ impl Agent {
         let (ended_tx, mut ended_rx) = mpsc::unbounded_channel();
         let mut drivers = self.driver_attributes.clone();
         let node = self.current_node(&mut drivers);
+        let services = ServiceWatch::new();
+        let (services_link, link_seen) = watch::channel(None);
+        let service_reads = self.tasks.as_ref().map(|_| {
+            tokio::spawn(services.clone().run(node.id, node.secret_id, link_seen)).abort_handle()
+        });
         let context = self.tasks.as_ref().map(|tasks| {
             Arc::new(RunnerContext {
                 drivers: tasks.drivers.clone(),
@@ -301,6 +311,7 @@ impl Agent {
                 data_dir: tasks.data_dir.clone(),
                 events: ended_tx.clone(),
                 servers_reached: self.servers_reached.subscribe(),
+                services: services.clone(),
             })
         });
         let (ops, mut gc_requests) = ClientOps::new(&node, self.tasks.as_ref().map(|tasks| tasks.data_dir.clone()));
@@ -318,6 +329,8 @@ impl Agent {
             link: self.link.clone(),
             ops,
             serving: None,
+            services_link,
+            service_reads,
         };
         runtime.restore();
         let mut period = self.settings.heartbeat_interval.watch();
@@ -430,6 +443,7 @@ impl Runtime<'_> {
                 if let Some(connection) = self.connection.take() {
                     connection.close();
                 }
+                self.services_link.send_replace(None);
                 tracing::info!(node = %agent.node.id, %why, "lost the server; reconnecting");
             }
             Action::Call(call) => {
@@ -521,6 +535,7 @@ impl Runtime<'_> {
                 if let Some(previous) = self.serving.replace(serving.abort_handle()) {
                     previous.abort();
                 }
+                self.services_link.send_replace(Some(connection.clone()));
                 self.connection = Some(connection);
                 Event::Connected
             }
@@ -588,6 +603,9 @@ impl Runtime<'_> {
     async fn shut_down(self) {
         if let Some(serving) = &self.serving {
             serving.abort();
+        }
+        if let Some(reads) = &self.service_reads {
+            reads.abort();
         }
         if let Some(connection) = &self.connection {
             connection.close();

@@ -47,6 +47,8 @@ pub struct RunnerContext {
     /// Becomes `true` once the agent has applied the servers' view of its
     /// allocations (after a restart: what they want stopped is stopping).
     pub servers_reached: watch::Receiver<bool>,
+    /// The agent's service reads, for templates.
+    pub services: crate::client::service_watch::ServiceWatch,
 }
 
 /// The state file.
@@ -294,6 +296,7 @@ async fn run(
                 dir: dir.clone(),
                 env,
                 servers_reached: ctx.servers_reached.clone(),
+                services: ctx.services.clone(),
             };
             let start_state = state.clone();
             let (_, unused) = mpsc::unbounded_channel();

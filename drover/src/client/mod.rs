@@ -11,7 +11,8 @@
 //!   tasks, their lifecycle and restart policy.
 //! - `alloc_dir.rs`, `task_env.rs`, `logs.rs`: an allocation's directory,
 //!   a task's environment, its log files; `services.rs` its service
-//!   registrations.
+//!   registrations; `template.rs` its templates (with
+//!   `template_funcs.rs`), rendered from what `service_watch.rs` reads.
 //! - `ops.rs`: the servers' calls on the agent's connection (logs, files,
 //!   restarts, signals, stats, garbage collection); `fs.rs` reads the
 //!   allocation directories for them, `stats.rs` the host's `/proc`.
@@ -32,8 +33,10 @@ pub mod identity;
 pub mod logs;
 pub mod ops;
 pub mod restarts;
+pub mod service_watch;
 pub mod services;
 pub mod state;
 pub mod stats;
 pub mod task_env;
 pub mod task_runner;
+pub mod template;

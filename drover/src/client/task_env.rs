@@ -32,7 +32,10 @@
 //!    node's. A `${...}` that names nothing known stays as it is written,
 //!    as Nomad leaves it ([`TaskEnv::interpolate`]; `${env.X}` is not a
 //!    variable here either, as in Nomad).
-//! 5. Names under `*_ADDR_`, `*_IP_`, `*_PORT_`, `*_HOST_PORT_` and
+//! 5. The variables the task's `env = true` templates render
+//!    (`client/template.rs`), as they are, over everything before, as
+//!    Nomad lays a template's environment over the task's.
+//! 6. Names under `*_ADDR_`, `*_IP_`, `*_PORT_`, `*_HOST_PORT_` and
 //!    `*_META_` are cleaned as Nomad cleans them: a character that is not
 //!    a letter, a digit (but first), `_` or `.` becomes `_`, so meta key
 //!    `team-name` gives `NOMAD_META_team_name`.
@@ -124,6 +127,9 @@ pub struct TaskEnv {
     vars: BTreeMap<String, String>,
     /// `node.*`, `attr.*` and `meta.*`.
     node_vars: BTreeMap<String, String>,
+    /// What the task's `env = true` templates rendered (step 5 of the
+    /// module docs); empty until a start sets them.
+    template_vars: BTreeMap<String, String>,
 }
 
 impl TaskEnv {
@@ -161,7 +167,13 @@ impl TaskEnv {
         }
         let meta = meta_vars(&alloc.job.combined_task_meta(&alloc.task_group, &task.name), &vars, &node_vars);
         vars.extend(meta);
-        TaskEnv { vars: cleaned(vars), node_vars }
+        TaskEnv { vars: cleaned(vars), node_vars, template_vars: BTreeMap::new() }
+    }
+
+    /// The variables with `vars`, read from the task's `env = true`
+    /// templates for one start, over everything else (step 5).
+    pub fn with_template_vars(&self, vars: BTreeMap<String, String>) -> TaskEnv {
+        TaskEnv { template_vars: vars, ..self.clone() }
     }
 
     /// The variables as a container sees them: the directories at
@@ -180,7 +192,7 @@ impl TaskEnv {
                 }
             }
         }
-        TaskEnv { vars, node_vars: self.node_vars.clone() }
+        TaskEnv { vars, node_vars: self.node_vars.clone(), template_vars: self.template_vars.clone() }
     }
 
     /// `text` with every `${...}` naming a client variable or a node value
@@ -194,7 +206,8 @@ impl TaskEnv {
     /// `inherited` (the agent's) where they set no such name, less
     /// `denied` and its own `DROVER_*` and `NOMAD_*`, then the task's `env`
     /// with its values interpolated (against the variables and `inherited`,
-    /// not against each other, so their order does not matter).
+    /// not against each other, so their order does not matter), then what
+    /// its `env = true` templates rendered.
     pub fn process_env(
         &self,
         task: &Task,
@@ -211,6 +224,7 @@ impl TaskEnv {
         for (key, value) in &task.env {
             env.insert(key.clone(), replace_known(value, &[&before_task, &self.node_vars]));
         }
+        env.extend(self.template_vars.iter().map(|(key, value)| (key.clone(), value.clone())));
         cleaned(env)
     }
 
@@ -225,6 +239,13 @@ impl TaskEnv {
         let scope = ConfigScope { env, node_vars: &self.node_vars };
         config.iter().map(|(key, value)| Ok((key.clone(), scope.value(value, &format!("config.{key}"))?))).collect()
     }
+}
+
+/// `text` with every `${name}` that `vars` holds replaced, anything else
+/// as written (a template's destination, interpolated with the task's
+/// environment).
+pub fn interpolate_with(text: &str, vars: &BTreeMap<String, String>) -> String {
+    replace_known(text, &[vars])
 }
 
 /// `node.*`, `attr.*` and `meta.*` of `node`.
@@ -264,7 +285,7 @@ fn meta_vars(
     out
 }
 
-/// `env` with the names Nomad cleans cleaned (step 5 of the module docs).
+/// `env` with the names Nomad cleans cleaned (step 6 of the module docs).
 fn cleaned(env: BTreeMap<String, String>) -> BTreeMap<String, String> {
     env.into_iter().map(|(key, value)| (clean_name(key), value)).collect()
 }

@@ -21,6 +21,12 @@
 //!    ([`TaskCommand::Signal`]): `Signaling`, and the signal to the task's
 //!    own process. Either, asked of a task that does not run now, is
 //!    answered [`NotRunning`].
+//! 5. Templates (`template.rs`): rendered before every start; a failure
+//!    is `Killing` with `Template failed: <why>` and the task is dead,
+//!    failed. While it runs, a changed rendering restarts it as in 4 (with
+//!    the reason `Template with change_mode restart re-rendered`), signals
+//!    it (`Signaling`), or does nothing, as its `change_mode` says; a
+//!    rendering that fails then kills it, failed.
 //!
 //! Every change is sent to the allocation runner with the task's handle,
 //! which it saves for re-attaching.
@@ -39,7 +45,9 @@ use crate::client::clock::now;
 use crate::client::drivers::executor::ExitRecord;
 use crate::client::drivers::{Drivers, HandleState, Reattached, StartError, TaskHandle};
 use crate::client::restarts::{Decision, RestartTracker};
+use crate::client::service_watch::ServiceWatch;
 use crate::client::task_env::TaskEnv;
+use crate::client::template::{TaskTemplates, TemplateAction, TemplateError, TemplateSite};
 
 /// Why the tasks of an allocation are being stopped.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -100,7 +108,12 @@ pub struct TaskContext {
     pub env: TaskEnv,
     /// See [`crate::client::alloc_runner::RunnerContext::servers_reached`].
     pub servers_reached: watch::Receiver<bool>,
+    /// The agent's service reads, for the task's templates.
+    pub services: ServiceWatch,
 }
+
+/// The restart reason of a re-rendered template (Nomad's).
+const TEMPLATE_RESTART: &str = "Template with change_mode restart re-rendered";
 
 /// Runs the task until it is dead. `restored` is the task's handle saved
 /// before the agent restarted, if it was running: it is looked for first.
@@ -124,6 +137,7 @@ pub async fn run(
         .unwrap_or_default();
     let mut tracker = RestartTracker::new(policy, batch);
     let mut rng = SmallRng::from_os_rng();
+    let mut templates = templates_of(&ctx);
     let restored = match restored {
         Some(saved) => Some(ctx.drivers.reattach(saved, &ctx.dir, &ctx.task).await),
         None => None,
@@ -180,7 +194,12 @@ pub async fn run(
         }
         let mut running = match handle.take() {
             Some(running) => running,
-            None => match start(&ctx, &mut state).await {
+            None => match render_templates(&ctx, &mut templates, &mut state, &mut kill).await {
+                None => {
+                    publish(&state, None);
+                    return;
+                }
+                Some(env) => match start(&ctx, &env, &mut state).await {
                 Ok(running) => {
                     publish(&state, Some(running.state()));
                     running
@@ -197,7 +216,7 @@ pub async fn run(
                     }
                     return;
                 }
-            },
+            }},
         };
         let record = loop {
             tokio::select! {
@@ -210,18 +229,39 @@ pub async fn run(
                 }
                 Some(command) = commands.recv() => match command {
                     TaskCommand::Signal(signal, name, reply) => {
-                        let message = format!("Task being sent signal {name}");
-                        let event = TaskEvent::new(TaskEvent::SIGNALING, now(), message);
-                        running.signal(signal, &name).await;
-                        state.push_event(event.with_detail("signal", name));
+                        signal_task(&mut state, &mut running, signal, name).await;
                         publish(&state, Some(running.state()));
                         let _ = reply.send(Ok(()));
                     }
                     TaskCommand::Restart(reply) => {
-                        restart_in_place(&ctx, &mut state, &mut running, &publish).await;
+                        restart_in_place(&ctx, &mut state, &mut running, &publish, "User requested restart").await;
                         publish(&state, None);
                         let _ = reply.send(Ok(()));
                         break None;
+                    }
+                },
+                change = templates.changed(), if !templates.is_empty() => match change {
+                    Ok(TemplateAction::Restart) => {
+                        restart_in_place(&ctx, &mut state, &mut running, &publish, TEMPLATE_RESTART).await;
+                        publish(&state, None);
+                        break None;
+                    }
+                    Ok(TemplateAction::Signal(names)) => {
+                        for name in names {
+                            if let Some(signal) = crate::client::drivers::raw_exec::signal(&name) {
+                                signal_task(&mut state, &mut running, signal, name).await;
+                            }
+                        }
+                        publish(&state, Some(running.state()));
+                    }
+                    Err(error) => {
+                        template_failed(&mut state, &error);
+                        publish(&state, Some(running.state()));
+                        running.stop(ctx.task.kill_signal.as_deref(), ctx.task.kill_timeout).await;
+                        state.push_event(TaskEvent::new(TaskEvent::KILLED, now(), "Task killed: a template failed"));
+                        finish(&mut state, true, None);
+                        publish(&state, None);
+                        return;
                     }
                 },
             }
@@ -243,34 +283,90 @@ struct Waits<'a> {
     commands: &'a mut mpsc::UnboundedReceiver<TaskCommand>,
 }
 
-/// An operator's restart (module docs, 4): the task is killed as in a
-/// stop and marked to start again at once.
+/// The task's templates, rendered with its variables (not the agent's).
+fn templates_of(ctx: &TaskContext) -> TaskTemplates {
+    let site = TemplateSite {
+        task_dir: ctx.dir.task_dir(&ctx.task.name),
+        host_sources: ctx.task.driver == engine::structs::RAW_EXEC,
+    };
+    let vars = ctx.env.process_env(&ctx.task, std::iter::empty(), &Default::default());
+    TaskTemplates::new(ctx.task.templates.clone(), site, vars, &ctx.alloc.namespace, ctx.services.clone())
+}
+
+/// Renders the templates before a start (module docs, 5): the variables
+/// to start with, or `None` when the task is done (a template failed, or
+/// a stop came while waiting for service data), its state set.
+async fn render_templates(
+    ctx: &TaskContext,
+    templates: &mut TaskTemplates,
+    state: &mut TaskState,
+    kill: &mut watch::Receiver<Option<KillReason>>,
+) -> Option<TaskEnv> {
+    if templates.is_empty() {
+        return Some(ctx.env.clone());
+    }
+    let rendered = tokio::select! {
+        rendered = templates.render_for_start() => rendered,
+        Ok(()) = kill.changed() => {
+            finish(state, false, None);
+            return None;
+        }
+    };
+    match rendered {
+        Ok(vars) => Some(ctx.env.with_template_vars(vars)),
+        Err(error) => {
+            tracing::warn!(alloc = %ctx.alloc.id, task = %ctx.task.name, %error, "template failed");
+            template_failed(state, &error);
+            finish(state, true, None);
+            None
+        }
+    }
+}
+
+/// Records Nomad's event for a failed template.
+fn template_failed(state: &mut TaskState, error: &TemplateError) {
+    let message = format!("Template failed: {error}");
+    let event = TaskEvent::new(TaskEvent::KILLING, now(), message.clone())
+        .with_detail("kill_reason", message)
+        .with_detail("fails_task", "true");
+    state.push_event(event);
+}
+
+/// Sends `signal` (named `name`) to the task's process: `Signaling`.
+async fn signal_task(state: &mut TaskState, running: &mut TaskHandle, signal: Signal, name: String) {
+    let event = TaskEvent::new(TaskEvent::SIGNALING, now(), format!("Task being sent signal {name}"));
+    running.signal(signal, &name).await;
+    state.push_event(event.with_detail("signal", name));
+}
+
+/// A restart in place (module docs, 4 and 5): the task is killed as in a
+/// stop and marked to start again at once, for `reason`.
 async fn restart_in_place(
     ctx: &TaskContext,
     state: &mut TaskState,
     running: &mut TaskHandle,
     publish: &impl Fn(&TaskState, Option<HandleState>),
+    reason: &str,
 ) {
-    const REASON: &str = "User requested restart";
-    state.push_event(TaskEvent::new(TaskEvent::RESTART_SIGNALED, now(), REASON).with_detail("restart_reason", REASON));
+    state.push_event(TaskEvent::new(TaskEvent::RESTART_SIGNALED, now(), reason).with_detail("restart_reason", reason));
     // Said before the kill, so its services are deregistered first.
     publish(state, Some(running.state()));
     let (record, _) = running.stop(ctx.task.kill_signal.as_deref(), ctx.task.kill_timeout).await;
     terminated(state, record.as_ref());
     let event = TaskEvent::new(TaskEvent::RESTARTING, now(), format!("Restarting in {}", show(Duration::ZERO)))
-        .with_detail("restart_reason", REASON)
+        .with_detail("restart_reason", reason)
         .with_detail("start_delay", "0");
     state.push_event(event);
     state.state = TaskStatus::Pending;
     state.restarts += 1;
     state.last_restart = Some(now());
-    tracing::info!(alloc = %ctx.alloc.id, task = %ctx.task.name, "restarting task: {REASON}");
+    tracing::info!(alloc = %ctx.alloc.id, task = %ctx.task.name, "restarting task: {reason}");
 }
 
-/// Starts the task; records `Started` or `Driver Failure`.
-async fn start(ctx: &TaskContext, state: &mut TaskState) -> Result<TaskHandle, StartError> {
+/// Starts the task with the variables `env`; records `Started` or `Driver Failure`.
+async fn start(ctx: &TaskContext, env: &TaskEnv, state: &mut TaskState) -> Result<TaskHandle, StartError> {
     let mut events = Vec::new();
-    let started = ctx.drivers.start(&ctx.alloc, &ctx.task, &ctx.dir, &ctx.env, &mut events).await;
+    let started = ctx.drivers.start(&ctx.alloc, &ctx.task, &ctx.dir, env, &mut events).await;
     for event in events {
         state.push_event(event);
     }

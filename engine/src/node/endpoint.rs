@@ -24,15 +24,20 @@
 //!    (woken only by writes that touched this node), or answers with the
 //!    allocations as they are at its deadline. Allocations whose desired
 //!    status is `stop` must not be (re)started.
+//! 5. `read_services_async` is a node's read of service registrations for
+//!    its templates: a blocking query on the services table's index
+//!    ([`service_reads`]); it writes nothing.
 //!
-//! Every call has a blocking form for threads and an `_async` form for
-//! tasks, which parks no thread; the engine starts no runtime for either.
+//! Every call but the services read has a blocking form for threads and
+//! an `_async` form for tasks, which parks no thread; the engine starts
+//! no runtime for either.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use uuid::Uuid;
 
+use super::service_reads::{self, ServiceQuery, ServicesRead};
 use super::transitions::{needs_evals, next_status, node_evals};
 use crate::clock::SharedClock;
 use crate::node::heartbeat::Heartbeats;
@@ -371,6 +376,28 @@ impl NodeEndpoint {
     ) -> Result<(Vec<Arc<Allocation>>, u64), NodeError> {
         let watch = self.writer.store().watch_node(node_id);
         wait_until_async(|| watch.listen(), || self.allocs_after(node_id, min_index)).await
+    }
+
+    /// What `queries` find for a node's templates once the services table
+    /// changed after `min_index` (at once for 0), awaited without a
+    /// deadline (bound it with the runtime's timeout, then answer with
+    /// [`NodeEndpoint::read_services_now`]); see [`service_reads`]. An
+    /// unknown node is refused.
+    pub async fn read_services_async(
+        &self,
+        node_id: NodeId,
+        queries: &[ServiceQuery],
+        min_index: u64,
+    ) -> Result<ServicesRead, NodeError> {
+        if self.writer.store().snapshot().node(node_id).is_none() {
+            return Err(NodeError::UnknownNode(node_id));
+        }
+        Ok(service_reads::read_after(self.writer.store(), queries, min_index).await?)
+    }
+
+    /// What `queries` find now.
+    pub fn read_services_now(&self, queries: &[ServiceQuery]) -> ServicesRead {
+        service_reads::read_now(&self.writer.store().snapshot(), queries)
     }
 
     /// The node's allocations if one changed after `min_index` (or

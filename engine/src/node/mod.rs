@@ -1,11 +1,13 @@
 //! The node lifecycle: the [`endpoint::NodeEndpoint`] clients call
 //! (Register, UpdateStatus, UpdateAlloc, watching their allocations), the
 //! [`heartbeat`] timers, the batching of client alloc updates
-//! ([`update_batch`]), and the pure decisions of the reconnect protocol
-//! ([`transitions`]).
+//! ([`update_batch`]), the pure decisions of the reconnect protocol
+//! ([`transitions`]), and what agents read of the services table for
+//! their templates ([`service_reads`]).
 
 pub mod endpoint;
 pub mod heartbeat;
+pub mod service_reads;
 pub mod transitions;
 pub mod update_batch;
 

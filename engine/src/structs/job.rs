@@ -15,7 +15,8 @@ use super::service::group_service_problems;
 use super::task_config::{task_settings_problems, ConfigValue, LogConfig, DEFAULT_KILL_SIGNAL};
 #[cfg(doc)]
 use super::task_config::{RawExecConfig, KILL_SIGNALS};
-use super::{spread, Affinity, Constraint, JobKey, NetworkResource, Resources, Service, Spread};
+use super::template::task_template_problems;
+use super::{spread, Affinity, Constraint, JobKey, NetworkResource, Resources, Service, Spread, Template};
 
 /// The namespace a job lands in when it names none.
 pub const DEFAULT_NAMESPACE: &str = "default";
@@ -263,6 +264,10 @@ pub struct Task {
     /// while it runs.
     #[serde(default)]
     pub services: Vec<Service>,
+    /// The task's templates (Nomad's `template` blocks), rendered into its
+    /// directory before it starts and again when their data changes.
+    #[serde(default)]
+    pub templates: Vec<Template>,
 }
 
 fn default_kill_timeout() -> Duration {
@@ -288,6 +293,7 @@ impl Task {
             restart_policy: None,
             meta: BTreeMap::new(),
             services: Vec::new(),
+            templates: Vec::new(),
         }
     }
 
@@ -716,6 +722,7 @@ impl Job {
                 docker_port_problems(task, group, &task_place, problems);
             }
             meta_problems(&task.meta, &task_place, problems);
+            task_template_problems(task, &task_place, problems);
         }
     }
 

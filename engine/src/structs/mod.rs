@@ -1,6 +1,6 @@
 //! The domain model: nodes, jobs, allocations, evaluations and plans;
 //! the placement preferences jobs carry (affinities, spreads), their
-//! network ports and services, the cluster's scheduler configuration, and
+//! network ports, services and templates, the cluster's scheduler configuration, and
 //! the service registrations clients make for their allocations.
 //!
 //! Everything here is plain data, serializable with serde, so that it can be
@@ -28,6 +28,7 @@ mod service_registration;
 mod spread;
 mod task_config;
 mod task_state;
+mod template;
 
 pub use acl::{AclLevel, AclPolicy, AclRules, AclState, AclToken, AclTokenType};
 pub use affinity::Affinity;
@@ -61,3 +62,6 @@ pub use service_registration::{ServiceOwner, ServiceRegistration, SERVICE_ID_PRE
 pub use spread::{Spread, SpreadTarget};
 pub use task_config::{ConfigValue, LogConfig, RawExecConfig, DEFAULT_KILL_SIGNAL, KILL_SIGNALS, MOCK, RAW_EXEC};
 pub use task_state::{TaskEvent, TaskState, TaskStatus, MAX_TASK_EVENTS};
+pub use template::{
+    climbs_out, destination_problem, parse_perms, ChangeMode, Template, DEFAULT_TEMPLATE_PERMS, DEFAULT_TEMPLATE_SPLAY,
+};
