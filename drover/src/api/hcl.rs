@@ -969,9 +969,13 @@ job "shop" {
     fn template_blocks_reach_the_engine_job_under_nomads_names() {
         let text = r#"
 job "web" {
+  datacenters = ["dc1"]
   group "g" {
     task "t" {
       driver = "raw_exec"
+      config {
+        command = "/bin/true"
+      }
       template {
         data          = <<EOF
 {{ range nomadService "api" }}{{ .Address }}:{{ .Port }}

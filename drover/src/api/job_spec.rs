@@ -19,9 +19,9 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::service_spec::{convert_services, ServiceOwner, ServiceSpec};
-use super::template_spec::{convert_templates, TemplateSpec};
 pub use super::spec::JobSpecError;
 use super::spec::{is_set, says_something};
+use super::template_spec::{convert_templates, TemplateSpec};
 use super::{known_namespace, REGION};
 
 /// Nomad's default task resources, for what a task leaves out.

@@ -38,10 +38,10 @@ pub mod operator;
 pub mod resources;
 pub mod search;
 pub mod service_spec;
-pub mod template_spec;
 pub mod services;
 pub mod spec;
 pub mod stats;
+pub mod template_spec;
 
 use axum::http::HeaderMap;
 use serde::{Deserialize, Serialize};

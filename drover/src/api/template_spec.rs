@@ -147,7 +147,10 @@ mod tests {
         assert!(warnings.is_empty(), "{warnings:?}");
         assert_eq!(templates, [Template::new("x", "local/x")]);
         let template = &templates[0];
-        assert_eq!((template.perms.as_str(), template.change_mode, template.splay), ("0644", ChangeMode::Restart, DEFAULT_TEMPLATE_SPLAY));
+        assert_eq!(
+            (template.perms.as_str(), template.change_mode, template.splay),
+            ("0644", ChangeMode::Restart, DEFAULT_TEMPLATE_SPLAY)
+        );
         assert_eq!((template.left_delimiter.as_str(), template.right_delimiter.as_str()), ("{{", "}}"));
     }
 
@@ -172,14 +175,18 @@ mod tests {
             "Wait": {"Min": 5_000_000_000u64}, "VaultGrace": 0, "Future": "y"}]))
         .expect("ok");
         assert_eq!(warnings.len(), 3, "{warnings:?}");
-        assert!(warnings[0].starts_with("Task \"t\": Template 1 (\"local/x\"): Uid is not implemented"), "{warnings:?}");
+        assert!(
+            warnings[0].starts_with("Task \"t\": Template 1 (\"local/x\"): Uid is not implemented"),
+            "{warnings:?}"
+        );
         assert!(warnings[1].contains("Wait is not implemented"), "{warnings:?}");
         assert!(warnings[2].contains("Future is not known"), "{warnings:?}");
         let script = convert(json!([{"EmbeddedTmpl": "x", "DestPath": "local/x", "ChangeMode": "script",
             "ChangeScript": {"Command": "/bin/reload"}}]))
         .expect_err("refused");
         assert!(script.to_string().contains("ChangeMode \"script\" is refused"), "{script}");
-        let unknown = convert(json!([{"EmbeddedTmpl": "x", "DestPath": "l/x", "ChangeMode": "reload"}])).expect_err("no");
+        let unknown =
+            convert(json!([{"EmbeddedTmpl": "x", "DestPath": "l/x", "ChangeMode": "reload"}])).expect_err("no");
         assert!(unknown.to_string().contains("\"reload\" is not one of restart, signal or noop"), "{unknown}");
         let negative = convert(json!([{"EmbeddedTmpl": "x", "DestPath": "l/x", "Splay": -1}])).expect_err("no");
         assert!(negative.to_string().contains("Splay must not be negative"), "{negative}");

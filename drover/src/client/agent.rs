@@ -301,9 +301,10 @@ impl Agent {
         let node = self.current_node(&mut drivers);
         let services = ServiceWatch::new();
         let (services_link, link_seen) = watch::channel(None);
-        let service_reads = self.tasks.as_ref().map(|_| {
-            tokio::spawn(services.clone().run(node.id, node.secret_id, link_seen)).abort_handle()
-        });
+        let service_reads = self
+            .tasks
+            .as_ref()
+            .map(|_| tokio::spawn(services.clone().run(node.id, node.secret_id, link_seen)).abort_handle());
         let context = self.tasks.as_ref().map(|tasks| {
             Arc::new(RunnerContext {
                 drivers: tasks.drivers.clone(),

@@ -164,7 +164,12 @@ impl ServiceWatch {
     /// Reads for node `node_id` (with its `secret_id`) on the agent's
     /// connection as `connection` has it, forever: the agent aborts the
     /// task when it stops.
-    pub async fn run(self, node_id: NodeId, secret_id: Uuid, mut connection: watch::Receiver<Option<ClientConnection>>) {
+    pub async fn run(
+        self,
+        node_id: NodeId,
+        secret_id: Uuid,
+        mut connection: watch::Receiver<Option<ClientConnection>>,
+    ) {
         let (mut asked, mut index) = (Vec::new(), 0);
         loop {
             let queries = self.wanted();

@@ -200,23 +200,24 @@ pub async fn run(
                     return;
                 }
                 Some(env) => match start(&ctx, &env, &mut state).await {
-                Ok(running) => {
-                    publish(&state, Some(running.state()));
-                    running
-                }
-                Err(StartError::Unrunnable(_) | StartError::InvalidConfig(_)) => {
-                    finish(&mut state, true, Some("Error was unrecoverable"));
-                    publish(&state, None);
-                    return;
-                }
-                Err(StartError::Driver(_)) => {
-                    let mut waits = Waits { kill: &mut kill, commands: &mut commands };
-                    if restart_or_end(&ctx, &mut state, &mut tracker, false, &mut rng, &publish, &mut waits).await {
-                        continue;
+                    Ok(running) => {
+                        publish(&state, Some(running.state()));
+                        running
                     }
-                    return;
-                }
-            }},
+                    Err(StartError::Unrunnable(_) | StartError::InvalidConfig(_)) => {
+                        finish(&mut state, true, Some("Error was unrecoverable"));
+                        publish(&state, None);
+                        return;
+                    }
+                    Err(StartError::Driver(_)) => {
+                        let mut waits = Waits { kill: &mut kill, commands: &mut commands };
+                        if restart_or_end(&ctx, &mut state, &mut tracker, false, &mut rng, &publish, &mut waits).await {
+                            continue;
+                        }
+                        return;
+                    }
+                },
+            },
         };
         let record = loop {
             tokio::select! {

@@ -237,7 +237,10 @@ pub fn parse_env_file(text: &str) -> Result<BTreeMap<String, String>, (usize, St
             return Err((at + 1, format!("{line:?} is not KEY=VALUE")));
         };
         let key = key.trim();
-        let valid = key.chars().enumerate().all(|(i, c)| c == '_' || c.is_ascii_alphabetic() || (i > 0 && (c.is_ascii_digit() || c == '.')));
+        let valid = key
+            .chars()
+            .enumerate()
+            .all(|(i, c)| c == '_' || c.is_ascii_alphabetic() || (i > 0 && (c.is_ascii_digit() || c == '.')));
         if key.is_empty() || !valid {
             return Err((at + 1, format!("{key:?} is not a variable name")));
         }
@@ -265,9 +268,10 @@ fn env_value(value: &str) -> Result<String, String> {
         return Err(format!("unclosed double quote in {value:?}"));
     }
     if let Some(quoted) = value.strip_prefix('\'') {
-        return quoted.split_once('\'').map(|(inside, _)| inside.to_string()).ok_or_else(|| {
-            format!("unclosed single quote in {value:?}")
-        });
+        return quoted
+            .split_once('\'')
+            .map(|(inside, _)| inside.to_string())
+            .ok_or_else(|| format!("unclosed single quote in {value:?}"));
     }
     let bare = value.split(" #").next().unwrap_or(value);
     Ok(bare.trim_end().to_string())
@@ -320,17 +324,16 @@ pub fn write_rendered(task_dir: &Path, path: &Path, text: &str, mode: u32) -> Re
     let real_parent = parent.canonicalize().map_err(|error| failed(error.to_string()))?;
     let real_task_dir = task_dir.canonicalize().map_err(|error| failed(error.to_string()))?;
     if !real_parent.starts_with(&real_task_dir) {
-        return Err(failed(format!(
-            "its directory leads out of the task's directory (to {})",
-            real_parent.display()
-        )));
+        return Err(failed(format!("its directory leads out of the task's directory (to {})", real_parent.display())));
     }
     let name = path.file_name().ok_or_else(|| failed("it has no file name".into()))?;
-    let temporary =
-        real_parent.join(format!(".{}.{:016x}.tmp", name.to_string_lossy(), rand::rng().random::<u64>()));
+    let temporary = real_parent.join(format!(".{}.{:016x}.tmp", name.to_string_lossy(), rand::rng().random::<u64>()));
     let write = || -> std::io::Result<()> {
-        let mut file =
-            std::fs::OpenOptions::new().write(true).create_new(true).custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32).open(&temporary)?;
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+            .open(&temporary)?;
         file.set_permissions(std::fs::Permissions::from_mode(mode))?;
         file.write_all(text.as_bytes())?;
         file.sync_all()?;
@@ -453,8 +456,11 @@ impl TaskTemplates {
                 let path = self.write(at, &text)?;
                 if self.templates[at].envvars {
                     let destination = path.display().to_string();
-                    let read = parse_env_file(&text)
-                        .map_err(|(line, why)| TemplateError::EnvFile { destination, line, why })?;
+                    let read = parse_env_file(&text).map_err(|(line, why)| TemplateError::EnvFile {
+                        destination,
+                        line,
+                        why,
+                    })?;
                     vars.extend(read);
                 }
                 self.written[at] = Some(text);

@@ -176,7 +176,10 @@ pub(super) fn function_map(scope: &RenderScope, recorder: &Recorder) -> FuncMap 
         map.insert(name.to_string(), function);
     };
     let env = scope.env.clone();
-    add("env", Arc::new(move |given| Ok(string(env.get(&text(&args("env", given, 1)?[0])).cloned().unwrap_or_default()))));
+    add(
+        "env",
+        Arc::new(move |given| Ok(string(env.get(&text(&args("env", given, 1)?[0])).cloned().unwrap_or_default()))),
+    );
     let env = scope.env.clone();
     add(
         "envOrDefault",
@@ -190,7 +193,9 @@ pub(super) fn function_map(scope: &RenderScope, recorder: &Recorder) -> FuncMap 
         "mustEnv",
         Arc::new(move |given| {
             let name = text(&args("mustEnv", given, 1)?[0]);
-            env.get(&name).map(|value| string(value.as_str())).ok_or_else(|| fail("mustEnv", format!("{name:?} is not set")))
+            env.get(&name)
+                .map(|value| string(value.as_str()))
+                .ok_or_else(|| fail("mustEnv", format!("{name:?} is not set")))
         }),
     );
     let (services, namespace, record) = (scope.services.clone(), scope.namespace.clone(), recorder.clone());
@@ -232,7 +237,10 @@ fn lookup<'a>(services: &'a super::ServiceData, query: &ServiceQuery, record: &R
 /// sorted by id, each as a map of Nomad's fields.
 fn nomad_service(given: &[Value], services: &super::ServiceData, namespace: &str, record: &Recorder) -> Outcome {
     if given.len() == 3 {
-        return Err(fail("nomadService", "choosing instances by count and key (its 3-argument form) is not supported by Drover"));
+        return Err(fail(
+            "nomadService",
+            "choosing instances by count and key (its 3-argument form) is not supported by Drover",
+        ));
     }
     let spec = text(&args("nomadService", given, 1)?[0]);
     if spec.contains('@') {
@@ -306,27 +314,34 @@ fn helpers() -> Vec<Helper> {
         on_two("trim", |cutset, s| s.trim_matches(|c| cutset.contains(c)).to_string()),
         on_two("trimPrefix", |prefix, s| s.strip_prefix(prefix).unwrap_or(s).to_string()),
         on_two("trimSuffix", |suffix, s| s.strip_suffix(suffix).unwrap_or(s).to_string()),
-        ("replaceAll", Arc::new(|given| {
-            let given = args("replaceAll", given, 3)?;
-            Ok(string(text(&given[2]).replace(&text(&given[0]), &text(&given[1]))))
-        })),
-        ("split", Arc::new(|given| {
-            let given = args("split", given, 2)?;
-            let (separator, whole) = (text(&given[0]), text(&given[1]));
-            let whole = whole.trim();
-            let parts: Vec<Value> = match (whole.is_empty(), separator.is_empty()) {
-                (true, _) => Vec::new(),
-                (false, true) => whole.chars().map(|c| string(c.to_string())).collect(),
-                (false, false) => whole.split(separator.as_str()).map(string).collect(),
-            };
-            Ok(Value::List(parts.into()))
-        })),
+        (
+            "replaceAll",
+            Arc::new(|given| {
+                let given = args("replaceAll", given, 3)?;
+                Ok(string(text(&given[2]).replace(&text(&given[0]), &text(&given[1]))))
+            }),
+        ),
+        (
+            "split",
+            Arc::new(|given| {
+                let given = args("split", given, 2)?;
+                let (separator, whole) = (text(&given[0]), text(&given[1]));
+                let whole = whole.trim();
+                let parts: Vec<Value> = match (whole.is_empty(), separator.is_empty()) {
+                    (true, _) => Vec::new(),
+                    (false, true) => whole.chars().map(|c| string(c.to_string())).collect(),
+                    (false, false) => whole.split(separator.as_str()).map(string).collect(),
+                };
+                Ok(Value::List(parts.into()))
+            }),
+        ),
         checked("join", 2, |given| match &given[1] {
             Value::List(items) => Ok(string(items.iter().map(text).collect::<Vec<_>>().join(&text(&given[0])))),
             other => Err(format!("expected a list to join, got {}", other.type_name())),
         }),
         checked("indent", 2, |given| {
-            let spaces = given[0].as_int().filter(|spaces| *spaces >= 0).ok_or("indent value must be a positive integer")?;
+            let spaces =
+                given[0].as_int().filter(|spaces| *spaces >= 0).ok_or("indent value must be a positive integer")?;
             Ok(string(indent(spaces as usize, &text(&given[1]))))
         }),
         checked("regexReplaceAll", 3, |given| {
@@ -343,21 +358,41 @@ fn helpers() -> Vec<Helper> {
         checked("containsAll", 2, |given| Ok(Value::Bool(list(&given[0])?.iter().all(|v| is_in(&given[1], v))))),
         checked("containsNone", 2, |given| Ok(Value::Bool(!list(&given[0])?.iter().any(|v| is_in(&given[1], v))))),
         checked("containsNotAll", 2, |given| Ok(Value::Bool(!list(&given[0])?.iter().all(|v| is_in(&given[1], v))))),
-        checked("parseInt", 1, |given| parse_or_zero(&given[0], |s| s.parse::<i64>().map(Value::Int).map_err(|e| e.to_string()), Value::Int(0))),
-        checked("parseUint", 1, |given| parse_or_zero(&given[0], |s| s.parse::<u64>().map(Value::Uint).map_err(|e| e.to_string()), Value::Uint(0))),
-        checked("parseFloat", 1, |given| parse_or_zero(&given[0], |s| s.parse::<f64>().map(Value::Float).map_err(|e| e.to_string()), Value::Float(0.0))),
+        checked("parseInt", 1, |given| {
+            parse_or_zero(&given[0], |s| s.parse::<i64>().map(Value::Int).map_err(|e| e.to_string()), Value::Int(0))
+        }),
+        checked("parseUint", 1, |given| {
+            parse_or_zero(&given[0], |s| s.parse::<u64>().map(Value::Uint).map_err(|e| e.to_string()), Value::Uint(0))
+        }),
+        checked("parseFloat", 1, |given| {
+            parse_or_zero(
+                &given[0],
+                |s| s.parse::<f64>().map(Value::Float).map_err(|e| e.to_string()),
+                Value::Float(0.0),
+            )
+        }),
         checked("parseBool", 1, |given| parse_or_zero(&given[0], parse_bool, Value::Bool(false))),
         checked("parseJSON", 1, |given| {
             let source = text(&given[0]);
             if source.is_empty() {
                 return Ok(Value::Map(Arc::default()));
             }
-            serde_json::from_str::<serde_json::Value>(&source).map(|json| from_json(&json)).map_err(|error| error.to_string())
+            serde_json::from_str::<serde_json::Value>(&source)
+                .map(|json| from_json(&json))
+                .map_err(|error| error.to_string())
         }),
-        checked("toJSON", 1, |given| Ok(string(go_escaped(&serde_json::to_string(&to_json(&given[0])?).map_err(|e| e.to_string())?)))),
-        checked("toJSONPretty", 1, |given| Ok(string(go_escaped(&serde_json::to_string_pretty(&to_json(&given[0])?).map_err(|e| e.to_string())?)))),
-        checked("toUnescapedJSON", 1, |given| Ok(string(serde_json::to_string(&to_json(&given[0])?).map_err(|e| e.to_string())?))),
-        checked("toUnescapedJSONPretty", 1, |given| Ok(string(serde_json::to_string_pretty(&to_json(&given[0])?).map_err(|e| e.to_string())?))),
+        checked("toJSON", 1, |given| {
+            Ok(string(go_escaped(&serde_json::to_string(&to_json(&given[0])?).map_err(|e| e.to_string())?)))
+        }),
+        checked("toJSONPretty", 1, |given| {
+            Ok(string(go_escaped(&serde_json::to_string_pretty(&to_json(&given[0])?).map_err(|e| e.to_string())?)))
+        }),
+        checked("toUnescapedJSON", 1, |given| {
+            Ok(string(serde_json::to_string(&to_json(&given[0])?).map_err(|e| e.to_string())?))
+        }),
+        checked("toUnescapedJSONPretty", 1, |given| {
+            Ok(string(serde_json::to_string_pretty(&to_json(&given[0])?).map_err(|e| e.to_string())?))
+        }),
         on_text("base64Encode", |s| base64::engine::general_purpose::STANDARD.encode(s)),
         on_text("base64URLEncode", |s| base64::engine::general_purpose::URL_SAFE.encode(s)),
         checked("base64Decode", 1, |given| decode(base64::engine::general_purpose::STANDARD, &text(&given[0]))),

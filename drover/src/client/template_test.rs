@@ -198,7 +198,7 @@ fn a_destination_stays_in_the_task_directory() {
     assert_eq!(
         resolve_destination(task_dir, "/data/alloc/a1/web/secrets/x").expect("inside"),
         task_dir.join("secrets/x"),
-        "an interpolated ${NOMAD_SECRETS_DIR} is absolute and inside"
+        "an interpolated NOMAD_SECRETS_DIR is absolute and inside"
     );
     for outside in ["/etc/passwd", "../../x", "local/../../x", "${UNKNOWN}/x", "."] {
         let error = resolve_destination(task_dir, outside).expect_err("refused");
@@ -219,7 +219,8 @@ fn a_write_is_atomic_with_its_mode_and_never_follows_a_link_out() {
     write_rendered(&task_dir, &path, "two", 0o600).expect("replaced");
     assert_eq!(std::fs::read_to_string(&path).expect("read"), "two");
     assert_eq!(std::fs::metadata(&path).expect("meta").permissions().mode() & 0o777, 0o600);
-    let names: Vec<_> = std::fs::read_dir(task_dir.join("local")).expect("dir").map(|e| e.expect("e").file_name()).collect();
+    let names: Vec<_> =
+        std::fs::read_dir(task_dir.join("local")).expect("dir").map(|e| e.expect("e").file_name()).collect();
     assert_eq!(names, ["app.conf"], "no temporary is left");
     // The task makes local/out a link to a directory outside: refused.
     let outside = root.path().join("outside");
@@ -247,7 +248,7 @@ async fn a_change_restarts_once_for_several_templates_and_noop_only_writes() {
     let mut second = Template::new(text, "local/b");
     second.splay = Duration::ZERO;
     let mut quiet = Template::new(text, "local/c");
-    quiet.change_mode = engine::structs::ChangeMode::Noop;
+    quiet.change_mode = ChangeMode::Noop;
     let watch = ServiceWatch::new();
     let site = TemplateSite { task_dir: task_dir.clone(), host_sources: true };
     let mut templates = TaskTemplates::new(vec![first, second, quiet], site, BTreeMap::new(), "default", watch.clone());

@@ -92,10 +92,12 @@ impl ServiceQuery {
     }
 }
 
-/// The answers to `queries` in `snapshot`.
+/// The answers to `queries` in `snapshot`. The index is at least 1, as
+/// Nomad's blocking queries answer, so that a table never written is
+/// waited on rather than answered again at once.
 pub fn read_now(snapshot: &Snapshot, queries: &[ServiceQuery]) -> ServicesRead {
     ServicesRead {
-        index: snapshot.table_indexes().services,
+        index: snapshot.table_indexes().services.max(1),
         answers: queries.iter().map(|query| query.answer(snapshot)).collect(),
     }
 }
@@ -143,6 +145,8 @@ mod tests {
         store.apply(Command::UpsertServiceRegistrations { registrations: rows.clone() }).expect("upserted");
         let read = read_now(&store.snapshot(), &queries());
         assert_eq!(read.index, store.snapshot().table_indexes().services);
+        let empty = populated_store(1, 1).0;
+        assert_eq!(read_now(&empty.snapshot(), &queries()).index, 1, "a table never written is at 1");
         let ServiceAnswer::Instances(found) = &read.answers[0] else { panic!("instances: {read:?}") };
         let mut ports: Vec<u16> = found.iter().map(|row| row.port).collect();
         ports.sort();
@@ -156,7 +160,8 @@ mod tests {
     fn a_blocking_read_waits_for_a_write_to_the_services_table() {
         let (store, allocs) = populated_store(1, 1);
         let seen = read_now(&store.snapshot(), &queries()).index;
-        let mut waiting = Box::pin(read_after(&store, &queries(), seen));
+        let asked = queries();
+        let mut waiting = Box::pin(read_after(&store, &asked, seen));
         assert!(futures_lite::future::block_on(futures_lite::future::poll_once(&mut waiting)).is_none());
         // A write to another table moves the store's index but not the services table's.
         store.apply(Command::UpsertNode { node: crate::testing::node(7), evals: vec![] }).expect("node");
@@ -169,7 +174,7 @@ mod tests {
         let ServiceAnswer::Instances(found) = &read.answers[0] else { panic!("instances: {read:?}") };
         assert_eq!(found.iter().map(|row| row.port).collect::<Vec<_>>(), [9000]);
         store.shutdown();
-        let after = futures_lite::future::block_on(read_after(&store, &queries(), read.index));
+        let after = futures_lite::future::block_on(read_after(&store, &asked, read.index));
         assert!(matches!(after, Err(WaitError::Shutdown { .. })), "{after:?}");
     }
 }
