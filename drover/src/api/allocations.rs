@@ -205,7 +205,8 @@ impl From<&engine::structs::TaskState> for TaskState {
                 details: event.details.clone(),
                 exit_code: event.exit_code.unwrap_or(0),
                 signal: i64::from(event.signal.unwrap_or(0)),
-                fails_task: event.event_type == engine::structs::TaskEvent::NOT_RESTARTING && state.failed,
+                fails_task: (event.event_type == engine::structs::TaskEvent::NOT_RESTARTING && state.failed)
+                    || event.details.get("fails_task").is_some_and(|fails| fails == "true"),
             })
             .collect();
         TaskState {
