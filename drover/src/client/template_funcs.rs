@@ -144,6 +144,9 @@ pub(super) type Recorder = Arc<parking_lot::Mutex<(BTreeSet<ServiceQuery>, bool)
 
 type Outcome = Result<Value, GoError>;
 
+/// A template function.
+type Function = Arc<dyn Fn(&[Value]) -> Outcome + Send + Sync>;
+
 fn fail(function: &str, why: impl std::fmt::Display) -> GoError {
     GoError::Exec(format!("{function}: {why}"))
 }
@@ -172,7 +175,7 @@ fn args<'a>(function: &str, args: &'a [Value], count: usize) -> Result<&'a [Valu
 /// The function map of one render.
 pub(super) fn function_map(scope: &RenderScope, recorder: &Recorder) -> FuncMap {
     let mut map = FuncMap::new();
-    let mut add = |name: &str, function: Arc<dyn Fn(&[Value]) -> Outcome + Send + Sync>| {
+    let mut add = |name: &str, function: Function| {
         map.insert(name.to_string(), function);
     };
     let env = scope.env.clone();
@@ -282,7 +285,7 @@ fn map_value<const N: usize>(entries: [(&str, Value); N]) -> Value {
     Value::Map(Arc::new(entries.into_iter().map(|(key, value)| (Arc::from(key), value)).collect()))
 }
 
-type Helper = (&'static str, Arc<dyn Fn(&[Value]) -> Outcome + Send + Sync>);
+type Helper = (&'static str, Function);
 
 /// A helper of one string argument.
 fn on_text(name: &'static str, apply: fn(&str) -> String) -> Helper {
