@@ -361,3 +361,69 @@ async fn a_server_calls_an_agent_back_on_its_connection_and_reads_its_stream() {
     assert!(setup.listener.agents().get(node.id).is_none(), "a closed connection is nobody's");
     setup.server.shutdown();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_services_read_blocks_until_a_registration_and_refuses_strangers() {
+    use engine::node::service_reads::{ServiceAnswer, ServiceQuery, MAX_SERVICE_QUERIES};
+    use transport::message::ReadServicesRequest;
+    let setup = start();
+    let endpoints = ClientEndpoints::bind(1, &setup.client_tls).expect("client endpoint");
+    let connection = bounded("connect", endpoints.connect(setup.addr)).await.expect("connects");
+    let node = engine::testing::node(0);
+    bounded("register", connection.register(node.clone())).await.expect("registers");
+    let mut watch = bounded("watch", connection.watch_allocs(node.id, node.secret_id, 0)).await.expect("opens");
+    bounded("first push", watch.next()).await.expect("first push");
+    setup.server.jobs().register(job("web", 1)).expect("job registers");
+    let alloc = bounded("the alloc's push", watch.next()).await.expect("push").allocs[0].clone();
+
+    let queries = vec![ServiceQuery::Instances { namespace: "default".into(), name: "web".into() }];
+    let read = |min_index: u64, wait: Duration| {
+        connection.read_services(node.id, node.secret_id, queries.clone(), min_index, wait)
+    };
+    let first = bounded("a first read", read(0, Duration::from_secs(30))).await.expect("answered");
+    assert!(first.index >= 1, "an index to block on: {first:?}");
+    assert_eq!(first.answers, vec![ServiceAnswer::Instances(Vec::new())]);
+    let unchanged = bounded("a read bounded by its wait", read(first.index, Duration::ZERO)).await.expect("answered");
+    assert_eq!(unchanged, first, "at the end of its wait a read answers with the data as it is");
+
+    let waiting = tokio::spawn({
+        let (connection, queries, index) = (connection.clone(), queries.clone(), first.index);
+        let (node_id, secret_id) = (node.id, node.secret_id);
+        async move { connection.read_services(node_id, secret_id, queries, index, Duration::from_secs(60)).await }
+    });
+    let registration = engine::testing::service_registration(&alloc, "web", 8080);
+    let command = engine::state::Command::UpsertServiceRegistrations { registrations: vec![registration.clone()] };
+    tokio::task::block_in_place(|| setup.server.writer().write(command)).expect("registered");
+    let woken = bounded("the blocked read", waiting).await.expect("joined").expect("answered");
+    assert!(woken.index > first.index);
+    let ServiceAnswer::Instances(found) = &woken.answers[0] else { panic!("instances: {woken:?}") };
+    assert_eq!(found.iter().map(|row| (&row.id, row.port)).collect::<Vec<_>>(), [(&registration.id, 8080)]);
+
+    let stranger = engine::testing::node(9);
+    let unknown = connection.read_services(stranger.id, stranger.secret_id, queries.clone(), 0, Duration::ZERO);
+    let refused = bounded("an unknown node's read", unknown).await.expect_err("refused");
+    assert_eq!(refused.refusal(), Some(RefusalCode::UnknownNode), "{refused}");
+    let wrong = connection.read_services(node.id, Uuid::from_u128(1), queries.clone(), 0, Duration::ZERO);
+    let refused = bounded("a wrong secret's read", wrong).await.expect_err("refused");
+    assert_eq!(refused.refusal(), Some(RefusalCode::WrongSecret), "{refused}");
+    let too_many = vec![queries[0].clone(); MAX_SERVICE_QUERIES + 1];
+    let request = ReadServicesRequest {
+        node_id: node.id,
+        secret_id: node.secret_id,
+        queries: too_many,
+        min_index: 0,
+        wait: Duration::ZERO,
+    };
+    let mut bytes = Vec::new();
+    request.to_frame(3).encode(&mut bytes).expect("encodes");
+    for (case, bytes) in [
+        ("too many queries", bytes),
+        ("garbage payload", raw_frame(&MAGIC, VERSION, Kind::ReadServices as u8, 3, &[0xff, 0xff, 0xff])),
+    ] {
+        let answer = bounded(case, connection.raw_call(&bytes)).await.expect("answered").expect("a frame");
+        let refusal = Refusal::from_frame(&answer).unwrap_or_else(|error| panic!("{case}: {error}"));
+        assert_eq!(refusal.code, RefusalCode::Malformed, "{case}: {refusal}");
+    }
+    setup.listener.close().await;
+    setup.server.shutdown();
+}
