@@ -170,6 +170,22 @@ mod tests {
     }
 
     #[test]
+    fn a_template_read_back_from_the_api_converts_to_itself() {
+        let mut template = Template::new("{{ env \"X\" }}", "secrets/x.env");
+        template.source = None;
+        template.change_mode = ChangeMode::Signal;
+        template.change_signal = Some("SIGUSR1".to_string());
+        template.splay = Duration::from_millis(1500);
+        template.envvars = true;
+        template.once = true;
+        let written = serde_json::to_value(crate::api::jobs::Template::from(&template)).expect("serializes");
+        assert_eq!(written["DestPath"], "secrets/x.env");
+        let (read, warnings) = convert(json!([written])).expect("converts");
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert_eq!(read, [template]);
+    }
+
+    #[test]
     fn what_drover_ignores_is_warned_of_and_scripts_are_refused() {
         let (_, warnings) = convert(json!([{"EmbeddedTmpl": "x", "DestPath": "local/x", "Uid": 1000, "Gid": null,
             "Wait": {"Min": 5_000_000_000u64}, "VaultGrace": 0, "Future": "y"}]))

@@ -597,11 +597,6 @@ impl TaskTemplates {
         let path = resolve_destination(&self.site.task_dir, &destination).ok()?;
         std::fs::read_to_string(path).ok()
     }
-
-    /// The destination of template `at` as written in the job, for messages.
-    pub fn destination(&self, at: usize) -> &str {
-        &self.templates[at].destination
-    }
 }
 
 #[cfg(test)]
