@@ -15,7 +15,7 @@ use super::service::group_service_problems;
 use super::task_config::{task_settings_problems, ConfigValue, LogConfig, DEFAULT_KILL_SIGNAL};
 #[cfg(doc)]
 use super::task_config::{RawExecConfig, KILL_SIGNALS};
-use super::{spread, Affinity, Constraint, JobKey, NetworkResource, Resources, Service, Spread};
+use super::{spread, Affinity, Constraint, HealthPolicy, JobKey, NetworkResource, Resources, Service, Spread};
 
 /// The namespace a job lands in when it names none.
 pub const DEFAULT_NAMESPACE: &str = "default";
@@ -263,6 +263,10 @@ pub struct Task {
     /// while it runs.
     #[serde(default)]
     pub services: Vec<Service>,
+    /// How long the task keeps running after its services are
+    /// deregistered, before its kill signal (Nomad's `shutdown_delay`).
+    #[serde(default, with = "serde_duration")]
+    pub shutdown_delay: Duration,
 }
 
 fn default_kill_timeout() -> Duration {
@@ -288,6 +292,7 @@ impl Task {
             restart_policy: None,
             meta: BTreeMap::new(),
             services: Vec::new(),
+            shutdown_delay: Duration::ZERO,
         }
     }
 
@@ -358,6 +363,14 @@ pub struct TaskGroup {
     /// while an allocation runs.
     #[serde(default)]
     pub services: Vec<Service>,
+    /// How long an allocation's tasks keep running after the group's
+    /// services are deregistered, before they are killed (Nomad's group
+    /// `shutdown_delay`).
+    #[serde(default, with = "serde_duration")]
+    pub shutdown_delay: Duration,
+    /// How its allocations' health is decided (from its `update` block).
+    #[serde(default)]
+    pub health: HealthPolicy,
 }
 
 /// Which of two allocations of one slot is kept when the original comes
@@ -749,6 +762,8 @@ impl Job {
                 reconcile: ReconcileStrategy::default(),
                 meta: BTreeMap::new(),
                 services: Vec::new(),
+                shutdown_delay: Duration::ZERO,
+                health: HealthPolicy::default(),
             }],
             stop: false,
             version: 0,
