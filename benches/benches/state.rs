@@ -45,6 +45,8 @@ fn commit_one_alloc_update(c: &mut Criterion) {
                             client_status: ClientStatus::Running,
                             client_description: String::new(),
                             services: None,
+                            checks: None,
+                            health: None,
                             task_states: Default::default(),
                         }],
                         evals: vec![],

@@ -210,7 +210,31 @@ async fn a_service_in_bridge_mode_answers_on_its_host_port_with_its_limits_in_th
         r#"command = "sh"
         args = ["-c", "echo \"alloc=$NOMAD_ALLOC_ID port=$NOMAD_PORT_http host=$NOMAD_HOST_PORT_http dir=$NOMAD_TASK_DIR\" > /local/index.html && exec httpd -f -p $NOMAD_PORT_http -h /local"]
         ports = ["http"]"#,
-        "resources {\n        cpu = 200\n        memory = 32\n        memory_max = 64\n      }",
+        r#"resources {
+        cpu = 200
+        memory = 32
+        memory_max = 64
+      }
+      service {
+        name = "web"
+        port = "http"
+        check {
+          name = "index"
+          type = "http"
+          path = "/index.html"
+          interval = "1s"
+          timeout = "1s"
+        }
+        # Run inside the container: the file is at /local there only.
+        check {
+          name = "inside"
+          type = "script"
+          command = "/bin/sh"
+          args = ["-c", "test -f /local/index.html"]
+          interval = "1s"
+          timeout = "5s"
+        }
+      }"#,
     );
     cluster.run_job("web", &hcl);
     let alloc = alloc_of(&cluster.api, "web", "the allocation running", status_is("running")).await;
@@ -232,6 +256,12 @@ async fn a_service_in_bridge_mode_answers_on_its_host_port_with_its_limits_in_th
     assert_eq!(host["MemorySwap"], host["Memory"], "no swap");
     assert_eq!(host["CpuShares"], json!(200));
     assert_eq!(inspected[0]["Name"], format!("/t-{id}"), "named <task>-<alloc id>");
+    // The http check reaches the host port; the script runs in the container.
+    until(&cluster.api, &format!("/v1/client/allocation/{id}/checks"), "both checks passing", |checks| {
+        let results: Vec<&Value> = checks.as_object().map(|map| map.values().collect()).unwrap_or_default();
+        results.len() == 2 && results.iter().all(|result| result["Status"] == "success")
+    })
+    .await;
 
     let stopped = cluster.api.request("DELETE", "/v1/job/web", None).await.expect("stop");
     assert_eq!(stopped.status, 200, "{}", stopped.body);

@@ -211,6 +211,8 @@ mod tests {
                         client_status: ClientStatus::Failed,
                         client_description: String::new(),
                         services: None,
+                        checks: None,
+                        health: None,
                         task_states: Default::default(),
                     };
                     Command::UpdateAllocsFromClient { updates: vec![failed], evals: vec![eval], time: Timestamp(3) }

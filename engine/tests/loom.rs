@@ -69,6 +69,8 @@ fn update(n: u128) -> ClientAllocUpdate {
         client_status: ClientStatus::Running,
         client_description: String::new(),
         services: None,
+        checks: None,
+        health: None,
         task_states: Default::default(),
     }
 }

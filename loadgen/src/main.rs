@@ -560,6 +560,8 @@ fn report_started(nodes: &engine::node::endpoint::NodeEndpoint, snapshot: &Snaps
             client_status: ClientStatus::Running,
             client_description: "started".into(),
             services: None,
+            checks: None,
+            health: None,
             task_states: Default::default(),
         });
     }

@@ -142,6 +142,8 @@ fn main() {
                         client_status: ClientStatus::Running,
                         client_description: String::new(),
                         services: None,
+                        checks: None,
+                        health: None,
                         task_states: Default::default(),
                     }],
                     evals: vec![],

@@ -71,6 +71,8 @@ fn command(rng: &mut SmallRng, snapshot: &Snapshot, step: u64) -> Command {
                 client_status,
                 client_description: String::new(),
                 services: None,
+                checks: None,
+                health: None,
                 task_states: Default::default(),
             };
             Command::UpdateAllocsFromClient { updates: vec![update], evals: vec![], time }

@@ -154,6 +154,8 @@ fn update(alloc: &Allocation, status: ClientStatus) -> ClientAllocUpdate {
         client_status: status,
         client_description: String::new(),
         services: None,
+        checks: None,
+        health: None,
         task_states: Default::default(),
     }
 }

@@ -180,6 +180,8 @@ fn alloc_updates_from_a_down_node_are_refused_and_change_nothing() {
         client_status: status,
         client_description: String::new(),
         services: None,
+        checks: None,
+        health: None,
         task_states: Default::default(),
     };
     server.nodes().update_allocs(alloc.node_id, vec![update(ClientStatus::Running)]).expect("running");

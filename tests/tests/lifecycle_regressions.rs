@@ -250,6 +250,8 @@ mod threaded {
                 client_status: status,
                 client_description: String::new(),
                 services: None,
+                checks: None,
+                health: None,
                 task_states: Default::default(),
             };
             self.server.nodes().update_allocs(alloc.node_id, vec![update])

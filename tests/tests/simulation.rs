@@ -347,6 +347,8 @@ impl Sim {
                     description: description.to_string(),
                     task_states: Default::default(),
                     services: None,
+                    checks: None,
+                    health: None,
                 })
             })
             .collect()

@@ -13,7 +13,9 @@ pub const MAGIC: [u8; 3] = *b"DRV";
 /// issue 24 added (meta, task restart policies, reconcile strategies, port
 /// host networks, placement scores). 4: a task carries its `memory_max_mb`.
 /// 5: groups and tasks carry their services and checks. 6: tasks carry
-/// their templates; an agent reads services for them (`ReadServices`).
+/// their shutdown delay and templates, allocations and their updates
+/// check results and health; an agent reads services for its templates
+/// (`ReadServices`).
 pub const VERSION: u8 = 6;
 /// Bytes before the payload.
 pub const HEADER_LEN: usize = 3 + 1 + 1 + 8 + 4;

@@ -31,6 +31,8 @@ fn every_message_round_trips() {
             client_status: ClientStatus::Running,
             client_description: "started".into(),
             services: None,
+            checks: None,
+            health: None,
             task_states: Default::default(),
         }],
     });

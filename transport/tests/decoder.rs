@@ -31,6 +31,8 @@ fn corpus() -> Vec<Vec<u8>> {
         client_status: ClientStatus::Running,
         client_description: "started".into(),
         services: None,
+        checks: None,
+        health: None,
         task_states: Default::default(),
     };
     let frames = [

@@ -85,6 +85,8 @@ async fn a_client_registers_heartbeats_receives_an_alloc_and_reports_it_running(
         client_status: ClientStatus::Running,
         client_description: "started".into(),
         services: None,
+        checks: None,
+        health: None,
         task_states: Default::default(),
     };
     let index =
@@ -231,6 +233,8 @@ async fn a_watch_resumes_after_the_last_index_the_client_saw() {
         client_status: ClientStatus::Running,
         client_description: String::new(),
         services: None,
+        checks: None,
+        health: None,
         task_states: Default::default(),
     };
     let index = bounded("report", connection.update_allocs(node.id, node.secret_id, vec![update])).await.expect("ok");

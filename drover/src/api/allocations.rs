@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::evaluations::AllocationMetric;
-use super::format::rfc3339_or_none;
+use super::format::{rfc3339, rfc3339_or_none};
 use super::jobs::Job;
 use super::resources::{CpuResources, MemoryResources, NetworkResource, PortMapping, Resources};
 use super::{id_or_empty, word};
@@ -38,7 +38,8 @@ pub struct AllocationListStub {
     pub desired_transition: DesiredTransition,
     /// Each task's state as its client reported it.
     pub task_states: BTreeMap<String, TaskState>,
-    pub deployment_status: Option<Value>,
+    /// Its health once its client decided it; `null` before.
+    pub deployment_status: Option<AllocDeploymentStatus>,
     #[serde(rename = "FollowupEvalID")]
     pub followup_eval_id: String,
     /// `null` until it is a replacement.
@@ -253,7 +254,12 @@ impl AllocationListStub {
             client_description: alloc.client_description.clone(),
             desired_transition: DesiredTransition::default(),
             task_states: alloc.task_states.iter().map(|(name, state)| (name.clone(), TaskState::from(state))).collect(),
-            deployment_status: None,
+            deployment_status: alloc.health.as_ref().map(|health| AllocDeploymentStatus {
+                healthy: Some(health.healthy),
+                timestamp: rfc3339(health.timestamp),
+                canary: false,
+                modify_index: health.modify_index,
+            }),
             followup_eval_id: id_or_empty(alloc.follow_up_eval_id),
             reschedule_tracker,
             preempted_allocations: alloc.preempted_allocations.iter().map(|id| id.to_string()).collect(),
@@ -302,6 +308,69 @@ impl Allocation {
             previous_allocation: id_or_empty(alloc.previous_allocation),
             next_allocation: id_or_empty(alloc.next_allocation),
             deployment_id: String::new(),
+        }
+    }
+}
+
+/// An allocation's health (`AllocDeploymentStatus`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+pub struct AllocDeploymentStatus {
+    /// Healthy or not; `null` while undecided.
+    pub healthy: Option<bool>,
+    /// When its client decided (RFC 3339).
+    pub timestamp: String,
+    /// Whether it is a canary (Drover places none yet).
+    pub canary: bool,
+    /// The index at which the verdict was stored.
+    pub modify_index: u64,
+}
+
+/// One check's latest result (`GET /v1/client/allocation/:id/checks`,
+/// Nomad's `CheckQueryResult`), in an object keyed by its `ID`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+pub struct CheckQueryResult {
+    /// The check's id.
+    #[serde(rename = "ID")]
+    pub id: String,
+    /// The check's name.
+    pub check: String,
+    /// `<job>.<group>`.
+    pub group: String,
+    /// `healthiness` or `readiness`.
+    pub mode: String,
+    /// What its last status-setting run said.
+    pub output: String,
+    /// The service's name.
+    pub service: String,
+    /// `success`, `failure` or `pending`.
+    pub status: String,
+    /// An `http` check's status code (0 otherwise).
+    pub status_code: u16,
+    /// The task of a task's service; empty for a group's.
+    pub task: String,
+    /// When the status was set: Unix seconds.
+    pub timestamp: i64,
+}
+
+impl From<&engine::structs::CheckResult> for CheckQueryResult {
+    fn from(result: &engine::structs::CheckResult) -> CheckQueryResult {
+        CheckQueryResult {
+            id: result.id.clone(),
+            check: result.check.clone(),
+            group: result.group.clone(),
+            mode: match result.mode {
+                engine::structs::CheckMode::Healthiness => "healthiness",
+                engine::structs::CheckMode::Readiness => "readiness",
+            }
+            .to_string(),
+            output: result.output.clone(),
+            service: result.service.clone(),
+            status: result.status.as_str().to_string(),
+            status_code: result.status_code,
+            task: result.task.clone(),
+            timestamp: i64::try_from(result.timestamp.0 / 1_000_000_000).unwrap_or(i64::MAX),
         }
     }
 }

@@ -15,6 +15,7 @@ use engine::structs::{
     NetworkResource, Port, ReconcileStrategy, ReschedulePolicy, Resources, RestartMode, RestartPolicy, Spread,
     SpreadTarget, Task, TaskGroup, UpdateStrategy, DOCKER,
 };
+use engine::structs::{HealthCheckMode, HealthPolicy};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -126,7 +127,7 @@ pub struct TaskGroupSpec {
     pub services: Option<Vec<ServiceSpec>>,
     pub scaling: Option<Value>,
     pub consul: Option<Value>,
-    pub shutdown_delay: Option<Value>,
+    pub shutdown_delay: Option<i64>,
     pub prevent_reschedule_on_lost: Option<bool>,
     /// Fields Drover does not know: warned of when set.
     #[serde(flatten)]
@@ -166,7 +167,7 @@ pub struct TaskSpec {
     pub identities: Option<Value>,
     pub consul: Option<Value>,
     pub actions: Option<Value>,
-    pub shutdown_delay: Option<Value>,
+    pub shutdown_delay: Option<i64>,
     pub kind: Option<String>,
     /// Fields Drover does not know: warned of when set.
     #[serde(flatten)]
@@ -344,7 +345,8 @@ impl UpdateSpec {
         if !unhonoured.is_empty() {
             warnings.push(format!(
                 "{place}Update: {} not implemented by Drover and ignored: updates replace allocations \
-                 MaxParallel at a time, without canaries, health gates or automatic revert",
+                 MaxParallel at a time, without canaries, health gates or automatic revert (the health \
+                 settings decide only the allocation health agents report)",
                 unhonoured.join(", ")
             ));
         }
@@ -563,7 +565,6 @@ fn convert_group(
         ("Migrate", &api.migrate),
         ("Scaling", &api.scaling),
         ("Consul", &api.consul),
-        ("ShutdownDelay", &api.shutdown_delay),
         ("PreventRescheduleOnLost", &api.prevent_reschedule_on_lost.map(Value::Bool)),
     ] {
         ignored.check(&place, field, value);
@@ -647,7 +648,47 @@ fn convert_group(
         reconcile,
         meta: api.meta.unwrap_or_default(),
         services,
+        shutdown_delay: api.shutdown_delay.map(nanos).transpose()?.unwrap_or_default(),
+        health: health_policy(api.update.as_ref(), job_update.as_ref(), &place)?,
     })
+}
+
+/// The group's health settings: its `Update`'s, else the job's, else
+/// Nomad's defaults, field by field.
+fn health_policy(
+    group: Option<&UpdateSpec>,
+    job: Option<&UpdateSpec>,
+    place: &str,
+) -> Result<HealthPolicy, JobSpecError> {
+    let defaults = HealthPolicy::default();
+    let pick = |field: fn(&UpdateSpec) -> Option<i64>| group.and_then(field).or_else(|| job.and_then(field));
+    // 0 is Go's zero value, which a job read back carries: not set.
+    let duration = |value: Option<i64>, default: Duration| match value.filter(|nanos| *nanos != 0) {
+        Some(value) => nanos(value),
+        None => Ok(default),
+    };
+    let check = group
+        .and_then(|update| update.health_check.clone())
+        .or_else(|| job.and_then(|update| update.health_check.clone()));
+    let mode = match check.as_deref() {
+        None | Some("") => defaults.mode,
+        Some(name) => HealthCheckMode::parse(name).ok_or_else(|| {
+            JobSpecError(format!("{place}Update.HealthCheck {name:?} is not one of checks, task_states or manual"))
+        })?,
+    };
+    let policy = HealthPolicy {
+        mode,
+        min_healthy_time: duration(pick(|update| update.min_healthy_time), defaults.min_healthy_time)?,
+        healthy_deadline: duration(pick(|update| update.healthy_deadline), defaults.healthy_deadline)?,
+    };
+    if policy.min_healthy_time >= policy.healthy_deadline {
+        return Err(JobSpecError(format!(
+            "{place}Update: MinHealthyTime ({}) must be less than HealthyDeadline ({})",
+            engine::structs::format_duration(policy.min_healthy_time),
+            engine::structs::format_duration(policy.healthy_deadline)
+        )));
+    }
+    Ok(policy)
 }
 
 /// Where a task is: its job's and group's names, and the group's place in messages.
@@ -679,7 +720,6 @@ fn convert_task(
         ("Identities", &api.identities),
         ("Consul", &api.consul),
         ("Actions", &api.actions),
-        ("ShutdownDelay", &api.shutdown_delay),
         ("Kind", &api.kind.clone().map(Value::String)),
     ] {
         ignored.check(&place, field, value);
@@ -737,6 +777,7 @@ fn convert_task(
         task.restart_policy = Some(policy).filter(|policy| policy != group_restart);
     }
     task.kill_signal = api.kill_signal.filter(|signal| !signal.is_empty());
+    task.shutdown_delay = api.shutdown_delay.map(nanos).transpose()?.unwrap_or_default();
     if let Some(timeout) = api.kill_timeout {
         task.kill_timeout = nanos(timeout)?;
     }

@@ -15,12 +15,6 @@ use serde_json::Value;
 
 use super::spec::{is_set, says_something, JobSpecError};
 
-/// The warning every submitted check gets until Drover's agents run
-/// checks (issue 26, which registers services already); remove it with
-/// that work.
-pub const CHECK_NOT_RUN_YET: &str =
-    "is stored with the job but not yet run by Drover's agents: the service is registered without a health status";
-
 /// A service (`api.Service`).
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, rename_all = "PascalCase")]
@@ -216,7 +210,6 @@ fn convert_check(
 ) -> Result<ServiceCheck, JobSpecError> {
     let name = api.name.filter(|name| !name.is_empty()).unwrap_or_else(|| ServiceCheck::default_name(service_name));
     let place = format!("{service_place}Check {name:?}: ");
-    warnings.push(format!("{place}the check {CHECK_NOT_RUN_YET}"));
     let kind = match api.kind.as_deref().unwrap_or("") {
         "grpc" => {
             return Err(JobSpecError::new(format!(

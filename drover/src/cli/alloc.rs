@@ -7,8 +7,11 @@ use anyhow::{bail, Context, Result};
 use clap::Subcommand;
 
 use super::{ago, fields, print_json, table};
+use std::collections::BTreeMap;
+
 use crate::api::allocations::{
-    AllocRestartRequest, AllocSignalRequest, AllocStopResponse, Allocation, AllocationListStub, GenericResponse,
+    AllocRestartRequest, AllocSignalRequest, AllocStopResponse, Allocation, AllocationListStub, CheckQueryResult,
+    GenericResponse,
 };
 use crate::api::client::ApiClient;
 use crate::api::fs::AllocFileInfo;
@@ -51,7 +54,28 @@ pub async fn status(api: &ApiClient, prefix: &str, json_out: bool) -> Result<i32
     if !alloc.next_allocation.is_empty() {
         pairs.push(("Replacement Alloc ID", alloc.next_allocation.clone()));
     }
+    if let Some(health) = &stub.deployment_status {
+        let word = match health.healthy {
+            Some(true) => "healthy",
+            Some(false) => "unhealthy",
+            None => "unset",
+        };
+        pairs.push(("Deployment Health", word.to_string()));
+    }
     print!("{}", fields(&pairs));
+    let checks: BTreeMap<String, CheckQueryResult> = api.query(&format!("/v1/client/allocation/{id}/checks")).await?;
+    if !checks.is_empty() {
+        let mut rows: Vec<Vec<String>> = checks
+            .values()
+            .map(|check| {
+                let task = if check.task.is_empty() { "(group)".to_string() } else { check.task.clone() };
+                vec![check.service.clone(), task, check.check.clone(), check.mode.clone(), check.status.clone()]
+            })
+            .collect();
+        rows.sort();
+        println!("\nNomad Service Checks:");
+        print!("{}", table(&["Service", "Task", "Name", "Mode", "Status"], &rows));
+    }
     for (task, state) in &stub.task_states {
         println!("\nTask \"{task}\" is \"{}\"", state.state);
         let events: Vec<Vec<String>> = state

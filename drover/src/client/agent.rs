@@ -475,6 +475,8 @@ impl Runtime<'_> {
                             description,
                             task_states: BTreeMap::new(),
                             services: None,
+                            checks: None,
+                            health: None,
                         });
                     });
                     self.runners.insert(alloc_id, Runner::Mock(timer));

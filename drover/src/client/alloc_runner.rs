@@ -18,16 +18,21 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Instant;
 
 use rustix::process::Signal;
 
-use engine::structs::{AllocId, Allocation, ClientStatus, Node, TaskEvent, TaskState, TaskStatus};
+use engine::structs::{
+    AllocHealth, AllocId, Allocation, CheckResult, ClientStatus, Node, TaskEvent, TaskState, TaskStatus,
+};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, watch};
 
 use crate::client::alloc_dir::{write_private, AllocDir};
+use crate::client::checks::{self, CheckNews, PlannedCheck};
 use crate::client::clock::now;
 use crate::client::drivers::{Drivers, HandleState};
+use crate::client::health::{HealthTracker, Verdict};
 use crate::client::state::AllocEvent;
 use crate::client::task_env::TaskEnv;
 use crate::client::task_runner::{self, KillReason, NotRunning, TaskCommand, TaskContext, TaskUpdate};
@@ -56,6 +61,9 @@ pub struct RunnerContext {
 struct SavedAlloc {
     alloc: Allocation,
     tasks: BTreeMap<String, SavedTask>,
+    /// Its health, once decided (not judged again after a restart).
+    #[serde(default)]
+    health: Option<AllocHealth>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -196,7 +204,7 @@ pub fn start(ctx: &Arc<RunnerContext>, alloc: Arc<Allocation>) -> AllocHandle {
         state.push_event(TaskEvent::new(TaskEvent::RECEIVED, now(), "Task received by client"));
         states.insert(task.name.clone(), (state, None));
     }
-    spawn(ctx, alloc, dir, states, true)
+    spawn(ctx, alloc, dir, states, Origin::Fresh)
 }
 
 /// Re-attaches to an allocation found in `data_dir` when the agent
@@ -221,7 +229,7 @@ pub fn restore(ctx: &Arc<RunnerContext>, alloc_id: AllocId) -> Option<(Arc<Alloc
         // Each task runner looks for its own task first.
         states.insert(name, (task.state, task.handle));
     }
-    let handle = spawn(ctx, alloc.clone(), dir, states, false);
+    let handle = spawn(ctx, alloc.clone(), dir, states, Origin::Restored(saved.health));
     Some((alloc, handle))
 }
 
@@ -231,8 +239,18 @@ fn group_tasks(alloc: &Allocation) -> Vec<engine::structs::Task> {
 
 type Start = BTreeMap<String, (TaskState, Option<HandleState>)>;
 
-/// Spawns the runner; `fresh` for an allocation new to this agent.
-fn spawn(ctx: &Arc<RunnerContext>, alloc: Arc<Allocation>, dir: AllocDir, tasks: Start, fresh: bool) -> AllocHandle {
+/// Where a runner's allocation comes from.
+#[derive(Debug)]
+enum Origin {
+    /// New to this agent.
+    Fresh,
+    /// Its state file, read after the agent restarted, with its health if
+    /// it was decided.
+    Restored(Option<AllocHealth>),
+}
+
+/// Spawns the runner.
+fn spawn(ctx: &Arc<RunnerContext>, alloc: Arc<Allocation>, dir: AllocDir, tasks: Start, origin: Origin) -> AllocHandle {
     let (kill, _) = watch::channel(None);
     let (destroy, destroyed) = watch::channel(false);
     let mut queues = BTreeMap::new();
@@ -243,7 +261,7 @@ fn spawn(ctx: &Arc<RunnerContext>, alloc: Arc<Allocation>, dir: AllocDir, tasks:
         commands.insert(task.name, received);
     }
     let control = AllocControl { tasks: Arc::new(queues), running: Arc::default() };
-    let parts = Parts { tasks, fresh, commands, running: control.running.clone() };
+    let parts = Parts { tasks, origin, commands, control: control.clone() };
     let runner = tokio::spawn(run(ctx.clone(), alloc, dir.clone(), parts, kill.clone(), destroyed));
     AllocHandle { kill, destroy, dir, runner, control }
 }
@@ -252,12 +270,12 @@ fn spawn(ctx: &Arc<RunnerContext>, alloc: Arc<Allocation>, dir: AllocDir, tasks:
 struct Parts {
     /// Each task's state and its saved handle, if it was running.
     tasks: Start,
-    /// The allocation is new to this agent.
-    fresh: bool,
+    /// Where the allocation comes from.
+    origin: Origin,
     /// Each task's command queue.
     commands: BTreeMap<String, mpsc::UnboundedReceiver<TaskCommand>>,
-    /// Where the running processes are kept for [`AllocControl`].
-    running: Arc<parking_lot::Mutex<BTreeMap<String, HandleState>>>,
+    /// The tasks' queues and running processes, shared with operators.
+    control: AllocControl,
 }
 
 async fn run(
@@ -268,7 +286,8 @@ async fn run(
     kill: watch::Sender<Option<KillReason>>,
     mut destroyed: watch::Receiver<bool>,
 ) {
-    let Parts { tasks, fresh, mut commands, running } = parts;
+    let Parts { tasks, origin, mut commands, control } = parts;
+    let fresh = matches!(origin, Origin::Fresh);
     let mut saved: BTreeMap<String, SavedTask> = BTreeMap::new();
     // Each task's variables, made once: its runner's, and its services'.
     let mut envs: BTreeMap<String, TaskEnv> = BTreeMap::new();
@@ -307,21 +326,61 @@ async fn run(
         saved.insert(name, SavedTask { state, handle: None });
     }
     drop(updates_tx);
-    report(&ctx, &alloc, &dir, &envs, &saved).await;
     // The queues of tasks that do not run are dropped: commands to them
     // are answered "not running".
     drop(commands);
-    while let Some(TaskUpdate { task, state, handle }) = updates.recv().await {
-        if state.state == TaskStatus::Dead && state.failed {
-            set_once(&kill, KillReason::SiblingFailed(task.clone()));
+    let (plans, planned) = watch::channel(Vec::new());
+    let (news_tx, mut news) = mpsc::unbounded_channel();
+    let checks = tokio::spawn(checks::run(planned, news_tx, ctx.drivers.docker.clone()));
+    let mut watched = Watched {
+        ctx: ctx.clone(),
+        alloc: alloc.clone(),
+        dir: dir.clone(),
+        envs,
+        tasks: saved,
+        plans,
+        checks: BTreeMap::new(),
+        health: match origin {
+            Origin::Restored(Some(decided)) => Health::Decided(decided),
+            _ => HealthTracker::new(&alloc, Instant::now()).map_or(Health::NotJudged, Health::Watching),
+        },
+        control: control.clone(),
+    };
+    let stopping = kill.borrow().is_some();
+    let mut wake = watched.report(stopping).await;
+    loop {
+        tokio::select! {
+            update = updates.recv() => {
+                let Some(TaskUpdate { task, state, handle }) = update else { break };
+                if state.state == TaskStatus::Dead && state.failed {
+                    set_once(&kill, KillReason::SiblingFailed(task.clone()));
+                }
+                match handle.clone().filter(|_| state.state == TaskStatus::Running) {
+                    Some(handle) => control.running.lock().insert(task.clone(), handle),
+                    None => control.running.lock().remove(&task),
+                };
+                watched.tasks.insert(task, SavedTask { state, handle });
+            }
+            Some(news) = news.recv() => match news {
+                CheckNews::Changed(result) => {
+                    match watched.checks.get_mut(&result.id) {
+                        Some(stored) if stored.status != result.status => *stored = result,
+                        _ => continue,
+                    }
+                }
+                CheckNews::Restart { task, reason } => {
+                    if let Some(queue) = control.tasks.get(&task) {
+                        let _ = queue.send(TaskCommand::CheckRestart(reason));
+                    }
+                    continue;
+                }
+            },
+            () = sleep_until(wake) => {}
         }
-        match handle.clone().filter(|_| state.state == TaskStatus::Running) {
-            Some(handle) => running.lock().insert(task.clone(), handle),
-            None => running.lock().remove(&task),
-        };
-        saved.insert(task, SavedTask { state, handle });
-        report(&ctx, &alloc, &dir, &envs, &saved).await;
+        let stopping = kill.borrow().is_some();
+        wake = watched.report(stopping).await;
     }
+    checks.abort();
     // Every task is dead. Removed directories wait for the agent's word.
     if destroyed.wait_for(|destroy| *destroy).await.is_ok() {
         if let Err(error) = dir.destroy() {
@@ -330,6 +389,14 @@ async fn run(
         if let Some(docker) = &ctx.drivers.docker {
             docker.remove_alloc_containers(&alloc.id.to_string()).await;
         }
+    }
+}
+
+/// Sleeps until `at`; forever without one.
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
     }
 }
 
@@ -344,35 +411,118 @@ fn set_once(kill: &watch::Sender<Option<KillReason>>, why: KillReason) {
     });
 }
 
-/// Saves the state file and tells the agent.
-async fn report(
-    ctx: &RunnerContext,
-    alloc: &Arc<Allocation>,
-    dir: &AllocDir,
-    envs: &BTreeMap<String, TaskEnv>,
-    tasks: &BTreeMap<String, SavedTask>,
-) {
-    let states: BTreeMap<String, TaskState> =
-        tasks.iter().map(|(name, task)| (name.clone(), task.state.clone())).collect();
-    let (status, description) = client_status(&states);
-    let saved = SavedAlloc {
-        alloc: Allocation::clone(alloc),
-        tasks: tasks
-            .iter()
-            .map(|(name, task)| (name.clone(), SavedTask { state: task.state.clone(), handle: task.handle.clone() }))
-            .collect(),
-    };
-    let path = dir.state_file();
-    let written = tokio::task::spawn_blocking(move || {
-        let bytes = serde_json::to_vec(&saved).map_err(std::io::Error::other)?;
-        write_private(&path, &bytes)
-    })
-    .await;
-    if let Ok(Err(error)) = written {
-        tracing::warn!(alloc = %alloc.id, %error, "writing the allocation's state file; a restarted agent cannot re-attach");
+/// An allocation's health as its runner follows it.
+#[derive(Debug)]
+enum Health {
+    /// Not judged (not a service job, or `health_check = "manual"`).
+    NotJudged,
+    /// Being judged.
+    Watching(HealthTracker),
+    /// Decided.
+    Decided(AllocHealth),
+}
+
+/// What a runner follows of its allocation, and reports.
+struct Watched {
+    ctx: Arc<RunnerContext>,
+    alloc: Arc<Allocation>,
+    dir: AllocDir,
+    /// Each task's variables, made once.
+    envs: BTreeMap<String, TaskEnv>,
+    /// Each task's state and running process.
+    tasks: BTreeMap<String, SavedTask>,
+    /// The checks to run, for the check runner.
+    plans: watch::Sender<Vec<PlannedCheck>>,
+    /// Each planned check's latest result.
+    checks: BTreeMap<String, CheckResult>,
+    health: Health,
+    control: AllocControl,
+}
+
+impl Watched {
+    /// Brings the checks and the health up to date, saves the state file
+    /// and tells the agent; when to look again at the health. `stopping`:
+    /// the allocation's tasks are being stopped, which judges nothing.
+    async fn report(&mut self, stopping: bool) -> Option<Instant> {
+        let states: BTreeMap<String, TaskState> =
+            self.tasks.iter().map(|(name, task)| (name.clone(), task.state.clone())).collect();
+        let handles: BTreeMap<String, HandleState> =
+            self.tasks.iter().filter_map(|(name, task)| Some((name.clone(), task.handle.clone()?))).collect();
+        self.plan_checks(&states, &handles);
+        let wake = if stopping { None } else { self.judge(&states) };
+        let (status, description) = client_status(&states);
+        let decided = match &self.health {
+            Health::Decided(health) => Some(health.clone()),
+            _ => None,
+        };
+        let saved = SavedAlloc {
+            alloc: Allocation::clone(&self.alloc),
+            tasks: self
+                .tasks
+                .iter()
+                .map(|(name, task)| {
+                    (name.clone(), SavedTask { state: task.state.clone(), handle: task.handle.clone() })
+                })
+                .collect(),
+            health: decided.clone(),
+        };
+        let path = self.dir.state_file();
+        let written = tokio::task::spawn_blocking(move || {
+            let bytes = serde_json::to_vec(&saved).map_err(std::io::Error::other)?;
+            write_private(&path, &bytes)
+        })
+        .await;
+        if let Ok(Err(error)) = written {
+            tracing::warn!(alloc = %self.alloc.id, %error, "writing the allocation's state file; a restarted agent cannot re-attach");
+        }
+        let services = Some(crate::client::services::registrations(&self.alloc, &self.ctx.node, &self.envs, &states));
+        let _ = self.ctx.events.send(AllocEvent {
+            alloc_id: self.alloc.id,
+            status,
+            description,
+            task_states: states,
+            services,
+            checks: Some(self.checks.clone()),
+            health: decided,
+        });
+        wake
     }
-    let services = Some(crate::client::services::registrations(alloc, &ctx.node, envs, &states));
-    let _ = ctx.events.send(AllocEvent { alloc_id: alloc.id, status, description, task_states: states, services });
+
+    /// Plans the checks of what is registered now; a new check starts at
+    /// its initial result, and a gone one takes its result with it.
+    fn plan_checks(&mut self, states: &BTreeMap<String, TaskState>, handles: &BTreeMap<String, HandleState>) {
+        let planned = checks::plan(&self.alloc, &self.ctx.node, &self.envs, states, handles);
+        self.checks.retain(|id, _| planned.iter().any(|check| check.initial.id == *id));
+        for check in &planned {
+            self.checks.entry(check.initial.id.clone()).or_insert_with(|| check.initial.clone());
+        }
+        self.plans.send_if_modified(|plans| {
+            let changed = *plans != planned;
+            if changed {
+                *plans = planned;
+            }
+            changed
+        });
+    }
+
+    /// Judges the health; when to look again.
+    fn judge(&mut self, states: &BTreeMap<String, TaskState>) -> Option<Instant> {
+        let Health::Watching(tracker) = &mut self.health else { return None };
+        let (healthy, reason) = match tracker.observe(Instant::now(), states, &self.checks) {
+            Verdict::Pending(wake) => return Some(wake),
+            Verdict::Healthy => (true, None),
+            Verdict::Unhealthy(reason) => (false, Some(reason)),
+        };
+        tracing::info!(alloc = %self.alloc.id, healthy, ?reason, "allocation health decided");
+        if let Some(reason) = reason {
+            for queue in self.control.tasks.values() {
+                let event = TaskEvent::new(TaskEvent::ALLOC_UNHEALTHY, now(), reason.clone());
+                let _ = queue.send(TaskCommand::Record(event));
+            }
+        }
+        self.health = Health::Decided(AllocHealth { healthy, timestamp: now(), modify_index: 0 });
+        None
+    }
 }
 
 /// The allocation's client status from its tasks' states, as Nomad's.

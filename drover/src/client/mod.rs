@@ -11,8 +11,10 @@
 //!   tasks, their lifecycle and restart policy.
 //! - `alloc_dir.rs`, `task_env.rs`, `logs.rs`: an allocation's directory,
 //!   a task's environment, its log files; `services.rs` its service
-//!   registrations; `template.rs` its templates (with
-//!   `template_funcs.rs`), rendered from what `service_watch.rs` reads.
+//!   registrations, `checks.rs` their checks, `health.rs` the
+//!   allocation's health from its tasks and checks; `template.rs` its
+//!   templates (with `template_funcs.rs`), rendered from what
+//!   `service_watch.rs` reads.
 //! - `ops.rs`: the servers' calls on the agent's connection (logs, files,
 //!   restarts, signals, stats, garbage collection); `fs.rs` reads the
 //!   allocation directories for them, `stats.rs` the host's `/proc`.
@@ -25,10 +27,12 @@
 pub mod agent;
 pub mod alloc_dir;
 pub mod alloc_runner;
+pub mod checks;
 pub mod clock;
 pub mod drivers;
 pub mod fingerprint;
 pub mod fs;
+pub mod health;
 pub mod identity;
 pub mod logs;
 pub mod ops;

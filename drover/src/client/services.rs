@@ -24,6 +24,23 @@ use std::collections::BTreeMap;
 
 use crate::client::task_env::TaskEnv;
 
+/// A registered service: its registration, its block, and the variables
+/// it was interpolated with (those of its task).
+#[derive(Debug)]
+pub struct Registered<'a> {
+    /// What the servers get.
+    pub registration: ServiceRegistration,
+    /// The `service` block.
+    pub service: &'a Service,
+    /// The task it belongs to: its own, or the one a group service names
+    /// (else the group's first task with variables).
+    pub task: &'a str,
+    /// That task's variables.
+    pub env: &'a TaskEnv,
+    /// Whether it is a group's service.
+    pub group_service: bool,
+}
+
 /// The registrations `alloc` has now on `node`, its tasks being as
 /// `states` says, with each task's variables in `envs` (the allocation
 /// runner's, made once).
@@ -33,25 +50,35 @@ pub fn registrations(
     envs: &BTreeMap<String, TaskEnv>,
     states: &BTreeMap<String, TaskState>,
 ) -> Vec<ServiceRegistration> {
+    registered(alloc, node, envs, states).into_iter().map(|registered| registered.registration).collect()
+}
+
+/// The services `alloc` has registered now, with what made each
+/// (module docs, step 1).
+pub fn registered<'a>(
+    alloc: &'a Allocation,
+    node: &Node,
+    envs: &'a BTreeMap<String, TaskEnv>,
+    states: &BTreeMap<String, TaskState>,
+) -> Vec<Registered<'a>> {
     let Some(group) = alloc.job.group(&alloc.task_group) else { return Vec::new() };
     let running = |task: &str| states.get(task).is_some_and(serving);
     let mut out = Vec::new();
     if group.tasks.iter().any(|task| running(&task.name)) {
         for service in &group.services {
-            let env = service
-                .task_name
-                .as_deref()
-                .and_then(|name| envs.get(name))
-                .or_else(|| group.tasks.iter().find_map(|task| envs.get(&task.name)));
-            if let Some(env) = env {
-                out.push(registration(alloc, node, service, ServiceOwner::Group(&group.name), env));
+            let named = service.task_name.as_deref().and_then(|name| envs.get_key_value(name));
+            let found = named.or_else(|| group.tasks.iter().find_map(|task| envs.get_key_value(&task.name)));
+            if let Some((task, env)) = found {
+                let registration = registration(alloc, node, service, ServiceOwner::Group(&group.name), env);
+                out.push(Registered { registration, service, task, env, group_service: true });
             }
         }
     }
     for task in group.tasks.iter().filter(|task| running(&task.name)) {
         let Some(env) = envs.get(&task.name) else { continue };
         for service in &task.services {
-            out.push(registration(alloc, node, service, ServiceOwner::Task(&task.name), env));
+            let registration = registration(alloc, node, service, ServiceOwner::Task(&task.name), env);
+            out.push(Registered { registration, service, task: &task.name, env, group_service: false });
         }
     }
     out
@@ -62,7 +89,10 @@ fn serving(state: &TaskState) -> bool {
     let stopping = state.events.last().is_some_and(|event| {
         matches!(
             event.event_type.as_str(),
-            TaskEvent::KILLING | TaskEvent::RESTART_SIGNALED | TaskEvent::SIBLING_FAILED
+            TaskEvent::KILLING
+                | TaskEvent::RESTART_SIGNALED
+                | TaskEvent::SIBLING_FAILED
+                | TaskEvent::WAITING_SHUTDOWN_DELAY
         )
     });
     state.state == TaskStatus::Running && !stopping
@@ -80,18 +110,33 @@ fn registration(
     let label = env.interpolate(&service.port_label);
     let mut registration = ServiceRegistration::of_alloc(alloc, &node.datacenter, owner, &name, &label);
     registration.tags = service.tags.iter().map(|tag| env.interpolate(tag)).collect();
+    let fixed = service.address.as_ref().map(|address| env.interpolate(address));
+    (registration.address, registration.port) = endpoint(alloc, node, &label, service.address_mode, fixed);
+    registration
+}
+
+/// The address and port of port label `label` (interpolated) in
+/// `address_mode`, or `fixed` as the address when given (module docs,
+/// step 3); a check's too.
+pub fn endpoint(
+    alloc: &Allocation,
+    node: &Node,
+    label: &str,
+    mode: AddressMode,
+    fixed: Option<String>,
+) -> (String, u16) {
     let allocated = alloc.ports.iter().find(|port| *port.label == *label);
-    registration.port = match (allocated, service.address_mode) {
+    let port = match (allocated, mode) {
         (Some(port), AddressMode::Alloc | AddressMode::Driver) if port.to > 0 => port.to,
         (Some(port), _) => port.value,
         (None, _) => label.parse().unwrap_or(0),
     };
-    registration.address = match (&service.address, allocated) {
-        (Some(address), _) => env.interpolate(address),
+    let address = match (fixed, allocated) {
+        (Some(address), _) => address,
         (None, Some(port)) => port.host_ip.to_string(),
         (None, None) => node.network.ip.to_string(),
     };
-    registration
+    (address, port)
 }
 
 #[cfg(test)]

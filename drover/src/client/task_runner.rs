@@ -12,7 +12,7 @@
 //!    restart tracker decides: `Restarting` (state `pending` for the
 //!    delay), done (dead), or `Not Restarting` (dead, failed).
 //! 3. Stop (the servers stopped the allocation, or a sibling task failed):
-//!    `Killing` with the kill timeout, the kill signal to the process
+//!    (step 6), `Killing` with the kill timeout, the kill signal to the process
 //!    group, SIGKILL after the timeout, `Killed`; dead, not failed.
 //! 4. An operator's restart while it runs ([`TaskCommand::Restart`]):
 //!    `Restart Signaled`, the kill signal and timeout as in a stop,
@@ -21,7 +21,13 @@
 //!    ([`TaskCommand::Signal`]): `Signaling`, and the signal to the task's
 //!    own process. Either, asked of a task that does not run now, is
 //!    answered [`NotRunning`].
-//! 5. Templates (`template.rs`): rendered before every start; a failure
+//! 5. A failing check's restart ([`TaskCommand::CheckRestart`]): `Restart
+//!    Signaled` with the check's reason, the kill as in a stop, then the
+//!    restart policy decides as after a failed run.
+//! 6. A stop with a `shutdown_delay` (the task's plus its group's): first
+//!    `Waiting for shutdown delay`, which deregisters its services, then
+//!    the delay, then the kill.
+//! 7. Templates (`template.rs`): rendered before every start; a failure
 //!    is `Killing` with `Template failed: <why>` and the task is dead,
 //!    failed. While it runs, a changed rendering restarts it as in 4 (with
 //!    the reason `Template with change_mode restart re-rendered`), signals
@@ -66,6 +72,13 @@ pub enum TaskCommand {
     Restart(oneshot::Sender<Result<(), NotRunning>>),
     /// Send its process this signal, by name (`SIGUSR1`).
     Signal(Signal, String, oneshot::Sender<Result<(), NotRunning>>),
+    /// Its failing check asks for a restart (`check_restart`), for this
+    /// reason: it is killed and restarted through its restart policy,
+    /// which counts it as a failure. Dropped unless it runs.
+    CheckRestart(String),
+    /// Record this event (the allocation's health verdict). Dropped
+    /// unless it runs.
+    Record(TaskEvent),
 }
 
 /// The task does not run now (it is starting, waiting to restart, or dead).
@@ -78,6 +91,7 @@ impl TaskCommand {
     fn not_running(self) {
         let _ = match self {
             TaskCommand::Restart(reply) | TaskCommand::Signal(_, _, reply) => reply.send(Err(NotRunning)),
+            TaskCommand::CheckRestart(_) | TaskCommand::Record(_) => Ok(()),
         };
     }
 }
@@ -221,7 +235,7 @@ pub async fn run(
         };
         let record = loop {
             tokio::select! {
-                record = running.wait() => break Some(record),
+                record = running.wait() => break Some((record, false)),
                 Ok(()) = kill.changed() => {
                     let reason = kill.borrow().clone();
                     stop(&ctx, &mut state, &mut running, reason, &publish).await;
@@ -239,6 +253,20 @@ pub async fn run(
                         publish(&state, None);
                         let _ = reply.send(Ok(()));
                         break None;
+                    }
+                    TaskCommand::CheckRestart(reason) => {
+                        let event = TaskEvent::new(TaskEvent::RESTART_SIGNALED, now(), reason.clone())
+                            .with_detail("restart_reason", reason.clone());
+                        state.push_event(event);
+                        // Said before the kill, so its services are deregistered first.
+                        publish(&state, Some(running.state()));
+                        tracing::info!(alloc = %ctx.alloc.id, task = %ctx.task.name, "restarting task: {reason}");
+                        let (record, _) = running.stop(ctx.task.kill_signal.as_deref(), ctx.task.kill_timeout).await;
+                        break Some((record, true));
+                    }
+                    TaskCommand::Record(event) => {
+                        state.push_event(event);
+                        publish(&state, Some(running.state()));
                     }
                 },
                 change = templates.changed(), if !templates.is_empty() => match change {
@@ -267,9 +295,9 @@ pub async fn run(
                 },
             }
         };
-        let Some(record) = record else { continue };
+        let Some((record, check_failed)) = record else { continue };
         terminated(&mut state, record.as_ref());
-        let success = record.as_ref().is_some_and(ExitRecord::success);
+        let success = !check_failed && record.as_ref().is_some_and(ExitRecord::success);
         let mut waits = Waits { kill: &mut kill, commands: &mut commands };
         if !restart_or_end(&ctx, &mut state, &mut tracker, success, &mut rng, &publish, &mut waits).await {
             return;
@@ -294,7 +322,7 @@ fn templates_of(ctx: &TaskContext) -> TaskTemplates {
     TaskTemplates::new(ctx.task.templates.clone(), site, vars, &ctx.alloc.namespace, ctx.services.clone())
 }
 
-/// Renders the templates before a start (module docs, 5): the variables
+/// Renders the templates before a start (module docs, 7): the variables
 /// to start with, or `None` when the task is done (a template failed, or
 /// a stop came while waiting for service data), its state set.
 async fn render_templates(
@@ -340,7 +368,7 @@ async fn signal_task(state: &mut TaskState, running: &mut TaskHandle, signal: Si
     state.push_event(event.with_detail("signal", name));
 }
 
-/// A restart in place (module docs, 4 and 5): the task is killed as in a
+/// A restart in place (module docs, 4 and 7): the task is killed as in a
 /// stop and marked to start again at once, for `reason`.
 async fn restart_in_place(
     ctx: &TaskContext,
@@ -495,6 +523,7 @@ async fn stop(
         let event = TaskEvent::new(TaskEvent::SIBLING_FAILED, now(), format!("Task's sibling {sibling:?} failed"));
         state.push_event(event);
     }
+    shutdown_delay(ctx, state, running, publish).await;
     let timeout = ctx.task.kill_timeout;
     let signal = match (&ctx.task.kill_signal, &*running) {
         // Docker's stop sends the image's stop signal (SIGTERM unless it
@@ -515,6 +544,25 @@ async fn stop(
     let message = if forced { "Task killed after its kill timeout" } else { "Task successfully killed" };
     state.push_event(TaskEvent::new(TaskEvent::KILLED, now(), message));
     finish(state, false, None);
+}
+
+/// Waits the task's and its group's `shutdown_delay` with its services
+/// deregistered (`Waiting for shutdown delay`), before its kill.
+async fn shutdown_delay(
+    ctx: &TaskContext,
+    state: &mut TaskState,
+    running: &TaskHandle,
+    publish: &impl Fn(&TaskState, Option<HandleState>),
+) {
+    let group = ctx.alloc.job.group(&ctx.alloc.task_group).map_or(Duration::ZERO, |group| group.shutdown_delay);
+    let delay = group + ctx.task.shutdown_delay;
+    if delay.is_zero() {
+        return;
+    }
+    let message = format!("Waiting for shutdown_delay of {} before killing the task.", show(delay));
+    state.push_event(TaskEvent::new(TaskEvent::WAITING_SHUTDOWN_DELAY, now(), message));
+    publish(state, Some(running.state()));
+    tokio::time::sleep(delay).await;
 }
 
 /// A duration as people read it (`1.25s`).

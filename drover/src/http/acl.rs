@@ -112,7 +112,7 @@ fn client_operation_need(path: &str) -> Option<Need> {
     }
     if let Some(rest) = path.strip_prefix("/v1/client/allocation/") {
         return match rest.rsplit_once('/').map(|(_, operation)| operation) {
-            Some("stats") => namespace(AclLevel::Read),
+            Some("stats" | "checks") => namespace(AclLevel::Read),
             _ => namespace(AclLevel::Write),
         };
     }

@@ -25,6 +25,7 @@ use engine::structs::{AllocId, JobKey, ServiceRegistration};
 use super::error::ApiError;
 use super::query::{blocking, exact_uuid, Params, Reply};
 use super::ApiState;
+use crate::api::allocations::CheckQueryResult;
 use crate::api::services::{self as api, ServiceRegistrationListStub, ServiceRegistrationStub};
 
 /// The routes of this file.
@@ -34,6 +35,8 @@ pub fn routes() -> Router<ApiState> {
         .route("/v1/service/", any(missing_name))
         .route("/v1/service/{*rest}", any(service))
         .route("/v1/allocation/{id}/services", get(alloc_services))
+        .route("/v1/allocation/{id}/checks", get(alloc_checks))
+        .route("/v1/client/allocation/{id}/checks", get(alloc_checks))
 }
 
 /// The services table's index: what every read here reports and blocks on.
@@ -140,6 +143,27 @@ pub async fn job_services(state: &ApiState, params: &Params, key: JobKey) -> Res
     blocking(state, params, services_index, |snapshot| {
         snapshot.job(&key).ok_or_else(|| ApiError::NotFound("job not found".to_string()))?;
         Ok(answer(snapshot.service_registrations_by_job(&key)))
+    })
+    .await
+}
+
+/// `GET /v1/client/allocation/<id>/checks` (and `/v1/allocation/<id>/checks`):
+/// its checks' latest results as its client reported them, keyed by check
+/// id; `{}` without checks. Nomad asks the client; Drover's clients report
+/// every change of status, so the servers answer, with blocking queries on
+/// the allocations' index.
+async fn alloc_checks(
+    State(state): State<ApiState>,
+    Path(id): Path<String>,
+    params: Params,
+) -> Result<Reply, ApiError> {
+    let id = AllocId(exact_uuid(&id, "alloc")?);
+    let index = |snapshot: &Snapshot| Ok(snapshot.table_indexes().allocs);
+    blocking(&state, &params, index, |snapshot| {
+        let alloc = snapshot.alloc(id).ok_or_else(|| ApiError::NotFound("alloc not found".to_string()))?;
+        let checks: std::collections::BTreeMap<String, CheckQueryResult> =
+            alloc.checks.iter().map(|(id, result)| (id.clone(), CheckQueryResult::from(result))).collect();
+        Ok(checks)
     })
     .await
 }

@@ -358,6 +358,8 @@ mod tests {
             client_status: ClientStatus::Running,
             client_description: String::new(),
             services: None,
+            checks: None,
+            health: None,
             task_states: Default::default(),
         }
     }

@@ -51,6 +51,8 @@ fn report(harness: &Harness, alloc: &crate::structs::Allocation, status: ClientS
                 client_status: status,
                 client_description: String::new(),
                 services: None,
+                checks: None,
+                health: None,
                 task_states: Default::default(),
             }],
             evals: vec![],

@@ -9,8 +9,8 @@ use super::snapshot::{index_add, index_remove, Snapshot};
 use super::{Applied, CapacityChange, StateError};
 use crate::clock::Timestamp;
 use crate::structs::{
-    AclPolicy, AclToken, AllocId, Allocation, ClientStatus, DesiredStatus, EvalId, Evaluation, Job, JobKey, Node,
-    NodeEligibility, NodeId, NodeStatus, Resources, SchedulerConfiguration,
+    AclPolicy, AclToken, AllocHealth, AllocId, Allocation, ClientStatus, DesiredStatus, EvalId, Evaluation, Job,
+    JobKey, Node, NodeEligibility, NodeId, NodeStatus, Resources, SchedulerConfiguration,
 };
 
 impl Snapshot {
@@ -393,6 +393,15 @@ impl Snapshot {
             alloc.set_client_status(update.client_status, &update.client_description, time);
             if !update.task_states.is_empty() {
                 alloc.task_states.clone_from(&update.task_states);
+            }
+            if let Some(checks) = &update.checks {
+                alloc.checks.clone_from(checks);
+            }
+            // A verdict repeated by later reports keeps the index it was first stored at.
+            if let Some(health) = &update.health {
+                if alloc.health.as_ref().is_none_or(|stored| stored.healthy != health.healthy) {
+                    alloc.health = Some(AllocHealth { modify_index: index, ..health.clone() });
+                }
             }
             alloc.modify_index = index;
             alloc.modify_time = time;

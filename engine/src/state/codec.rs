@@ -19,9 +19,9 @@ use crate::structs::Job;
 /// issue 24 added (meta, task restart policies, reconcile strategies, port
 /// host networks, placement scores). 3: a task carries its `memory_max_mb`
 /// (issue 25). 4: groups and tasks carry their services and checks, and
-/// the service registration commands (issue 26). 5: tasks carry their
-/// templates (issue 26, part 5). A log of an older version is refused,
-/// never misread.
+/// the service registration commands (issue 26). 5: what the rest of
+/// issue 26 added: tasks' shutdown delay and templates, allocations' check
+/// results and health. A log of an older version is refused, never misread.
 pub const FORMAT_VERSION: u8 = 5;
 
 /// Why bytes did not decode to a command.

@@ -10,8 +10,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::clock::Timestamp;
 use crate::structs::{
-    AclPolicy, AclToken, AllocId, Allocation, ClientStatus, EvalId, Evaluation, Job, JobKey, Node, NodeEligibility,
-    NodeId, NodeStatus, PlanResult, SchedulerConfiguration, ServiceRegistration, TaskState, TriggerReason,
+    AclPolicy, AclToken, AllocHealth, AllocId, Allocation, CheckResult, ClientStatus, EvalId, Evaluation, Job, JobKey,
+    Node, NodeEligibility, NodeId, NodeStatus, PlanResult, SchedulerConfiguration, ServiceRegistration, TaskState,
+    TriggerReason,
 };
 
 /// One write to the state store.
@@ -252,4 +253,12 @@ pub struct ClientAllocUpdate {
     /// applied in the order they came, so the newest list stands.
     #[serde(default)]
     pub services: Option<Vec<ServiceRegistration>>,
+    /// Every check's latest result, replacing the stored ones; `None`
+    /// leaves them as they are. Sent only when a status changed.
+    #[serde(default)]
+    pub checks: Option<BTreeMap<String, CheckResult>>,
+    /// The allocation's health, once its client decided it; `None` leaves
+    /// the stored verdict as it is.
+    #[serde(default)]
+    pub health: Option<AllocHealth>,
 }

@@ -44,7 +44,8 @@ use crate::structs::{AllocId, Allocation, ComputedClass, Evaluation, Job, JobKey
 /// job and allocation fields, as the log format's version 2; 3: a task's
 /// `memory_max_mb`, as the log format's version 3; 4: groups' and tasks'
 /// services, the header's table index of service registrations, and their
-/// section; 5: tasks' templates, as the log format's version 5).
+/// section; 5: tasks' shutdown delay and templates, allocations' check
+/// results and health, as the log format's version 5).
 pub const SNAPSHOT_FORMAT_VERSION: u8 = 5;
 
 /// The longest record a decoder accepts (a group of one node's allocations

@@ -177,6 +177,8 @@ fn command(op: &Op, snapshot: &Snapshot, step: u64) -> Command {
                 client_status: status,
                 client_description: "r".into(),
                 services: None,
+                checks: None,
+                health: None,
                 task_states: Default::default(),
             };
             Command::UpdateAllocsFromClient { updates: vec![update], evals: vec![], time }

@@ -55,6 +55,8 @@ fn client_reports(alloc: &Allocation, status: ClientStatus) -> Command {
             client_status: status,
             client_description: String::new(),
             services: None,
+            checks: None,
+            health: None,
             task_states: Default::default(),
         }],
         evals: vec![],
@@ -406,4 +408,45 @@ fn a_client_report_replaces_its_allocations_registrations() {
     // The allocation ends: its registrations go, whatever the report lists.
     store.apply(report(Some(vec![http.clone()]), ClientStatus::Complete)).expect("report");
     assert_eq!(store.snapshot().service_registrations_by_alloc(web.id).count(), 0);
+}
+
+#[test]
+fn a_client_report_replaces_the_check_results_and_stores_a_health_verdict_once() {
+    use crate::structs::{AllocHealth, CheckMode, CheckResult, CheckResultStatus};
+    let store = store();
+    let web = running(&store, "web", 1);
+    let result = |status| CheckResult {
+        id: "c1".into(),
+        check: "alive".into(),
+        group: "web.group".into(),
+        task: "task".into(),
+        service: "web".into(),
+        mode: CheckMode::Healthiness,
+        status,
+        output: String::new(),
+        status_code: 0,
+        timestamp: Timestamp(5),
+    };
+    let report = |checks: Option<Vec<CheckResult>>, healthy: Option<bool>| {
+        let Command::UpdateAllocsFromClient { mut updates, evals, time } = client_reports(&web, ClientStatus::Running)
+        else {
+            unreachable!("client_reports makes a client update")
+        };
+        updates[0].checks = checks.map(|checks| checks.into_iter().map(|check| (check.id.clone(), check)).collect());
+        updates[0].health = healthy.map(|healthy| AllocHealth { healthy, timestamp: Timestamp(6), modify_index: 0 });
+        Command::UpdateAllocsFromClient { updates, evals, time }
+    };
+    store.apply(report(Some(vec![result(CheckResultStatus::Pending)]), None)).expect("report");
+    let first = store.apply(report(Some(vec![result(CheckResultStatus::Success)]), Some(true))).expect("report");
+    let stored = store.snapshot().alloc(web.id).expect("alloc").clone();
+    assert_eq!(stored.checks["c1"].status, CheckResultStatus::Success, "replaced");
+    let health = stored.health.clone().expect("the verdict");
+    assert!(health.healthy);
+    assert_eq!(health.modify_index, first.index, "the store's index");
+    store.apply(report(None, Some(true))).expect("the same verdict again");
+    let again = store.snapshot().alloc(web.id).expect("alloc").clone();
+    assert_eq!(again.health, Some(health), "a repeated verdict keeps its index");
+    assert_eq!(again.checks.len(), 1, "no checks in the report leaves them");
+    store.apply(report(Some(vec![]), None)).expect("its service deregistered");
+    assert!(store.snapshot().alloc(web.id).expect("alloc").checks.is_empty());
 }

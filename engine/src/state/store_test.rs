@@ -53,6 +53,8 @@ fn client_reports(alloc: &Allocation, status: ClientStatus, time: u64) -> Comman
             client_status: status,
             client_description: String::new(),
             services: None,
+            checks: None,
+            health: None,
             task_states: Default::default(),
         }],
         evals: vec![],
@@ -175,6 +177,8 @@ fn client_updates_are_taken_or_refused_one_by_one() {
         client_status: ClientStatus::Running,
         client_description: String::new(),
         services: None,
+        checks: None,
+        health: None,
         task_states: Default::default(),
     };
     let applied = store
@@ -217,6 +221,8 @@ fn a_plan_keeps_what_the_client_reported_and_never_places_on_a_node_that_left() 
         client_status: ClientStatus::Running,
         client_description: "started".into(),
         services: None,
+        checks: None,
+        health: None,
         task_states: Default::default(),
     };
     store

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::{AllocId, AllocatedPort, EvalId, Job, JobKey, NodeId, Resources, TaskState};
+use super::{AllocHealth, AllocId, AllocatedPort, CheckResult, EvalId, Job, JobKey, NodeId, Resources, TaskState};
 use crate::clock::Timestamp;
 
 /// What the servers want done with an allocation.
@@ -138,6 +138,13 @@ pub struct Allocation {
     /// Each task's state as its client last reported it, by task name.
     #[serde(default)]
     pub task_states: BTreeMap<String, TaskState>,
+    /// Each check's latest result as its client reported it, by check id.
+    #[serde(default)]
+    pub checks: BTreeMap<String, CheckResult>,
+    /// Its health as its client decided it (Nomad's `DeploymentStatus`);
+    /// absent until decided.
+    #[serde(default)]
+    pub health: Option<AllocHealth>,
     /// History of client-status transitions recorded by the servers.
     pub alloc_states: Vec<AllocState>,
     /// The allocation this one replaces.
@@ -264,6 +271,8 @@ impl Allocation {
             client_status: ClientStatus::Pending,
             client_description: String::new(),
             task_states: BTreeMap::new(),
+            checks: BTreeMap::new(),
+            health: None,
             alloc_states: Vec::new(),
             previous_allocation: None,
             next_allocation: None,

@@ -16,7 +16,9 @@ use super::task_config::{task_settings_problems, ConfigValue, LogConfig, DEFAULT
 #[cfg(doc)]
 use super::task_config::{RawExecConfig, KILL_SIGNALS};
 use super::template::task_template_problems;
-use super::{spread, Affinity, Constraint, JobKey, NetworkResource, Resources, Service, Spread, Template};
+use super::{
+    spread, Affinity, Constraint, HealthPolicy, JobKey, NetworkResource, Resources, Service, Spread, Template,
+};
 
 /// The namespace a job lands in when it names none.
 pub const DEFAULT_NAMESPACE: &str = "default";
@@ -264,6 +266,10 @@ pub struct Task {
     /// while it runs.
     #[serde(default)]
     pub services: Vec<Service>,
+    /// How long the task keeps running after its services are
+    /// deregistered, before its kill signal (Nomad's `shutdown_delay`).
+    #[serde(default, with = "serde_duration")]
+    pub shutdown_delay: Duration,
     /// The task's templates (Nomad's `template` blocks), rendered into its
     /// directory before it starts and again when their data changes.
     #[serde(default)]
@@ -293,6 +299,7 @@ impl Task {
             restart_policy: None,
             meta: BTreeMap::new(),
             services: Vec::new(),
+            shutdown_delay: Duration::ZERO,
             templates: Vec::new(),
         }
     }
@@ -364,6 +371,14 @@ pub struct TaskGroup {
     /// while an allocation runs.
     #[serde(default)]
     pub services: Vec<Service>,
+    /// How long an allocation's tasks keep running after the group's
+    /// services are deregistered, before they are killed (Nomad's group
+    /// `shutdown_delay`).
+    #[serde(default, with = "serde_duration")]
+    pub shutdown_delay: Duration,
+    /// How its allocations' health is decided (from its `update` block).
+    #[serde(default)]
+    pub health: HealthPolicy,
 }
 
 /// Which of two allocations of one slot is kept when the original comes
@@ -756,6 +771,8 @@ impl Job {
                 reconcile: ReconcileStrategy::default(),
                 meta: BTreeMap::new(),
                 services: Vec::new(),
+                shutdown_delay: Duration::ZERO,
+                health: HealthPolicy::default(),
             }],
             stop: false,
             version: 0,

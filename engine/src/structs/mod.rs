@@ -15,6 +15,7 @@ mod constraint;
 mod docker_config;
 mod duration;
 mod eval;
+mod health;
 mod ids;
 mod job;
 pub mod job_refs;
@@ -41,6 +42,7 @@ pub use docker_config::{
 };
 pub use duration::{format_duration, human_duration, DurationError};
 pub use eval::{EvalStatus, Evaluation, TriggerReason};
+pub use health::{AllocHealth, CheckMode, CheckResult, CheckResultStatus, HealthCheckMode, HealthPolicy};
 pub use ids::{seed_thread_ids, AllocId, EvalId, JobKey, NodeId};
 pub use job::{
     DelayFunction, Job, JobType, JobValidationError, ReconcileStrategy, ReschedulePolicy, RestartMode, RestartPolicy,

@@ -122,8 +122,13 @@ impl TaskEvent {
     /// Its agent restarted and found it still running (Drover's own; Nomad
     /// logs this instead of recording an event).
     pub const REATTACHED: &'static str = "Reattached";
-    /// An operator asked for a restart (`alloc restart`).
+    /// A restart was asked for: by an operator (`alloc restart`), or by
+    /// its failing checks (`check_restart`).
     pub const RESTART_SIGNALED: &'static str = "Restart Signaled";
+    /// Its services are deregistered; it is killed after its `shutdown_delay`.
+    pub const WAITING_SHUTDOWN_DELAY: &'static str = "Waiting for shutdown delay";
+    /// Its allocation was found unhealthy (the reason is the message).
+    pub const ALLOC_UNHEALTHY: &'static str = "Alloc Unhealthy";
     /// An operator sent it a signal (`alloc signal`).
     pub const SIGNALING: &'static str = "Signaling";
     /// Its driver says what it is doing (`Downloading image`).

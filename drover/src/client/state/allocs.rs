@@ -8,7 +8,9 @@ use std::sync::Arc;
 
 use engine::clock::Timestamp;
 use engine::state::ClientAllocUpdate;
-use engine::structs::{AllocId, Allocation, ClientStatus, DesiredStatus, NodeId, ServiceRegistration, TaskState};
+use engine::structs::{
+    AllocHealth, AllocId, Allocation, CheckResult, ClientStatus, DesiredStatus, NodeId, ServiceRegistration, TaskState,
+};
 
 use super::{count, Action, AgentCounters, AllocEvent, ClientConfig, HeldAlloc, RunnerKind};
 use crate::client::drivers::mock;
@@ -33,6 +35,10 @@ struct Held {
     task_states: BTreeMap<String, TaskState>,
     /// Its service registrations (real tasks only).
     services: Option<Vec<ServiceRegistration>>,
+    /// Its checks' latest results (real tasks only).
+    checks: Option<BTreeMap<String, CheckResult>>,
+    /// Its health, once decided.
+    health: Option<AllocHealth>,
     /// Bumped whenever what is reported changes.
     version: u64,
     /// Whether the servers have `version`.
@@ -194,6 +200,8 @@ impl Allocs {
         held.description = event.description;
         held.task_states = event.task_states;
         held.services = event.services;
+        held.checks = event.checks;
+        held.health = event.health;
         held.changed();
     }
 
@@ -278,6 +286,8 @@ impl Allocs {
                     client_status: held.status,
                     client_description: held.description.clone(),
                     services: held.services.clone(),
+                    checks: held.checks.clone(),
+                    health: held.health.clone(),
                     task_states: held.task_states.clone(),
                 }
             })
@@ -302,6 +312,8 @@ impl Held {
         Held {
             task_states: BTreeMap::new(),
             services: None,
+            checks: None,
+            health: None,
             alloc,
             status,
             description: String::new(),

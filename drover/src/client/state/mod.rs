@@ -91,7 +91,9 @@ use std::time::Duration;
 
 use engine::clock::Timestamp;
 use engine::state::ClientAllocUpdate;
-use engine::structs::{AllocId, Allocation, ClientStatus, NodeId, NodeStatus, ServiceRegistration, TaskState};
+use engine::structs::{
+    AllocHealth, AllocId, Allocation, CheckResult, ClientStatus, NodeId, NodeStatus, ServiceRegistration, TaskState,
+};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -178,6 +180,10 @@ pub struct AllocEvent {
     /// The service registrations of its running tasks (`None` for the
     /// mock driver's light path, which registers none).
     pub services: Option<Vec<ServiceRegistration>>,
+    /// Every check's latest result (`None` for the light path).
+    pub checks: Option<BTreeMap<String, CheckResult>>,
+    /// Its health, once decided.
+    pub health: Option<AllocHealth>,
 }
 
 /// What happened, as the runtime hands it in.

@@ -74,7 +74,15 @@ fn refused(refusal: Refusal) -> Failure {
 }
 
 fn update(alloc_id: AllocId, status: ClientStatus) -> AllocEvent {
-    AllocEvent { alloc_id, status, description: format!("{status:?}"), task_states: BTreeMap::new(), services: None }
+    AllocEvent {
+        alloc_id,
+        status,
+        description: format!("{status:?}"),
+        task_states: BTreeMap::new(),
+        services: None,
+        checks: None,
+        health: None,
+    }
 }
 
 /// The statuses a report action sends, by allocation.

@@ -266,6 +266,31 @@ impl Docker {
         })
     }
 
+    /// Runs `argv` inside container `id` (a script check); its exit code
+    /// and output (stdout and stderr as they came).
+    pub async fn exec(&self, id: &str, argv: Vec<String>) -> Result<(i64, String), String> {
+        use bollard::exec::{CreateExecOptions, StartExecResults};
+        let client = self.client().map_err(|error| error.to_string())?;
+        let options = CreateExecOptions {
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            cmd: Some(argv),
+            ..Default::default()
+        };
+        let exec = client.create_exec(id, options).await.map_err(|error| format!("docker exec in {id}: {error}"))?;
+        let mut text = String::new();
+        match client.start_exec(&exec.id, None).await.map_err(|error| format!("docker exec in {id}: {error}"))? {
+            StartExecResults::Attached { mut output, .. } => {
+                while let Some(Ok(piece)) = output.next().await {
+                    text.push_str(&String::from_utf8_lossy(piece.as_ref()));
+                }
+            }
+            StartExecResults::Detached => {}
+        }
+        let inspected = client.inspect_exec(&exec.id).await.map_err(|error| format!("docker exec in {id}: {error}"))?;
+        Ok((inspected.exit_code.unwrap_or(-1), text))
+    }
+
     /// Starts `task` of `alloc` in a container.
     pub async fn start(
         self: &Arc<Self>,

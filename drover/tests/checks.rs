@@ -1,0 +1,243 @@
+//! Health checks run by the agent, with real processes: a real `drover
+//! server --dev` and `drover agent --dev` (the `drover` binary on loopback
+//! ports they pick) and raw_exec tasks: a Python HTTP server whose `http`
+//! and `script` checks pass and make the allocation healthy, a task whose
+//! `tcp` check fails and, with `check_restart`, restarts it, and a
+//! `shutdown_delay` that deregisters the service before the kill. Every
+//! result is read back over the HTTP API as Nomad's clients read it
+//! (`/v1/client/allocation/:id/checks`, `DeploymentStatus.Healthy`), and
+//! through `drover alloc status`.
+//!
+//! Waits are the API's blocking queries, bounded by a watchdog that only
+//! turns a hang into a failure.
+
+mod common;
+
+use std::path::PathBuf;
+
+use common::api::{alloc_of, allocated_port, until};
+use common::bounded;
+use drover::api::client::ApiClient;
+use serde_json::{json, Value};
+
+const SECOND: u64 = 1_000_000_000;
+
+/// A real `drover server --dev` and `drover agent --dev`, killed (and
+/// their directory removed) when dropped.
+struct DevCluster {
+    children: Vec<std::process::Child>,
+    api: ApiClient,
+    http: String,
+    dir: PathBuf,
+}
+
+impl Drop for DevCluster {
+    fn drop(&mut self) {
+        for child in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+async fn dev_cluster(name: &str) -> DevCluster {
+    let dir = common::temp_dir(&format!("checks-{name}"));
+    let mut server = common::drover()
+        .args(["server", "--dev", "--bind", "127.0.0.1", "--port", "0", "--http-port", "0", "--print-address"])
+        .args(["--workers", "1", "--log-level", "warn", "--data-dir"])
+        .arg(&dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .expect("drover server starts");
+    let (rpc, http) = common::printed_addresses(&mut server).await;
+    let http = format!("http://{http}");
+    let agent = common::dev_agent(&dir, &rpc, &dir.join("agent"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .expect("drover agent starts");
+    let api = ApiClient::new(&http, None, None).expect("client");
+    DevCluster { children: vec![server, agent], api, http, dir }
+}
+
+impl DevCluster {
+    async fn submit(&self, job: &Value) {
+        let written = self.api.request("PUT", "/v1/jobs", Some(job)).await.expect("answer");
+        assert_eq!(written.status, 200, "{}", written.body);
+    }
+
+    /// Blocks until the allocation's checks satisfy `done`; them.
+    async fn checks_until(&self, alloc_id: &str, what: &str, done: impl Fn(&[&Value]) -> bool) -> Value {
+        until(&self.api, &format!("/v1/client/allocation/{alloc_id}/checks"), what, |checks| {
+            let results: Vec<&Value> = checks.as_object().map(|map| map.values().collect()).unwrap_or_default();
+            done(&results)
+        })
+        .await
+    }
+
+    async fn cli(&self, args: &[&str]) -> String {
+        let mut command = common::drover();
+        command.args(args).env("DROVER_ADDR", &self.http);
+        let output = bounded("the CLI answers", tokio::task::spawn_blocking(move || command.output().expect("runs")))
+            .await
+            .expect("the CLI task");
+        assert!(output.status.success(), "{output:?}");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+}
+
+fn id_of(alloc: &Value) -> String {
+    alloc["ID"].as_str().expect("an id").to_string()
+}
+
+/// The task's events of `kind`.
+fn events_of<'a>(alloc: &'a Value, task: &str, kind: &str) -> Vec<&'a Value> {
+    let events = alloc["TaskStates"][task]["Events"].as_array().map(Vec::as_slice).unwrap_or_default();
+    events.iter().filter(|event| event["Type"] == kind).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_and_script_checks_pass_and_the_allocation_turns_healthy() {
+    let cluster = dev_cluster("pass").await;
+    let script =
+        "exec python3 -m http.server ${NOMAD_PORT_http} --bind ${NOMAD_IP_http} --directory \"$NOMAD_TASK_DIR\"";
+    let job = json!({"Job": {"ID": "web", "Type": "service", "Datacenters": ["dc1"],
+        "TaskGroups": [{"Name": "web", "Count": 1, "Networks": [{"DynamicPorts": [{"Label": "http"}]}],
+            "Update": {"MinHealthyTime": SECOND, "HealthyDeadline": 120 * SECOND},
+            "Tasks": [{"Name": "server", "Driver": "raw_exec", "KillTimeout": SECOND,
+                "Config": {"command": "sh", "args": ["-c", script]},
+                "Services": [{"Name": "web", "PortLabel": "http", "Checks": [
+                    {"Name": "root", "Type": "http", "Path": "/", "Interval": SECOND, "Timeout": SECOND},
+                    // Run on the host with the task's variables.
+                    {"Name": "env", "Type": "script", "Command": "/bin/sh",
+                        "Args": ["-c", "test \"$NOMAD_TASK_NAME\" = server"],
+                        "Interval": SECOND, "Timeout": 5 * SECOND}]}],
+                "Resources": {"CPU": 100, "MemoryMB": 128}}]}]}});
+    cluster.submit(&job).await;
+    let alloc = alloc_of(&cluster.api, "web", "the server running", |stub| stub["ClientStatus"] == "running").await;
+    let id = id_of(&alloc);
+
+    let checks = cluster
+        .checks_until(&id, "both checks passing", |results| {
+            results.len() == 2 && results.iter().all(|result| result["Status"] == "success")
+        })
+        .await;
+    let by_name: std::collections::BTreeMap<&str, &Value> = checks
+        .as_object()
+        .expect("an object keyed by check id")
+        .iter()
+        .map(|(key, result)| {
+            assert_eq!(result["ID"].as_str(), Some(key.as_str()), "keyed by its ID");
+            (result["Check"].as_str().expect("a name"), result)
+        })
+        .collect();
+    let http = by_name["root"];
+    assert_eq!((http["StatusCode"].as_u64(), http["Mode"].as_str()), (Some(200), Some("healthiness")));
+    assert_eq!((http["Service"].as_str(), http["Task"].as_str()), (Some("web"), Some("server")));
+    assert_eq!(http["Group"].as_str(), Some("web.web"));
+    assert!(http["Timestamp"].as_i64().is_some_and(|at| at > 1_600_000_000), "Unix seconds: {http}");
+    assert_eq!(by_name["env"]["StatusCode"].as_u64(), Some(0));
+
+    // Its registration is where the check found it.
+    let (ip, port) = allocated_port(&alloc, "http");
+    let services = cluster.api.get("/v1/service/web").await.expect("answer").json().expect("JSON");
+    assert_eq!((services[0]["Address"].as_str(), services[0]["Port"].as_u64()), (Some(ip.as_str()), Some(port)));
+
+    let healthy =
+        alloc_of(&cluster.api, "web", "the allocation healthy", |stub| stub["DeploymentStatus"]["Healthy"] == true)
+            .await;
+    let health = &healthy["DeploymentStatus"];
+    assert_eq!(health["Canary"], false);
+    assert!(health["ModifyIndex"].as_u64().is_some_and(|index| index > 0), "{health}");
+    assert!(health["Timestamp"].as_str().is_some_and(|at| at.contains('T')), "RFC 3339: {health}");
+
+    let status = cluster.cli(&["alloc", "status", &id]).await;
+    let health_line = status.lines().find(|line| line.starts_with("Deployment Health"));
+    assert!(health_line.is_some_and(|line| line.ends_with("= healthy")), "{status}");
+    let table: Vec<&str> = status.lines().skip_while(|line| *line != "Nomad Service Checks:").collect();
+    assert_eq!(
+        table.get(1).map(|line| line.split_whitespace().collect::<Vec<_>>()),
+        Some(vec!["Service", "Task", "Name", "Mode", "Status"]),
+        "{status}"
+    );
+    assert_eq!(
+        table.get(2).map(|line| line.split_whitespace().collect::<Vec<_>>()),
+        Some(vec!["web", "server", "env", "healthiness", "success"]),
+        "{status}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_check_turns_critical_restarts_its_task_and_leaves_the_allocation_unhealthy() {
+    let cluster = dev_cluster("fail").await;
+    // The task listens on nothing: the tcp check on its port fails.
+    let job = json!({"Job": {"ID": "mute", "Type": "service", "Datacenters": ["dc1"],
+        "TaskGroups": [{"Name": "mute", "Count": 1, "Networks": [{"DynamicPorts": [{"Label": "http"}]}],
+            "Update": {"MinHealthyTime": SECOND, "HealthyDeadline": 4 * SECOND},
+            "RestartPolicy": {"Attempts": 10, "Interval": 600 * SECOND, "Delay": 0, "Mode": "fail"},
+            "Tasks": [{"Name": "sleeper", "Driver": "raw_exec", "KillTimeout": SECOND,
+                "Config": {"command": "sleep", "args": ["600"]},
+                "Services": [{"Name": "mute", "PortLabel": "http", "Checks": [
+                    {"Name": "listening", "Type": "tcp", "Interval": SECOND, "Timeout": SECOND,
+                        "FailuresBeforeCritical": 2,
+                        "CheckRestart": {"Limit": 2, "Grace": 0}}]}],
+                "Resources": {"CPU": 100, "MemoryMB": 64}}]}]}});
+    cluster.submit(&job).await;
+    let alloc = alloc_of(&cluster.api, "mute", "the task running", |stub| stub["ClientStatus"] == "running").await;
+    let id = id_of(&alloc);
+
+    let checks = cluster
+        .checks_until(&id, "the check failing", |results| results.iter().any(|result| result["Status"] == "failure"))
+        .await;
+    let failed = checks.as_object().expect("an object").values().next().expect("the check");
+    assert!(failed["Output"].as_str().is_some_and(|output| output.contains("tcp")), "{failed}");
+
+    let restarted = alloc_of(&cluster.api, "mute", "the task restarted by its check", |stub| {
+        stub["TaskStates"]["sleeper"]["Restarts"].as_u64().is_some_and(|restarts| restarts >= 1)
+    })
+    .await;
+    let signaled = events_of(&restarted, "sleeper", "Restart Signaled");
+    assert!(
+        signaled.iter().any(|event| event["DisplayMessage"] == "healthcheck: check \"listening\" unhealthy"),
+        "{:#}",
+        restarted["TaskStates"]
+    );
+
+    let unhealthy =
+        alloc_of(&cluster.api, "mute", "the allocation unhealthy", |stub| stub["DeploymentStatus"]["Healthy"] == false)
+            .await;
+    assert_eq!(unhealthy["ClientStatus"], "running", "unhealthy, not stopped");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_delay_deregisters_the_service_before_the_kill() {
+    let cluster = dev_cluster("delay").await;
+    let job = json!({"Job": {"ID": "slow", "Type": "service", "Datacenters": ["dc1"],
+        "TaskGroups": [{"Name": "slow", "Count": 1, "Networks": [{"DynamicPorts": [{"Label": "http"}]}],
+            "Tasks": [{"Name": "sleeper", "Driver": "raw_exec", "KillTimeout": SECOND,
+                "ShutdownDelay": 600 * SECOND,
+                "Config": {"command": "sleep", "args": ["600"]},
+                "Services": [{"Name": "slow", "PortLabel": "http"}],
+                "Resources": {"CPU": 100, "MemoryMB": 64}}]}]}});
+    cluster.submit(&job).await;
+    alloc_of(&cluster.api, "slow", "the task running", |stub| stub["ClientStatus"] == "running").await;
+    until(&cluster.api, "/v1/service/slow", "the service registered", |list| {
+        list.as_array().is_some_and(|list| list.len() == 1)
+    })
+    .await;
+
+    let stopped = cluster.api.request("DELETE", "/v1/job/slow", None).await.expect("answer");
+    assert_eq!(stopped.status, 200, "{}", stopped.body);
+    until(&cluster.api, "/v1/service/slow", "the service deregistered", |list| list == &json!([])).await;
+    let waiting = alloc_of(&cluster.api, "slow", "the task waiting out its delay", |stub| {
+        stub["TaskStates"]["sleeper"]["Events"]
+            .as_array()
+            .is_some_and(|events| events.iter().any(|event| event["Type"] == "Waiting for shutdown delay"))
+    })
+    .await;
+    // Ten minutes of delay: it still runs, not yet killed.
+    assert_eq!(waiting["TaskStates"]["sleeper"]["State"], "running", "{:#}", waiting["TaskStates"]);
+    assert!(events_of(&waiting, "sleeper", "Killing").is_empty(), "{:#}", waiting["TaskStates"]);
+}
