@@ -5,7 +5,8 @@
 //! and B, with `change_mode = "restart"`, restarts once. A template using
 //! a function Drover does not have fails its task with an event naming
 //! it; a destination outside the task's directory is refused when the job
-//! is submitted.
+//! is submitted; an `env = true` template's variables reach the task's
+//! environment and its file has its `perms`.
 //!
 //! Every wait is a blocking query of the HTTP API (`common::api::until`),
 //! bounded by a watchdog that only turns a hang into a failure; files are
@@ -185,4 +186,27 @@ async fn a_destination_outside_the_task_directory_is_refused_at_submission() {
     }
     let jobs = cluster.api.get("/v1/jobs").await.expect("answer").json().expect("jobs");
     assert_eq!(jobs, json!([]), "nothing was registered");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_env_template_s_variables_reach_the_task_s_environment() {
+    let cluster = dev_cluster("env").await;
+    let task = json!({"Name": "printer", "Driver": "raw_exec",
+        "Config": {"command": "/bin/sh", "args": ["-c", "echo \"greeting=$GREETING alloc=$ALLOC\""]},
+        "Resources": {"CPU": 100, "MemoryMB": 64},
+        "Templates": [{"EmbeddedTmpl": "GREETING=\"hello {{ env \"NOMAD_TASK_NAME\" }}\"\nALLOC={{ env \"NOMAD_ALLOC_ID\" }}\n",
+            "DestPath": "secrets/app.env", "Envvars": true, "Perms": "0600"}]});
+    let job = json!({"Job": {"ID": "printer", "Name": "printer", "Type": "batch", "Datacenters": ["dc1"],
+        "TaskGroups": [{"Name": "printer", "Count": 1, "Tasks": [task]}]}});
+    register(&cluster, &job).await;
+    let alloc = alloc_of(&cluster.api, "printer", "the printer done", common::api::is_terminal).await;
+    assert_eq!(alloc["ClientStatus"], "complete", "{:#}", alloc["TaskStates"]);
+    let id = alloc["ID"].as_str().expect("id");
+    let path = format!("/v1/client/fs/logs/{id}?task=printer&type=stdout&plain=true");
+    let printed = cluster.api.get(&path).await.expect("answer");
+    assert_eq!(printed.status, 200, "{}", printed.body);
+    assert_eq!(printed.body.trim(), format!("greeting=hello printer alloc={id}"));
+    let stat = cluster.api.get(&format!("/v1/client/fs/stat/{id}?path=printer/secrets/app.env")).await.expect("answer");
+    let stat = stat.json().expect("a file");
+    assert_eq!(stat["FileMode"], "-rw-------", "{stat}");
 }
