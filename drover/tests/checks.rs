@@ -13,53 +13,15 @@
 
 mod common;
 
-use std::path::PathBuf;
-
 use common::api::{alloc_of, allocated_port, until};
 use common::bounded;
-use drover::api::client::ApiClient;
+use common::dev::DevCluster;
 use serde_json::{json, Value};
 
 const SECOND: u64 = 1_000_000_000;
 
-/// A real `drover server --dev` and `drover agent --dev`, killed (and
-/// their directory removed) when dropped.
-struct DevCluster {
-    children: Vec<std::process::Child>,
-    api: ApiClient,
-    http: String,
-    dir: PathBuf,
-}
-
-impl Drop for DevCluster {
-    fn drop(&mut self) {
-        for child in &mut self.children {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-async fn dev_cluster(name: &str) -> DevCluster {
-    let dir = common::temp_dir(&format!("checks-{name}"));
-    let mut server = common::drover()
-        .args(["server", "--dev", "--bind", "127.0.0.1", "--port", "0", "--http-port", "0", "--print-address"])
-        .args(["--workers", "1", "--log-level", "warn", "--data-dir"])
-        .arg(&dir)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::inherit())
-        .spawn()
-        .expect("drover server starts");
-    let (rpc, http) = common::printed_addresses(&mut server).await;
-    let http = format!("http://{http}");
-    let agent = common::dev_agent(&dir, &rpc, &dir.join("agent"))
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::inherit())
-        .spawn()
-        .expect("drover agent starts");
-    let api = ApiClient::new(&http, None, None).expect("client");
-    DevCluster { children: vec![server, agent], api, http, dir }
+async fn dev_cluster(name: &str, server_flags: &[&str]) -> DevCluster {
+    DevCluster::start(&format!("checks-{name}"), server_flags).await
 }
 
 impl DevCluster {
@@ -100,7 +62,7 @@ fn events_of<'a>(alloc: &'a Value, task: &str, kind: &str) -> Vec<&'a Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_and_script_checks_pass_and_the_allocation_turns_healthy() {
-    let cluster = dev_cluster("pass").await;
+    let cluster = dev_cluster("pass", &[]).await;
     let script =
         "exec python3 -m http.server ${NOMAD_PORT_http} --bind ${NOMAD_IP_http} --directory \"$NOMAD_TASK_DIR\"";
     let job = json!({"Job": {"ID": "web", "Type": "service", "Datacenters": ["dc1"],
@@ -171,7 +133,7 @@ async fn http_and_script_checks_pass_and_the_allocation_turns_healthy() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_check_turns_critical_restarts_its_task_and_leaves_the_allocation_unhealthy() {
-    let cluster = dev_cluster("fail").await;
+    let cluster = dev_cluster("fail", &[]).await;
     // The task listens on nothing: the tcp check on its port fails.
     let job = json!({"Job": {"ID": "mute", "Type": "service", "Datacenters": ["dc1"],
         "TaskGroups": [{"Name": "mute", "Count": 1, "Networks": [{"DynamicPorts": [{"Label": "http"}]}],
@@ -213,11 +175,11 @@ async fn a_failing_check_turns_critical_restarts_its_task_and_leaves_the_allocat
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shutdown_delay_deregisters_the_service_before_the_kill() {
-    let cluster = dev_cluster("delay").await;
+    let cluster = dev_cluster("delay", &[]).await;
     let job = json!({"Job": {"ID": "slow", "Type": "service", "Datacenters": ["dc1"],
         "TaskGroups": [{"Name": "slow", "Count": 1, "Networks": [{"DynamicPorts": [{"Label": "http"}]}],
             "Tasks": [{"Name": "sleeper", "Driver": "raw_exec", "KillTimeout": SECOND,
-                "ShutdownDelay": 600 * SECOND,
+                "ShutdownDelay": 20 * SECOND,
                 "Config": {"command": "sleep", "args": ["600"]},
                 "Services": [{"Name": "slow", "PortLabel": "http"}],
                 "Resources": {"CPU": 100, "MemoryMB": 64}}]}]}});
@@ -237,7 +199,37 @@ async fn a_shutdown_delay_deregisters_the_service_before_the_kill() {
             .is_some_and(|events| events.iter().any(|event| event["Type"] == "Waiting for shutdown delay"))
     })
     .await;
-    // Ten minutes of delay: it still runs, not yet killed.
+    // Twenty seconds of delay: it still runs, not yet killed.
     assert_eq!(waiting["TaskStates"]["sleeper"]["State"], "running", "{:#}", waiting["TaskStates"]);
     assert!(events_of(&waiting, "sleeper", "Killing").is_empty(), "{:#}", waiting["TaskStates"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_marked_down_loses_its_registrations() {
+    // A short TTL, so the node is marked down soon after its agent dies.
+    let mut cluster = dev_cluster("down", &["--min-heartbeat-ttl", "1s", "--heartbeat-grace", "1s"]).await;
+    let job = json!({"Job": {"ID": "orphan", "Type": "service", "Datacenters": ["dc1"],
+        "TaskGroups": [{"Name": "orphan", "Count": 1, "Networks": [{"DynamicPorts": [{"Label": "http"}]}],
+            "Tasks": [{"Name": "sleeper", "Driver": "raw_exec", "KillTimeout": SECOND,
+                // Outlives its killed agent for a while, under its executor.
+                "Config": {"command": "sleep", "args": ["60"]},
+                "Services": [{"Name": "orphan", "PortLabel": "http"}],
+                "Resources": {"CPU": 100, "MemoryMB": 64}}]}]}});
+    cluster.submit(&job).await;
+    let alloc = alloc_of(&cluster.api, "orphan", "the task running", |stub| stub["ClientStatus"] == "running").await;
+    until(&cluster.api, "/v1/service/orphan", "the service registered", |list| {
+        list.as_array().is_some_and(|list| list.len() == 1)
+    })
+    .await;
+
+    let mut agent = cluster.children.remove(1);
+    agent.kill().expect("SIGKILL");
+    agent.wait().expect("reaped");
+    let node = alloc["NodeID"].as_str().expect("a node");
+    until(&cluster.api, &format!("/v1/node/{node}"), "the node marked down", |node| node["Status"] == "down").await;
+    let services =
+        until(&cluster.api, "/v1/service/orphan", "the registration removed", |list| list == &json!([])).await;
+    assert_eq!(services, json!([]));
+    let lost = alloc_of(&cluster.api, "orphan", "its allocation lost", |stub| stub["ID"] == alloc["ID"]).await;
+    assert_eq!(lost["ClientStatus"], "lost", "{lost:#}");
 }

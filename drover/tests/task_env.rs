@@ -15,52 +15,16 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use common::api::{alloc_of, allocated_port, is_terminal, until};
 use common::bounded;
+use common::dev::DevCluster;
 use drover::api::client::ApiClient;
 use serde_json::{json, Value};
 
-/// A real `drover server --dev` and `drover agent --dev`, killed (and
-/// their directory removed) when dropped.
-struct DevCluster {
-    children: Vec<std::process::Child>,
-    api: ApiClient,
-    http: String,
-    dir: PathBuf,
-}
-
-impl Drop for DevCluster {
-    fn drop(&mut self) {
-        for child in &mut self.children {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
 async fn dev_cluster(name: &str) -> DevCluster {
-    let dir = common::temp_dir(&format!("task-env-{name}"));
-    let mut server = common::drover()
-        .args(["server", "--dev", "--bind", "127.0.0.1", "--port", "0", "--http-port", "0", "--print-address"])
-        .args(["--workers", "1", "--log-level", "warn", "--data-dir"])
-        .arg(&dir)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::inherit())
-        .spawn()
-        .expect("drover server starts");
-    let (rpc, http) = common::printed_addresses(&mut server).await;
-    let http = format!("http://{http}");
-    let agent = common::dev_agent(&dir, &rpc, &dir.join("agent"))
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::inherit())
-        .spawn()
-        .expect("drover agent starts");
-    let api = ApiClient::new(&http, None, None).expect("client");
-    DevCluster { children: vec![server, agent], api, http, dir }
+    DevCluster::start(&format!("task-env-{name}"), &[]).await
 }
 
 /// The node the allocation runs on, as the API answers it.

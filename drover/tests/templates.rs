@@ -15,48 +15,13 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
 
 use common::api::{alloc_of, until};
-use drover::api::client::ApiClient;
+use common::dev::DevCluster;
 use serde_json::{json, Value};
 
-/// A real `drover server --dev` and `drover agent --dev`, killed (and
-/// their directory removed) when dropped.
-struct DevCluster {
-    children: Vec<std::process::Child>,
-    api: ApiClient,
-    dir: PathBuf,
-}
-
-impl Drop for DevCluster {
-    fn drop(&mut self) {
-        for child in &mut self.children {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
 async fn dev_cluster(name: &str) -> DevCluster {
-    let dir = common::temp_dir(&format!("templates-{name}"));
-    let mut server = common::drover()
-        .args(["server", "--dev", "--bind", "127.0.0.1", "--port", "0", "--http-port", "0", "--print-address"])
-        .args(["--workers", "1", "--log-level", "warn", "--data-dir"])
-        .arg(&dir)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::inherit())
-        .spawn()
-        .expect("drover server starts");
-    let (rpc, http) = common::printed_addresses(&mut server).await;
-    let agent = common::dev_agent(&dir, &rpc, &dir.join("agent"))
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::inherit())
-        .spawn()
-        .expect("drover agent starts");
-    let api = ApiClient::new(&format!("http://{http}"), None, None).expect("client");
-    DevCluster { children: vec![server, agent], api, dir }
+    DevCluster::start(&format!("templates-{name}"), &[]).await
 }
 
 /// A raw_exec task that sleeps, as Nomad's JSON has it.

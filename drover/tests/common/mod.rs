@@ -10,6 +10,7 @@ use std::time::Duration;
 
 pub mod agent;
 pub mod api;
+pub mod dev;
 pub mod docker;
 
 use drover::server::{RunningServer, ServerOptions};
