@@ -575,6 +575,16 @@ impl TaskTemplates {
         } else {
             self.site.task_dir.join(source)
         };
+        if !self.site.host_sources {
+            // A task may have made a symlink in its directory that leads
+            // out of it (a container's `/local/x -> /etc/shadow` is the
+            // host's file to the agent): where it really is must be inside.
+            let real = path.canonicalize().map_err(|error| refuse(error.to_string()))?;
+            let real_task_dir = self.site.task_dir.canonicalize().map_err(|error| refuse(error.to_string()))?;
+            if !real.starts_with(&real_task_dir) {
+                return Err(refuse(format!("it leads out of the task's directory (to {})", real.display())));
+            }
+        }
         std::fs::read_to_string(&path).map_err(|error| refuse(error.to_string()))
     }
 

@@ -264,3 +264,26 @@ async fn a_change_restarts_once_for_several_templates_and_noop_only_writes() {
     let again = futures_lite::future::poll_once(templates.changed()).await;
     assert!(again.is_none(), "one restart for the one change: {again:?}");
 }
+
+#[tokio::test]
+async fn a_source_linked_out_of_the_task_directory_is_refused_unless_raw_exec() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let task_dir = root.path().join("web");
+    std::fs::create_dir_all(task_dir.join("local")).expect("dir");
+    let outside = root.path().join("host-secret");
+    std::fs::write(&outside, "secret").expect("outside");
+    // What a container can make in its /local: a link the agent would follow on the host.
+    std::os::unix::fs::symlink(&outside, task_dir.join("local/link")).expect("link");
+    let mut template = Template::new("", "local/out");
+    template.source = Some("local/link".into());
+    let site = TemplateSite { task_dir: task_dir.clone(), host_sources: false };
+    let mut contained =
+        TaskTemplates::new(vec![template.clone()], site, BTreeMap::new(), "default", ServiceWatch::new());
+    let refused = contained.render_for_start().await.expect_err("refused");
+    assert!(refused.to_string().contains("leads out of the task's directory"), "{refused}");
+    assert!(!task_dir.join("local/out").exists(), "nothing written");
+    let site = TemplateSite { task_dir: task_dir.clone(), host_sources: true };
+    let mut raw_exec = TaskTemplates::new(vec![template], site, BTreeMap::new(), "default", ServiceWatch::new());
+    raw_exec.render_for_start().await.expect("raw_exec reads with the agent's rights");
+    assert_eq!(std::fs::read_to_string(task_dir.join("local/out")).expect("written"), "secret");
+}

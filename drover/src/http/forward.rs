@@ -2,7 +2,8 @@
 //! serve itself to the leader ([`kinds::HTTP`]) and relays the answer, but
 //! for what a follower serves itself: its own agent, health and metrics,
 //! the status endpoints, its raft view, reads with `?stale` (Nomad's
-//! rule), and the client operations (`/v1/client/`), which go to the
+//! rule), and the client operations (`/v1/client/` but an allocation's
+//! `checks`, which the servers' state answers), which go to the
 //! server that holds the agent's connection, not to the leader
 //! (`server::agents`). The leader serves the relayed request with its own router
 //! (`server::peer`).
@@ -35,7 +36,8 @@ fn served_here(request: &Request) -> bool {
     local.contains(&path)
         || path.starts_with("/v1/status/")
         || path.starts_with("/v1/operator/raft/")
-        || path.starts_with("/v1/client/")
+        // An allocation's checks are state the servers hold, read as any other.
+        || (path.starts_with("/v1/client/") && !path.ends_with("/checks"))
         || (request.method() == axum::http::Method::GET && stale)
 }
 
@@ -115,4 +117,18 @@ async fn relay(
         response = response.header(name, value);
     }
     response.body(Body::from(answer.body)).map_err(RelayError::Response)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn client_operations_stay_here_but_an_allocations_checks_are_read_on_the_leader() {
+        let request = |path: &str| Request::builder().uri(path).body(Body::empty()).expect("a request");
+        assert!(served_here(&request("/v1/client/allocation/a/stats")), "the agent's connection may be here");
+        assert!(!served_here(&request("/v1/client/allocation/a/checks")), "state, read as any other");
+        assert!(served_here(&request("/v1/client/allocation/a/checks?stale")));
+        assert!(!served_here(&request("/v1/jobs")));
+    }
 }

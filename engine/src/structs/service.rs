@@ -80,9 +80,9 @@ macro_rules! named_enum {
 
 named_enum! {
     /// Which address a service is registered with (Nomad's `address_mode`).
-    /// `driver` takes the address the task driver advertises, which only
-    /// docker on a network of its own does; elsewhere the agent refuses it
-    /// when it registers the service.
+    /// Drover's drivers advertise no address of their own (no docker
+    /// network but the host's ports), so `alloc` and `driver` register the
+    /// allocated port's host address with the port's `to`.
     #[derive(Default)]
     AddressMode {
         #[default]
