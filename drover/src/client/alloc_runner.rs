@@ -15,6 +15,13 @@
 //!   allocation ([`AllocHandle::destroy`]), after its tasks are stopped.
 //! - An operator's restart or signal reaches a task through the
 //!   allocation's [`AllocControl`], which also knows its running processes.
+//! - Every report carries the allocation's service registrations
+//!   (`services.rs`), its checks' latest results and its health once
+//!   decided. The checks of what is registered run in a check runner
+//!   (`checks.rs`) whose news (a changed status, a `check_restart`) wakes
+//!   the runner; the health (`health.rs`) is judged on every change and
+//!   at the instants the tracker names, never while the tasks are being
+//!   stopped.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
