@@ -149,7 +149,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         let states =
             BTreeMap::from([(task.name.clone(), TaskState { state: TaskStatus::Running, ..TaskState::default() })]);
         let registrations = registrations(&alloc, node, &envs, &states);
-        let planned = checks::plan(&alloc, node, &envs, &states, &BTreeMap::new());
+        let planned = checks::plan(&alloc, node, &envs, &states, &BTreeMap::new(), &Default::default());
         let checks: BTreeMap<String, CheckResult> =
             planned.iter().map(|check| (check.initial.id.clone(), check.initial.clone())).collect();
         for id in checks.keys() {

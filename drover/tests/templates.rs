@@ -99,14 +99,16 @@ async fn a_template_lists_a_service_s_instances_and_restarts_its_task_once_when_
     let path = format!("/v1/allocation/{id}");
     let restarted = until(&cluster.api, &path, "the reader restarted and running again", |alloc| {
         let state = &alloc["TaskStates"]["reader"];
-        state["Restarts"] == 1 && state["State"] == "running" && !restart_events(state).is_empty()
+        // Any number of restarts ends the wait; the file being the new one
+        // says the change was handled, so more than one would show here.
+        state["Restarts"].as_u64().is_some_and(|restarts| restarts >= 1) && state["State"] == "running"
     })
     .await;
     let state = &restarted["TaskStates"]["reader"];
-    let events = restart_events(state);
-    assert_eq!(events.len(), 1, "one restart for the change: {state:#}");
-    assert_eq!(events[0]["Details"]["restart_reason"], "Template with change_mode restart re-rendered");
     assert_eq!(rendered(&cluster, &id).await, three, "rendered again with the third instance");
+    let events = restart_events(state);
+    assert_eq!((state["Restarts"].as_u64(), events.len()), (Some(1), 1), "one restart for the change: {state:#}");
+    assert_eq!(events[0]["Details"]["restart_reason"], "Template with change_mode restart re-rendered");
     assert_eq!(restarted["ClientStatus"], "running");
 }
 

@@ -389,7 +389,13 @@ async fn serve_stream(
     if frame.kind == Kind::ReadServices as u8 {
         let reply = match ReadServicesRequest::from_frame(&frame) {
             Ok(request) if request.queries.len() <= MAX_SERVICE_QUERIES => {
-                read_services(service, remote, request, request_id).await
+                // An agent that gave the read up (its wanted set changed)
+                // dropped its end, which stops this stream: the hold ends
+                // there and the stream is free for its other calls.
+                tokio::select! {
+                    reply = read_services(service, remote, request, request_id) => reply,
+                    _ = send.stopped() => return,
+                }
             }
             Ok(request) => {
                 let why = format!("{} queries: a read carries at most {MAX_SERVICE_QUERIES}", request.queries.len());
@@ -665,7 +671,7 @@ async fn read_services(service: &Service, remote: SocketAddr, request: ReadServi
             Err(_) => Ok(service.nodes.read_services_now(&request.queries)),
         },
         _ = shutdown.wait_for(|stopping| *stopping) => {
-            Err(NodeError::Wait(WaitError::Shutdown { wanted: request.min_index + 1 }))
+            Err(NodeError::Wait(WaitError::Shutdown { wanted: request.min_index.saturating_add(1) }))
         }
     };
     match found {

@@ -346,12 +346,18 @@ pub struct CheckQueryResult {
     pub service: String,
     /// `success`, `failure` or `pending`.
     pub status: String,
-    /// An `http` check's status code (0 otherwise).
+    /// An `http` check's status code; left out otherwise, as Nomad.
+    #[serde(skip_serializing_if = "is_zero")]
     pub status_code: u16,
-    /// The task of a task's service; empty for a group's.
+    /// The task of a task's service; left out for a group's, as Nomad.
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub task: String,
     /// When the status was set: Unix seconds.
     pub timestamp: i64,
+}
+
+fn is_zero(code: &u16) -> bool {
+    *code == 0
 }
 
 impl From<&engine::structs::CheckResult> for CheckQueryResult {

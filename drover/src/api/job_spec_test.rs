@@ -2,7 +2,7 @@
 //! warnings for what Drover does not honour.
 
 use super::*;
-use engine::structs::{AddressMode, CheckKind, CheckRestart, CheckStatus, OnUpdate, ServiceProvider};
+use engine::structs::{AddressMode, CheckKind, CheckRestart, CheckStatus, HealthCheckMode, OnUpdate, ServiceProvider};
 use serde_json::json;
 
 #[test]
@@ -264,8 +264,14 @@ fn services_and_checks_are_read_with_nomads_defaults() {
 
 #[test]
 fn a_job_read_back_converts_to_the_same_job() {
+    let mut submitted = job_with_services();
+    submitted["TaskGroups"][0]["ShutdownDelay"] = json!(2_000_000_000u64);
+    submitted["TaskGroups"][0]["Tasks"][0]["ShutdownDelay"] = json!(3_000_000_000u64);
+    submitted["TaskGroups"][0]["Update"] =
+        json!({"HealthCheck": "task_states", "MinHealthyTime": 1_000_000_000u64, "HealthyDeadline": 60_000_000_000u64});
     let Converted { job, .. } =
-        convert_job(serde_json::from_value(job_with_services()).expect("lenient"), None).expect("converts");
+        convert_job(serde_json::from_value(submitted.clone()).expect("lenient"), None).expect("converts");
+    assert_eq!(job.task_groups[0].health.mode, HealthCheckMode::TaskStates);
     let answered = crate::api::jobs::TaskGroup::new(&job.task_groups[0], None);
     let services = serde_json::to_value(&answered.services).expect("serializes");
     assert_eq!(services[0]["Checks"][0]["Interval"], 10_000_000_000u64);
@@ -273,7 +279,12 @@ fn a_job_read_back_converts_to_the_same_job() {
         services[0]["Checks"][1]["CheckRestart"],
         json!({"Limit": 3, "Grace": 30_000_000_000u64, "IgnoreWarnings": true})
     );
-    let mut body = job_with_services();
+    let mut body = submitted;
+    let group = serde_json::to_value(&answered).expect("serializes");
+    for field in ["ShutdownDelay", "Update"] {
+        body["TaskGroups"][0][field] = group[field].clone();
+    }
+    body["TaskGroups"][0]["Tasks"][0]["ShutdownDelay"] = json!(answered.tasks[0].shutdown_delay);
     body["TaskGroups"][0]["Services"] = services;
     body["TaskGroups"][0]["Tasks"][0]["Services"] =
         serde_json::to_value(&answered.tasks[0].services).expect("serializes");

@@ -95,7 +95,7 @@ pub struct TaskGroup {
     /// `null` when there are none.
     pub services: Option<Vec<Service>>,
     pub volumes: Option<Value>,
-    /// Nanoseconds; always `null`.
+    /// Nanoseconds; `null` when none.
     pub shutdown_delay: Option<u64>,
     /// Nanoseconds.
     pub stop_after_client_disconnect: Option<u64>,
@@ -295,6 +295,15 @@ pub struct UpdateStrategy {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stagger: Option<u64>,
     pub max_parallel: u64,
+    /// `checks`, `task_states` or `manual` (a group's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub health_check: Option<String>,
+    /// Nanoseconds (a group's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub min_healthy_time: Option<u64>,
+    /// Nanoseconds (a group's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub healthy_deadline: Option<u64>,
 }
 
 /// `EphemeralDisk`.
@@ -351,6 +360,7 @@ impl Task {
             meta: meta_or_none(&task.meta),
             services: none_if_empty(&task.services),
             templates: none_if_empty(&task.templates),
+            shutdown_delay: nanos(task.shutdown_delay),
             ..Task::default()
         }
     }
@@ -367,10 +377,17 @@ impl TaskGroup {
         TaskGroup {
             name: group.name.clone(),
             count: u64::from(group.count),
-            update: group
-                .update
-                .as_ref()
-                .map(|update| UpdateStrategy { stagger: None, max_parallel: u64::from(update.max_parallel) }),
+            // Present with a rolling limit or health settings of its own,
+            // so a job read back registers the same job.
+            update: (group.update.is_some() || group.health != engine::structs::HealthPolicy::default()).then(|| {
+                UpdateStrategy {
+                    stagger: None,
+                    max_parallel: group.update.as_ref().map_or(0, |update| u64::from(update.max_parallel)),
+                    health_check: Some(group.health.mode.as_str().to_string()),
+                    min_healthy_time: Some(nanos(group.health.min_healthy_time)),
+                    healthy_deadline: Some(nanos(group.health.healthy_deadline)),
+                }
+            }),
             constraints: group.constraints.iter().map(Constraint::from).collect(),
             tasks: group
                 .tasks
@@ -398,6 +415,7 @@ impl TaskGroup {
             ),
             meta: meta_or_none(&group.meta),
             services: none_if_empty(&group.services),
+            shutdown_delay: (!group.shutdown_delay.is_zero()).then(|| nanos(group.shutdown_delay)),
             ..TaskGroup::default()
         }
     }

@@ -41,7 +41,7 @@ use crate::client::clock::now;
 use crate::client::drivers::{Drivers, HandleState};
 use crate::client::health::{HealthTracker, Verdict};
 use crate::client::state::AllocEvent;
-use crate::client::task_env::TaskEnv;
+use crate::client::task_env::{EnvDenylist, TaskEnv};
 use crate::client::task_runner::{self, KillReason, NotRunning, TaskCommand, TaskContext, TaskUpdate};
 
 /// What every allocation runner of an agent shares (a runner keeps the
@@ -498,7 +498,10 @@ impl Watched {
     /// Plans the checks of what is registered now; a new check starts at
     /// its initial result, and a gone one takes its result with it.
     fn plan_checks(&mut self, states: &BTreeMap<String, TaskState>, handles: &BTreeMap<String, HandleState>) {
-        let planned = checks::plan(&self.alloc, &self.ctx.node, &self.envs, states, handles);
+        let no_denylist = EnvDenylist::default();
+        let raw_exec = self.ctx.drivers.raw_exec.as_ref();
+        let denylist = raw_exec.map_or(&no_denylist, |driver| driver.env_denylist());
+        let planned = checks::plan(&self.alloc, &self.ctx.node, &self.envs, states, handles, denylist);
         self.checks.retain(|id, _| planned.iter().any(|check| check.initial.id == *id));
         for check in &planned {
             self.checks.entry(check.initial.id.clone()).or_insert_with(|| check.initial.clone());

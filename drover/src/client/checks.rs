@@ -105,6 +105,8 @@ pub enum Probe {
         env: BTreeMap<String, String>,
         /// The task's directory (raw_exec).
         dir: PathBuf,
+        /// The task's `user` (raw_exec), whom the command runs as.
+        user: Option<String>,
     },
 }
 
@@ -142,6 +144,7 @@ pub fn plan(
     envs: &BTreeMap<String, TaskEnv>,
     states: &BTreeMap<String, TaskState>,
     handles: &BTreeMap<String, HandleState>,
+    denylist: &EnvDenylist,
 ) -> Vec<PlannedCheck> {
     let mut out = Vec::new();
     for found in registered(alloc, node, envs, states) {
@@ -156,7 +159,7 @@ pub fn plan(
                         .job
                         .group(&alloc.task_group)
                         .and_then(|group| group.tasks.iter().find(|candidate| candidate.name == task));
-                    script_probe(check, env, task_def, handle)
+                    script_probe(check, env, task_def, handle, denylist)
                 }
                 CheckKind::Http | CheckKind::Tcp => {
                     let label = check.port_label.as_deref().map(|label| found.env.interpolate(label));
@@ -238,19 +241,21 @@ fn script_probe(
     env: &TaskEnv,
     task: Option<&engine::structs::Task>,
     handle: &HandleState,
+    denylist: &EnvDenylist,
 ) -> Probe {
     let mut argv = vec![env.interpolate(&check.command)];
     argv.extend(check.args.iter().map(|arg| env.interpolate(arg)));
     let (env, dir) = match task {
         Some(task) => {
-            let inherited = std::env::vars();
-            let env = env.process_env(task, inherited, &EnvDenylist::default());
+            // What the task itself gets: the agent's variables less the denylist.
+            let env = env.process_env(task, std::env::vars(), denylist);
             let dir = env.get("NOMAD_TASK_DIR").map(PathBuf::from).unwrap_or_default();
             (env, dir.parent().map(PathBuf::from).unwrap_or(dir))
         }
         None => (BTreeMap::new(), PathBuf::new()),
     };
-    Probe::Script { argv, handle: handle.clone(), env, dir }
+    let user = task.and_then(|task| task.user.clone());
+    Probe::Script { argv, handle: handle.clone(), env, dir, user }
 }
 
 /// A check's status from its runs (module docs, 3).
@@ -334,7 +339,9 @@ pub async fn run(
     news: mpsc::UnboundedSender<CheckNews>,
     docker: Option<Arc<Docker>>,
 ) {
-    let mut running: BTreeMap<String, (PlannedCheck, tokio::task::JoinHandle<()>)> = BTreeMap::new();
+    // Dropped with this runner, the set aborts every check it still runs.
+    let mut tasks = tokio::task::JoinSet::new();
+    let mut running: BTreeMap<String, (PlannedCheck, tokio::task::AbortHandle)> = BTreeMap::new();
     loop {
         let planned: BTreeMap<String, PlannedCheck> =
             plans.borrow_and_update().iter().map(|check| (check.initial.id.clone(), check.clone())).collect();
@@ -347,16 +354,20 @@ pub async fn run(
         });
         for (id, check) in planned {
             if let std::collections::btree_map::Entry::Vacant(slot) = running.entry(id) {
-                let task = tokio::spawn(run_one(check.clone(), news.clone(), docker.clone()));
+                let task = tasks.spawn(run_one(check.clone(), news.clone(), docker.clone()));
                 slot.insert((check, task));
             }
         }
-        if plans.changed().await.is_err() {
-            break;
+        loop {
+            tokio::select! {
+                changed = plans.changed() => match changed {
+                    Ok(()) => break,
+                    Err(_) => return,
+                },
+                // Reaps ended checks so the set does not grow.
+                Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+            }
         }
-    }
-    for (_, (_, task)) in running {
-        task.abort();
     }
 }
 
@@ -410,10 +421,12 @@ pub async fn probe(probe: &Probe, docker: Option<&Docker>) -> Outcome {
             },
             Err(error) => failed(format!("nomad: {error}")),
         },
-        Probe::Script { argv, handle, env, dir } => match script(argv, handle, env, dir, docker).await {
-            Ok((code, output)) => Outcome { passed: code == 0, output, status_code: 0 },
-            Err(error) => failed(error),
-        },
+        Probe::Script { argv, handle, env, dir, user } => {
+            match script(argv, handle, env, dir, user.as_deref(), docker).await {
+                Ok((code, output)) => Outcome { passed: code == 0, output, status_code: 0 },
+                Err(error) => failed(error),
+            }
+        }
     }
 }
 
@@ -457,9 +470,21 @@ where
     let answer = async {
         let response = sender.send_request(request).await.map_err(|error| format!("http: {error}"))?;
         let status = response.status().as_u16();
-        let body = response.into_body().collect().await.map_err(|error| format!("http body: {error}"))?.to_bytes();
-        let shown = &body[..body.len().min(MAX_OUTPUT)];
-        Ok((status, String::from_utf8_lossy(shown).into_owned()))
+        // Read up to MAX_OUTPUT: a service may answer without end.
+        let mut body = response.into_body();
+        let mut shown = Vec::new();
+        while shown.len() < MAX_OUTPUT {
+            match body.frame().await {
+                Some(Ok(frame)) => {
+                    if let Some(data) = frame.data_ref() {
+                        shown.extend_from_slice(&data[..data.len().min(MAX_OUTPUT - shown.len())]);
+                    }
+                }
+                Some(Err(error)) => return Err(format!("http body: {error}")),
+                None => break,
+            }
+        }
+        Ok((status, String::from_utf8_lossy(&shown).into_owned()))
     }
     .await;
     driving.abort();
@@ -473,17 +498,31 @@ fn tls_config(skip_verify: bool) -> Result<Arc<rustls::ClientConfig>, String> {
     let config = if skip_verify {
         builder.dangerous().with_custom_certificate_verifier(Arc::new(NoVerify::new())).with_no_client_auth()
     } else {
-        let mut roots = rustls::RootCertStore::empty();
-        use rustls::pki_types::pem::PemObject;
-        const BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
-        let certs = rustls::pki_types::CertificateDer::pem_file_iter(BUNDLE)
-            .map_err(|error| format!("https: reading the system's certificates ({BUNDLE}): {error}"))?;
-        for cert in certs.flatten() {
-            let _ = roots.add(cert);
-        }
-        builder.with_root_certificates(roots).with_no_client_auth()
+        builder.with_root_certificates(system_roots()?).with_no_client_auth()
     };
     Ok(Arc::new(config))
+}
+
+/// The system's trusted roots, read once (Debian's and Red Hat's bundles).
+fn system_roots() -> Result<Arc<rustls::RootCertStore>, String> {
+    use rustls::pki_types::pem::PemObject;
+    static ROOTS: std::sync::OnceLock<Result<Arc<rustls::RootCertStore>, String>> = std::sync::OnceLock::new();
+    const BUNDLES: [&str; 2] = ["/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt"];
+    ROOTS
+        .get_or_init(|| {
+            let bundle = BUNDLES
+                .into_iter()
+                .find(|path| std::path::Path::new(path).exists())
+                .ok_or_else(|| format!("https: no system certificate bundle ({})", BUNDLES.join(", ")))?;
+            let certs = rustls::pki_types::CertificateDer::pem_file_iter(bundle)
+                .map_err(|error| format!("https: reading the system's certificates ({bundle}): {error}"))?;
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in certs.flatten() {
+                let _ = roots.add(cert);
+            }
+            Ok(Arc::new(roots))
+        })
+        .clone()
 }
 
 /// A verifier that accepts any certificate (`tls_skip_verify`), still
@@ -535,6 +574,23 @@ impl rustls::client::danger::ServerCertVerifier for NoVerify {
     }
 }
 
+/// Up to [`MAX_OUTPUT`] bytes of `stream`, as text; the rest is read and
+/// dropped, so the command never blocks on a full pipe.
+async fn read_capped(stream: Option<impl tokio::io::AsyncRead + Unpin>) -> String {
+    use tokio::io::AsyncReadExt;
+    let Some(mut stream) = stream else { return String::new() };
+    let mut kept = Vec::new();
+    let mut buffer = [0u8; 8192];
+    while let Ok(read) = stream.read(&mut buffer).await {
+        if read == 0 {
+            break;
+        }
+        let room = MAX_OUTPUT.saturating_sub(kept.len());
+        kept.extend_from_slice(&buffer[..read.min(room)]);
+    }
+    String::from_utf8_lossy(&kept).into_owned()
+}
+
 /// Runs a script check's command in the task's context; its exit code
 /// and output (stdout, then stderr).
 async fn script(
@@ -542,6 +598,7 @@ async fn script(
     handle: &HandleState,
     env: &BTreeMap<String, String>,
     dir: &std::path::Path,
+    user: Option<&str>,
     docker: Option<&Docker>,
 ) -> Result<(i64, String), String> {
     let Some((command, args)) = argv.split_first() else { return Err("the script check has no command".into()) };
@@ -552,21 +609,29 @@ async fn script(
             docker.exec(&container.id, argv.to_vec()).await
         }
         HandleState::Process(_) => {
-            let output = tokio::process::Command::new(command)
+            let mut process = tokio::process::Command::new(command);
+            process
                 .args(args)
                 .env_clear()
                 .envs(env)
                 .current_dir(dir)
                 .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
                 // Dropped at the check's timeout: the command is killed.
-                .kill_on_drop(true)
-                .output()
-                .await
-                .map_err(|error| format!("running {command:?}: {error}"))?;
-            let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
-            text.push_str(&String::from_utf8_lossy(&output.stderr));
-            let code = output.status.code().map_or(-1, i64::from);
-            Ok((code, text))
+                .kill_on_drop(true);
+            if let Some(user) = user {
+                // As the task runs: its user, not the agent's.
+                let (uid, gid) =
+                    crate::client::drivers::executor::lookup_user(user).map_err(|error| error.to_string())?;
+                process.uid(uid).gid(gid);
+            }
+            let mut child = process.spawn().map_err(|error| format!("running {command:?}: {error}"))?;
+            let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
+            let (mut text, errors) = tokio::join!(read_capped(stdout), read_capped(stderr));
+            let status = child.wait().await.map_err(|error| format!("waiting for {command:?}: {error}"))?;
+            text.push_str(&errors);
+            Ok((status.code().map_or(-1, i64::from), text))
         }
     }
 }
@@ -635,9 +700,12 @@ mod tests {
             TaskEnv::new(&alloc, &alloc.job.task_groups[0].tasks[0], &node, &dir),
         )]);
         let mut states = BTreeMap::from([("task".to_string(), TaskState::default())]);
-        assert!(plan(&alloc, &node, &envs, &states, &BTreeMap::new()).is_empty(), "nothing registered");
+        assert!(
+            plan(&alloc, &node, &envs, &states, &BTreeMap::new(), &EnvDenylist::default()).is_empty(),
+            "nothing registered"
+        );
         states.get_mut("task").expect("the task").state = TaskStatus::Running;
-        let planned = plan(&alloc, &node, &envs, &states, &BTreeMap::new());
+        let planned = plan(&alloc, &node, &envs, &states, &BTreeMap::new(), &EnvDenylist::default());
         let [root, admin] = &planned[..] else { panic!("two checks: {planned:#?}") };
         let Probe::Http { address, port, path, method, .. } = &root.probe else { panic!("{root:?}") };
         assert_eq!(
@@ -647,6 +715,10 @@ mod tests {
         assert_eq!(admin.probe, Probe::Tcp { address: "10.0.0.5".into(), port: 23457 }, "its own port");
         assert_eq!((root.initial.status, root.initial.task.as_str()), (CheckResultStatus::Pending, ""), "a group's");
         assert_ne!(root.initial.id, admin.initial.id);
-        assert_eq!(plan(&alloc, &node, &envs, &states, &BTreeMap::new())[0].initial.id, root.initial.id, "stable ids");
+        assert_eq!(
+            plan(&alloc, &node, &envs, &states, &BTreeMap::new(), &EnvDenylist::default())[0].initial.id,
+            root.initial.id,
+            "stable ids"
+        );
     }
 }

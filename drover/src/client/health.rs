@@ -141,7 +141,7 @@ impl HealthTracker {
         } else if checks_ready.is_none() {
             "Services not healthy by deadline".to_string()
         } else {
-            format!("Task not running for min_healthy_time of {min:?} by deadline")
+            format!("Task not running for min_healthy_time of {} by deadline", engine::structs::format_duration(min))
         }
     }
 }

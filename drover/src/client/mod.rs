@@ -27,6 +27,7 @@
 pub mod agent;
 pub mod alloc_dir;
 pub mod alloc_runner;
+pub mod beneath;
 pub mod checks;
 pub mod clock;
 pub mod drivers;

@@ -208,7 +208,7 @@ pub async fn run(
         }
         let mut running = match handle.take() {
             Some(running) => running,
-            None => match render_templates(&ctx, &mut templates, &mut state, &mut kill).await {
+            None => match render_templates(&ctx, &mut templates, &mut state, &mut kill, &mut commands).await {
                 None => {
                     publish(&state, None);
                     return;
@@ -330,15 +330,23 @@ async fn render_templates(
     templates: &mut TaskTemplates,
     state: &mut TaskState,
     kill: &mut watch::Receiver<Option<KillReason>>,
+    commands: &mut mpsc::UnboundedReceiver<TaskCommand>,
 ) -> Option<TaskEnv> {
     if templates.is_empty() {
         return Some(ctx.env.clone());
     }
-    let rendered = tokio::select! {
-        rendered = templates.render_for_start() => rendered,
-        Ok(()) = kill.changed() => {
-            finish(state, false, None);
-            return None;
+    let rendering = templates.render_for_start();
+    tokio::pin!(rendering);
+    let rendered = loop {
+        tokio::select! {
+            rendered = &mut rendering => break rendered,
+            Ok(()) = kill.changed() => {
+                finish(state, false, None);
+                return None;
+            }
+            // Not started yet: an operator's command (or a check's restart
+            // from the last run) is answered at once, never held.
+            Some(command) = commands.recv() => command.not_running(),
         }
     };
     match rendered {

@@ -57,6 +57,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use tokio::sync::watch;
 
+use crate::client::beneath;
 use crate::client::service_watch::{Interest, ServiceData, ServiceWatch};
 
 #[path = "template_funcs.rs"]
@@ -313,36 +314,12 @@ pub fn resolve_destination(task_dir: &Path, destination: &str) -> Result<PathBuf
     Ok(path)
 }
 
-/// Writes `text` to `path` (inside `task_dir`) with `mode`, atomically
-/// (contract, step 4).
+/// Writes `text` to `path` (inside `task_dir`) with `mode`, atomically,
+/// never through a link (contract, step 4; `beneath.rs`).
 pub fn write_rendered(task_dir: &Path, path: &Path, text: &str, mode: u32) -> Result<(), TemplateError> {
-    use std::io::Write;
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let failed = |why: String| TemplateError::Write { path: path.display().to_string(), why };
-    let parent = path.parent().ok_or_else(|| failed("it has no directory".into()))?;
-    std::fs::create_dir_all(parent).map_err(|error| failed(error.to_string()))?;
-    let real_parent = parent.canonicalize().map_err(|error| failed(error.to_string()))?;
-    let real_task_dir = task_dir.canonicalize().map_err(|error| failed(error.to_string()))?;
-    if !real_parent.starts_with(&real_task_dir) {
-        return Err(failed(format!("its directory leads out of the task's directory (to {})", real_parent.display())));
-    }
-    let name = path.file_name().ok_or_else(|| failed("it has no file name".into()))?;
-    let temporary = real_parent.join(format!(".{}.{:016x}.tmp", name.to_string_lossy(), rand::rng().random::<u64>()));
-    let write = || -> std::io::Result<()> {
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
-            .open(&temporary)?;
-        file.set_permissions(std::fs::Permissions::from_mode(mode))?;
-        file.write_all(text.as_bytes())?;
-        file.sync_all()?;
-        std::fs::rename(&temporary, real_parent.join(name))
-    };
-    write().map_err(|error| {
-        let _ = std::fs::remove_file(&temporary);
-        failed(error.to_string())
-    })
+    let relative = path.strip_prefix(task_dir).map_err(|_| failed("it is not inside the task's directory".into()))?;
+    beneath::write(task_dir, relative, text, mode).map_err(|error| failed(error.to_string()))
 }
 
 /// Where a task's templates live and read from.
@@ -560,32 +537,24 @@ impl TaskTemplates {
             return Ok(template.data.clone());
         };
         let refuse = |why: String| TemplateError::Source { path: source.to_string(), why };
-        let path = if source.starts_with('/') {
-            let inside = Path::new(source).starts_with(&self.site.task_dir);
-            if !self.site.host_sources && !inside {
+        let inside = if source.starts_with('/') {
+            Path::new(source).strip_prefix(&self.site.task_dir).ok()
+        } else {
+            Some(Path::new(source))
+        };
+        let read = match (inside, self.site.host_sources) {
+            // raw_exec runs with the agent's rights: any regular file.
+            (_, true) => beneath::read_anywhere(&self.site.task_dir.join(source)),
+            (Some(relative), false) => beneath::read(&self.site.task_dir, relative),
+            (None, false) => {
                 return Err(refuse(
                     "it is outside the task's directory: only raw_exec tasks, which run with the agent's rights, \
                      read templates from anywhere on the host"
                         .to_string(),
-                ));
+                ))
             }
-            PathBuf::from(source)
-        } else if engine::structs::climbs_out(source) {
-            return Err(refuse("it climbs out of the task's directory".to_string()));
-        } else {
-            self.site.task_dir.join(source)
         };
-        if !self.site.host_sources {
-            // A task may have made a symlink in its directory that leads
-            // out of it (a container's `/local/x -> /etc/shadow` is the
-            // host's file to the agent): where it really is must be inside.
-            let real = path.canonicalize().map_err(|error| refuse(error.to_string()))?;
-            let real_task_dir = self.site.task_dir.canonicalize().map_err(|error| refuse(error.to_string()))?;
-            if !real.starts_with(&real_task_dir) {
-                return Err(refuse(format!("it leads out of the task's directory (to {})", real.display())));
-            }
-        }
-        std::fs::read_to_string(&path).map_err(|error| refuse(error.to_string()))
+        read.map_err(|error| refuse(error.to_string()))
     }
 
     /// Writes template `at`'s `text`; the file written.
@@ -605,7 +574,8 @@ impl TaskTemplates {
     fn on_disk(&self, at: usize) -> Option<String> {
         let destination = crate::client::task_env::interpolate_with(&self.templates[at].destination, &self.env);
         let path = resolve_destination(&self.site.task_dir, &destination).ok()?;
-        std::fs::read_to_string(path).ok()
+        let relative = path.strip_prefix(&self.site.task_dir).ok()?;
+        beneath::read(&self.site.task_dir, relative).ok()
     }
 }
 

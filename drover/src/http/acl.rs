@@ -16,7 +16,7 @@
 //!    whatever the method: an allocation's logs (`read-logs`) and files
 //!    (`read-fs`), its restart, signal and stop (`alloc-lifecycle`) and
 //!    its garbage collection (`submit-job`) need namespace `write`, which
-//!    grants them, and its stats (`read-job`) namespace `read`; a node's
+//!    grants them, and its stats and checks (`read-job`) namespace `read`; a node's
 //!    stats need `node` `read`, its garbage collection `node` `write`.
 //!
 //! A request without a token gets the policy named `anonymous` if there

@@ -65,7 +65,7 @@ pub fn job(job: &Job, snapshot: &Snapshot) -> jobs::Job {
             .iter()
             .map(|group| TaskGroup::new(group, job.reschedule_policy(group).as_ref()))
             .collect(),
-        update: Some(UpdateStrategy { stagger: Some(0), max_parallel: 0 }),
+        update: Some(UpdateStrategy { stagger: Some(0), max_parallel: 0, ..UpdateStrategy::default() }),
         status: job_status(job, snapshot).to_string(),
         version: job.version,
         submit_time: submit_time(job, snapshot),

@@ -114,6 +114,15 @@ pub enum HealthCheckMode {
 }
 
 impl HealthCheckMode {
+    /// Nomad's name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HealthCheckMode::Checks => "checks",
+            HealthCheckMode::TaskStates => "task_states",
+            HealthCheckMode::Manual => "manual",
+        }
+    }
+
     /// The mode of Nomad's name, if it is one.
     pub fn parse(text: &str) -> Option<HealthCheckMode> {
         match text {

@@ -83,6 +83,11 @@ impl RawExec {
         RawExec { isolation, executable, env_denylist: EnvDenylist::default() }
     }
 
+    /// The agent's variables its tasks never inherit.
+    pub fn env_denylist(&self) -> &EnvDenylist {
+        &self.env_denylist
+    }
+
     /// The agent's variables its tasks never inherit (default: Nomad's list).
     pub fn with_env_denylist(mut self, env_denylist: EnvDenylist) -> RawExec {
         self.env_denylist = env_denylist;

@@ -281,9 +281,15 @@ impl Docker {
         let mut text = String::new();
         match client.start_exec(&exec.id, None).await.map_err(|error| format!("docker exec in {id}: {error}"))? {
             StartExecResults::Attached { mut output, .. } => {
+                // Kept up to 4 KiB (a check's output); the rest is read and dropped.
                 while let Some(Ok(piece)) = output.next().await {
-                    text.push_str(&String::from_utf8_lossy(piece.as_ref()));
+                    if text.len() < 4096 {
+                        text.push_str(&String::from_utf8_lossy(piece.as_ref()));
+                    }
                 }
+                text.truncate(
+                    text.char_indices().take_while(|(at, _)| *at < 4096).last().map_or(0, |(at, c)| at + c.len_utf8()),
+                );
             }
             StartExecResults::Detached => {}
         }
