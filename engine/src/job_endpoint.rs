@@ -157,14 +157,15 @@ impl JobEndpoint {
     ) -> Result<JobWriteResponse, JobError> {
         let snapshot = self.writer.store().snapshot();
         let current = snapshot.job(key).ok_or_else(|| JobError::UnknownJob(key.clone()))?;
-        if let Some(enforced) = enforce_prior_version.filter(|enforced| *enforced != current.version) {
-            return Err(JobError::PriorVersionMismatch { current: current.version, enforced });
-        }
+        // Nomad's order of checks (`Job.Revert`).
         if version == current.version {
             return Err(JobError::RevertToCurrent);
         }
         let kept =
             snapshot.job_version(key, version).ok_or_else(|| JobError::UnknownVersion { job: key.clone(), version })?;
+        if let Some(enforced) = enforce_prior_version.filter(|enforced| *enforced != current.version) {
+            return Err(JobError::PriorVersionMismatch { current: current.version, enforced });
+        }
         let mut job = Job::clone(kept);
         job.stable = false;
         self.register(job)
