@@ -4,9 +4,10 @@
 //! is reached by its suffix's handler, never registered under another id
 //! (a register's body must name the id of its path; so must a revert's and
 //! a stability change's). The sub-paths Drover does not serve yet answer
-//! 501, naming the path. `/versions`, `/revert` and `/stable` are the job
-//! versions the state store keeps (`engine/src/state/job_versions.rs`). `/v1/jobs/parse` reads a
-//! job file into Nomad's job JSON, as `drover job run` reads one.
+//! 501, naming the path. `/versions`, `/revert` and `/stable` serve the
+//! job versions the state store keeps (`engine/src/state/job_versions.rs`).
+//! `/v1/jobs/parse` reads a job file into Nomad's job JSON, as `drover job
+//! run` reads one.
 
 use std::sync::Arc;
 
