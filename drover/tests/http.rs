@@ -310,12 +310,21 @@ async fn bad_requests_get_nomads_codes_and_write_nothing() {
     let probe = api.request("PUT", "/v1/job/probe/plan", Some(&cli_job("probe/plan", 1))).await.expect("answer");
     assert_eq!(probe.status, 501, "{}", probe.body);
     assert!(probe.body.contains("/v1/job/<id>/plan is not implemented") && probe.body.contains("\"probe\""));
-    for suffix in ["plan", "dispatch", "revert", "stable", "versions", "submission", "periodic/force", "actions"] {
+    for suffix in ["plan", "dispatch", "submission", "periodic/force", "actions"] {
         let path = format!("/v1/job/web/{suffix}");
         let answer = api.send("PUT", &path, hyper::body::Bytes::from("{}")).await.expect("answer");
         assert_eq!(answer.status, 501, "{path}: {}", answer.body);
         assert!(answer.body.contains(&format!("/{suffix} is not implemented")), "{path}: {}", answer.body);
     }
+    // The job versions' sub-paths are served (tests/job_versions.rs): a
+    // body naming no job is refused, a write to the versions is no method.
+    for suffix in ["revert", "stable"] {
+        let path = format!("/v1/job/web/{suffix}");
+        let answer = api.send("PUT", &path, hyper::body::Bytes::from("{}")).await.expect("answer");
+        assert_eq!((answer.status, answer.body.as_str()), (400, "Job ID does not match"), "{path}");
+    }
+    let versions = api.send("PUT", "/v1/job/web/versions", hyper::body::Bytes::from("{}")).await.expect("answer");
+    assert_eq!(versions.status, 405, "{}", versions.body);
     let deployments = api.get("/v1/job/web/deployments").await.expect("answer");
     assert_eq!(deployments.json().expect("json"), json!([]));
     let services = api.get("/v1/job/web/services").await.expect("answer");

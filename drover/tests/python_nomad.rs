@@ -1,7 +1,8 @@
 //! python-nomad 2.1.0, the real library from PyPI, against a real
 //! `drover server --dev` and a real `drover agent --dev` (mock, raw_exec
 //! and docker drivers), both the `drover` binary on loopback ports they
-//! pick, one Python script a test (`tests/python/`): jobs, evals, nodes
+//! pick, one Python script a test (`tests/python/`): jobs (their versions,
+//! stability and revert too), evals, nodes
 //! and allocations, and the client endpoints (logs, files, stats, signal,
 //! restart, stop, gc) the server answers through the agent; and a Nomad
 //! job file with `driver = "docker"` run as `nomad job run` runs it

@@ -1,8 +1,11 @@
 //! The job endpoint, transport-free: register, deregister and scale jobs,
-//! and read a job, its allocations, its evals and its summary.
+//! revert one to a kept version and mark a version stable, and read a job,
+//! its allocations, its evals and its summary.
 //!
 //! Every write stores the job and the evaluation that schedules it in one
-//! command, so a job is never stored without the eval that acts on it.
+//! command, so a job is never stored without the eval that acts on it. A
+//! revert is a register of the kept version's spec (Nomad's `Job.Revert`):
+//! a new version equal to the old one, with an eval like any register.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -48,6 +51,25 @@ pub enum JobError {
     /// No such allocation.
     #[error("unknown allocation {0}")]
     UnknownAlloc(AllocId),
+    /// The job keeps no such version (Nomad's words).
+    #[error("job {:?} in namespace {:?} at version {version} not found", job.id, job.namespace)]
+    UnknownVersion {
+        /// The job.
+        job: JobKey,
+        /// The version asked for.
+        version: u64,
+    },
+    /// A revert to the version the job is at (Nomad's words).
+    #[error("can't revert to current version")]
+    RevertToCurrent,
+    /// A revert whose `EnforcePriorVersion` is not the job's version (Nomad's words).
+    #[error("Current job has version {current}; enforcing version {enforced}")]
+    PriorVersionMismatch {
+        /// The job's version.
+        current: u64,
+        /// The version the revert expected.
+        enforced: u64,
+    },
     /// The write failed.
     #[error(transparent)]
     State(#[from] StateError),
@@ -121,6 +143,48 @@ impl JobEndpoint {
             version: stored.version,
             job_modify_index: stored.job_modify_index,
         })
+    }
+
+    /// Registers a kept version's spec again as the job's next version
+    /// (Nomad's `Job.Revert`), with its eval. With `enforce_prior_version`,
+    /// only if the job is at that version now. The check and the write are
+    /// two steps, as in Nomad: a register between them is not detected.
+    pub fn revert(
+        &self,
+        key: &JobKey,
+        version: u64,
+        enforce_prior_version: Option<u64>,
+    ) -> Result<JobWriteResponse, JobError> {
+        let snapshot = self.writer.store().snapshot();
+        let current = snapshot.job(key).ok_or_else(|| JobError::UnknownJob(key.clone()))?;
+        // Nomad's order of checks (`Job.Revert`).
+        if version == current.version {
+            return Err(JobError::RevertToCurrent);
+        }
+        let kept =
+            snapshot.job_version(key, version).ok_or_else(|| JobError::UnknownVersion { job: key.clone(), version })?;
+        if let Some(enforced) = enforce_prior_version.filter(|enforced| *enforced != current.version) {
+            return Err(JobError::PriorVersionMismatch { current: current.version, enforced });
+        }
+        let mut job = Job::clone(kept);
+        job.stable = false;
+        self.register(job)
+    }
+
+    /// Marks a kept version of a job stable, or not (Nomad's
+    /// `Job.Stable`); the index of the write.
+    pub fn set_stability(&self, key: &JobKey, version: u64, stable: bool) -> Result<u64, JobError> {
+        let command = Command::SetJobStability { key: key.clone(), version, stable };
+        match self.writer.write(command) {
+            Ok(applied) => Ok(applied.index),
+            Err(StateError::UnknownJobVersion { job, version }) => Err(JobError::UnknownVersion { job, version }),
+            Err(other) => Err(other.into()),
+        }
+    }
+
+    /// The kept versions of a job, newest first; none for an unknown job.
+    pub fn versions(&self, key: &JobKey) -> Vec<Arc<Job>> {
+        self.writer.store().snapshot().job_versions(key).cloned().collect()
     }
 
     /// Stops a job (or removes it with `purge`); its eval stops the allocations.
@@ -227,3 +291,7 @@ impl JobEndpoint {
         Ok(groups)
     }
 }
+
+#[cfg(test)]
+#[path = "job_endpoint_test.rs"]
+mod job_endpoint_test;

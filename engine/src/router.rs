@@ -179,6 +179,7 @@ mod tests {
             "upsert_service_registrations",
             "delete_service_registration",
             "delete_service_registrations_of_allocs",
+            "set_job_stability",
         ];
         for kind in kinds {
             let seam = Seam::new();
@@ -267,6 +268,7 @@ mod tests {
                     let alloc = seam.placed(node(0).id);
                     Command::DeleteServiceRegistrationsOfAllocs { alloc_ids: vec![alloc.id] }
                 }
+                "set_job_stability" => Command::SetJobStability { key: seam.job.key(), version: 0, stable: true },
                 other => unreachable!("{other}"),
             };
             let frees_capacity = match &command {
@@ -289,7 +291,8 @@ mod tests {
                 | Command::AclBootstrapReset { .. }
                 | Command::UpsertServiceRegistrations { .. }
                 | Command::DeleteServiceRegistration { .. }
-                | Command::DeleteServiceRegistrationsOfAllocs { .. } => false,
+                | Command::DeleteServiceRegistrationsOfAllocs { .. }
+                | Command::SetJobStability { .. } => false,
             };
             // The scheduler configuration, the ACL and service registrations
             // carry no eval; every other kind carries one.
@@ -305,6 +308,7 @@ mod tests {
                     | Command::UpsertServiceRegistrations { .. }
                     | Command::DeleteServiceRegistration { .. }
                     | Command::DeleteServiceRegistrationsOfAllocs { .. }
+                    | Command::SetJobStability { .. }
             );
             let parked = seam.park_blocked(if kind == "upsert_node" { node(1).id } else { node(0).id });
             let ready_before = seam.ready();

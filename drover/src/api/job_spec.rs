@@ -535,6 +535,7 @@ pub fn convert_job(api: JobSpec, query_namespace: Option<&str>) -> Result<Conver
         task_groups,
         stop: api.stop.unwrap_or(false),
         version: 0,
+        stable: false,
         create_index: 0,
         modify_index: 0,
         job_modify_index: 0,

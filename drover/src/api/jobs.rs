@@ -744,3 +744,53 @@ pub struct JobDeregisterResponse {
     #[serde(flatten)]
     pub meta: WriteMeta,
 }
+
+/// `GET /v1/job/:id/versions` (`JobVersionsResponse`): the kept versions,
+/// newest first.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+pub struct JobVersionsResponse {
+    /// Each kept version, as `GET /v1/job/:id` answers a job.
+    pub versions: Vec<Job>,
+    /// Always `null`: Drover does not compute diffs between versions yet
+    /// (`?diffs=true` is refused rather than answered without them).
+    pub diffs: Option<Value>,
+    /// The read's meta (Nomad's `QueryMeta`: the same three fields).
+    #[serde(flatten)]
+    pub meta: WriteMeta,
+}
+
+/// `PUT|POST /v1/job/:id/revert` body (`JobRevertRequest`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+pub struct JobRevertRequest {
+    /// The job; must be the path's.
+    #[serde(rename = "JobID")]
+    pub job_id: String,
+    /// The kept version to register again.
+    pub job_version: u64,
+    /// Revert only if the job is at this version now.
+    pub enforce_prior_version: Option<u64>,
+}
+
+/// `PUT|POST /v1/job/:id/stable` body (`JobStabilityRequest`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+pub struct JobStabilityRequest {
+    /// The job; must be the path's.
+    #[serde(rename = "JobID")]
+    pub job_id: String,
+    /// The kept version to mark.
+    pub job_version: u64,
+    /// Whether it is stable.
+    pub stable: bool,
+}
+
+/// The answer to `/v1/job/:id/stable` (`JobStabilityResponse`: Nomad's
+/// server answers its write meta only, `{"Index": n}`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+pub struct JobStabilityResponse {
+    /// The index of the write.
+    pub index: u64,
+}

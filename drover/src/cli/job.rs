@@ -1,4 +1,5 @@
-//! `drover job run|status|stop|scale|validate`, printed as Nomad's `nomad job ...`.
+//! `drover job run|status|stop|scale|history|revert|validate`, printed as
+//! Nomad's `nomad job ...`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -13,7 +14,10 @@ use crate::api::allocations::AllocationListStub;
 use crate::api::client::ApiClient;
 use crate::api::evaluations::Evaluation;
 use crate::api::job_spec::{self, Converted, JobRegisterRequest};
-use crate::api::jobs::{Job, JobDeregisterResponse, JobListStub, JobRegisterResponse, JobSummary, ScalingRequest};
+use crate::api::jobs::{
+    Job, JobDeregisterResponse, JobListStub, JobRegisterResponse, JobRevertRequest, JobSummary, JobVersionsResponse,
+    ScalingRequest,
+};
 
 /// Reads a job file: Nomad HCL2 (`.hcl`, `.nomad`), or Nomad's JSON,
 /// `{"Job": {...}}` as `nomad job run -output` writes it, or the bare job
@@ -296,6 +300,46 @@ pub async fn scale(api: &ApiClient, id: &str, group: Option<&str>, count: u32, d
     monitor(api, &scaled.eval_id).await
 }
 
+/// `drover job history ID`: each kept version, newest first, as Nomad's
+/// `job history` prints them without `-p` (Drover computes no diffs yet,
+/// so `-p` is not offered).
+pub async fn history(api: &ApiClient, id: &str, json_out: bool) -> Result<i32> {
+    let job_id = resolve(api, id).await?;
+    let answer: JobVersionsResponse =
+        api.query(&format!("/v1/job/{job_id}/versions")).await.context("Error retrieving job versions")?;
+    if json_out {
+        print_json(&answer.versions)?;
+        return Ok(0);
+    }
+    let blocks: Vec<String> = answer
+        .versions
+        .iter()
+        .map(|job| {
+            fields(&[
+                ("Version", job.version.to_string()),
+                ("Stable", job.stable.to_string()),
+                ("Submit Date", date(job.submit_time)),
+            ])
+        })
+        .collect();
+    print!("{}", blocks.join("\n"));
+    Ok(0)
+}
+
+/// `drover job revert ID VERSION`: registers the kept version again as
+/// the job's next version, then monitors its eval unless `detach`.
+pub async fn revert(api: &ApiClient, id: &str, version: u64, detach: bool) -> Result<i32> {
+    let job_id = resolve(api, id).await?;
+    let body = JobRevertRequest { job_id: job_id.clone(), job_version: version, enforce_prior_version: None };
+    let reverted: JobRegisterResponse =
+        api.write("POST", &format!("/v1/job/{job_id}/revert"), &body).await.context("Error reverting job")?;
+    if detach {
+        println!("Evaluation ID: {}", reverted.eval_id);
+        return Ok(0);
+    }
+    monitor(api, &reverted.eval_id).await
+}
+
 #[derive(Debug, Subcommand)]
 pub enum JobCommand {
     /// Reads a job file (Nomad's HCL or JSON, as `job run` takes) as the
@@ -332,6 +376,25 @@ pub enum JobCommand {
         #[arg(long)]
         detach: bool,
     },
+    /// The job's kept versions, newest first (version, stable, submit date).
+    History {
+        /// A job id or prefix.
+        id: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Registers a kept version of a job again, as its next version, and
+    /// follows its evaluation.
+    Revert {
+        /// A job id or prefix.
+        id: String,
+        /// The version to revert to.
+        version: u64,
+        /// Do not follow the evaluation.
+        #[arg(long)]
+        detach: bool,
+    },
     /// Sets how many allocations a task group runs.
     Scale {
         /// The job id.
@@ -355,6 +418,8 @@ pub fn command(command: JobCommand, api: &ApiArgs) -> Result<(), Failure> {
             JobCommand::Run { path, detach } => run(&client, &path, detach).await,
             JobCommand::Status { id, json } => status(&client, id.as_deref(), json).await,
             JobCommand::Stop { id, purge, detach } => stop(&client, &id, purge, detach).await,
+            JobCommand::History { id, json } => history(&client, &id, json).await,
+            JobCommand::Revert { id, version, detach } => revert(&client, &id, version, detach).await,
             JobCommand::Scale { id, group_and_count, detach } => {
                 let (group, count) = match group_and_count.as_slice() {
                     [count] => (None, count),

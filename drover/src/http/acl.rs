@@ -489,6 +489,10 @@ mod tests {
         assert_eq!(need(&Method::GET, "/v1/jobs"), Need::Level(Area::Namespace, AclLevel::Read));
         assert_eq!(need(&Method::PUT, "/v1/jobs"), Need::Level(Area::Namespace, AclLevel::Write));
         assert_eq!(need(&Method::DELETE, "/v1/job/web"), Need::Level(Area::Namespace, AclLevel::Write));
+        // Job versions: `read-job` to list them, `submit-job` to revert or mark one.
+        assert_eq!(need(&Method::GET, "/v1/job/web/versions"), Need::Level(Area::Namespace, AclLevel::Read));
+        assert_eq!(need(&Method::POST, "/v1/job/web/revert"), Need::Level(Area::Namespace, AclLevel::Write));
+        assert_eq!(need(&Method::PUT, "/v1/job/web/stable"), Need::Level(Area::Namespace, AclLevel::Write));
         assert_eq!(need(&Method::POST, "/v1/search"), Need::Level(Area::Namespace, AclLevel::Read));
         assert_eq!(need(&Method::PUT, "/v1/jobs/parse"), Need::Level(Area::Namespace, AclLevel::Read));
         assert_eq!(need(&Method::GET, "/v1/node/abc"), Need::Level(Area::Node, AclLevel::Read));

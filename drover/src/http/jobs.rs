@@ -2,9 +2,12 @@
 //! what comes before a known suffix ([`SUFFIXES`]: every sub-path Nomad
 //! has), so ids may hold `/`, and a job whose id ends in a suffix (`a/plan`)
 //! is reached by its suffix's handler, never registered under another id
-//! (a register's body must name the id of its path). The sub-paths Drover
-//! does not serve yet answer 501, naming the path. `/v1/jobs/parse` reads a
-//! job file into Nomad's job JSON, as `drover job run` reads one.
+//! (a register's body must name the id of its path; so must a revert's and
+//! a stability change's). The sub-paths Drover does not serve yet answer
+//! 501, naming the path. `/versions`, `/revert` and `/stable` serve the
+//! job versions the state store keeps (`engine/src/state/job_versions.rs`).
+//! `/v1/jobs/parse` reads a job file into Nomad's job JSON, as `drover job
+//! run` reads one.
 
 use std::sync::Arc;
 
@@ -24,8 +27,8 @@ use super::ApiState;
 use crate::api::evaluations::Evaluation;
 use crate::api::job_spec::{self, JobRegisterRequest};
 use crate::api::jobs::{
-    JobDeregisterResponse, JobRegisterResponse, JobScaleStatusResponse, JobsParseRequest, ScalingRequest,
-    TaskGroupScaleStatus,
+    JobDeregisterResponse, JobRegisterResponse, JobRevertRequest, JobScaleStatusResponse, JobStabilityRequest,
+    JobStabilityResponse, JobVersionsResponse, JobsParseRequest, ScalingRequest, TaskGroupScaleStatus,
 };
 use crate::api::WriteMeta;
 
@@ -113,6 +116,9 @@ async fn job(
         ("/scale", Method::GET) => scale_status(&state, &params, key).await,
         ("/evaluate", Method::PUT | Method::POST) => evaluate(state, params, key).await,
         ("/services", Method::GET) => super::services::job_services(&state, &params, key).await,
+        ("/versions", Method::GET) => versions(&state, &params, key).await,
+        ("/revert", Method::PUT | Method::POST) => revert(state, params, key, body).await,
+        ("/stable", Method::PUT | Method::POST) => stable(state, params, key, body).await,
         // No deployments exist (they come with health-gated updates).
         ("/deployments", Method::GET) => {
             blocking(&state, &params, |snapshot| Ok(snapshot.table_indexes().jobs), |_| Ok(Vec::<()>::new())).await
@@ -147,8 +153,7 @@ pub const SUFFIXES: [&str; 17] = [
 ];
 
 /// The sub-paths of [`SUFFIXES`] Drover does not serve yet (501).
-const NOT_IMPLEMENTED: [&str; 9] =
-    ["/periodic/force", "/submission", "/dispatch", "/versions", "/actions", "/revert", "/stable", "/action", "/plan"];
+const NOT_IMPLEMENTED: [&str; 6] = ["/periodic/force", "/submission", "/dispatch", "/actions", "/action", "/plan"];
 
 fn find<'a>(snapshot: &'a Snapshot, key: &JobKey) -> Result<&'a Arc<Job>, ApiError> {
     snapshot.job(key).ok_or_else(|| ApiError::NotFound("job not found".to_string()))
@@ -227,6 +232,93 @@ async fn scale_status(state: &ApiState, params: &Params, key: JobKey) -> Result<
     .await
 }
 
+/// `GET /v1/job/<id>/versions`: the kept versions, newest first, each as
+/// `GET /v1/job/<id>` answers the job (404 `job versions not found` when
+/// none are kept). `?diffs=true` is refused (501): Drover computes no
+/// diffs yet, and answering without them would pass for "no changes".
+async fn versions(state: &ApiState, params: &Params, key: JobKey) -> Result<Reply, ApiError> {
+    let diffs = match params.get("diffs") {
+        None | Some("") => false,
+        // As Nomad, a bad value is a 500 naming it.
+        Some(text) => crate::api::format::parse_bool(text)
+            .ok_or_else(|| ApiError::Internal(format!("Failed to parse value of \"diffs\" ({text:?}) as a bool")))?,
+    };
+    if diffs {
+        let message =
+            "/v1/job/<id>/versions?diffs=true is not implemented by Drover yet (versions without diffs: ?diffs=false)";
+        return Err(ApiError::NotImplemented(message.to_string()));
+    }
+    blocking(
+        state,
+        params,
+        |snapshot| Ok(snapshot.table_indexes().jobs),
+        |snapshot| {
+            let versions: Vec<_> = snapshot.job_versions(&key).map(|job| nomad::job(job, snapshot)).collect();
+            if versions.is_empty() {
+                return Err(ApiError::NotFound("job versions not found".to_string()));
+            }
+            Ok(JobVersionsResponse { versions, diffs: None, meta: WriteMeta::at(snapshot.table_indexes().jobs) })
+        },
+    )
+    .await
+}
+
+/// A revert's or a stability change's body, whose `JobID` must be the path's.
+fn job_body<T: serde::de::DeserializeOwned>(
+    body: &Bytes,
+    path_id: &str,
+    body_id: impl Fn(&T) -> &str,
+) -> Result<T, ApiError> {
+    if body.is_empty() {
+        return Err(ApiError::BadRequest("Request body is empty".to_string()));
+    }
+    let request: T = serde_json::from_slice(body).map_err(|error| ApiError::BadRequest(error.to_string()))?;
+    if body_id(&request) != path_id {
+        return Err(ApiError::BadRequest("Job ID does not match".to_string()));
+    }
+    Ok(request)
+}
+
+/// `PUT|POST /v1/job/<id>/revert`: the kept version registered again as
+/// a new version, with its eval (Nomad's `JobRegisterResponse`). Refusals
+/// are Nomad's RPC errors, 500 with its words.
+async fn revert(state: ApiState, params: Params, key: JobKey, body: Bytes) -> Result<Reply, ApiError> {
+    let request: JobRevertRequest = job_body(&body, &key.id, |request: &JobRevertRequest| &request.job_id)?;
+    let engine = state.leader()?;
+    let target = key.clone();
+    let reverted =
+        on_engine(move || engine.jobs().revert(&target, request.job_version, request.enforce_prior_version)).await?;
+    let written = reverted.map_err(|error| match error {
+        JobError::UnknownJob(_) => ApiError::Internal(format!("job {:?} not found", key.id)),
+        other => register_error(other),
+    })?;
+    Ok(write_reply(&written, written.job_modify_index, &[], params.pretty()))
+}
+
+/// `PUT|POST /v1/job/<id>/stable`: marks a kept version stable or not;
+/// `{"Index": n}`. An unknown version is Nomad's RPC error, 500.
+async fn stable(state: ApiState, params: Params, key: JobKey, body: Bytes) -> Result<Reply, ApiError> {
+    let request: JobStabilityRequest = job_body(&body, &key.id, |request: &JobStabilityRequest| &request.job_id)?;
+    let engine = state.leader()?;
+    let index = on_engine(move || engine.jobs().set_stability(&key, request.job_version, request.stable))
+        .await?
+        .map_err(|error| match error {
+            JobError::State(state) => ApiError::from(state),
+            other => ApiError::Internal(other.to_string()),
+        })?;
+    Ok(Reply::json(&JobStabilityResponse { index }, params.pretty(), Some(index)))
+}
+
+/// A register's refusal: validation errors as Nomad's multierror (500).
+fn register_error(error: JobError) -> ApiError {
+    match error {
+        JobError::Invalid(invalid) => {
+            ApiError::Internal(format!("{} error(s) occurred: {}", invalid.problems.len(), invalid.problems.join("; ")))
+        }
+        other => ApiError::from(other),
+    }
+}
+
 /// Runs a blocking engine call on tokio's blocking pool.
 async fn on_engine<T: Send + 'static>(call: impl FnOnce() -> T + Send + 'static) -> Result<T, ApiError> {
     tokio::task::spawn_blocking(call).await.map_err(|error| ApiError::Internal(format!("engine call failed: {error}")))
@@ -270,12 +362,7 @@ async fn register_job(
     }
     let engine = state.leader()?;
     let job = converted.job;
-    let written = on_engine(move || engine.jobs().register(job)).await?.map_err(|error| match error {
-        JobError::Invalid(invalid) => {
-            ApiError::Internal(format!("{} error(s) occurred: {}", invalid.problems.len(), invalid.problems.join("; ")))
-        }
-        other => ApiError::from(other),
-    })?;
+    let written = on_engine(move || engine.jobs().register(job)).await?.map_err(register_error)?;
     let job_modify_index = written.job_modify_index;
     for warning in &converted.warnings {
         tracing::info!(job = %key, %warning, "job registered with a field Drover ignores");

@@ -67,6 +67,7 @@ pub fn job(job: &Job, snapshot: &Snapshot) -> jobs::Job {
             .collect(),
         update: Some(UpdateStrategy { stagger: Some(0), max_parallel: 0, ..UpdateStrategy::default() }),
         status: job_status(job, snapshot).to_string(),
+        stable: job.stable,
         version: job.version,
         submit_time: submit_time(job, snapshot),
         create_index: job.create_index,

@@ -75,6 +75,24 @@ try:
 except nomad.api.exceptions.URLNotFoundNomadException:
     pass
 
+# Job versions: python-nomad's get_versions, stable_job and revert_job.
+resized = {"Job": dict(JOB["Job"], TaskGroups=[dict(JOB["Job"]["TaskGroups"][0], Count=1)])}
+n.jobs.register_job(resized)
+versions = n.job.get_versions("pyweb")
+assert [v["Version"] for v in versions["Versions"]] == [1, 0], versions
+assert versions["Versions"][1]["TaskGroups"][0]["Count"] == 2, versions
+assert n.job.stable_job("pyweb", 0, True)["Index"] > 0
+reverted = n.job.revert_job("pyweb", 0, enforce_prior_version=1)
+assert reverted["EvalID"], reverted
+job = n.job.get_job("pyweb")
+assert job["Version"] == 2 and job["TaskGroups"][0]["Count"] == 2 and not job["Stable"], job
+assert [v["Stable"] for v in n.job.get_versions("pyweb")["Versions"]] == [False, False, True]
+try:
+    n.job.revert_job("pyweb", 2)
+    sys.exit("a revert to the current version must raise")
+except nomad.api.exceptions.BaseNomadException as refused:
+    assert "can't revert to current version" in refused.nomad_resp.text, refused.nomad_resp.text
+
 stopped = n.job.deregister_job("pyweb")
 assert stopped["EvalID"], stopped
 wait_allocs(

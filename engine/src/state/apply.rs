@@ -46,6 +46,7 @@ impl Snapshot {
                 applied.job = Some(job);
                 Ok(())
             }
+            Command::SetJobStability { key, version, stable } => self.set_job_stability(index, &key, version, stable),
             Command::DeregisterJob { job, purge, eval } => {
                 applied.job = self.deregister_job(index, &job, purge)?;
                 self.upsert_evals(index, eval.into_iter().collect(), applied);
@@ -308,29 +309,35 @@ impl Snapshot {
         Ok(())
     }
 
-    /// Stores the job, bumping its version when the spec changed, and
-    /// returns it as stored.
+    /// Stores the job, bumping its version when the spec changed, keeps
+    /// the version (`job_versions.rs`), and returns it as stored. A new
+    /// version is never stable; a resubmission of the same spec keeps the
+    /// stored version's stability.
     fn register_job(&mut self, index: u64, mut job: Job) -> Arc<Job> {
         job.modify_index = index;
         match self.jobs.get(&job.key()) {
             Some(existing) if same_spec(existing, &job) => {
                 job.version = existing.version;
+                job.stable = existing.stable;
                 job.create_index = existing.create_index;
                 job.job_modify_index = existing.job_modify_index;
             }
             Some(existing) => {
                 job.version = existing.version + 1;
+                job.stable = false;
                 job.create_index = existing.create_index;
                 job.job_modify_index = index;
             }
             None => {
                 job.version = 0;
+                job.stable = false;
                 job.create_index = index;
                 job.job_modify_index = index;
             }
         }
         let job = Arc::new(job);
         self.jobs.insert(job.key(), job.clone());
+        self.record_job_version(&job);
         self.table_indexes.jobs = index;
         job
     }
@@ -341,6 +348,7 @@ impl Snapshot {
         let existing = self.jobs.get(key).ok_or_else(|| StateError::UnknownJob(key.clone()))?.clone();
         let stored = if purge {
             self.jobs.remove(key);
+            self.forget_job_versions(key);
             None
         } else if existing.stop {
             Some(existing)
@@ -597,6 +605,7 @@ impl Snapshot {
 fn same_spec(existing: &Job, submitted: &Job) -> bool {
     let mut normalized = submitted.clone();
     normalized.version = existing.version;
+    normalized.stable = existing.stable;
     normalized.create_index = existing.create_index;
     normalized.modify_index = existing.modify_index;
     normalized.job_modify_index = existing.job_modify_index;

@@ -21,8 +21,10 @@ use crate::structs::Job;
 /// (issue 25). 4: groups and tasks carry their services and checks, and
 /// the service registration commands (issue 26). 5: what the rest of
 /// issue 26 added: tasks' shutdown delay and templates, allocations' check
-/// results and health. A log of an older version is refused, never misread.
-pub const FORMAT_VERSION: u8 = 5;
+/// results and health. 6: a job carries its `stable` mark, and
+/// `SetJobStability` (issue 27's job versions). A log of an older version
+/// is refused, never misread.
+pub const FORMAT_VERSION: u8 = 6;
 
 /// Why bytes did not decode to a command.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

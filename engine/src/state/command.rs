@@ -202,6 +202,20 @@ pub enum Command {
         /// The allocations.
         alloc_ids: Vec<AllocId>,
     },
+    /// Mark one kept version of a job stable, or not (Nomad's
+    /// `JobStabilityRequest`): the version's entry and, when it is the
+    /// job's current version, the job itself, take this command's index
+    /// as their modify index; the job's version and spec do not change.
+    /// Refused with [`super::StateError::UnknownJobVersion`] for a version
+    /// that is not kept.
+    SetJobStability {
+        /// The job.
+        key: JobKey,
+        /// The version.
+        version: u64,
+        /// Whether it is stable.
+        stable: bool,
+    },
 }
 
 impl Command {

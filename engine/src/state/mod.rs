@@ -36,6 +36,7 @@
 mod apply;
 mod codec;
 mod command;
+mod job_versions;
 mod persist;
 mod services;
 mod snapshot;
@@ -54,6 +55,7 @@ use serde::{Deserialize, Serialize};
 
 pub use codec::{CodecError, FORMAT_VERSION};
 pub use command::{ClientAllocUpdate, Command};
+pub use job_versions::JOB_TRACKED_VERSIONS;
 pub use persist::{PersistError, MAX_RECORD, SNAPSHOT_FORMAT_VERSION};
 pub use services::{ServiceDump, ServiceListing};
 pub use snapshot::{NodeList, Snapshot, StateDump, TableIndexes};
@@ -77,6 +79,14 @@ pub enum StateError {
     /// The command names a job the store does not know.
     #[error("unknown job {0}")]
     UnknownJob(JobKey),
+    /// The command names a version of a job that is not kept (Nomad's words).
+    #[error("job {:?} in namespace {:?} at version {version} not found", job.id, job.namespace)]
+    UnknownJobVersion {
+        /// The job.
+        job: JobKey,
+        /// The version asked for.
+        version: u64,
+    },
     /// A client reported an allocation that is placed on another node.
     #[error("allocation {alloc_id} is placed on node {placed_on}, not on the reporting node {reported_by}")]
     AllocOnOtherNode {

@@ -9,10 +9,11 @@
 //!    the index and the per-table indexes. The scheduler configuration is
 //!    a section of zero or one record; the ACL tokens and policies one
 //!    record.
-//! 2. One section per table, in tag order. Each job version that a job row
-//!    or an allocation refers to is written once (section `JOB_VERSIONS`);
-//!    job rows and allocations carry an index into it, and decoding shares
-//!    one `Arc<Job>` per version again, as the command log does.
+//! 2. One section per table, in tag order. Each job version that a job row,
+//!    a kept version (section `JOB_HISTORY`) or an allocation refers to is
+//!    written once (section `JOB_VERSIONS`); they carry an index into it,
+//!    and decoding shares one `Arc<Job>` per version again, as the command
+//!    log does.
 //! 3. Derived indexes are not written but rebuilt on decode, in the order
 //!    the live store kept them: nodes are written grouped by computed
 //!    class, allocations by node and evaluations by job, each group in its
@@ -45,8 +46,10 @@ use crate::structs::{AllocId, Allocation, ComputedClass, Evaluation, Job, JobKey
 /// `memory_max_mb`, as the log format's version 3; 4: groups' and tasks'
 /// services, the header's table index of service registrations, and their
 /// section; 5: tasks' shutdown delay and templates, allocations' check
-/// results and health, as the log format's version 5).
-pub const SNAPSHOT_FORMAT_VERSION: u8 = 5;
+/// results and health, as the log format's version 5; 6: a job's `stable`
+/// mark, as the log format's version 6, and the section of kept job
+/// versions, `JOB_HISTORY`).
+pub const SNAPSHOT_FORMAT_VERSION: u8 = 6;
 
 /// The longest record a decoder accepts (a group of one node's allocations
 /// is the largest record; a million would be far below this).
@@ -64,8 +67,11 @@ mod tag {
     pub const SCHEDULER_CONFIG: u8 = 7;
     pub const ACL: u8 = 8;
     pub const SERVICES: u8 = 9;
+    /// The kept versions of each job (`job_versions.rs`), not to be
+    /// confused with `JOB_VERSIONS`, the table of job versions written once.
+    pub const JOB_HISTORY: u8 = 10;
     /// The last tag this build knows.
-    pub const LAST: u8 = SERVICES;
+    pub const LAST: u8 = JOB_HISTORY;
 }
 
 /// Why bytes did not decode to a snapshot.
@@ -119,7 +125,8 @@ impl Snapshot {
         let mut writer = RecordWriter { out, buffer: Vec::new() };
         writer.out.write_all(&[SNAPSHOT_FORMAT_VERSION])?;
         writer.record(&Header { index: self.index, table_indexes: self.table_indexes })?;
-        let versions = JobTable::of(self.jobs.values().chain(self.allocs.values().map(|alloc| &alloc.job)));
+        let kept = self.job_versions.values().flat_map(|versions| versions.iter());
+        let versions = JobTable::of(self.jobs.values().chain(kept).chain(self.allocs.values().map(|alloc| &alloc.job)));
         writer.section(tag::JOB_VERSIONS, versions.jobs().len(), versions.jobs().iter())?;
         encoding_jobs(versions, || self.encode_tables(&mut writer))?;
         writer.out.write_all(&[tag::END])
@@ -140,7 +147,10 @@ impl Snapshot {
         let config = self.scheduler_config.iter();
         writer.section(tag::SCHEDULER_CONFIG, usize::from(self.scheduler_config.is_some()), config)?;
         writer.section(tag::ACL, 1, std::iter::once(&*self.acl))?;
-        writer.section(tag::SERVICES, self.services.len(), self.services.rows())
+        writer.section(tag::SERVICES, self.services.len(), self.services.rows())?;
+        let history =
+            self.job_versions.iter().map(|(job, versions)| (job, versions.iter().map(JobRow).collect::<Vec<_>>()));
+        writer.section(tag::JOB_HISTORY, self.job_versions.len(), history)
     }
 
     /// Reads a snapshot written by [`Snapshot::encode`], rebuilding its
@@ -208,6 +218,10 @@ impl Snapshot {
                 tag::SCHEDULER_CONFIG => self.scheduler_config = Some(reader.record()?),
                 tag::ACL => self.acl = Arc::new(reader.record()?),
                 tag::SERVICES => self.services.insert(reader.record()?),
+                tag::JOB_HISTORY => {
+                    let (job, versions): (JobKey, Vec<JobRowOwned>) = reader.record()?;
+                    self.job_versions.insert(job, versions.into_iter().map(|JobRowOwned(version)| version).collect());
+                }
                 _ => unreachable!("next_section accepts only known tags"),
             }
         }

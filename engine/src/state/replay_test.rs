@@ -80,6 +80,12 @@ enum Op {
         kind: u8,
         port: u16,
     },
+    /// Mark a version of a job stable or not (refused when not kept).
+    Stable {
+        job: u8,
+        version: u64,
+        stable: bool,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -115,6 +121,7 @@ fn op() -> impl Strategy<Value = Op> {
         (any::<bool>(), proptest::option::of(0..40u64)).prop_map(|(spread, cas)| Op::Config { spread, cas }),
         (0..5u8, 0..3u8).prop_map(|(kind, n)| Op::Acl { kind, n }),
         (any::<usize>(), 0..5u8, 0..3u16).prop_map(|(pick, kind, port)| Op::Service { pick, kind, port }),
+        (0..3u8, 0..4u64, any::<bool>()).prop_map(|(job, version, stable)| Op::Stable { job, version, stable }),
     ]
 }
 
@@ -249,6 +256,7 @@ fn command(op: &Op, snapshot: &Snapshot, step: u64) -> Command {
                 _ => Command::DeleteServiceRegistrationsOfAllocs { alloc_ids: vec![alloc.id] },
             }
         }
+        Op::Stable { job, version, stable } => Command::SetJobStability { key: job_key(job), version, stable },
         Op::Plan { job, n, places, stop, port } => {
             let mut allocs: Vec<Allocation> = Vec::new();
             // Mostly on a node that takes placements; now and then on any.

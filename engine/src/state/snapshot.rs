@@ -23,6 +23,8 @@ pub struct Snapshot {
     pub(super) index: u64,
     pub(super) nodes: Table<NodeId, Arc<Node>>,
     pub(super) jobs: Table<JobKey, Arc<Job>>,
+    /// The kept versions of each job, newest first (`job_versions.rs`).
+    pub(super) job_versions: Table<JobKey, Vector<Arc<Job>>>,
     pub(super) allocs: Table<AllocId, Arc<Allocation>>,
     pub(super) evals: Table<EvalId, Arc<Evaluation>>,
     pub(super) allocs_by_node: Table<NodeId, Vector<AllocId>>,
@@ -115,6 +117,7 @@ impl Default for Snapshot {
             index: 0,
             nodes: Table::with_depth(3),
             jobs: Table::with_depth(3),
+            job_versions: Table::with_depth(3),
             allocs: Table::with_depth(4),
             evals: Table::with_depth(4),
             allocs_by_node: Table::with_depth(3),
@@ -309,6 +312,8 @@ pub struct StateDump {
     pub nodes: Vec<Node>,
     /// Jobs by key.
     pub jobs: Vec<Job>,
+    /// The kept versions of each job, newest first.
+    pub job_versions: Vec<(JobKey, Vec<Job>)>,
     /// Allocations by id.
     pub allocs: Vec<Allocation>,
     /// Evaluations by id.
@@ -351,6 +356,7 @@ impl Snapshot {
             table_indexes: self.table_indexes,
             nodes: sorted(&self.nodes, |node| Node::clone(node)).into_iter().map(|(_, node)| node).collect(),
             jobs: sorted(&self.jobs, |job| Job::clone(job)).into_iter().map(|(_, job)| job).collect(),
+            job_versions: sorted(&self.job_versions, |versions| versions.iter().map(|job| Job::clone(job)).collect()),
             allocs: sorted(&self.allocs, |alloc| Allocation::clone(alloc))
                 .into_iter()
                 .map(|(_, alloc)| alloc)

@@ -480,6 +480,11 @@ pub struct Job {
     /// Version, bumped by the state store when the spec changes.
     #[serde(default)]
     pub version: u64,
+    /// This version ran well (Nomad's `Stable`): set by
+    /// `Command::SetJobStability`, false on every new version, and ignored
+    /// when comparing specs.
+    #[serde(default)]
+    pub stable: bool,
     /// Index at which the job was first registered.
     #[serde(default)]
     pub create_index: u64,
@@ -776,6 +781,7 @@ impl Job {
             }],
             stop: false,
             version: 0,
+            stable: false,
             create_index: 0,
             modify_index: 0,
             job_modify_index: 0,
