@@ -5,15 +5,12 @@
 //! blocking query on the versions woken by that write; Nomad's refusals
 //! and status codes; the ACL checks; `drover job history|revert`.
 
-use std::time::Duration;
-
 mod common;
 
-use common::{bounded, server_options};
+use common::bounded;
 use drover::api::client::{ApiClient, ApiResponse};
-use drover::server::{HttpOptions, RunningServer};
+use drover::server::RunningServer;
 use serde_json::{json, Value};
-use transport::tls::TlsMaterial;
 
 /// A server with ACLs on and the management token's client and secret.
 struct Fixture {
@@ -24,23 +21,7 @@ struct Fixture {
 }
 
 async fn fixture() -> Fixture {
-    transport::install_crypto_provider();
-    let (_ca, server_tls, _client_tls) = TlsMaterial::dev_pair().expect("dev material");
-    let mut options = server_options(0, &server_tls, Duration::from_secs(3600));
-    options.http = Some(HttpOptions {
-        bind: "127.0.0.1:0".parse().expect("addr"),
-        tls: false,
-        verify_clients: false,
-        name: "versions-test".into(),
-        datacenter: "dc1".into(),
-        acl_enabled: true,
-        limits: drover::listener::HttpLimits::default(),
-    });
-    let server = RunningServer::start(options).expect("starts");
-    let http = format!("http://{}", server.http_addr().expect("the HTTP API is served"));
-    let anonymous = ApiClient::new(&http, None, None).expect("client");
-    let bootstrap = anonymous.request("POST", "/v1/acl/bootstrap", None).await.expect("answer");
-    let secret = bootstrap.json().expect("a token")["SecretID"].as_str().expect("a secret").to_string();
+    let (server, http, secret) = common::acl_server("versions-test").await;
     let management = ApiClient::new(&http, Some(secret.clone()), None).expect("client");
     Fixture { _server: server, http, management, secret }
 }

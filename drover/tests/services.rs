@@ -8,17 +8,15 @@
 //! ACL checks, and `drover service list|info|delete`.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 mod common;
 
-use common::{bounded, mock_node, server_options, service_job, until};
+use common::{bounded, mock_node, service_job, until};
 use drover::api::client::{ApiClient, ApiResponse};
-use drover::server::{HttpOptions, RunningServer};
+use drover::server::RunningServer;
 use engine::state::Command;
 use engine::structs::{Allocation, JobKey, ServiceOwner, ServiceRegistration};
 use serde_json::{json, Value};
-use transport::tls::TlsMaterial;
 
 /// A server with ACLs on, a node, jobs `web` (two allocations) and `db`
 /// (one), and the management token's client.
@@ -32,23 +30,7 @@ struct Fixture {
 }
 
 async fn fixture() -> Fixture {
-    transport::install_crypto_provider();
-    let (_ca, server_tls, _client_tls) = TlsMaterial::dev_pair().expect("dev material");
-    let mut options = server_options(0, &server_tls, Duration::from_secs(3600));
-    options.http = Some(HttpOptions {
-        bind: "127.0.0.1:0".parse().expect("addr"),
-        tls: false,
-        verify_clients: false,
-        name: "services-test".into(),
-        datacenter: "dc1".into(),
-        acl_enabled: true,
-        limits: drover::listener::HttpLimits::default(),
-    });
-    let server = RunningServer::start(options).expect("starts");
-    let http = format!("http://{}", server.http_addr().expect("the HTTP API is served"));
-    let anonymous = ApiClient::new(&http, None, None).expect("client");
-    let bootstrap = anonymous.request("POST", "/v1/acl/bootstrap", None).await.expect("answer");
-    let secret = bootstrap.json().expect("a token")["SecretID"].as_str().expect("a secret").to_string();
+    let (server, http, secret) = common::acl_server("services-test").await;
     let management = ApiClient::new(&http, Some(secret.clone()), None).expect("client");
 
     server.engine().nodes().register(mock_node(1)).expect("the node registers");

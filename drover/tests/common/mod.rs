@@ -184,3 +184,27 @@ impl Certs {
         .expect("certificates load")
     }
 }
+
+/// An in-process server with ACLs on and its HTTP API on a loopback port
+/// (`name` in its answers), bootstrapped: the server, `http://<address>`,
+/// and the management token's secret.
+pub async fn acl_server(name: &str) -> (RunningServer, String, String) {
+    transport::install_crypto_provider();
+    let (_ca, server_tls, _client_tls) = TlsMaterial::dev_pair().expect("dev material");
+    let mut options = server_options(0, &server_tls, Duration::from_secs(3600));
+    options.http = Some(drover::server::HttpOptions {
+        bind: "127.0.0.1:0".parse().expect("addr"),
+        tls: false,
+        verify_clients: false,
+        name: name.into(),
+        datacenter: "dc1".into(),
+        acl_enabled: true,
+        limits: drover::listener::HttpLimits::default(),
+    });
+    let server = RunningServer::start(options).expect("starts");
+    let http = format!("http://{}", server.http_addr().expect("the HTTP API is served"));
+    let anonymous = drover::api::client::ApiClient::new(&http, None, None).expect("client");
+    let bootstrap = anonymous.request("POST", "/v1/acl/bootstrap", None).await.expect("answer");
+    let secret = bootstrap.json().expect("a token")["SecretID"].as_str().expect("a secret").to_string();
+    (server, http, secret)
+}
