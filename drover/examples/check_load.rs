@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use drover::client::alloc_dir::AllocDir;
 use drover::client::checks::{self, CheckNews, PlannedCheck};
-use drover::client::services::registrations;
+use drover::client::services::registered;
 use drover::client::task_env::TaskEnv;
 use engine::clock::SystemClock;
 use engine::server::{Server, ServerConfig};
@@ -148,8 +148,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
         let envs = BTreeMap::from([(task.name.clone(), TaskEnv::new(&alloc, &task, node, &dir))]);
         let states =
             BTreeMap::from([(task.name.clone(), TaskState { state: TaskStatus::Running, ..TaskState::default() })]);
-        let registrations = registrations(&alloc, node, &envs, &states);
-        let planned = checks::plan(&alloc, node, &envs, &states, &BTreeMap::new(), &Default::default());
+        let registered = registered(&alloc, node, &envs, &states);
+        let planned = checks::plan(&alloc, node, &registered, &envs, &BTreeMap::new(), &Default::default());
+        let registrations = registered.into_iter().map(|found| found.registration).collect();
         let checks: BTreeMap<String, CheckResult> =
             planned.iter().map(|check| (check.initial.id.clone(), check.initial.clone())).collect();
         for id in checks.keys() {

@@ -40,6 +40,7 @@ use crate::client::checks::{self, CheckNews, PlannedCheck};
 use crate::client::clock::now;
 use crate::client::drivers::{Drivers, HandleState};
 use crate::client::health::{HealthTracker, Verdict};
+use crate::client::services;
 use crate::client::state::AllocEvent;
 use crate::client::task_env::{EnvDenylist, TaskEnv};
 use crate::client::task_runner::{self, KillReason, NotRunning, TaskCommand, TaskContext, TaskUpdate};
@@ -347,6 +348,7 @@ async fn run(
         tasks: saved,
         plans,
         checks: BTreeMap::new(),
+        saved_bytes: None,
         health: match origin {
             Origin::Restored(Some(decided)) => Health::Decided(decided),
             _ => HealthTracker::new(&alloc, Instant::now()).map_or(Health::NotJudged, Health::Watching),
@@ -442,6 +444,8 @@ struct Watched {
     plans: watch::Sender<Vec<PlannedCheck>>,
     /// Each planned check's latest result.
     checks: BTreeMap<String, CheckResult>,
+    /// What the state file holds, as last written.
+    saved_bytes: Option<Vec<u8>>,
     health: Health,
     control: AllocControl,
 }
@@ -455,7 +459,15 @@ impl Watched {
             self.tasks.iter().map(|(name, task)| (name.clone(), task.state.clone())).collect();
         let handles: BTreeMap<String, HandleState> =
             self.tasks.iter().filter_map(|(name, task)| Some((name.clone(), task.handle.clone()?))).collect();
-        self.plan_checks(&states, &handles);
+        let (registrations, planned) = {
+            let registered = services::registered(&self.alloc, &self.ctx.node, &self.envs, &states);
+            let no_denylist = EnvDenylist::default();
+            let raw_exec = self.ctx.drivers.raw_exec.as_ref();
+            let denylist = raw_exec.map_or(&no_denylist, |driver| driver.env_denylist());
+            let planned = checks::plan(&self.alloc, &self.ctx.node, &registered, &self.envs, &handles, denylist);
+            (registered.into_iter().map(|found| found.registration).collect(), planned)
+        };
+        self.plan_checks(planned);
         let wake = if stopping { None } else { self.judge(&states) };
         let (status, description) = client_status(&states);
         let decided = match &self.health {
@@ -473,38 +485,53 @@ impl Watched {
                 .collect(),
             health: decided.clone(),
         };
-        let path = self.dir.state_file();
-        let written = tokio::task::spawn_blocking(move || {
-            let bytes = serde_json::to_vec(&saved).map_err(std::io::Error::other)?;
-            write_private(&path, &bytes)
-        })
-        .await;
-        if let Ok(Err(error)) = written {
-            tracing::warn!(alloc = %self.alloc.id, %error, "writing the allocation's state file; a restarted agent cannot re-attach");
-        }
-        let services = Some(crate::client::services::registrations(&self.alloc, &self.ctx.node, &self.envs, &states));
+        self.save(&saved).await;
         let _ = self.ctx.events.send(AllocEvent {
             alloc_id: self.alloc.id,
             status,
             description,
             task_states: states,
-            services,
+            services: Some(registrations),
             checks: Some(self.checks.clone()),
             health: decided,
         });
         wake
     }
 
-    /// Plans the checks of what is registered now; a new check starts at
-    /// its initial result, and a gone one takes its result with it.
-    fn plan_checks(&mut self, states: &BTreeMap<String, TaskState>, handles: &BTreeMap<String, HandleState>) {
-        let no_denylist = EnvDenylist::default();
-        let raw_exec = self.ctx.drivers.raw_exec.as_ref();
-        let denylist = raw_exec.map_or(&no_denylist, |driver| driver.env_denylist());
-        let planned = checks::plan(&self.alloc, &self.ctx.node, &self.envs, states, handles, denylist);
+    /// Writes the state file unless it would hold what it holds already
+    /// (a check's news changes nothing in it).
+    async fn save(&mut self, saved: &SavedAlloc) {
+        let bytes = match serde_json::to_vec(saved) {
+            Ok(bytes) => bytes,
+            Err(error) => {
+                tracing::warn!(alloc = %self.alloc.id, %error, "encoding the allocation's state file");
+                return;
+            }
+        };
+        if self.saved_bytes.as_deref() == Some(bytes.as_slice()) {
+            return;
+        }
+        let path = self.dir.state_file();
+        let to_write = bytes.clone();
+        let written = tokio::task::spawn_blocking(move || write_private(&path, &to_write)).await;
+        match written {
+            Ok(Ok(())) => self.saved_bytes = Some(bytes),
+            Ok(Err(error)) => {
+                tracing::warn!(alloc = %self.alloc.id, %error, "writing the allocation's state file; a restarted agent cannot re-attach")
+            }
+            Err(_) => {}
+        }
+    }
+
+    /// Takes up the checks `planned` for what is registered now: a new
+    /// check starts at its initial result, stamped now, and a gone one
+    /// takes its result with it.
+    fn plan_checks(&mut self, planned: Vec<PlannedCheck>) {
         self.checks.retain(|id, _| planned.iter().any(|check| check.initial.id == *id));
         for check in &planned {
-            self.checks.entry(check.initial.id.clone()).or_insert_with(|| check.initial.clone());
+            self.checks
+                .entry(check.initial.id.clone())
+                .or_insert_with(|| CheckResult { timestamp: now(), ..check.initial.clone() });
         }
         self.plans.send_if_modified(|plans| {
             let changed = *plans != planned;

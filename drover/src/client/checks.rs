@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use engine::structs::{
     Allocation, CheckKind, CheckMode, CheckRestart, CheckResult, CheckResultStatus, CheckStatus, Node, OnUpdate,
-    ServiceCheck, TaskState,
+    ServiceCheck,
 };
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
@@ -39,7 +39,7 @@ use tokio::sync::{mpsc, watch};
 use crate::client::clock::now;
 use crate::client::drivers::docker::Docker;
 use crate::client::drivers::HandleState;
-use crate::client::services::{endpoint, registered};
+use crate::client::services::{endpoint, Registered};
 use crate::client::task_env::{EnvDenylist, TaskEnv};
 
 /// How much of a run's output a result keeps.
@@ -135,19 +135,20 @@ pub enum CheckNews {
     },
 }
 
-/// The checks of `alloc`'s registered services, its tasks being as
-/// `states` says, with their variables in `envs` and their processes in
-/// `handles` (module docs, 1).
+/// The checks of `alloc`'s services `registered` now
+/// ([`crate::client::services::registered`]), with its tasks' variables in
+/// `envs` and their processes in `handles` (module docs, 1). A check's
+/// initial result is stamped when its runner takes it up.
 pub fn plan(
     alloc: &Allocation,
     node: &Node,
+    registered: &[Registered<'_>],
     envs: &BTreeMap<String, TaskEnv>,
-    states: &BTreeMap<String, TaskState>,
     handles: &BTreeMap<String, HandleState>,
     denylist: &EnvDenylist,
 ) -> Vec<PlannedCheck> {
     let mut out = Vec::new();
-    for found in registered(alloc, node, envs, states) {
+    for found in registered {
         let service = found.service;
         for check in &service.checks {
             let task = check.task_name.clone().unwrap_or_else(|| found.task.to_string());
@@ -194,7 +195,7 @@ pub fn plan(
                 status,
                 output: String::new(),
                 status_code: 0,
-                timestamp: now(),
+                timestamp: engine::clock::Timestamp::ZERO,
             };
             out.push(PlannedCheck {
                 initial,
@@ -641,7 +642,7 @@ mod tests {
     use super::*;
     use crate::client::alloc_dir::AllocDir;
     use engine::structs::{
-        AllocatedPort, CheckKind, EvalId, Job, JobType, NodeId, Resources, Service, ServiceCheck, TaskStatus,
+        AllocatedPort, CheckKind, EvalId, Job, JobType, NodeId, Resources, Service, ServiceCheck, TaskState, TaskStatus,
     };
     use std::path::Path;
 
@@ -673,6 +674,16 @@ mod tests {
         assert!(!watch.record(CheckResultStatus::Failure, at(10)), "counting starts again");
     }
 
+    fn plan_of(
+        alloc: &Allocation,
+        node: &Node,
+        envs: &BTreeMap<String, TaskEnv>,
+        states: &BTreeMap<String, TaskState>,
+    ) -> Vec<PlannedCheck> {
+        let registered = crate::client::services::registered(alloc, node, envs, states);
+        plan(alloc, node, &registered, envs, &BTreeMap::new(), &EnvDenylist::default())
+    }
+
     #[test]
     fn checks_follow_the_registered_services_and_reach_their_ports() {
         let mut job = Job::new_simple("shop", JobType::Service, 1, Resources::new(100, 64, 0));
@@ -700,12 +711,9 @@ mod tests {
             TaskEnv::new(&alloc, &alloc.job.task_groups[0].tasks[0], &node, &dir),
         )]);
         let mut states = BTreeMap::from([("task".to_string(), TaskState::default())]);
-        assert!(
-            plan(&alloc, &node, &envs, &states, &BTreeMap::new(), &EnvDenylist::default()).is_empty(),
-            "nothing registered"
-        );
+        assert!(plan_of(&alloc, &node, &envs, &states).is_empty(), "nothing registered");
         states.get_mut("task").expect("the task").state = TaskStatus::Running;
-        let planned = plan(&alloc, &node, &envs, &states, &BTreeMap::new(), &EnvDenylist::default());
+        let planned = plan_of(&alloc, &node, &envs, &states);
         let [root, admin] = &planned[..] else { panic!("two checks: {planned:#?}") };
         let Probe::Http { address, port, path, method, .. } = &root.probe else { panic!("{root:?}") };
         assert_eq!(
@@ -715,10 +723,6 @@ mod tests {
         assert_eq!(admin.probe, Probe::Tcp { address: "10.0.0.5".into(), port: 23457 }, "its own port");
         assert_eq!((root.initial.status, root.initial.task.as_str()), (CheckResultStatus::Pending, ""), "a group's");
         assert_ne!(root.initial.id, admin.initial.id);
-        assert_eq!(
-            plan(&alloc, &node, &envs, &states, &BTreeMap::new(), &EnvDenylist::default())[0].initial.id,
-            root.initial.id,
-            "stable ids"
-        );
+        assert_eq!(plan_of(&alloc, &node, &envs, &states)[0].initial.id, root.initial.id, "stable ids");
     }
 }

@@ -255,13 +255,7 @@ pub async fn run(
                         break None;
                     }
                     TaskCommand::CheckRestart(reason) => {
-                        let event = TaskEvent::new(TaskEvent::RESTART_SIGNALED, now(), reason.clone())
-                            .with_detail("restart_reason", reason.clone());
-                        state.push_event(event);
-                        // Said before the kill, so its services are deregistered first.
-                        publish(&state, Some(running.state()));
-                        tracing::info!(alloc = %ctx.alloc.id, task = %ctx.task.name, "restarting task: {reason}");
-                        let (record, _) = running.stop(ctx.task.kill_signal.as_deref(), ctx.task.kill_timeout).await;
+                        let record = kill_to_restart(&ctx, &mut state, &mut running, &publish, &reason).await;
                         break Some((record, true));
                     }
                     TaskCommand::Record(event) => {
@@ -385,10 +379,7 @@ async fn restart_in_place(
     publish: &impl Fn(&TaskState, Option<HandleState>),
     reason: &str,
 ) {
-    state.push_event(TaskEvent::new(TaskEvent::RESTART_SIGNALED, now(), reason).with_detail("restart_reason", reason));
-    // Said before the kill, so its services are deregistered first.
-    publish(state, Some(running.state()));
-    let (record, _) = running.stop(ctx.task.kill_signal.as_deref(), ctx.task.kill_timeout).await;
+    let record = kill_to_restart(ctx, state, running, publish, reason).await;
     terminated(state, record.as_ref());
     let event = TaskEvent::new(TaskEvent::RESTARTING, now(), format!("Restarting in {}", show(Duration::ZERO)))
         .with_detail("restart_reason", reason)
@@ -397,7 +388,23 @@ async fn restart_in_place(
     state.state = TaskStatus::Pending;
     state.restarts += 1;
     state.last_restart = Some(now());
+}
+
+/// The kill of a restart (an operator's, a template's or a check's):
+/// `Restart Signaled` with `reason`, said before the kill so its services
+/// are deregistered first, then the kill signal and timeout as in a stop.
+async fn kill_to_restart(
+    ctx: &TaskContext,
+    state: &mut TaskState,
+    running: &mut TaskHandle,
+    publish: &impl Fn(&TaskState, Option<HandleState>),
+    reason: &str,
+) -> Option<ExitRecord> {
+    state.push_event(TaskEvent::new(TaskEvent::RESTART_SIGNALED, now(), reason).with_detail("restart_reason", reason));
+    publish(state, Some(running.state()));
     tracing::info!(alloc = %ctx.alloc.id, task = %ctx.task.name, "restarting task: {reason}");
+    let (record, _) = running.stop(ctx.task.kill_signal.as_deref(), ctx.task.kill_timeout).await;
+    record
 }
 
 /// Starts the task with the variables `env`; records `Started` or `Driver Failure`.

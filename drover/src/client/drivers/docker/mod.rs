@@ -278,21 +278,18 @@ impl Docker {
             ..Default::default()
         };
         let exec = client.create_exec(id, options).await.map_err(|error| format!("docker exec in {id}: {error}"))?;
-        let mut text = String::new();
-        match client.start_exec(&exec.id, None).await.map_err(|error| format!("docker exec in {id}: {error}"))? {
-            StartExecResults::Attached { mut output, .. } => {
-                // Kept up to 4 KiB (a check's output); the rest is read and dropped.
-                while let Some(Ok(piece)) = output.next().await {
-                    if text.len() < 4096 {
-                        text.push_str(&String::from_utf8_lossy(piece.as_ref()));
-                    }
-                }
-                text.truncate(
-                    text.char_indices().take_while(|(at, _)| *at < 4096).last().map_or(0, |(at, c)| at + c.len_utf8()),
-                );
+        const KEPT: usize = 4096;
+        let mut kept = Vec::new();
+        let started =
+            client.start_exec(&exec.id, None).await.map_err(|error| format!("docker exec in {id}: {error}"))?;
+        if let StartExecResults::Attached { mut output, .. } = started {
+            // Kept up to 4 KiB (a check's output); the rest is read and dropped.
+            while let Some(Ok(piece)) = output.next().await {
+                let bytes = piece.as_ref();
+                kept.extend_from_slice(&bytes[..bytes.len().min(KEPT.saturating_sub(kept.len()))]);
             }
-            StartExecResults::Detached => {}
         }
+        let text = String::from_utf8_lossy(&kept).into_owned();
         let inspected = client.inspect_exec(&exec.id).await.map_err(|error| format!("docker exec in {id}: {error}"))?;
         Ok((inspected.exit_code.unwrap_or(-1), text))
     }
