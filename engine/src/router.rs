@@ -140,10 +140,30 @@ mod tests {
             stats.total_ready + stats.total_pending
         }
 
+        /// A running deployment of the job, with one allocation placed in it.
+        fn deployment(&self) -> (crate::structs::Deployment, Allocation) {
+            let mut deployment = crate::structs::Deployment::new(&self.job, 50, Timestamp(2));
+            deployment.task_groups.insert("group".into(), crate::structs::DeploymentGroup::default());
+            let mut alloc = Allocation::new_placement(&self.job, "group", 0, node(0).id, EvalId::from_u128(9));
+            alloc.deployment_id = Some(deployment.id);
+            let command = Command::ApplyPlanResults {
+                deployment: Some(deployment.clone()),
+                deployment_updates: Vec::new(),
+                eval_id: EvalId::from_u128(9),
+                allocs: vec![alloc.clone()],
+                evals: vec![],
+                time: Timestamp(2),
+            };
+            self.writer.write(command).expect("deployed");
+            (deployment, alloc)
+        }
+
         fn placed(&self, node_id: NodeId) -> Allocation {
             let mut alloc = Allocation::new_placement(&self.job, "group", 0, node_id, EvalId::from_u128(9));
             alloc.client_status = ClientStatus::Running;
             let command = Command::ApplyPlanResults {
+                deployment: None,
+                deployment_updates: Vec::new(),
                 eval_id: EvalId::from_u128(9),
                 allocs: vec![alloc.clone()],
                 evals: vec![],
@@ -180,6 +200,9 @@ mod tests {
             "delete_service_registration",
             "delete_service_registrations_of_allocs",
             "set_job_stability",
+            "update_deployment_status",
+            "promote_deployment",
+            "set_alloc_health",
         ];
         for kind in kinds {
             let seam = Seam::new();
@@ -222,6 +245,8 @@ mod tests {
                     let mut stopped = seam.placed(node(0).id);
                     stopped.desired_status = DesiredStatus::Stop;
                     Command::ApplyPlanResults {
+                        deployment: None,
+                        deployment_updates: Vec::new(),
                         eval_id: EvalId::from_u128(9),
                         allocs: vec![stopped],
                         evals: vec![eval],
@@ -269,6 +294,32 @@ mod tests {
                     Command::DeleteServiceRegistrationsOfAllocs { alloc_ids: vec![alloc.id] }
                 }
                 "set_job_stability" => Command::SetJobStability { key: seam.job.key(), version: 0, stable: true },
+                "update_deployment_status" => {
+                    let (deployment, _) = seam.deployment();
+                    let update = crate::structs::DeploymentStatusUpdate {
+                        deployment_id: deployment.id,
+                        status: crate::structs::DeploymentStatus::Failed,
+                        status_description: "Deployment marked as failed".into(),
+                    };
+                    Command::UpdateDeploymentStatus { update, job: None, eval: Some(eval), time: Timestamp(3) }
+                }
+                "promote_deployment" => {
+                    let (deployment, _) = seam.deployment();
+                    let deployment_id = deployment.id;
+                    Command::PromoteDeployment { deployment_id, groups: vec![], eval: Some(eval), time: Timestamp(3) }
+                }
+                "set_alloc_health" => {
+                    let (deployment, alloc) = seam.deployment();
+                    Command::SetAllocHealth {
+                        deployment_id: deployment.id,
+                        healthy: vec![alloc.id],
+                        unhealthy: vec![],
+                        update: None,
+                        job: None,
+                        eval: Some(eval),
+                        time: Timestamp(3),
+                    }
+                }
                 other => unreachable!("{other}"),
             };
             let frees_capacity = match &command {
@@ -292,7 +343,10 @@ mod tests {
                 | Command::UpsertServiceRegistrations { .. }
                 | Command::DeleteServiceRegistration { .. }
                 | Command::DeleteServiceRegistrationsOfAllocs { .. }
-                | Command::SetJobStability { .. } => false,
+                | Command::SetJobStability { .. }
+                | Command::UpdateDeploymentStatus { .. }
+                | Command::PromoteDeployment { .. }
+                | Command::SetAllocHealth { .. } => false,
             };
             // The scheduler configuration, the ACL and service registrations
             // carry no eval; every other kind carries one.

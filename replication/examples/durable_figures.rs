@@ -78,6 +78,8 @@ fn populate(durable: &Durable, nodes: usize, allocs: usize) {
             })
             .collect();
         let command = Command::ApplyPlanResults {
+            deployment: None,
+            deployment_updates: Vec::new(),
             eval_id: EvalId::from_u128(1),
             allocs: placed,
             evals: vec![],

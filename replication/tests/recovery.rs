@@ -55,6 +55,8 @@ fn command(rng: &mut SmallRng, snapshot: &Snapshot, step: u64) -> Command {
                 })
                 .collect();
             Command::ApplyPlanResults {
+                deployment: None,
+                deployment_updates: Vec::new(),
                 eval_id: EvalId::from_u128(u128::from(step)),
                 allocs: placed,
                 evals: vec![],

@@ -293,8 +293,8 @@ pub struct RescheduleSpec {
     pub other: BTreeMap<String, Value>,
 }
 
-/// `Update`: Drover honours `MaxParallel`; the rest is named in a warning
-/// when it differs from Nomad's default (until deployments exist).
+/// `Update`: every field honoured; a group's fields override its job's,
+/// and a service job without any gets Nomad's defaults (deployments).
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, rename_all = "PascalCase")]
 #[allow(missing_docs)]
@@ -311,53 +311,6 @@ pub struct UpdateSpec {
     /// Fields Drover does not know: warned of when set.
     #[serde(flatten)]
     pub other: BTreeMap<String, Value>,
-}
-
-impl UpdateSpec {
-    /// Warns of every field Drover does not honour yet that is set to
-    /// something other than Nomad's default (the default means what
-    /// Drover does: no canaries, no health gate, no revert).
-    fn warn_unhonoured(&self, place: &str, warnings: &mut Vec<String>) {
-        const SECOND: i64 = 1_000_000_000;
-        let durations = [
-            ("Stagger", self.stagger, 30 * SECOND),
-            ("MinHealthyTime", self.min_healthy_time, 10 * SECOND),
-            ("HealthyDeadline", self.healthy_deadline, 300 * SECOND),
-            ("ProgressDeadline", self.progress_deadline, 600 * SECOND),
-        ];
-        let mut unhonoured: Vec<String> = durations
-            .into_iter()
-            // 0 is Go's zero value, which a job read back carries: not set.
-            .filter(|(_, value, default)| value.is_some_and(|value| value != 0 && value != *default))
-            .map(|(field, value, _)| format!("{field} ({})", human_nanos(value.unwrap_or_default())))
-            .collect();
-        if let Some(check) = self.health_check.as_deref().filter(|check| !check.is_empty() && *check != "checks") {
-            unhonoured.push(format!("HealthCheck ({check:?})"));
-        }
-        for (field, value) in [("AutoRevert", self.auto_revert), ("AutoPromote", self.auto_promote)] {
-            if value == Some(true) {
-                unhonoured.push(format!("{field} (true)"));
-            }
-        }
-        if let Some(canary) = self.canary.filter(|canary| *canary != 0) {
-            unhonoured.push(format!("Canary ({canary})"));
-        }
-        if !unhonoured.is_empty() {
-            warnings.push(format!(
-                "{place}Update: {} not implemented by Drover and ignored: updates replace allocations \
-                 MaxParallel at a time, without canaries, health gates or automatic revert (the health \
-                 settings decide only the allocation health agents report)",
-                unhonoured.join(", ")
-            ));
-        }
-    }
-}
-
-/// A whole number of nanoseconds as a Go duration (`30s`), for warnings.
-fn human_nanos(value: i64) -> String {
-    u64::try_from(value)
-        .map(|nanos| engine::structs::format_duration(Duration::from_nanos(nanos)))
-        .unwrap_or_else(|_| format!("{value}ns"))
 }
 
 /// `EphemeralDisk`.
@@ -489,9 +442,6 @@ pub fn convert_job(api: JobSpec, query_namespace: Option<&str>) -> Result<Conver
         "Drover does not dispatch parameterized jobs yet, and run as a plain job it would start at once \
          instead of waiting for `job dispatch`",
     )?;
-    if let Some(update) = &api.update {
-        update.warn_unhonoured("Job.", &mut warnings);
-    }
     let mut ignored = Ignored { warnings: &mut warnings };
     let place = "Job.";
     ignored.check(place, "Multiregion", &api.multiregion);
@@ -512,6 +462,12 @@ pub fn convert_job(api: JobSpec, query_namespace: Option<&str>) -> Result<Conver
     for group in api.task_groups.unwrap_or_default() {
         let context = GroupContext { job_name: &job_name, job_type, update: &api.update, reschedule: &api.reschedule };
         task_groups.push(convert_group(group, &context, &mut warnings)?);
+    }
+    let canary_groups: Vec<&UpdateStrategy> =
+        task_groups.iter().filter_map(|group| group.update.as_ref()).filter(|update| update.canary > 0).collect();
+    if canary_groups.iter().any(|update| update.auto_promote) && !canary_groups.iter().all(|update| update.auto_promote)
+    {
+        warnings.push("auto_promote must be true for all groups to enable automatic promotion".to_string());
     }
     let query_namespace = query_namespace.filter(|namespace| !namespace.is_empty());
     let body_namespace = api.namespace.filter(|namespace| !namespace.is_empty());
@@ -611,11 +567,7 @@ fn convert_group(
     }
     let owner = ServiceOwner { job: job.job_name, group: &name, task: None, place: &place };
     let services = convert_services(api.services, &owner, ignored.warnings)?;
-    if let Some(update) = &api.update {
-        update.warn_unhonoured(&place, ignored.warnings);
-    }
-    let max_parallel = |update: &Option<UpdateSpec>| update.as_ref().and_then(|update| update.max_parallel);
-    let update = max_parallel(&api.update).or(max_parallel(job_update));
+    let update = update_strategy(api.update.as_ref(), job_update.as_ref(), job_type, count, &place, ignored.warnings)?;
     let reschedule = match job_type.is_system_like() {
         true => None,
         false => reschedule_policy(api.reschedule_policy.as_ref().or(job_reschedule.as_ref()), job_type)?,
@@ -642,7 +594,7 @@ fn convert_group(
         tasks,
         reschedule_policy: reschedule,
         restart_policy: restart,
-        update: update.filter(|max| *max > 0).map(|max| UpdateStrategy { max_parallel: max as u32 }),
+        update,
         max_client_disconnect: lost_after.map(nanos).transpose()?,
         stop_after_client_disconnect: stop_after.map(nanos).transpose()?,
         replace_on_disconnect: disconnect.replace.unwrap_or(true),
@@ -652,6 +604,57 @@ fn convert_group(
         shutdown_delay: api.shutdown_delay.map(nanos).transpose()?.unwrap_or_default(),
         health: health_policy(api.update.as_ref(), job_update.as_ref(), &place)?,
     })
+}
+
+/// The group's `update` block: each field its own, else its job's, else
+/// Nomad's default; a service job with neither gets every default (so
+/// deployments), and `MaxParallel = 0` means none (replace at once).
+fn update_strategy(
+    group: Option<&UpdateSpec>,
+    job: Option<&UpdateSpec>,
+    job_type: JobType,
+    count: u32,
+    place: &str,
+    warnings: &mut Vec<String>,
+) -> Result<Option<UpdateStrategy>, JobSpecError> {
+    if group.is_none() && job.is_none() && job_type != JobType::Service {
+        return Ok(None);
+    }
+    let pick = |field: fn(&UpdateSpec) -> Option<i64>| group.and_then(field).or_else(|| job.and_then(field));
+    let flag = |field: fn(&UpdateSpec) -> Option<bool>| group.and_then(field).or_else(|| job.and_then(field));
+    let whole = |name: &str, value: Option<i64>, default: u32| match value {
+        None => Ok(default),
+        Some(value) => u32::try_from(value)
+            .map_err(|_| JobSpecError(format!("{place}Update.{name} must be a whole number, not {value}"))),
+    };
+    let defaults = UpdateStrategy::default();
+    let max_parallel = whole("MaxParallel", pick(|update| update.max_parallel), defaults.max_parallel)?;
+    if max_parallel == 0 {
+        return Ok(None);
+    }
+    let progress_deadline = match pick(|update| update.progress_deadline) {
+        None => defaults.progress_deadline,
+        Some(value) => nanos(value)?,
+    };
+    let stagger = match pick(|update| update.stagger).filter(|nanos| *nanos != 0) {
+        None => defaults.stagger,
+        Some(value) => nanos(value)?,
+    };
+    let strategy = UpdateStrategy {
+        max_parallel,
+        canary: whole("Canary", pick(|update| update.canary), 0)?,
+        auto_revert: flag(|update| update.auto_revert).unwrap_or(false),
+        auto_promote: flag(|update| update.auto_promote).unwrap_or(false),
+        progress_deadline,
+        stagger,
+    };
+    if max_parallel > count && count > 0 && !job_type.is_system_like() {
+        warnings.push(format!(
+            "{place}Update max parallel count is greater than task group count ({max_parallel} > {count}). A \
+             destructive change would result in the simultaneous replacement of all allocations."
+        ));
+    }
+    Ok(Some(strategy))
 }
 
 /// The group's health settings: its `Update`'s, else the job's, else

@@ -286,8 +286,8 @@ impl From<&engine::structs::ReschedulePolicy> for ReschedulePolicy {
     }
 }
 
-/// `UpdateStrategy`: the job's carries `Stagger`, a group's only
-/// `MaxParallel`.
+/// `UpdateStrategy`: the job's carries `Stagger` and `MaxParallel`, a
+/// group's every field (durations in nanoseconds).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, rename_all = "PascalCase")]
 #[allow(missing_docs)]
@@ -298,12 +298,37 @@ pub struct UpdateStrategy {
     /// `checks`, `task_states` or `manual` (a group's).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub health_check: Option<String>,
-    /// Nanoseconds (a group's).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub min_healthy_time: Option<u64>,
-    /// Nanoseconds (a group's).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub healthy_deadline: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub progress_deadline: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub auto_revert: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub auto_promote: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub canary: Option<u64>,
+}
+
+impl UpdateStrategy {
+    /// A group's merged block as the server answers it.
+    pub fn of_group(group: &engine::structs::TaskGroup) -> UpdateStrategy {
+        let update =
+            group.update.clone().unwrap_or(engine::structs::UpdateStrategy { max_parallel: 0, ..Default::default() });
+        UpdateStrategy {
+            stagger: Some(nanos(update.stagger)),
+            max_parallel: u64::from(update.max_parallel),
+            health_check: Some(group.health.mode.as_str().to_string()),
+            min_healthy_time: Some(nanos(group.health.min_healthy_time)),
+            healthy_deadline: Some(nanos(group.health.healthy_deadline)),
+            progress_deadline: Some(nanos(update.progress_deadline)),
+            auto_revert: Some(update.auto_revert),
+            auto_promote: Some(update.auto_promote),
+            canary: Some(u64::from(update.canary)),
+        }
+    }
 }
 
 /// `EphemeralDisk`.
@@ -377,17 +402,9 @@ impl TaskGroup {
         TaskGroup {
             name: group.name.clone(),
             count: u64::from(group.count),
-            // Present with a rolling limit or health settings of its own,
-            // so a job read back registers the same job.
-            update: (group.update.is_some() || group.health != engine::structs::HealthPolicy::default()).then(|| {
-                UpdateStrategy {
-                    stagger: None,
-                    max_parallel: group.update.as_ref().map_or(0, |update| u64::from(update.max_parallel)),
-                    health_check: Some(group.health.mode.as_str().to_string()),
-                    min_healthy_time: Some(nanos(group.health.min_healthy_time)),
-                    healthy_deadline: Some(nanos(group.health.healthy_deadline)),
-                }
-            }),
+            // Always present, `MaxParallel` 0 without deployments, so a
+            // job read back registers the same job.
+            update: Some(UpdateStrategy::of_group(group)),
             constraints: group.constraints.iter().map(Constraint::from).collect(),
             tasks: group
                 .tasks

@@ -179,7 +179,14 @@ fn record_largest_plan(snapshot: &Snapshot, audit: &mut ClusterAudit) {
     let allocs: Vec<Allocation> =
         snapshot.allocs().filter(|alloc| alloc.eval_id == eval_id).map(|alloc| Allocation::clone(alloc)).collect();
     audit.largest_plan_allocs = allocs.len() as u64;
-    let command = Command::ApplyPlanResults { eval_id, allocs, evals: Vec::new(), time: Timestamp(1) };
+    let command = Command::ApplyPlanResults {
+        eval_id,
+        allocs,
+        evals: Vec::new(),
+        deployment: None,
+        deployment_updates: Vec::new(),
+        time: Timestamp(1),
+    };
     audit.largest_plan_bytes = command.encode().len() as u64;
     audit.largest_plan_bytes_jobs_inline = command.encoded_len_jobs_inline() as u64;
 }
@@ -227,6 +234,8 @@ mod tests {
         let allocs: Vec<_> =
             (0..count).map(|i| Allocation::new_placement(&job, "group", i, node, EvalId::from_u128(eval))).collect();
         let command = Command::ApplyPlanResults {
+            deployment: None,
+            deployment_updates: Vec::new(),
             eval_id: EvalId::from_u128(eval),
             allocs: allocs.clone(),
             evals: vec![],

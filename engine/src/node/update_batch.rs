@@ -342,6 +342,8 @@ mod tests {
             .map(|i| Allocation::new_placement(&job, "group", i, node((i % 2) as usize).id, EvalId::from_u128(1)))
             .collect();
         let command = Command::ApplyPlanResults {
+            deployment: None,
+            deployment_updates: Vec::new(),
             eval_id: EvalId::from_u128(1),
             allocs: allocs.clone(),
             evals: vec![],
@@ -418,6 +420,8 @@ mod tests {
         let mut marked = allocs[1].clone();
         marked.record_client_status(ClientStatus::Unknown, Timestamp(2));
         let command = Command::ApplyPlanResults {
+            deployment: None,
+            deployment_updates: Vec::new(),
             eval_id: EvalId::from_u128(1),
             allocs: vec![marked],
             evals: vec![],

@@ -131,7 +131,11 @@ pub fn evaluate_plan_over(
     } else {
         node_ids.iter().map(check).collect()
     };
-    let mut result = PlanResult::default();
+    let mut result = PlanResult {
+        deployment: plan.deployment.clone(),
+        deployment_updates: plan.deployment_updates.clone(),
+        ..PlanResult::default()
+    };
     let mut refused = Vec::new();
     for (node_id, fits) in verdicts {
         if !fits {
@@ -378,8 +382,7 @@ impl PlanApplier {
                 result.refresh_index = self.writer.store().latest_index();
                 self.note_refusals(&refused);
             }
-            if result.node_update.is_empty() && result.node_allocation.is_empty() && result.node_preemptions.is_empty()
-            {
+            if result.is_empty() {
                 pending.respond(Ok(result));
                 continue;
             }

@@ -29,6 +29,8 @@ fn fixture() -> (Fixture, Allocation) {
     let existing = alloc_of(&job, 0, 600);
     store
         .apply(Command::ApplyPlanResults {
+            deployment: None,
+            deployment_updates: Vec::new(),
             eval_id: EvalId::from_u128(1),
             allocs: vec![existing.clone()],
             evals: vec![],
@@ -114,6 +116,8 @@ fn a_port_is_never_given_twice_on_a_node_across_plans() {
     let (f, _) = fixture();
     let holder = with_port(alloc_of(&f.job, 1, 10), 8080);
     let write = Command::ApplyPlanResults {
+        deployment: None,
+        deployment_updates: Vec::new(),
         eval_id: EvalId::from_u128(2),
         allocs: vec![holder.clone()],
         evals: vec![],

@@ -176,8 +176,14 @@ mod tests {
                 .map(|value| AllocatedPort { label: "p".into(), value: *value, to: 0, host_ip: "127.0.0.1".into() })
                 .collect();
             let allocs = vec![alloc];
-            let command =
-                Command::ApplyPlanResults { eval_id: EvalId::from_u128(1), allocs, evals: vec![], time: Timestamp(1) };
+            let command = Command::ApplyPlanResults {
+                deployment: None,
+                deployment_updates: Vec::new(),
+                eval_id: EvalId::from_u128(1),
+                allocs,
+                evals: vec![],
+                time: Timestamp(1),
+            };
             store.apply(command).expect("alloc");
         }
         (store, node)

@@ -630,7 +630,7 @@ fn destructive_updates_respect_max_parallel() {
     let mut newer = Job::clone(&fixture.job);
     newer.job_modify_index = 20;
     newer.task_groups[0].tasks[0].driver = "docker".into();
-    newer.task_groups[0].update = Some(UpdateStrategy { max_parallel: 1 });
+    newer.task_groups[0].update = Some(UpdateStrategy::rolling(1));
     fixture.job = Arc::new(newer);
     let result = fixture.compute();
     assert_eq!(result.stop.len(), 1);

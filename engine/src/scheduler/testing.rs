@@ -93,6 +93,8 @@ impl Planner for Harness {
             node_preemptions: plan.node_preemptions,
             refresh_index: 0,
             alloc_index: 0,
+            deployment: plan.deployment,
+            deployment_updates: plan.deployment_updates,
         };
         let applied = self.store.apply(Command::apply_plan_result(plan.eval_id, &result, self.config.now))?;
         result.alloc_index = applied.index;

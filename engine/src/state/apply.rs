@@ -61,9 +61,31 @@ impl Snapshot {
                 self.upsert_evals(index, evals, applied);
                 Ok(())
             }
-            Command::ApplyPlanResults { eval_id, allocs, evals, time } => {
+            Command::ApplyPlanResults { eval_id, allocs, evals, deployment, deployment_updates, time } => {
+                if let Some(deployment) = deployment {
+                    self.upsert_plan_deployment(index, deployment, time);
+                }
                 self.apply_plan_results(index, eval_id, allocs, time, applied)?;
+                self.apply_deployment_updates(index, deployment_updates, time);
                 self.upsert_evals(index, evals, applied);
+                Ok(())
+            }
+            Command::UpdateDeploymentStatus { update, job, eval, time } => {
+                self.update_deployment_status(index, update, time)?;
+                self.register_with_eval(index, job, eval, applied);
+                Ok(())
+            }
+            Command::PromoteDeployment { deployment_id, groups, eval, time } => {
+                self.promote_deployment(index, deployment_id, &groups, time)?;
+                self.upsert_evals(index, eval.into_iter().collect(), applied);
+                Ok(())
+            }
+            Command::SetAllocHealth { deployment_id, healthy, unhealthy, update, job, eval, time } => {
+                self.set_alloc_health(index, deployment_id, &healthy, &unhealthy, time)?;
+                if let Some(update) = update {
+                    self.update_deployment_status(index, update, time)?;
+                }
+                self.register_with_eval(index, job, eval, applied);
                 Ok(())
             }
             Command::SetSchedulerConfig { config, cas_index } => self.set_scheduler_config(index, config, cas_index),
@@ -107,6 +129,20 @@ impl Snapshot {
                 self.delete_alloc_service_registrations(index, &alloc_ids);
                 Ok(())
             }
+        }
+    }
+
+    /// Registers a job (when given) and writes the eval, which takes the
+    /// stored job's index when there is one.
+    fn register_with_eval(&mut self, index: u64, job: Option<Job>, eval: Option<Evaluation>, applied: &mut Applied) {
+        let stored = job.map(|job| self.register_job(index, job));
+        let evals = eval.into_iter().map(|eval| match &stored {
+            Some(job) => with_job_index(eval, job),
+            None => eval,
+        });
+        self.upsert_evals(index, evals.collect(), applied);
+        if stored.is_some() {
+            applied.job = stored;
         }
     }
 
@@ -422,6 +458,7 @@ impl Snapshot {
             // stored, also once the servers stopped it (its tasks being
             // killed are deregistered first); only additions are refused then.
             let running_here = !alloc.client_terminal();
+            self.count_in_deployment(index, Some(&existing), &alloc, time);
             self.put_alloc(alloc);
             if let (true, Some(services)) = (running_here, &update.services) {
                 self.replace_alloc_service_registrations(index, update.alloc_id, services.clone(), applied);
@@ -485,8 +522,13 @@ impl Snapshot {
                         alloc.client_status = existing.client_status;
                         alloc.client_description.clone_from(&existing.client_description);
                     }
-                    // The client owns its task states; a plan's copy may be older.
+                    // The client owns its task states, checks and health,
+                    // and promotion clears the canary mark; a plan's copy
+                    // may be older.
                     alloc.task_states.clone_from(&existing.task_states);
+                    alloc.checks.clone_from(&existing.checks);
+                    alloc.health.clone_from(&existing.health);
+                    alloc.canary = existing.canary && alloc.canary;
                     alloc.client_status_time = existing.client_status_time;
                     // Only the store links a replacement to what it replaces
                     // (below); a plan's copy may predate the link.
@@ -518,6 +560,8 @@ impl Snapshot {
             }
             applied.touch(alloc.node_id);
             self.forget_services_if_ended(index, &alloc);
+            let existing = self.allocs.get(&alloc.id).cloned();
+            self.count_in_deployment(index, existing.as_deref(), &alloc, time);
             self.put_alloc(alloc);
         }
         self.table_indexes.allocs = index;
@@ -546,7 +590,7 @@ impl Snapshot {
     }
 
     /// Stores an allocation, keeping its node's usage and ports in step.
-    fn put_alloc(&mut self, alloc: Allocation) {
+    pub(super) fn put_alloc(&mut self, alloc: Allocation) {
         let live = |alloc: &Allocation| if alloc.terminal() { Resources::default() } else { alloc.resources };
         let old = self.allocs.get(&alloc.id).cloned();
         let before = old.as_deref().map(live).unwrap_or_default();

@@ -22,9 +22,11 @@ use crate::structs::Job;
 /// the service registration commands (issue 26). 5: what the rest of
 /// issue 26 added: tasks' shutdown delay and templates, allocations' check
 /// results and health. 6: a job carries its `stable` mark, and
-/// `SetJobStability` (issue 27's job versions). A log of an older version
-/// is refused, never misread.
-pub const FORMAT_VERSION: u8 = 6;
+/// `SetJobStability` (issue 27's job versions). 7: deployments (issue 27):
+/// the full `update` block, allocations' deployment and canary mark, plan
+/// results' deployments and the deployment commands. A log of an older
+/// version is refused, never misread.
+pub const FORMAT_VERSION: u8 = 7;
 
 /// Why bytes did not decode to a command.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -107,7 +109,14 @@ mod tests {
                 Allocation::new_placement(job, "group", i, NodeId::from_u128(u128::from(i)), EvalId::from_u128(1))
             })
             .collect();
-        Command::ApplyPlanResults { eval_id: EvalId::from_u128(1), allocs, evals: vec![], time: Timestamp(5) }
+        Command::ApplyPlanResults {
+            deployment: None,
+            deployment_updates: Vec::new(),
+            eval_id: EvalId::from_u128(1),
+            allocs,
+            evals: vec![],
+            time: Timestamp(5),
+        }
     }
 
     #[test]

@@ -10,9 +10,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::clock::Timestamp;
 use crate::structs::{
-    AclPolicy, AclToken, AllocHealth, AllocId, Allocation, CheckResult, ClientStatus, EvalId, Evaluation, Job, JobKey,
-    Node, NodeEligibility, NodeId, NodeStatus, PlanResult, SchedulerConfiguration, ServiceRegistration, TaskState,
-    TriggerReason,
+    AclPolicy, AclToken, AllocHealth, AllocId, Allocation, CheckResult, ClientStatus, Deployment, DeploymentId,
+    DeploymentStatusUpdate, EvalId, Evaluation, Job, JobKey, Node, NodeEligibility, NodeId, NodeStatus, PlanResult,
+    SchedulerConfiguration, ServiceRegistration, TaskState, TriggerReason,
 };
 
 /// One write to the state store.
@@ -107,6 +107,11 @@ pub enum Command {
         allocs: Vec<Allocation>,
         /// Evals to insert or replace.
         evals: Vec<Evaluation>,
+        /// The job's deployment as the plan leaves it: created, or with
+        /// new desired counts or status (the store keeps its own counters).
+        deployment: Option<Deployment>,
+        /// Status changes of other deployments.
+        deployment_updates: Vec<DeploymentStatusUpdate>,
         /// When the plan was applied.
         time: Timestamp,
     },
@@ -216,6 +221,53 @@ pub enum Command {
         /// Whether it is stable.
         stable: bool,
     },
+    /// An operator or the deployment watcher changes a deployment's status
+    /// (fail, pause, resume), with the eval that acts on it and, for an
+    /// automatic revert, the job version registered again. Refused for an
+    /// unknown or terminal deployment.
+    UpdateDeploymentStatus {
+        /// The change.
+        update: DeploymentStatusUpdate,
+        /// A job to register with it (auto-revert).
+        job: Option<Job>,
+        /// The eval of the deployment's job.
+        eval: Option<Evaluation>,
+        /// When.
+        time: Timestamp,
+    },
+    /// Promote a deployment's canaries: of `groups`, or of every group when
+    /// empty. Refused for an unknown or terminal deployment, an unknown
+    /// group, or a group whose desired canaries are not all healthy.
+    PromoteDeployment {
+        /// The deployment.
+        deployment_id: DeploymentId,
+        /// The groups; empty: all.
+        groups: Vec<String>,
+        /// The eval that rolls on.
+        eval: Option<Evaluation>,
+        /// When.
+        time: Timestamp,
+    },
+    /// Health verdicts on allocations of a deployment (an operator's, for
+    /// `health_check = "manual"`), with the status change they cause and
+    /// its revert. Refused whole when an allocation is unknown or not part
+    /// of the deployment, or the deployment is unknown or terminal.
+    SetAllocHealth {
+        /// The deployment.
+        deployment_id: DeploymentId,
+        /// Allocations now healthy.
+        healthy: Vec<AllocId>,
+        /// Allocations now unhealthy.
+        unhealthy: Vec<AllocId>,
+        /// The deployment's status change (failed when any is unhealthy).
+        update: Option<DeploymentStatusUpdate>,
+        /// A job to register with it (auto-revert).
+        job: Option<Job>,
+        /// The eval of the deployment's job.
+        eval: Option<Evaluation>,
+        /// When.
+        time: Timestamp,
+    },
 }
 
 impl Command {
@@ -232,7 +284,14 @@ impl Command {
             .flatten()
             .cloned()
             .collect();
-        Command::ApplyPlanResults { eval_id, allocs, evals: preemption_evals(result, time), time }
+        Command::ApplyPlanResults {
+            eval_id,
+            allocs,
+            evals: preemption_evals(result, time),
+            deployment: result.deployment.clone(),
+            deployment_updates: result.deployment_updates.clone(),
+            time,
+        }
     }
 }
 

@@ -36,6 +36,7 @@
 mod apply;
 mod codec;
 mod command;
+mod deployments;
 mod job_versions;
 mod persist;
 mod services;
@@ -173,6 +174,43 @@ pub enum StateError {
     /// its client ended: nothing there answers any more.
     #[error("allocation {0} is stopped or ended; its services are not registered")]
     AllocNotLive(AllocId),
+    /// No deployment has this id.
+    #[error("deployment {0} not found")]
+    UnknownDeployment(crate::structs::DeploymentId),
+    /// A deployment that ended cannot change (Nomad's words).
+    #[error("can't {action} terminal deployment")]
+    DeploymentTerminal {
+        /// The deployment.
+        deployment_id: crate::structs::DeploymentId,
+        /// What was asked.
+        action: String,
+    },
+    /// A promotion named a group that is not part of the deployment.
+    #[error("deployment {deployment_id} has no task group {group:?}")]
+    UnknownDeploymentGroup {
+        /// The deployment.
+        deployment_id: crate::structs::DeploymentId,
+        /// The group named.
+        group: String,
+    },
+    /// A promotion of a group whose canaries are not all healthy yet.
+    #[error("Task group {group:?} has {healthy}/{desired} healthy allocations")]
+    CanariesNotHealthy {
+        /// The group.
+        group: String,
+        /// Its healthy canaries.
+        healthy: u32,
+        /// The canaries it wants.
+        desired: u32,
+    },
+    /// A health verdict for an allocation of another deployment.
+    #[error("alloc \"{alloc_id}\" is not part of deployment \"{deployment_id}\"")]
+    AllocNotInDeployment {
+        /// The allocation.
+        alloc_id: AllocId,
+        /// The deployment named.
+        deployment_id: crate::structs::DeploymentId,
+    },
     /// A client reported an allocation live again after it had ended on
     /// the client: its ports and resources may be another's by now.
     #[error("allocation {alloc_id} already ended ({status:?}); a client cannot report it live again")]

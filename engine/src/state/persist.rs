@@ -39,7 +39,9 @@ use serde::{Deserialize, Serialize};
 
 use super::snapshot::{index_add, Snapshot, TableIndexes};
 use crate::structs::job_refs::{decoding_jobs, encoding_jobs, JobTable};
-use crate::structs::{AllocId, Allocation, ComputedClass, Evaluation, Job, JobKey, Node, NodeId, Resources};
+use crate::structs::{
+    AllocId, Allocation, ComputedClass, Deployment, Evaluation, Job, JobKey, Node, NodeId, Resources,
+};
 
 /// The version byte of today's snapshot format (2: the records of issue 24's
 /// job and allocation fields, as the log format's version 2; 3: a task's
@@ -48,8 +50,10 @@ use crate::structs::{AllocId, Allocation, ComputedClass, Evaluation, Job, JobKey
 /// section; 5: tasks' shutdown delay and templates, allocations' check
 /// results and health, as the log format's version 5; 6: a job's `stable`
 /// mark, as the log format's version 6, and the section of kept job
-/// versions, `JOB_HISTORY`).
-pub const SNAPSHOT_FORMAT_VERSION: u8 = 6;
+/// versions, `JOB_HISTORY`; 7: the full `update` block, allocations'
+/// deployment and canary mark, as the log format's version 7, the
+/// header's table index of deployments, and their section).
+pub const SNAPSHOT_FORMAT_VERSION: u8 = 7;
 
 /// The longest record a decoder accepts (a group of one node's allocations
 /// is the largest record; a million would be far below this).
@@ -70,8 +74,10 @@ mod tag {
     /// The kept versions of each job (`job_versions.rs`), not to be
     /// confused with `JOB_VERSIONS`, the table of job versions written once.
     pub const JOB_HISTORY: u8 = 10;
+    /// Deployments, grouped by job in creation order.
+    pub const DEPLOYMENTS: u8 = 11;
     /// The last tag this build knows.
-    pub const LAST: u8 = JOB_HISTORY;
+    pub const LAST: u8 = DEPLOYMENTS;
 }
 
 /// Why bytes did not decode to a snapshot.
@@ -150,7 +156,10 @@ impl Snapshot {
         writer.section(tag::SERVICES, self.services.len(), self.services.rows())?;
         let history =
             self.job_versions.iter().map(|(job, versions)| (job, versions.iter().map(JobRow).collect::<Vec<_>>()));
-        writer.section(tag::JOB_HISTORY, self.job_versions.len(), history)
+        writer.section(tag::JOB_HISTORY, self.job_versions.len(), history)?;
+        let deployments =
+            self.deployments_by_job.iter().map(|(job, ids)| (job, rows(ids, |id| self.deployments.get(id))));
+        writer.section(tag::DEPLOYMENTS, self.deployments_by_job.len(), deployments)
     }
 
     /// Reads a snapshot written by [`Snapshot::encode`], rebuilding its
@@ -221,6 +230,16 @@ impl Snapshot {
                 tag::JOB_HISTORY => {
                     let (job, versions): (JobKey, Vec<JobRowOwned>) = reader.record()?;
                     self.job_versions.insert(job, versions.into_iter().map(|JobRowOwned(version)| version).collect());
+                }
+                tag::DEPLOYMENTS => {
+                    let (job, deployments): (JobKey, Vec<Deployment>) = reader.record()?;
+                    for deployment in deployments {
+                        index_add(&mut self.deployments_by_job, job.clone(), deployment.id);
+                        if deployment.is_active() {
+                            self.active_deployments.insert(deployment.id);
+                        }
+                        self.deployments.insert(deployment.id, Arc::new(deployment));
+                    }
                 }
                 _ => unreachable!("next_section accepts only known tags"),
             }

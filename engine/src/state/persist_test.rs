@@ -29,8 +29,14 @@ fn store(n_allocs: u32) -> StateStore {
                 Allocation::new_placement(&stored, "group", i, node, EvalId::from_u128(1))
             })
             .collect();
-        let plan =
-            Command::ApplyPlanResults { eval_id: EvalId::from_u128(1), allocs, evals: vec![], time: Timestamp(2) };
+        let plan = Command::ApplyPlanResults {
+            deployment: None,
+            deployment_updates: Vec::new(),
+            eval_id: EvalId::from_u128(1),
+            allocs,
+            evals: vec![],
+            time: Timestamp(2),
+        };
         store.apply(plan).expect("plan");
     }
     store

@@ -290,7 +290,14 @@ fn command(op: &Op, snapshot: &Snapshot, step: u64) -> Command {
                 stopped.record_client_status(ClientStatus::Lost, time);
                 allocs.insert(0, stopped);
             }
-            Command::ApplyPlanResults { eval_id: EvalId::from_u128(u128::from(step)), allocs, evals: vec![], time }
+            Command::ApplyPlanResults {
+                deployment: None,
+                deployment_updates: Vec::new(),
+                eval_id: EvalId::from_u128(u128::from(step)),
+                allocs,
+                evals: vec![],
+                time,
+            }
         }
     }
 }

@@ -34,6 +34,8 @@ fn running(store: &StateStore, job: &str, n: u128) -> Allocation {
     let mut alloc = Allocation::new_placement(&stored, "group", 0, NodeId::from_u128(n), EvalId::from_u128(9));
     alloc.client_status = ClientStatus::Running;
     let plan = Command::ApplyPlanResults {
+        deployment: None,
+        deployment_updates: Vec::new(),
         eval_id: EvalId::from_u128(9),
         allocs: vec![alloc.clone()],
         evals: vec![],
@@ -141,6 +143,8 @@ fn a_registration_of_an_allocation_that_is_not_live_here_is_left_out_and_the_res
     let mut stop = Allocation::clone(store.snapshot().alloc(stopped.id).expect("placed"));
     stop.desired_status = DesiredStatus::Stop;
     let plan = Command::ApplyPlanResults {
+        deployment: None,
+        deployment_updates: Vec::new(),
         eval_id: EvalId::from_u128(9),
         allocs: vec![stop],
         evals: vec![],
@@ -262,6 +266,8 @@ fn a_plan_marking_an_allocation_lost_removes_its_registrations_and_a_stop_alone_
     let mut stopped = Allocation::clone(snapshot.alloc(stopping.id).expect("placed"));
     stopped.desired_status = DesiredStatus::Stop;
     let plan = Command::ApplyPlanResults {
+        deployment: None,
+        deployment_updates: Vec::new(),
         eval_id: EvalId::from_u128(9),
         allocs: vec![marked_lost, stopped],
         evals: vec![],
@@ -392,6 +398,8 @@ fn a_client_report_replaces_its_allocations_registrations() {
     let mut stopped = Allocation::clone(store.snapshot().alloc(web.id).expect("placed"));
     stopped.desired_status = DesiredStatus::Stop;
     let plan = Command::ApplyPlanResults {
+        deployment: None,
+        deployment_updates: Vec::new(),
         eval_id: EvalId::from_u128(9),
         allocs: vec![stopped],
         evals: vec![],

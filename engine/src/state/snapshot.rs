@@ -7,14 +7,14 @@
 
 use std::sync::Arc;
 
-use imbl::Vector;
+use imbl::{OrdSet, Vector};
 use serde::{Deserialize, Serialize};
 
 use super::services::{ServiceDump, ServiceTables};
 use super::table::Table;
 use crate::structs::{
-    AclState, AllocId, Allocation, ComputedClass, EvalId, Evaluation, Job, JobKey, Node, NodeId, PortSet, Resources,
-    SchedulerConfiguration,
+    AclState, AllocId, Allocation, ComputedClass, Deployment, DeploymentId, EvalId, Evaluation, Job, JobKey, Node,
+    NodeId, PortSet, Resources, SchedulerConfiguration,
 };
 
 /// The state at one index.
@@ -43,6 +43,11 @@ pub struct Snapshot {
     pub(super) acl: Arc<AclState>,
     /// Service registrations and their lookups.
     pub(super) services: ServiceTables,
+    /// Deployments (`deployments.rs`), each job's in creation order, and
+    /// the ids of those still running or paused.
+    pub(super) deployments: Table<DeploymentId, Arc<Deployment>>,
+    pub(super) deployments_by_job: Table<JobKey, Vector<DeploymentId>>,
+    pub(super) active_deployments: OrdSet<DeploymentId>,
     pub(super) table_indexes: TableIndexes,
 }
 
@@ -109,6 +114,9 @@ pub struct TableIndexes {
     pub evals: u64,
     /// Last write to service registrations.
     pub services: u64,
+    /// Last write to deployments.
+    #[serde(default)]
+    pub deployments: u64,
 }
 
 impl Default for Snapshot {
@@ -130,6 +138,9 @@ impl Default for Snapshot {
             scheduler_config: None,
             acl: Arc::default(),
             services: ServiceTables::default(),
+            deployments: Table::with_depth(3),
+            deployments_by_job: Table::with_depth(3),
+            active_deployments: OrdSet::new(),
             table_indexes: TableIndexes::default(),
         }
     }
@@ -338,6 +349,10 @@ pub struct StateDump {
     pub acl: AclState,
     /// Service registrations and their lookups.
     pub services: ServiceDump,
+    /// Deployments by id.
+    pub deployments: Vec<Deployment>,
+    /// Each job's deployments in creation order.
+    pub deployments_by_job: Vec<(JobKey, Vec<DeploymentId>)>,
 }
 
 impl Snapshot {
@@ -372,6 +387,11 @@ impl Snapshot {
             scheduler_config: self.scheduler_config,
             acl: AclState::clone(&self.acl),
             services: self.services.dump(),
+            deployments: sorted(&self.deployments, |deployment| Deployment::clone(deployment))
+                .into_iter()
+                .map(|(_, deployment)| deployment)
+                .collect(),
+            deployments_by_job: sorted(&self.deployments_by_job, |ids| ids.iter().copied().collect()),
         }
     }
 }

@@ -35,6 +35,8 @@ fn placement(store: &StateStore, job: &Job, node_id: NodeId, index: u32) -> Allo
 fn place_alloc(store: &StateStore, alloc: Allocation) -> Allocation {
     store
         .apply(Command::ApplyPlanResults {
+            deployment: None,
+            deployment_updates: Vec::new(),
             eval_id: EvalId::from_u128(9),
             allocs: vec![alloc.clone()],
             evals: vec![],
@@ -73,7 +75,10 @@ fn each_command_applies_at_the_next_index() {
     assert_eq!(snapshot.node(NodeId::from_u128(1)).expect("node").create_index, 1);
     let stored = snapshot.job(&job("web").key()).expect("job");
     assert_eq!((stored.create_index, stored.job_modify_index, stored.version), (2, 2, 0));
-    assert_eq!(snapshot.table_indexes(), TableIndexes { nodes: 1, jobs: 2, allocs: 0, evals: 2, services: 0 });
+    assert_eq!(
+        snapshot.table_indexes(),
+        TableIndexes { nodes: 1, jobs: 2, allocs: 0, evals: 2, services: 0, deployments: 0 }
+    );
 }
 
 #[test]
@@ -118,6 +123,8 @@ fn a_refused_command_changes_nothing_but_takes_its_log_position() {
 
     // The first placement is fine, the second names an unknown node: neither lands.
     let result = store.apply(Command::ApplyPlanResults {
+        deployment: None,
+        deployment_updates: Vec::new(),
         eval_id: EvalId::from_u128(1),
         allocs: vec![alloc, stranger],
         evals: vec![],
@@ -235,6 +242,8 @@ fn a_plan_keeps_what_the_client_reported_and_never_places_on_a_node_that_left() 
     late.id = AllocId::from_u128(99);
     let applied = store
         .apply(Command::ApplyPlanResults {
+            deployment: None,
+            deployment_updates: Vec::new(),
             eval_id: EvalId::from_u128(1),
             allocs: vec![inplace, late],
             evals: vec![],
@@ -413,6 +422,8 @@ fn stopping_an_alloc_in_a_plan_frees_capacity() {
     alloc.desired_status = DesiredStatus::Stop;
     let applied = store
         .apply(Command::ApplyPlanResults {
+            deployment: None,
+            deployment_updates: Vec::new(),
             eval_id: EvalId::from_u128(9),
             allocs: vec![alloc],
             evals: vec![],
@@ -431,6 +442,8 @@ fn a_placement_on_an_unknown_node_is_refused() {
     let alloc = Allocation::new_placement(&stored, "group", 0, NodeId::from_u128(5), EvalId::from_u128(1));
     let error = store
         .apply(Command::ApplyPlanResults {
+            deployment: None,
+            deployment_updates: Vec::new(),
             eval_id: EvalId::from_u128(1),
             allocs: vec![alloc],
             evals: vec![],
@@ -520,6 +533,8 @@ fn the_oversubscription_audit_reports_nodes_past_their_capacity() {
     huge.resources = Resources::new(4000, 1, 0);
     store
         .apply(Command::ApplyPlanResults {
+            deployment: None,
+            deployment_updates: Vec::new(),
             eval_id: EvalId::from_u128(9),
             allocs: vec![huge],
             evals: vec![],
@@ -555,6 +570,8 @@ fn a_plan_written_with_an_older_copy_keeps_the_link_to_the_replacement() {
     let mut marked = store.snapshot().alloc(original.id).expect("alloc").as_ref().clone();
     marked.record_client_status(ClientStatus::Unknown, Timestamp(6));
     let command = Command::ApplyPlanResults {
+        deployment: None,
+        deployment_updates: Vec::new(),
         eval_id: EvalId::from_u128(9),
         allocs: vec![replacement.clone(), marked],
         evals: vec![],
@@ -601,7 +618,14 @@ fn a_write_wakes_only_the_watchers_of_the_nodes_it_touched() {
         .map(|n| Allocation::new_placement(&stored, "group", n as u32, NodeId::from_u128(n), EvalId::from_u128(9)))
         .collect();
     let applied = store
-        .apply(Command::ApplyPlanResults { eval_id: EvalId::from_u128(9), allocs, evals: vec![], time: Timestamp(5) })
+        .apply(Command::ApplyPlanResults {
+            deployment: None,
+            deployment_updates: Vec::new(),
+            eval_id: EvalId::from_u128(9),
+            allocs,
+            evals: vec![],
+            time: Timestamp(5),
+        })
         .expect("plan");
     let mut touched = applied.touched_nodes.clone();
     touched.sort();
@@ -628,6 +652,8 @@ fn the_port_index_follows_live_allocations_and_refuses_a_port_held_twice() {
         alloc
     };
     let plan = |allocs: Vec<Allocation>| Command::ApplyPlanResults {
+        deployment: None,
+        deployment_updates: Vec::new(),
         eval_id: EvalId::from_u128(9),
         allocs,
         evals: vec![],

@@ -5,7 +5,9 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::{AllocHealth, AllocId, AllocatedPort, CheckResult, EvalId, Job, JobKey, NodeId, Resources, TaskState};
+use super::{
+    AllocHealth, AllocId, AllocatedPort, CheckResult, DeploymentId, EvalId, Job, JobKey, NodeId, Resources, TaskState,
+};
 use crate::clock::Timestamp;
 
 /// What the servers want done with an allocation.
@@ -145,6 +147,12 @@ pub struct Allocation {
     /// absent until decided.
     #[serde(default)]
     pub health: Option<AllocHealth>,
+    /// The deployment it was placed in (or moved to by an in-place update).
+    #[serde(default)]
+    pub deployment_id: Option<DeploymentId>,
+    /// Whether it is a canary of its deployment not yet promoted.
+    #[serde(default)]
+    pub canary: bool,
     /// History of client-status transitions recorded by the servers.
     pub alloc_states: Vec<AllocState>,
     /// The allocation this one replaces.
@@ -273,6 +281,8 @@ impl Allocation {
             task_states: BTreeMap::new(),
             checks: BTreeMap::new(),
             health: None,
+            deployment_id: None,
+            canary: false,
             alloc_states: Vec::new(),
             previous_allocation: None,
             next_allocation: None,

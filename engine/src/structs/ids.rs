@@ -85,6 +85,10 @@ uuid_id!(
     /// Identifies an evaluation.
     EvalId
 );
+uuid_id!(
+    /// Identifies a deployment.
+    DeploymentId
+);
 
 /// A job's identity: its namespace and its id within it.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

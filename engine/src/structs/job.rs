@@ -196,11 +196,71 @@ impl Default for RestartPolicy {
     }
 }
 
-/// Rolling update settings.
+/// A group's `update` block (Nomad's `UpdateStrategy`, merged from the
+/// job's and the group's): how a new version rolls out. A group with one
+/// gets deployments; its health settings are on [`TaskGroup::health`].
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct UpdateStrategy {
-    /// How many allocations of a group may be replaced at once.
+    /// How many allocations of a group may be replaced at once (at least
+    /// 1): the group's disruption budget.
     pub max_parallel: u32,
+    /// How many canaries a new version places before the old allocations
+    /// are touched; they wait for promotion.
+    pub canary: u32,
+    /// Revert to the latest stable version when a deployment fails.
+    pub auto_revert: bool,
+    /// Promote the canaries once all are healthy.
+    pub auto_promote: bool,
+    /// How long a deployment may go without a newly healthy allocation;
+    /// zero: the first unhealthy allocation fails it.
+    #[serde(with = "super::duration::serde_duration")]
+    pub progress_deadline: Duration,
+    /// A system job's pause between batches.
+    #[serde(with = "super::duration::serde_duration")]
+    pub stagger: Duration,
+}
+
+impl UpdateStrategy {
+    /// Nomad's default progress deadline.
+    pub const DEFAULT_PROGRESS_DEADLINE: Duration = Duration::from_secs(10 * 60);
+    /// Nomad's default stagger.
+    pub const DEFAULT_STAGGER: Duration = Duration::from_secs(30);
+
+    /// `max_parallel` at a time, everything else Nomad's defaults.
+    pub fn rolling(max_parallel: u32) -> UpdateStrategy {
+        UpdateStrategy { max_parallel, ..UpdateStrategy::default() }
+    }
+
+    fn problems(&self, group: &TaskGroup, place: &str, problems: &mut Vec<String>) {
+        if self.max_parallel == 0 {
+            problems.push(format!("{place}: update max_parallel must be at least 1"));
+        }
+        if self.auto_promote && self.canary == 0 {
+            problems.push(format!("{place}: update auto_promote needs canary > 0"));
+        }
+        if !self.progress_deadline.is_zero() && group.health.healthy_deadline >= self.progress_deadline {
+            problems.push(format!(
+                "{place}: update healthy_deadline ({}) must be less than progress_deadline ({})",
+                super::format_duration(group.health.healthy_deadline),
+                super::format_duration(self.progress_deadline)
+            ));
+        }
+    }
+}
+
+impl Default for UpdateStrategy {
+    /// Nomad's `DefaultUpdateStrategy`: one at a time, no canaries, 10m
+    /// progress deadline, 30s stagger.
+    fn default() -> UpdateStrategy {
+        UpdateStrategy {
+            max_parallel: 1,
+            canary: 0,
+            auto_revert: false,
+            auto_promote: false,
+            progress_deadline: UpdateStrategy::DEFAULT_PROGRESS_DEADLINE,
+            stagger: UpdateStrategy::DEFAULT_STAGGER,
+        }
+    }
 }
 
 /// One process a client runs.
@@ -662,9 +722,10 @@ impl Job {
                 .push(format!("{place}: max_client_disconnect and stop_after_client_disconnect cannot both be set"));
         }
         if let Some(update) = &group.update {
-            if update.max_parallel == 0 {
-                problems.push(format!("{place}: update max_parallel must be at least 1"));
+            if self.job_type == JobType::Batch {
+                problems.push(format!("{place}: job type {:?} does not allow update block", self.job_type.as_str()));
             }
+            update.problems(group, &place, problems);
         }
         if let Some(policy) = &group.reschedule_policy {
             policy.problems(&place, problems);

@@ -12,6 +12,7 @@ mod acl;
 mod affinity;
 mod alloc;
 mod constraint;
+mod deployment;
 mod docker_config;
 mod duration;
 mod eval;
@@ -37,13 +38,14 @@ pub use alloc::{AllocMetric, AllocState, Allocation, ClientStatus, DesiredStatus
 pub use constraint::{
     constraint_syntax_problem, set_contains, version_matches, Constraint, ConstraintOperand, Version,
 };
+pub use deployment::{deployment_description, Deployment, DeploymentGroup, DeploymentStatus, DeploymentStatusUpdate};
 pub use docker_config::{
     DockerAuth, DockerConfig, DockerLogging, DockerMount, MountKind, DEFAULT_IMAGE_PULL_TIMEOUT, DOCKER,
 };
 pub use duration::{format_duration, human_duration, DurationError};
 pub use eval::{EvalStatus, Evaluation, TriggerReason};
 pub use health::{AllocHealth, CheckMode, CheckResult, CheckResultStatus, HealthCheckMode, HealthPolicy};
-pub use ids::{seed_thread_ids, AllocId, EvalId, JobKey, NodeId};
+pub use ids::{seed_thread_ids, AllocId, DeploymentId, EvalId, JobKey, NodeId};
 pub use job::{
     DelayFunction, Job, JobType, JobValidationError, ReconcileStrategy, ReschedulePolicy, RestartMode, RestartPolicy,
     Task, TaskGroup, UpdateStrategy, DEFAULT_NAMESPACE, MAX_GROUP_COUNT,

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Allocation, EvalId, Job, NodeId};
+use super::{Allocation, Deployment, DeploymentStatusUpdate, EvalId, Job, NodeId};
 
 /// A scheduler's proposed changes for one evaluation. Only the plan applier
 /// turns plans into state.
@@ -31,12 +31,19 @@ pub struct Plan {
     pub node_preemptions: BTreeMap<NodeId, Vec<Allocation>>,
     /// The state index the scheduler planned against.
     pub snapshot_index: u64,
+    /// The job's deployment as this plan leaves it: created, or with new
+    /// desired counts, canaries or status.
+    pub deployment: Option<Deployment>,
+    /// Status changes of other deployments (an older version's, cancelled).
+    pub deployment_updates: Vec<DeploymentStatusUpdate>,
 }
 
 impl Plan {
     /// Whether the plan changes nothing.
     pub fn is_no_op(&self) -> bool {
-        self.node_update.values().all(Vec::is_empty)
+        self.deployment.is_none()
+            && self.deployment_updates.is_empty()
+            && self.node_update.values().all(Vec::is_empty)
             && self.node_allocation.values().all(Vec::is_empty)
             && self.node_preemptions.values().all(Vec::is_empty)
     }
@@ -67,9 +74,22 @@ pub struct PlanResult {
     pub refresh_index: u64,
     /// The index at which the committed part was applied (0 if nothing was).
     pub alloc_index: u64,
+    /// The deployment written with it.
+    pub deployment: Option<Deployment>,
+    /// The deployment status changes written with it.
+    pub deployment_updates: Vec<DeploymentStatusUpdate>,
 }
 
 impl PlanResult {
+    /// Whether it writes nothing.
+    pub fn is_empty(&self) -> bool {
+        self.node_update.is_empty()
+            && self.node_allocation.is_empty()
+            && self.node_preemptions.is_empty()
+            && self.deployment.is_none()
+            && self.deployment_updates.is_empty()
+    }
+
     /// Takes out placements the state store refused at commit time (their
     /// node left between the applier's check and the write, or a port they
     /// were given was taken) and asks for a re-plan at `index`. Evictions on

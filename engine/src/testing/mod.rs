@@ -57,6 +57,8 @@ pub fn populated_store(n_nodes: usize, n_allocs: usize) -> (Arc<StateStore>, Vec
                 eval_id: EvalId::from_u128(1),
                 allocs,
                 evals: vec![],
+                deployment: None,
+                deployment_updates: vec![],
                 time: Timestamp(1),
             })
             .expect("fixture allocs apply");
