@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use hashbrown::HashSet;
 
-use super::reconcile::{PlaceRequest, Reconciled, Reconciler};
+use super::reconcile::{Reconciled, Reconciler};
 use super::stack::Stack;
 use super::util::{add_preemptions, finish, Attempt, Summary};
 use super::{Planner, Scheduler, SchedulerConfig, SchedulerError, State};
@@ -71,6 +71,8 @@ impl<'a> GenericScheduler<'a> {
             nodes: &nodes,
             now: self.config.now,
             eval_id: eval.id,
+            deployment: self.state.latest_deployment(&key).as_ref(),
+            eval_priority: eval.priority,
         }
         .compute();
         let mut plan = Plan {
@@ -78,6 +80,8 @@ impl<'a> GenericScheduler<'a> {
             priority: eval.priority,
             job: job.clone(),
             snapshot_index: self.state.index(),
+            deployment: reconciled.deployment.clone(),
+            deployment_updates: reconciled.deployment_updates.clone(),
             ..Plan::default()
         };
         let mut summary = Summary { follow_up_at: reconciled.follow_up_at, ..Summary::default() };
@@ -89,7 +93,7 @@ impl<'a> GenericScheduler<'a> {
         });
         self.plan_changes(eval, &reconciled, &mut plan, stack.as_mut())?;
         if let (Some(job), Some(stack)) = (&job, stack.as_mut()) {
-            self.plan_placements(eval, job, &reconciled.place, stack, &mut plan, &mut summary);
+            self.plan_placements(eval, job, &reconciled, stack, &mut plan, &mut summary);
             summary.class_eligibility = stack.class_eligibility();
             summary.escaped = stack.escaped();
         }
@@ -154,7 +158,10 @@ impl<'a> GenericScheduler<'a> {
         }
         if let Some(job) = &plan.job {
             for alloc in &reconciled.inplace {
-                update(alloc, &mut |alloc| alloc.job = job.clone());
+                update(alloc, &mut |alloc| {
+                    alloc.job = job.clone();
+                    alloc.deployment_id = reconciled.deployment_id.or(alloc.deployment_id);
+                });
             }
         }
         for (alloc, follow_up) in self.delayed_reschedules(eval, reconciled)? {
@@ -191,13 +198,13 @@ impl<'a> GenericScheduler<'a> {
         &mut self,
         eval: &Evaluation,
         job: &Arc<Job>,
-        requests: &[PlaceRequest],
+        reconciled: &Reconciled,
         stack: &mut Stack,
         plan: &mut Plan,
         summary: &mut Summary,
     ) {
         let now = self.config.now;
-        for request in requests {
+        for request in &reconciled.place {
             let Some(group) = job.group(&request.group) else { continue };
             if let Some(metric) = summary.failed.get_mut(&group.name) {
                 metric.coalesced_failures += 1;
@@ -219,6 +226,8 @@ impl<'a> GenericScheduler<'a> {
                     alloc.modify_time = now;
                     alloc.ports = selection.ports;
                     alloc.score = selection.score;
+                    alloc.deployment_id = reconciled.deployment_id;
+                    alloc.canary = request.canary;
                     if let Some(previous) = &request.previous {
                         link_replacement(&mut alloc, previous, request.reschedule, now);
                     }

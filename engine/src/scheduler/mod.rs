@@ -30,7 +30,7 @@ use std::sync::Arc;
 use crate::clock::Timestamp;
 use crate::state::{NodeList, Snapshot, StateError, WaitError};
 use crate::structs::{
-    Allocation, ComputedClass, EvalId, Evaluation, Job, JobKey, JobType, Node, NodeId, Plan, PlanResult,
+    Allocation, ComputedClass, Deployment, EvalId, Evaluation, Job, JobKey, JobType, Node, NodeId, Plan, PlanResult,
     PreemptionConfig, Resources, SchedulerConfiguration,
 };
 
@@ -66,6 +66,8 @@ pub trait State: Send + Sync {
     fn ports_in_use_between(&self, id: NodeId, low: u16, high: u16) -> usize;
     /// The operator's scheduler configuration, if one was written.
     fn scheduler_config(&self) -> Option<SchedulerConfiguration>;
+    /// A job's newest deployment.
+    fn latest_deployment(&self, key: &JobKey) -> Option<Arc<Deployment>>;
 }
 
 impl State for Snapshot {
@@ -107,6 +109,9 @@ impl State for Snapshot {
     }
     fn scheduler_config(&self) -> Option<SchedulerConfiguration> {
         Snapshot::scheduler_config(self)
+    }
+    fn latest_deployment(&self, key: &JobKey) -> Option<Arc<Deployment>> {
+        Snapshot::latest_deployment(self, key).cloned()
     }
 }
 

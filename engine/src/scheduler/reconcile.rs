@@ -42,8 +42,31 @@
 //! 6. Slots `0..count` not held are placed; live allocations beyond the
 //!    count are stopped, highest index first.
 //! 7. Allocations of an older job version are updated in place when only
-//!    non-scheduling fields changed, else destructively (stop and replace),
-//!    at most `update.max_parallel` at a time with a follow-up eval for the rest.
+//!    non-scheduling fields changed, else destructively (stop and replace).
+//!    A group without an `update` block replaces them all at once. A group
+//!    with one rolls out in a deployment ([`Rollout`]):
+//!    - the job's newest deployment is cancelled when the job stopped or a
+//!      newer version came; a deployment is created when a group's
+//!      allocations need placing or updating for a version none of them
+//!      runs yet; every placement (and in-place update) of the eval joins
+//!      the active deployment;
+//!    - with `canary = N`, N canaries of the new version are placed beside
+//!      the old allocations (in the slots of those to replace) and nothing
+//!      else is replaced until they are promoted; unpromoted canaries of an
+//!      older or failed deployment are stopped; a promoted canary takes its
+//!      slot and the old allocation there is stopped;
+//!    - old allocations are stopped only while the group's available
+//!      allocations (running, and healthy when their deployment asks) stay
+//!      at least `count - max_parallel` (the disruption budget the plan
+//!      applier enforces too); an unavailable old allocation costs nothing
+//!      to replace. So each batch starts as soon as the previous one is
+//!      healthy: the clients' health reports bring the next eval. Nothing
+//!      more is replaced while the deployment is paused or failed or one of
+//!      its allocations is unhealthy; an unhealthy allocation of an active
+//!      deployment whose group has a progress deadline is replaced;
+//!    - when every group of the deployment has nothing left to do and its
+//!      healthy allocations reach the desired total, the deployment is
+//!      successful.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -53,12 +76,11 @@ use hashbrown::HashMap;
 
 use crate::clock::Timestamp;
 use crate::structs::{
-    Allocation, ClientStatus, DelayFunction, EvalId, Job, JobKey, Node, NodeId, NodeStatus, ReconcileStrategy,
-    ReschedulePolicy, Task, TaskGroup,
+    deployment_description, Allocation, ClientStatus, DelayFunction, Deployment, DeploymentGroup, DeploymentId,
+    DeploymentStatus, DeploymentStatusUpdate, EvalId, Job, JobKey, Node, NodeId, NodeStatus, ReconcileStrategy,
+    ReschedulePolicy, Task, TaskGroup, UpdateStrategy,
 };
 
-/// Delay between batches of a rolling (destructive) update.
-pub const ROLLING_UPDATE_STAGGER: Duration = Duration::from_secs(30);
 
 /// Why an allocation is stopped: the descriptions both schedulers record
 /// (Nomad's `allocNotNeeded`, `allocLost`, `allocUpdating` and kin).
@@ -81,6 +103,18 @@ pub mod stop_reason {
     pub const SCALED_DOWN: &str = "alloc not needed due to job update";
     /// Replaced by an allocation of the new job version (a destructive update).
     pub const UPDATING: &str = "alloc is being updated due to job update";
+    /// Its slot was taken by a promoted canary of the new job version.
+    pub const REPLACED_BY_CANARY: &str = "alloc not needed as a promoted canary took its place";
+    /// A canary of a deployment that was cancelled or failed.
+    pub const CANARY_NOT_NEEDED: &str = "alloc not needed due to job update";
+    /// Unhealthy in an active deployment: replaced, and the deployment goes on.
+    pub const UNHEALTHY: &str = "alloc is unhealthy and is being replaced";
+
+    /// Whether a stop with this description is a voluntary disruption that
+    /// counts against the group's budget.
+    pub fn is_voluntary(description: &str) -> bool {
+        description == UPDATING || description == REPLACED_BY_CANARY
+    }
     /// A system allocation whose node is no longer ready and eligible.
     pub const NODE_INELIGIBLE: &str = "alloc not needed: its node is no longer eligible";
     /// A system allocation whose node no longer meets the job's constraints.
@@ -100,6 +134,8 @@ pub struct PlaceRequest {
     pub previous: Option<Arc<Allocation>>,
     /// Whether it replaces a failed allocation (its node gets a penalty).
     pub reschedule: bool,
+    /// Whether it is a canary of the deployment.
+    pub canary: bool,
 }
 
 /// One allocation to stop.
@@ -128,8 +164,14 @@ pub struct Reconciled {
     pub reconnect: Vec<Arc<Allocation>>,
     /// Failed allocations to reschedule later, with when.
     pub delayed_reschedules: Vec<(Arc<Allocation>, Timestamp)>,
-    /// When an eval is next due: the next rolling-update batch or a disconnect expiry.
+    /// When an eval is next due: a disconnect expiry or a stop's silence.
     pub follow_up_at: Option<Timestamp>,
+    /// The job's deployment as this eval leaves it, when it was created or changed.
+    pub deployment: Option<Deployment>,
+    /// Status changes of the job's older deployments (cancelled).
+    pub deployment_updates: Vec<DeploymentStatusUpdate>,
+    /// The active deployment every placement and in-place update joins.
+    pub deployment_id: Option<DeploymentId>,
 }
 
 impl Reconciled {
@@ -217,6 +259,10 @@ pub struct Reconciler<'a> {
     /// The eval being processed: a failed allocation whose follow-up eval
     /// this is is rescheduled now.
     pub eval_id: EvalId,
+    /// The job's newest deployment.
+    pub deployment: Option<&'a Arc<Deployment>>,
+    /// The eval's priority (a deployment created now keeps it).
+    pub eval_priority: u8,
 }
 
 impl Reconciler<'_> {
@@ -228,21 +274,30 @@ impl Reconciler<'_> {
             by_group.entry(&alloc.task_group).or_default().push(alloc);
         }
         let job = self.job.filter(|job| !job.stop);
+        let mut rollout = Rollout::new(self.deployment, job, &mut result);
         for (group_name, allocs) in &by_group {
             match job.and_then(|job| job.group(group_name).map(|group| (job, group))) {
-                Some((job, group)) => self.reconcile_group(job, group, allocs, &mut result),
+                Some((job, group)) => self.reconcile_group(job, group, allocs, &mut rollout, &mut result),
                 None => stop_live(allocs, stop_reason::JOB_STOPPED, &mut result),
             }
         }
         if let Some(job) = job {
             for group in job.task_groups.iter().filter(|group| !by_group.contains_key(group.name.as_str())) {
-                self.reconcile_group(job, group, &[], &mut result);
+                self.reconcile_group(job, group, &[], &mut rollout, &mut result);
             }
+            rollout.finish(job, self.eval_priority, self.now, &mut result);
         }
         result
     }
 
-    fn reconcile_group(&self, job: &Arc<Job>, group: &TaskGroup, allocs: &[&Arc<Allocation>], out: &mut Reconciled) {
+    fn reconcile_group(
+        &self,
+        job: &Arc<Job>,
+        group: &TaskGroup,
+        allocs: &[&Arc<Allocation>],
+        rollout: &mut Rollout,
+        out: &mut Reconciled,
+    ) {
         let group_name: Arc<str> = Arc::from(group.name.as_str());
         let mut held: BTreeMap<u32, Vec<&Arc<Allocation>>> = BTreeMap::new();
         let mut replacements: Vec<PlaceRequest> = Vec::new();
@@ -250,6 +305,8 @@ impl Reconciler<'_> {
         // Slots kept without a replacement: an `unknown` allocation's, and a
         // lost one's while its client may still run it.
         let mut kept: BTreeSet<u32> = BTreeSet::new();
+        let mut canaries: Vec<&Arc<Allocation>> = Vec::new();
+        let places_before = out.place.len();
         for alloc in allocs.iter().copied() {
             let index = alloc.index().unwrap_or(u32::MAX);
             if alloc.server_terminal() {
@@ -290,11 +347,34 @@ impl Reconciler<'_> {
                     replace_unknown(group, &group_name, index, alloc, &mut replacements, &mut kept)
                 }
                 Taint::Reconnecting => reconnecting.push(alloc),
+                Taint::Untainted if alloc.canary => match rollout.keeps_canary(alloc) {
+                    true => canaries.push(alloc),
+                    false => out.stop.push(StopRequest {
+                        alloc: alloc.clone(),
+                        description: stop_reason::CANARY_NOT_NEEDED,
+                        client_status: None,
+                    }),
+                },
+                Taint::Untainted if rollout.replaces_unhealthy(group, alloc) => {
+                    out.stop.push(StopRequest {
+                        alloc: alloc.clone(),
+                        description: stop_reason::UNHEALTHY,
+                        client_status: None,
+                    });
+                    replacements.push(replacement(&group_name, index, alloc, true));
+                }
                 Taint::Untainted => held.entry(index).or_default().push(alloc),
             }
         }
         self.reconnect(job, group, reconnecting, &mut held, out);
-        self.stop_extras(group, &mut held, out);
+        // The disruption budget: how many available allocations this eval
+        // may stop voluntarily (module docs, step 7).
+        let available = held.values().flatten().chain(canaries.iter()).filter(|alloc| is_available(alloc)).count();
+        let mut budget = match &group.update {
+            Some(update) => available.saturating_sub(group.count.saturating_sub(update.max_parallel) as usize),
+            None => usize::MAX,
+        };
+        self.stop_extras(job, group, &mut held, &mut budget, out);
         // A slot gets one replacement, and none while a live allocation (or
         // a failure waiting for its reschedule) holds it. Should several
         // allocations of a slot ask, the newest one's chain goes on: a
@@ -310,9 +390,16 @@ impl Reconciler<'_> {
             }
         }
         for index in (0..group.count).filter(|index| !placed.contains(index)) {
-            out.place.push(PlaceRequest { group: group_name.clone(), index, previous: None, reschedule: false });
+            out.place.push(PlaceRequest {
+                group: group_name.clone(),
+                index,
+                previous: None,
+                reschedule: false,
+                canary: false,
+            });
         }
-        self.update_versions(job, group, &held, out);
+        let placing = out.place.len() > places_before;
+        self.update_versions(job, group, &held, &canaries, placing, budget, rollout, out);
     }
 
     /// Settles reconnecting allocations (module docs, step 4).
@@ -404,16 +491,33 @@ impl Reconciler<'_> {
     }
 
     /// Stops live allocations beyond the count (highest index first) and
-    /// duplicates of one slot (keeping the oldest live one).
-    fn stop_extras(&self, group: &TaskGroup, held: &mut BTreeMap<u32, Vec<&Arc<Allocation>>>, out: &mut Reconciled) {
+    /// duplicates of one slot, keeping the oldest live one of the job's
+    /// version, else the oldest live one. An older version's allocation
+    /// whose slot a promoted canary took is stopped within the disruption
+    /// `budget`, else left running for a later eval.
+    fn stop_extras(
+        &self,
+        job: &Job,
+        group: &TaskGroup,
+        held: &mut BTreeMap<u32, Vec<&Arc<Allocation>>>,
+        budget: &mut usize,
+        out: &mut Reconciled,
+    ) {
         for allocs in held.values_mut() {
-            allocs.sort_by_key(|alloc| (alloc.client_terminal(), alloc.create_index));
+            allocs.sort_by_key(|alloc| {
+                (alloc.client_terminal(), alloc.job.job_modify_index != job.job_modify_index, alloc.create_index)
+            });
+            let current = allocs[0].job.job_modify_index == job.job_modify_index && !allocs[0].client_terminal();
             for duplicate in allocs.drain(1..).filter(|alloc| !alloc.client_terminal()) {
-                out.stop.push(StopRequest {
-                    alloc: duplicate.clone(),
-                    description: stop_reason::SLOT_TAKEN,
-                    client_status: None,
-                });
+                let outdated = current && duplicate.job.job_modify_index != job.job_modify_index;
+                let description = if outdated { stop_reason::REPLACED_BY_CANARY } else { stop_reason::SLOT_TAKEN };
+                if outdated && is_available(duplicate) {
+                    if *budget == 0 {
+                        continue;
+                    }
+                    *budget -= 1;
+                }
+                out.stop.push(StopRequest { alloc: duplicate.clone(), description, client_status: None });
             }
         }
         let extras: Vec<u32> = held.range(group.count..).map(|(index, _)| *index).rev().collect();
@@ -429,47 +533,243 @@ impl Reconciler<'_> {
     }
 
     /// Moves allocations of older job versions to the current one (step 7).
+    #[allow(clippy::too_many_arguments)]
     fn update_versions(
         &self,
         job: &Arc<Job>,
         group: &TaskGroup,
         held: &BTreeMap<u32, Vec<&Arc<Allocation>>>,
+        canaries: &[&Arc<Allocation>],
+        placing: bool,
+        budget: usize,
+        rollout: &mut Rollout,
         out: &mut Reconciled,
     ) {
-        let live = held.values().flatten().filter(|alloc| !alloc.client_terminal());
-        let outdated: Vec<&Arc<Allocation>> =
-            live.clone().filter(|alloc| alloc.job.job_modify_index != job.job_modify_index).copied().collect();
-        let (destructive, inplace): (Vec<_>, Vec<_>) = outdated.into_iter().partition(|alloc| {
-            alloc.job.group(group.name.as_str()).is_none_or(|old| needs_destructive_update(&alloc.job, old, job, group))
-        });
-        out.inplace.extend(inplace.into_iter().cloned());
-        let budget = match &group.update {
-            Some(update) => {
-                let in_flight = live
-                    .filter(|alloc| alloc.job.job_modify_index == job.job_modify_index)
-                    .filter(|alloc| alloc.client_status == ClientStatus::Pending)
-                    .count();
-                (update.max_parallel as usize).saturating_sub(in_flight)
-            }
-            None => usize::MAX,
-        };
-        let group_name: Arc<str> = Arc::from(group.name.as_str());
-        for alloc in destructive.iter().take(budget) {
-            out.stop.push(StopRequest {
-                alloc: (*alloc).clone(),
-                description: stop_reason::UPDATING,
-                client_status: None,
+        let live: Vec<&Arc<Allocation>> =
+            held.values().flatten().filter(|alloc| !alloc.client_terminal()).copied().collect();
+        let outdated = live.iter().filter(|alloc| alloc.job.job_modify_index != job.job_modify_index);
+        let (destructive, inplace): (Vec<&Arc<Allocation>>, Vec<&Arc<Allocation>>) =
+            outdated.partition(|alloc| {
+                alloc.job.group(group.name.as_str()).is_none_or(|old| needs_destructive_update(&alloc.job, old, job, group))
             });
-            out.place.push(replacement(&group_name, alloc.index().unwrap_or(0), alloc, false));
+        out.inplace.extend(inplace.iter().map(|alloc| (*alloc).clone()));
+        let group_name: Arc<str> = Arc::from(group.name.as_str());
+        let Some(update) = &group.update else {
+            for alloc in &destructive {
+                stop_for_update(&group_name, alloc, out);
+            }
+            return;
+        };
+        let runs_version = live.iter().chain(canaries).any(|alloc| alloc.job.job_modify_index == job.job_modify_index);
+        let needs_deployment = !destructive.is_empty() || !inplace.is_empty() || (placing && !runs_version);
+        let Some(state) = rollout.group(job, group, update, needs_deployment) else {
+            for alloc in &destructive {
+                stop_for_update(&group_name, alloc, out);
+            }
+            return;
+        };
+        // Canaries first: placed in the slots of allocations to replace.
+        let wants_canaries = update.canary > 0 && !destructive.is_empty() && !state.promoted;
+        let mut group_done = !placing && destructive.is_empty();
+        if wants_canaries {
+            state.desired_canaries = update.canary;
+            group_done = false;
+            if !rollout.halted() {
+                let taken: BTreeSet<u32> = canaries.iter().filter_map(|alloc| alloc.index()).collect();
+                let missing = (update.canary as usize).saturating_sub(canaries.len());
+                let slots = destructive.iter().filter_map(|alloc| alloc.index()).filter(|index| !taken.contains(index));
+                for index in slots.take(missing) {
+                    out.place.push(PlaceRequest {
+                        group: group_name.clone(),
+                        index,
+                        previous: None,
+                        reschedule: false,
+                        canary: true,
+                    });
+                }
+            }
         }
-        if destructive.len() > budget {
-            out.follow_up_no_later_than(self.now.plus(ROLLING_UPDATE_STAGGER));
+        rollout.note_group(group, group_done);
+        let unhealthy = live.iter().chain(canaries).any(|alloc| rollout.is_unhealthy_member(alloc));
+        if rollout.halted() || wants_canaries || unhealthy {
+            return;
+        }
+        // Unavailable ones cost nothing; available ones only within the budget.
+        let (free, costly): (Vec<&Arc<Allocation>>, Vec<&Arc<Allocation>>) =
+            destructive.iter().partition(|alloc| !is_available(alloc));
+        for alloc in free.into_iter().chain(costly.into_iter().take(budget)) {
+            stop_for_update(&group_name, alloc, out);
+        }
+    }
+}
+
+/// A destructive update: the old allocation stops, a new one takes its slot.
+fn stop_for_update(group: &Arc<str>, alloc: &Arc<Allocation>, out: &mut Reconciled) {
+    out.stop.push(StopRequest { alloc: alloc.clone(), description: stop_reason::UPDATING, client_status: None });
+    out.place.push(replacement(group, alloc.index().unwrap_or(0), alloc, false));
+}
+
+/// Whether an allocation serves: live, running, and healthy when its
+/// deployment waits for a verdict (one placed outside any deployment needs
+/// none). What the disruption budget counts.
+pub fn is_available(alloc: &Allocation) -> bool {
+    if alloc.terminal() || alloc.client_status != ClientStatus::Running {
+        return false;
+    }
+    match &alloc.health {
+        Some(health) => health.healthy,
+        None => alloc.deployment_id.is_none(),
+    }
+}
+
+/// The job's deployment as one eval sees and changes it (module docs,
+/// step 7): which one is current, whether it may progress, and what the
+/// eval decided for each of its groups.
+#[derive(Debug)]
+pub struct Rollout {
+    /// The deployment of the job's version (a working copy), if any.
+    current: Option<Deployment>,
+    /// The stored one it was copied from (`None`: created by this eval).
+    stored: Option<Arc<Deployment>>,
+    /// Whether every group of the deployment has nothing left to do.
+    all_done: bool,
+}
+
+impl Rollout {
+    /// Settles which deployment is current: the newest one if it rolls out
+    /// the job's version and has not succeeded; an active older one is
+    /// cancelled (a stopped job's too).
+    fn new(latest: Option<&Arc<Deployment>>, job: Option<&Arc<Job>>, out: &mut Reconciled) -> Rollout {
+        let mut rollout = Rollout { current: None, stored: None, all_done: true };
+        let Some(latest) = latest else { return rollout };
+        match job {
+            Some(job) if latest.is_for(job) => {
+                if latest.status != DeploymentStatus::Successful {
+                    rollout.current = Some(Deployment::clone(latest));
+                    rollout.stored = Some(latest.clone());
+                }
+            }
+            _ if latest.is_active() => {
+                let description = match job {
+                    None => deployment_description::STOPPED_JOB,
+                    Some(_) => deployment_description::NEWER_JOB,
+                };
+                out.deployment_updates.push(DeploymentStatusUpdate {
+                    deployment_id: latest.id,
+                    status: DeploymentStatus::Cancelled,
+                    status_description: description.to_string(),
+                });
+            }
+            _ => {}
+        }
+        rollout
+    }
+
+    /// Whether nothing may be placed or replaced for the deployment's sake:
+    /// it is paused, or it ended without success.
+    fn halted(&self) -> bool {
+        self.current.as_ref().is_some_and(|current| !matches!(current.status, DeploymentStatus::Running))
+    }
+
+    /// Whether a canary stays: it belongs to the current deployment and
+    /// that one has not failed or been cancelled.
+    fn keeps_canary(&self, alloc: &Allocation) -> bool {
+        self.current
+            .as_ref()
+            .is_some_and(|current| alloc.deployment_id == Some(current.id) && current.is_active())
+    }
+
+    /// Whether an allocation of the active deployment turned unhealthy.
+    fn is_unhealthy_member(&self, alloc: &Allocation) -> bool {
+        let member = self.current.as_ref().is_some_and(|current| alloc.deployment_id == Some(current.id));
+        member && alloc.health.as_ref().is_some_and(|health| !health.healthy)
+    }
+
+    /// Whether an unhealthy allocation is replaced: its group has a
+    /// progress deadline and the deployment is running (with none, the
+    /// deployment fails instead).
+    fn replaces_unhealthy(&self, group: &TaskGroup, alloc: &Allocation) -> bool {
+        let running = self.current.as_ref().is_some_and(|current| current.status == DeploymentStatus::Running);
+        let deadline = group.update.as_ref().is_some_and(|update| !update.progress_deadline.is_zero());
+        running && deadline && !alloc.client_terminal() && self.is_unhealthy_member(alloc)
+    }
+
+    /// The group's state in the current deployment, creating the
+    /// deployment when none is current and the group needs one.
+    fn group(
+        &mut self,
+        job: &Job,
+        group: &TaskGroup,
+        update: &UpdateStrategy,
+        needs_deployment: bool,
+    ) -> Option<&mut DeploymentGroup> {
+        if self.current.is_none() && needs_deployment {
+            // Priority and time are set by `finish`.
+            self.current = Some(Deployment::new(job, 0, Timestamp::ZERO));
+        }
+        let current = self.current.as_mut()?;
+        let state = current.task_groups.entry(group.name.clone()).or_insert_with(|| DeploymentGroup {
+            auto_revert: update.auto_revert,
+            auto_promote: update.auto_promote,
+            progress_deadline: update.progress_deadline,
+            ..DeploymentGroup::default()
+        });
+        state.desired_total = group.count;
+        Some(state)
+    }
+
+    /// Notes whether a group of the deployment has nothing left to do.
+    fn note_group(&mut self, group: &TaskGroup, done: bool) {
+        let complete = self
+            .current
+            .as_ref()
+            .and_then(|current| current.task_groups.get(&group.name))
+            .is_some_and(|state| state.is_complete());
+        self.all_done &= done && complete;
+    }
+
+    /// Puts the deployment in the result when the eval created or changed
+    /// it, marking it successful when every group is done.
+    fn finish(self, job: &Job, eval_priority: u8, now: Timestamp, out: &mut Reconciled) {
+        let Some(mut current) = self.current else { return };
+        if current.is_active() {
+            out.deployment_id = Some(current.id);
+        }
+        if current.status == DeploymentStatus::Running {
+            let needs_promotion = current.task_groups.values().filter(|group| group.awaits_promotion());
+            let (mut any, mut manual) = (false, false);
+            for group in needs_promotion {
+                any = true;
+                manual |= !group.auto_promote;
+            }
+            current.status_description = match (any, manual) {
+                (true, true) => deployment_description::RUNNING_NEEDS_PROMOTION,
+                (true, false) => deployment_description::RUNNING_AUTO_PROMOTION,
+                (false, _) => deployment_description::RUNNING,
+            }
+            .to_string();
+            if self.all_done && self.stored.is_some() {
+                current.status = DeploymentStatus::Successful;
+                current.status_description = deployment_description::SUCCESSFUL.to_string();
+                out.deployment_id = None;
+            }
+        }
+        match &self.stored {
+            None => {
+                current.eval_priority = eval_priority;
+                current.create_time = now;
+                current.modify_time = now;
+                let _ = job;
+                out.deployment = Some(current);
+            }
+            Some(stored) if **stored != current => out.deployment = Some(current),
+            Some(_) => {}
         }
     }
 }
 
 fn replacement(group: &Arc<str>, index: u32, previous: &Arc<Allocation>, reschedule: bool) -> PlaceRequest {
-    PlaceRequest { group: group.clone(), index, previous: Some(previous.clone()), reschedule }
+    PlaceRequest { group: group.clone(), index, previous: Some(previous.clone()), reschedule, canary: false }
 }
 
 /// An `unknown` allocation's slot: replaced elsewhere, or kept for it when

@@ -52,8 +52,17 @@ impl Fixture {
 
     fn compute_for(&self, eval_id: EvalId) -> Reconciled {
         let key = self.job.key();
-        Reconciler { job: Some(&self.job), job_key: &key, allocs: &self.allocs, nodes: &self.nodes, now: NOW, eval_id }
-            .compute()
+        Reconciler {
+            job: Some(&self.job),
+            job_key: &key,
+            allocs: &self.allocs,
+            nodes: &self.nodes,
+            now: NOW,
+            eval_id,
+            deployment: None,
+            eval_priority: 50,
+        }
+        .compute()
     }
 }
 
@@ -142,6 +151,8 @@ fn a_lost_allocation_whose_client_stops_it_keeps_its_slot_empty_until_then() {
         nodes: &fixture.nodes,
         now: later,
         eval_id: EVAL,
+        deployment: None,
+        eval_priority: 50,
     }
     .compute();
     assert_eq!(placed_indexes(&result), [0], "then the slot is placed");
@@ -635,7 +646,10 @@ fn destructive_updates_respect_max_parallel() {
     let result = fixture.compute();
     assert_eq!(result.stop.len(), 1);
     assert_eq!(result.place.len(), 1);
-    assert_eq!(result.follow_up_at, Some(NOW.plus(ROLLING_UPDATE_STAGGER)));
+    assert_eq!(result.follow_up_at, None, "the next batch comes with the new allocation's health, not a timer");
+    let deployment = result.deployment.expect("a deployment rolls the new version out");
+    assert_eq!(deployment.task_groups["group"].desired_total, 4);
+    assert_eq!(result.deployment_id, Some(deployment.id));
 }
 
 #[test]
