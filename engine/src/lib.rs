@@ -6,12 +6,13 @@
 //! Layers, lowest first (nothing imports a layer above it; `LAYERS` in
 //! `tests/layers.rs` checks them on the source): `clock`, `sync`, `timing`,
 //! `structs`, `state`, `scheduler`, `eval`, `plan`, `router`, `node`,
-//! `worker`, `job_endpoint`, `acl_endpoint`, `operator_endpoint`, `server`,
-//! `testing`.
+//! `worker`, `job_endpoint`, `acl_endpoint`, `operator_endpoint`,
+//! `deployment`, `server`, `testing`.
 #![forbid(unsafe_code)]
 
 pub mod acl_endpoint;
 pub mod clock;
+pub mod deployment;
 pub mod eval;
 pub mod job_endpoint;
 pub mod node;

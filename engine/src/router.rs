@@ -10,6 +10,7 @@
 
 use std::sync::Arc;
 
+use crate::clock::SharedClock;
 use crate::eval::blocked::BlockedEvals;
 use crate::eval::broker::EvalBroker;
 use crate::state::{Applied, ApplyHook};
@@ -20,16 +21,29 @@ use crate::structs::{EvalStatus, Evaluation};
 pub struct Router {
     broker: Arc<EvalBroker>,
     blocked: Arc<BlockedEvals>,
+    /// Woken when a deployment changed: the timer thread runs the
+    /// deployment watcher.
+    timers: Option<SharedClock>,
 }
 
 impl Router {
     /// A router into the given broker and blocked tracker.
     pub fn new(broker: Arc<EvalBroker>, blocked: Arc<BlockedEvals>) -> Self {
-        Router { broker, blocked }
+        Router { broker, blocked, timers: None }
+    }
+
+    /// Also wakes the sleepers on `clock` (the timer thread) whenever a
+    /// command changed a deployment.
+    pub fn waking_on_deployments(mut self, clock: SharedClock) -> Self {
+        self.timers = Some(clock);
+        self
     }
 
     /// Routes an applied command's evals and capacity changes.
     pub fn route(&self, applied: &Applied) {
+        if let (true, Some(clock)) = (applied.deployments_changed, &self.timers) {
+            clock.wake_sleepers();
+        }
         for eval in &applied.evals {
             self.route_eval(eval);
         }

@@ -36,6 +36,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::acl_endpoint::AclEndpoint;
 use crate::clock::{SharedClock, Timestamp};
+use crate::deployment::endpoint::DeploymentEndpoint;
+use crate::deployment::watcher::DeploymentWatcher;
 use crate::eval::blocked::{BlockedEvals, BlockedStats};
 use crate::eval::broker::{BrokerConfig, BrokerStats, EvalBroker};
 use crate::eval::reaper::{EvalReaper, ReaperConfig, ReaperHandle};
@@ -135,6 +137,8 @@ pub struct Core {
     pub heartbeats: Arc<Heartbeats>,
     /// The eval reaper (run inline, or on its thread with [`EvalReaper::spawn`]).
     pub reaper: EvalReaper,
+    /// The deployment watcher, run with the timers.
+    pub deployments: Arc<DeploymentWatcher>,
 }
 
 impl Core {
@@ -150,7 +154,8 @@ impl Core {
         let store = writer.store().clone();
         let broker = Arc::new(EvalBroker::new(config.broker.clone(), clock.clone()));
         let blocked = Arc::new(BlockedEvals::new(broker.clone(), clock.clone()));
-        let router = Router::new(broker.clone(), blocked.clone());
+        let router = Router::new(broker.clone(), blocked.clone()).waking_on_deployments(clock.clone());
+        let deployments = DeploymentWatcher::new(writer.clone(), clock.clone());
         let seed = seed.unwrap_or_else(rand::random);
         let heartbeats = Heartbeats::seeded(config.heartbeat.clone(), clock.clone(), seed);
         let reaper = EvalReaper::new(
@@ -161,7 +166,7 @@ impl Core {
             clock.clone(),
             seed.wrapping_add(1),
         );
-        Core { clock, store, writer, broker, blocked, router, heartbeats, reaper }
+        Core { clock, store, writer, broker, blocked, router, heartbeats, reaper, deployments }
     }
 
     /// Takes over the state as its leader (Nomad's `establishLeadership`):
@@ -193,6 +198,11 @@ impl Core {
         JobEndpoint::new(self.writer.clone(), self.clock.clone())
     }
 
+    /// The deployment endpoint.
+    pub fn deployment_endpoint(&self) -> DeploymentEndpoint {
+        DeploymentEndpoint::new(self.writer.clone(), self.clock.clone())
+    }
+
     /// The ACL endpoint.
     pub fn acl(&self) -> AclEndpoint {
         AclEndpoint::new(self.writer.clone(), self.clock.clone())
@@ -206,7 +216,9 @@ impl Core {
         if self.blocked.next_deadline().is_some_and(|due| due <= self.clock.now()) {
             self.blocked.unblock_failed();
         }
-        let deadlines = [broker.next_deadline, self.heartbeats.next_deadline(), self.blocked.next_deadline()];
+        let deployments = self.deployments.run();
+        let deadlines =
+            [broker.next_deadline, self.heartbeats.next_deadline(), self.blocked.next_deadline(), deployments];
         TimersRun { next_deadline: deadlines.into_iter().flatten().min(), missed_heartbeats }
     }
 }
@@ -301,6 +313,11 @@ impl Server {
     /// The ACL endpoint (bootstrap, policies, tokens).
     pub fn acl(&self) -> AclEndpoint {
         self.core.acl()
+    }
+
+    /// The deployment endpoint (fail, pause, resume, promote, allocation health).
+    pub fn deployments(&self) -> DeploymentEndpoint {
+        self.core.deployment_endpoint()
     }
 
     /// The operator endpoint (the scheduler configuration).

@@ -20,6 +20,7 @@ const LAYERS: &[&str] = &[
     "job_endpoint",
     "acl_endpoint",
     "operator_endpoint",
+    "deployment",
     "server",
     "testing",
 ];

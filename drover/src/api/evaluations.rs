@@ -77,6 +77,8 @@ fn nomad_trigger(reason: engine::structs::TriggerReason) -> &'static str {
         MaxPlanAttempts => "max-plan-attempts",
         Preemption => "preemption",
         AllocStop => "alloc-stop",
+        DeploymentWatcher => "deployment-watcher",
+        RollingUpdate => "rolling-update",
     }
 }
 

@@ -39,7 +39,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::clock::SharedClock;
 use crate::state::{Applied, ClientAllocUpdate, Command, Snapshot, StateError, Writer};
-use crate::structs::{AllocId, ClientStatus, Evaluation, JobKey, TriggerReason};
+use crate::structs::{AllocId, Allocation, ClientStatus, Evaluation, JobKey, TriggerReason};
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::sync::{self, lock, thread, Condvar, Mutex, Reply};
 
@@ -112,6 +112,16 @@ impl PendingUpdate {
     }
 }
 
+/// Whether `update` brings a new health verdict on an allocation of an
+/// active deployment.
+fn decides_health(snapshot: &Snapshot, alloc: &Allocation, update: &ClientAllocUpdate) -> bool {
+    let Some(health) = &update.health else { return false };
+    let changed = alloc.health.as_ref().is_none_or(|stored| stored.healthy != health.healthy);
+    let active =
+        alloc.deployment_id.and_then(|id| snapshot.deployment(id)).is_some_and(|deployment| deployment.is_active());
+    changed && active
+}
+
 /// This submission's part of a written batch: its first refused update, or
 /// the index.
 pub(crate) fn own_outcome(applied: &Applied, alloc_ids: &[AllocId]) -> Result<u64, StateError> {
@@ -123,9 +133,11 @@ pub(crate) fn own_outcome(applied: &Applied, alloc_ids: &[AllocId]) -> Result<u6
 }
 
 /// The command for a batch: the updates, and an eval for each job with a
-/// failed allocation among them, or with an allocation that came back from
+/// failed allocation among them, with an allocation that came back from
 /// `unknown` (so its reconnect is settled at once, not when its disconnect
-/// window runs out).
+/// window runs out), or with a new health verdict for an allocation of an
+/// active deployment (so its next batch rolls as soon as this one is
+/// healthy, and an unhealthy one is acted on).
 pub(crate) fn batch_command(snapshot: &Snapshot, updates: Vec<ClientAllocUpdate>, clock: &SharedClock) -> Command {
     let now = clock.now();
     let mut jobs: BTreeMap<JobKey, TriggerReason> = BTreeMap::new();
@@ -135,6 +147,8 @@ pub(crate) fn batch_command(snapshot: &Snapshot, updates: Vec<ClientAllocUpdate>
             jobs.insert(alloc.job_key(), TriggerReason::AllocFailure);
         } else if alloc.needs_reconnect() && !update.client_status.is_terminal() {
             jobs.entry(alloc.job_key()).or_insert(TriggerReason::Reconnect);
+        } else if decides_health(snapshot, &alloc, update) {
+            jobs.entry(alloc.job_key()).or_insert(TriggerReason::DeploymentWatcher);
         }
     }
     let evals = jobs

@@ -21,6 +21,9 @@
 //!    result, not an error. The committer submits every plan waiting for it
 //!    at once and then waits for them in order, so a durable log writes
 //!    them in one entry with one fsync.
+//!    Before committing, every task group's disruption budget is held
+//!    ([`super::budget`]): voluntary stops beyond it are taken out with
+//!    their replacements, and the worker re-plans as for a refused node.
 //! 4. The rejection tracker counts refusals per node; a node refused more
 //!    than `rejection_threshold` times within `rejection_window` is marked
 //!    ineligible, at most `max_marked_per_window` nodes per window.
@@ -39,6 +42,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::clock::{SharedClock, Timestamp};
 use crate::eval::broker::{EvalBroker, Token};
+use crate::plan::budget::hold_budget;
 use crate::plan::queue::{PendingPlan, PlanError, PlanQueue};
 use crate::state::{Command, Snapshot, Writer};
 use crate::structs::{Allocation, Node, NodeEligibility, NodeId, Plan, PlanResult, Resources};
@@ -88,6 +92,9 @@ pub struct PlanApplierStats {
     /// Allocations evicted by committed plans (preemption).
     #[serde(default)]
     pub allocs_preempted: u64,
+    /// Voluntary stops taken out of plans to hold groups' disruption budgets.
+    #[serde(default)]
+    pub disruptions_refused: u64,
 }
 
 #[derive(Debug, Default)]
@@ -98,6 +105,7 @@ struct Counters {
     node_rejections: AtomicU64,
     nodes_marked_ineligible: AtomicU64,
     allocs_preempted: AtomicU64,
+    disruptions_refused: AtomicU64,
 }
 
 /// Which nodes of a plan fit; computed against a snapshot and an overlay.
@@ -282,6 +290,7 @@ impl PlanApplierHandle {
             node_rejections: c.node_rejections.load(Ordering::Relaxed),
             nodes_marked_ineligible: c.nodes_marked_ineligible.load(Ordering::Relaxed),
             allocs_preempted: c.allocs_preempted.load(Ordering::Relaxed),
+            disruptions_refused: c.disruptions_refused.load(Ordering::Relaxed),
         }
     }
 
@@ -373,8 +382,12 @@ impl PlanApplier {
             let overlays: Vec<_> = in_flight.iter().map(|(overlay, _)| overlay).collect();
             let started = std::time::Instant::now();
             let (mut result, refused) = evaluate_plan_over(&pending.plan, &snapshot, &overlays);
+            let over_budget = hold_budget(&pending.plan, &snapshot, &overlays, &mut result);
             crate::timing::record_since("drover.plan.evaluate", started);
-            if !refused.is_empty() {
+            if over_budget > 0 {
+                self.counters.disruptions_refused.fetch_add(over_budget as u64, Ordering::Relaxed);
+            }
+            if !refused.is_empty() || over_budget > 0 {
                 // The worker re-plans from a state that holds every plan before this one.
                 for (_, done) in in_flight.drain(..) {
                     let _ = done.recv();

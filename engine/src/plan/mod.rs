@@ -1,6 +1,8 @@
 //! Plans between a worker and the state: the [`queue::PlanQueue`] they wait
 //! in and the serialized [`apply::PlanApplier`], the only place plans become
-//! state.
+//! state, which also holds every task group's disruption budget
+//! ([`budget`]).
 
 pub mod apply;
+pub mod budget;
 pub mod queue;

@@ -81,7 +81,6 @@ use crate::structs::{
     ReschedulePolicy, Task, TaskGroup, UpdateStrategy,
 };
 
-
 /// Why an allocation is stopped: the descriptions both schedulers record
 /// (Nomad's `allocNotNeeded`, `allocLost`, `allocUpdating` and kin).
 pub mod stop_reason {
@@ -548,10 +547,9 @@ impl Reconciler<'_> {
         let live: Vec<&Arc<Allocation>> =
             held.values().flatten().filter(|alloc| !alloc.client_terminal()).copied().collect();
         let outdated = live.iter().filter(|alloc| alloc.job.job_modify_index != job.job_modify_index);
-        let (destructive, inplace): (Vec<&Arc<Allocation>>, Vec<&Arc<Allocation>>) =
-            outdated.partition(|alloc| {
-                alloc.job.group(group.name.as_str()).is_none_or(|old| needs_destructive_update(&alloc.job, old, job, group))
-            });
+        let (destructive, inplace): (Vec<&Arc<Allocation>>, Vec<&Arc<Allocation>>) = outdated.partition(|alloc| {
+            alloc.job.group(group.name.as_str()).is_none_or(|old| needs_destructive_update(&alloc.job, old, job, group))
+        });
         out.inplace.extend(inplace.iter().map(|alloc| (*alloc).clone()));
         let group_name: Arc<str> = Arc::from(group.name.as_str());
         let Some(update) = &group.update else {
@@ -674,9 +672,7 @@ impl Rollout {
     /// Whether a canary stays: it belongs to the current deployment and
     /// that one has not failed or been cancelled.
     fn keeps_canary(&self, alloc: &Allocation) -> bool {
-        self.current
-            .as_ref()
-            .is_some_and(|current| alloc.deployment_id == Some(current.id) && current.is_active())
+        self.current.as_ref().is_some_and(|current| alloc.deployment_id == Some(current.id) && current.is_active())
     }
 
     /// Whether an allocation of the active deployment turned unhealthy.

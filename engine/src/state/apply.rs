@@ -17,6 +17,13 @@ impl Snapshot {
     /// Applies `command` at `index`, recording what followers of the store
     /// (broker, blocked evals) need to hear about in `applied`.
     pub(super) fn apply(&mut self, index: u64, command: Command, applied: &mut Applied) -> Result<(), StateError> {
+        let deployments = self.table_indexes.deployments;
+        let outcome = self.apply_command(index, command, applied);
+        applied.deployments_changed = self.table_indexes.deployments != deployments;
+        outcome
+    }
+
+    fn apply_command(&mut self, index: u64, command: Command, applied: &mut Applied) -> Result<(), StateError> {
         self.index = index;
         match command {
             Command::UpsertNode { node, evals } => {
@@ -645,8 +652,8 @@ impl Snapshot {
 }
 
 /// Whether two submissions of a job describe the same thing, ignoring what
-/// the store itself sets.
-fn same_spec(existing: &Job, submitted: &Job) -> bool {
+/// the store itself sets (version, stability, indexes).
+pub fn same_spec(existing: &Job, submitted: &Job) -> bool {
     let mut normalized = submitted.clone();
     normalized.version = existing.version;
     normalized.stable = existing.stable;

@@ -54,6 +54,7 @@ use event_listener::Event;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
+pub use apply::same_spec;
 pub use codec::{CodecError, FORMAT_VERSION};
 pub use command::{ClientAllocUpdate, Command};
 pub use job_versions::JOB_TRACKED_VERSIONS;
@@ -281,6 +282,9 @@ pub struct Applied {
     /// without purge), with its version and indexes as applied.
     #[serde(default)]
     pub job: Option<Arc<Job>>,
+    /// Whether the command changed a deployment (the watcher looks again).
+    #[serde(default)]
+    pub deployments_changed: bool,
 }
 
 impl Applied {

@@ -63,6 +63,11 @@ pub enum TriggerReason {
     Preemption,
     /// An operator stopped one of the job's allocations (`alloc stop`).
     AllocStop,
+    /// A deployment moved on: an allocation's health was decided, its
+    /// canaries were promoted, it was failed, paused or resumed.
+    DeploymentWatcher,
+    /// The next batch of a system job's rolling update is due.
+    RollingUpdate,
 }
 
 /// A request to reconcile one job (or one node, for system jobs) against the
