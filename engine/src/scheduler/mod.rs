@@ -21,6 +21,8 @@ pub mod usage;
 mod util;
 
 #[cfg(test)]
+mod deployment_test;
+#[cfg(test)]
 mod placement_test;
 #[cfg(test)]
 mod scheduler_test;
