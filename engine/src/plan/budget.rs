@@ -5,7 +5,8 @@
 //! allocation whose slot a promoted canary took (and, with drains,
 //! migrations): [`stop_reason::is_voluntary`]. A group whose job has an
 //! `update` block may have at most `max_parallel` of its `count` slots
-//! without an available allocation ([`is_available`]) because of them.
+//! without an available allocation ([`is_available`]) because of them (a
+//! system job's count: its live allocations before the plan, one per node).
 //!
 //! 1. The applier checks the part of a plan it is about to commit against
 //!    the newest state: the snapshot, the plans still being written (the
@@ -57,6 +58,10 @@ pub fn hold_budget(
         latest.insert(alloc.id, alloc);
     }
     let before: BTreeMap<AllocId, bool> = latest.iter().map(|(id, alloc)| (*id, is_available(alloc))).collect();
+    let mut before_live: BTreeMap<&str, usize> = BTreeMap::new();
+    for alloc in latest.values().filter(|alloc| !alloc.terminal()) {
+        *before_live.entry(&alloc.task_group).or_insert(0) += 1;
+    }
     let committed = result.node_update.values().chain(result.node_allocation.values()).flatten();
     for alloc in committed {
         latest.insert(alloc.id, alloc);
@@ -64,7 +69,12 @@ pub fn hold_budget(
     let mut refused: BTreeSet<AllocId> = BTreeSet::new();
     for group in &job.task_groups {
         let Some(update) = &group.update else { continue };
-        let floor = group.count.saturating_sub(update.max_parallel) as usize;
+        // A system job's group wants one allocation per node it runs on.
+        let count = match job.job_type.is_system_like() {
+            true => before_live.get(group.name.as_str()).copied().unwrap_or(0),
+            false => group.count as usize,
+        };
+        let floor = count.saturating_sub(update.max_parallel as usize);
         let available = latest.values().filter(|alloc| *alloc.task_group == *group.name && is_available(alloc)).count();
         let mut costly: Vec<AllocId> = voluntary
             .iter()
@@ -93,3 +103,7 @@ fn take_out(result: &mut PlanResult, refused: &BTreeSet<AllocId>) {
     }
     result.node_allocation.retain(|_, allocs| !allocs.is_empty());
 }
+
+#[cfg(test)]
+#[path = "budget_test.rs"]
+mod budget_test;

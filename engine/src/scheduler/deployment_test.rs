@@ -334,3 +334,46 @@ fn a_job_without_an_update_block_replaces_everything_at_once_without_a_deploymen
     assert_eq!((new.len(), old.len()), (3, 0));
     assert!(harness.store.snapshot().latest_deployment(&v1.key()).is_none());
 }
+
+#[test]
+fn a_system_job_rolls_max_parallel_nodes_at_a_time() {
+    let mut harness = harness();
+    let mut v1 = Job::new_simple("agents", JobType::System, 1, Resources::new(100, 64, 0));
+    v1.task_groups[0].update = Some(UpdateStrategy { max_parallel: 3, ..UpdateStrategy::default() });
+    register(&mut harness, &v1);
+    let first = live(&harness, &v1);
+    assert_eq!(first.len(), 10, "a new system job is placed everywhere at once");
+    report_running(&harness, &first);
+    let v2 = next_version(&v1, "2");
+    register(&mut harness, &v2);
+    let (new, old) = by_version(&harness, &v2);
+    assert_eq!((new.len(), old.len()), (3, 7), "one batch of max_parallel nodes");
+    let follow_up = harness.created_evals.iter().find(|eval| eval.triggered_by == TriggerReason::RollingUpdate);
+    let stagger = UpdateStrategy::DEFAULT_STAGGER;
+    assert_eq!(follow_up.and_then(|eval| eval.wait_until), Some(NOW.plus(stagger)), "the next batch after the stagger");
+    let eval = follow_up.expect("a follow-up").clone();
+    harness.process(&eval).expect("processed");
+    assert_eq!(by_version(&harness, &v2).0.len(), 3, "not while the batch is not running");
+    report_running(&harness, &by_version(&harness, &v2).0);
+    evaluate(&mut harness, &v2);
+    assert_eq!(by_version(&harness, &v2).0.len(), 6);
+}
+
+/// Reports allocations running without a health verdict.
+fn report_running(harness: &Harness, allocs: &[Arc<Allocation>]) {
+    let updates = allocs
+        .iter()
+        .map(|alloc| ClientAllocUpdate {
+            alloc_id: alloc.id,
+            node_id: alloc.node_id,
+            client_status: ClientStatus::Running,
+            client_description: String::new(),
+            task_states: Default::default(),
+            services: None,
+            checks: None,
+            health: None,
+        })
+        .collect();
+    let now = harness.config.now;
+    harness.store.apply(Command::UpdateAllocsFromClient { updates, evals: vec![], time: now }).expect("reports apply");
+}

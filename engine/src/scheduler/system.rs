@@ -23,7 +23,10 @@
 //!    job type preempt (system jobs by default), evict lower-priority
 //!    allocations there ([`super::preempt`]); stop when no longer feasible;
 //!    stop duplicates; update outdated allocations in place or
-//!    destructively. Groups are planned one after another, each seeing the
+//!    destructively. With an `update` block the destructive updates roll:
+//!    at most `max_parallel` of the group's allocations unavailable at
+//!    once (those not yet running count), the rest held back for a
+//!    follow-up eval `stagger` later. Groups are planned one after another, each seeing the
 //!    placements, stops and evictions of those before.
 //! 5. Submit; re-plan on a partial refusal (up to 5 times); a blocked eval
 //!    for nodes that had no room.
@@ -38,7 +41,7 @@ use rand::SeedableRng;
 
 use super::feasible::FeasibilityChecker;
 use super::preempt::preemption_for;
-use super::reconcile::{disconnect_window, needs_destructive_update, stop_reason, taint_of, Taint};
+use super::reconcile::{disconnect_window, is_available, needs_destructive_update, stop_reason, taint_of, Taint};
 use super::usage::{PlanUsage, PortAsk};
 use super::util::{add_preemptions, finish, Attempt, Summary};
 use super::{Planner, Scheduler, SchedulerConfig, SchedulerError, State};
@@ -82,6 +85,11 @@ pub struct SystemScheduler<'a> {
     awaiting: hashbrown::HashSet<(NodeId, Arc<str>)>,
     /// What this attempt's plan changed on each node.
     usage: PlanUsage,
+    /// The group being planned: how many more available allocations its
+    /// rolling update may stop (`None`: no `update` block, all at once),
+    /// and whether an update was held back for the next batch.
+    rolling: Option<usize>,
+    held_back: bool,
 }
 
 impl std::fmt::Debug for SystemScheduler<'_> {
@@ -100,6 +108,8 @@ impl<'a> SystemScheduler<'a> {
             reconnecting: hashbrown::HashSet::new(),
             awaiting: hashbrown::HashSet::new(),
             usage: PlanUsage::default(),
+            rolling: None,
+            held_back: false,
         }
     }
 
@@ -192,6 +202,8 @@ impl<'a> SystemScheduler<'a> {
     ) {
         let mut checker = FeasibilityChecker::new(job, group);
         checker.warm(ready);
+        self.rolling = group.update.as_ref().map(|update| rolling_budget(allocs, group, update.max_parallel));
+        self.held_back = false;
         let ran_here: hashbrown::HashSet<NodeId> = allocs
             .iter()
             .filter(|alloc| job.job_type.is_batch_like() && alloc.client_terminal() && *alloc.task_group == *group.name)
@@ -257,6 +269,10 @@ impl<'a> SystemScheduler<'a> {
                 }
             }
         }
+        if let (true, Some(update)) = (self.held_back, &group.update) {
+            let at = self.config.now.plus(update.stagger);
+            outcome.rolling_update_at = Some(outcome.rolling_update_at.map_or(at, |current| current.min(at)));
+        }
         if metric.nodes_exhausted > 0 {
             outcome.failed.insert(group.name.clone(), metric);
         }
@@ -293,6 +309,16 @@ impl<'a> SystemScheduler<'a> {
         let destructive =
             kept.job.group(&group.name).is_none_or(|old| needs_destructive_update(&kept.job, old, job, group));
         if destructive {
+            if is_available(kept) {
+                match self.rolling.as_mut() {
+                    Some(0) => {
+                        self.held_back = true;
+                        return;
+                    }
+                    Some(left) => *left -= 1,
+                    None => {}
+                }
+            }
             self.replace(eval, job, group, kept, ports, plan);
         } else {
             let mut alloc = if reconnected { self.reconnected(kept, eval) } else { Allocation::clone(kept) };
@@ -371,6 +397,16 @@ impl<'a> SystemScheduler<'a> {
         unknown.eval_id = eval.id;
         plan.node_allocation.entry(alloc.node_id).or_default().push(unknown);
     }
+}
+
+/// How many available allocations of `group` a rolling update may stop
+/// now: its live allocations may go at most `max_parallel` below their
+/// number (what the plan applier holds too, [`crate::plan::budget`]).
+fn rolling_budget(allocs: &[Arc<Allocation>], group: &TaskGroup, max_parallel: u32) -> usize {
+    let of_group = allocs.iter().filter(|alloc| *alloc.task_group == *group.name && !alloc.terminal());
+    let (total, available) = of_group
+        .fold((0usize, 0usize), |(total, available), alloc| (total + 1, available + usize::from(is_available(alloc))));
+    available.saturating_sub(total.saturating_sub(max_parallel as usize))
 }
 
 /// Decides one node; runs on rayon's threads.

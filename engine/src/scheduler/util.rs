@@ -33,6 +33,8 @@ pub(crate) struct Summary {
     pub escaped: bool,
     /// When the `unknown` allocations this eval marked run out of time.
     pub follow_up_at: Option<Timestamp>,
+    /// When a system job's rolling update takes its next batch.
+    pub rolling_update_at: Option<Timestamp>,
     /// Block even without failed placements (every plan attempt was refused).
     pub block: bool,
 }
@@ -67,9 +69,13 @@ pub(crate) fn finish(
     let mut done = eval.clone();
     // Before parking: a reblocked eval returns early, and the expiry of
     // what it marked `unknown` must still be scheduled.
-    if let Some(at) = summary.follow_up_at {
-        let follow_up = eval.follow_up(TriggerReason::MaxDisconnectTimeout, at, now);
-        done.next_eval = Some(follow_up.id);
+    let follow_ups = [
+        summary.follow_up_at.map(|at| (TriggerReason::MaxDisconnectTimeout, at)),
+        summary.rolling_update_at.map(|at| (TriggerReason::RollingUpdate, at)),
+    ];
+    for (reason, at) in follow_ups.into_iter().flatten() {
+        let follow_up = eval.follow_up(reason, at, now);
+        done.next_eval.get_or_insert(follow_up.id);
         planner.create_eval(follow_up)?;
     }
     if !summary.failed.is_empty() || summary.block {
