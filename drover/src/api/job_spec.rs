@@ -682,7 +682,11 @@ fn health_policy(
     };
     let policy = HealthPolicy {
         mode,
-        min_healthy_time: duration(pick(|update| update.min_healthy_time), defaults.min_healthy_time)?,
+        // Zero is a valid minimum (healthy as soon as running), not "unset".
+        min_healthy_time: match pick(|update| update.min_healthy_time) {
+            Some(value) => nanos(value)?,
+            None => defaults.min_healthy_time,
+        },
         healthy_deadline: duration(pick(|update| update.healthy_deadline), defaults.healthy_deadline)?,
     };
     if policy.min_healthy_time >= policy.healthy_deadline {

@@ -547,9 +547,18 @@ impl Reconciler<'_> {
         let live: Vec<&Arc<Allocation>> =
             held.values().flatten().filter(|alloc| !alloc.client_terminal()).copied().collect();
         let outdated = live.iter().filter(|alloc| alloc.job.job_modify_index != job.job_modify_index);
-        let (destructive, inplace): (Vec<&Arc<Allocation>>, Vec<&Arc<Allocation>>) = outdated.partition(|alloc| {
+        let (mut destructive, inplace): (Vec<&Arc<Allocation>>, Vec<&Arc<Allocation>>) = outdated.partition(|alloc| {
             alloc.job.group(group.name.as_str()).is_none_or(|old| needs_destructive_update(&alloc.job, old, job, group))
         });
+        // A failed allocation of an older version holding its slot (its
+        // reschedule is later or used up) is replaced by the new version,
+        // as Nomad does; it serves nothing, so it costs no budget.
+        let failed = held.values().flatten().filter(|alloc| {
+            alloc.client_status == ClientStatus::Failed
+                && alloc.next_allocation.is_none()
+                && alloc.job.job_modify_index != job.job_modify_index
+        });
+        destructive.extend(failed.copied());
         out.inplace.extend(inplace.iter().map(|alloc| (*alloc).clone()));
         let group_name: Arc<str> = Arc::from(group.name.as_str());
         let Some(update) = &group.update else {

@@ -173,6 +173,7 @@ impl Allocs {
                 Ok(end) => {
                     held.status = ClientStatus::Running;
                     held.description = "tasks started".to_string();
+                    held.health = mock::health(&alloc, now);
                     out.push(Action::Start { alloc, runner: RunnerKind::Mock(end) });
                 }
                 Err(why) => {
@@ -190,7 +191,8 @@ impl Allocs {
         if held.status.is_terminal() && held.runner != Runner::Tasks {
             return;
         }
-        if held.runner == Runner::Mock {
+        let mock = held.runner == Runner::Mock;
+        if mock {
             held.runner = Runner::None;
         }
         if held.status != event.status && event.status.is_terminal() {
@@ -201,7 +203,14 @@ impl Allocs {
         held.task_states = event.task_states;
         held.services = event.services;
         held.checks = event.checks;
-        held.health = event.health;
+        held.health = match (mock, event.status) {
+            // A mock allocation of a deployment that fails turns unhealthy.
+            (true, ClientStatus::Failed) if held.health.is_some() => {
+                Some(AllocHealth { healthy: false, timestamp: now, modify_index: 0 })
+            }
+            (true, _) => held.health.clone(),
+            (false, _) => event.health,
+        };
         held.changed();
     }
 
