@@ -5,7 +5,8 @@
 //! Every write stores the job and the evaluation that schedules it in one
 //! command, so a job is never stored without the eval that acts on it. A
 //! revert is a register of the kept version's spec (Nomad's `Job.Revert`):
-//! a new version equal to the old one, with an eval like any register.
+//! a new version equal to the old one, with an eval like any register. A
+//! plan is a register's dry run (`job_plan`): nothing is written.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -13,6 +14,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use crate::clock::SharedClock;
+use crate::job_plan::{dry_run, JobPlan, JobPlanError};
 use crate::state::Writer;
 use crate::state::{Command, StateError};
 use crate::structs::{
@@ -130,6 +132,13 @@ impl JobEndpoint {
             }
         }
         self.write_job(job, TriggerReason::JobRegister)
+    }
+
+    /// What registering `job` would do, written nowhere: the scheduler's
+    /// dry run against the newest snapshot at the engine's now
+    /// ([`crate::job_plan::dry_run`]).
+    pub fn plan(&self, job: Job) -> Result<JobPlan, JobPlanError> {
+        dry_run(self.writer.store().snapshot(), job, self.clock.now())
     }
 
     fn write_job(&self, job: Job, trigger: TriggerReason) -> Result<JobWriteResponse, JobError> {

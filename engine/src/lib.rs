@@ -5,8 +5,8 @@
 //!
 //! Layers, lowest first (nothing imports a layer above it; `LAYERS` in
 //! `tests/layers.rs` checks them on the source): `clock`, `sync`, `timing`,
-//! `structs`, `state`, `scheduler`, `eval`, `plan`, `router`, `node`,
-//! `worker`, `job_endpoint`, `acl_endpoint`, `operator_endpoint`,
+//! `structs`, `state`, `scheduler`, `job_plan`, `eval`, `plan`, `router`,
+//! `node`, `worker`, `job_endpoint`, `acl_endpoint`, `operator_endpoint`,
 //! `deployment`, `server`, `testing`.
 #![forbid(unsafe_code)]
 
@@ -15,6 +15,7 @@ pub mod clock;
 pub mod deployment;
 pub mod eval;
 pub mod job_endpoint;
+pub mod job_plan;
 pub mod node;
 pub mod operator_endpoint;
 pub mod plan;

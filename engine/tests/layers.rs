@@ -12,6 +12,7 @@ const LAYERS: &[&str] = &[
     "structs",
     "state",
     "scheduler",
+    "job_plan",
     "eval",
     "plan",
     "router",
