@@ -769,9 +769,10 @@ pub struct JobDeregisterResponse {
 pub struct JobVersionsResponse {
     /// Each kept version, as `GET /v1/job/:id` answers a job.
     pub versions: Vec<Job>,
-    /// Always `null`: Drover does not compute diffs between versions yet
-    /// (`?diffs=true` is refused rather than answered without them).
-    pub diffs: Option<Value>,
+    /// With `?diffs=true`, the diff from each version to the one before it
+    /// in the list (`Diffs[i]`: from `Versions[i+1]` to `Versions[i]`);
+    /// else `null`.
+    pub diffs: Option<Vec<super::job_diff::JobDiff>>,
     /// The read's meta (Nomad's `QueryMeta`: the same three fields).
     #[serde(flatten)]
     pub meta: WriteMeta,

@@ -7,7 +7,9 @@
 //!   the answers to job writes; `job_spec.rs`: the job as clients submit
 //!   it, read leniently and converted into the engine's job with Nomad's
 //!   defaults (the server's register, `job validate` and `dev --job` all
-//!   use it); `hcl.rs`: Nomad HCL2 job files into that JSON.
+//!   use it); `hcl.rs`: Nomad HCL2 job files into that JSON;
+//!   `job_diff.rs`: the diff between two versions of a job; `job_plan.rs`:
+//!   the answers to `job plan` and `job validate`.
 //! - `allocations.rs`, `evaluations.rs`, `nodes.rs`, `resources.rs`.
 //! - `fs.rs` (an allocation's files and streamed frames) and `stats.rs`
 //!   (an allocation's and a host's resource usage), the client operations'.
@@ -30,6 +32,8 @@ pub mod evaluations;
 pub mod format;
 pub mod fs;
 pub mod hcl;
+pub mod job_diff;
+pub mod job_plan;
 pub mod job_spec;
 pub mod jobs;
 pub mod metrics;

@@ -1,5 +1,5 @@
-//! `drover job run|status|stop|scale|history|revert|validate`, printed as
-//! Nomad's `nomad job ...`.
+//! `drover job run|plan|status|stop|scale|history|revert|validate`, printed
+//! as Nomad's `nomad job ...` (`plan` in `job_plan.rs`).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -58,8 +58,15 @@ pub fn validate(path: &Path) -> Result<()> {
 
 /// `drover job run FILE`: registers the job, then monitors its eval unless
 /// `detach`. The exit code is the monitor's: 2 when placements failed.
-pub async fn run(api: &ApiClient, path: &Path, detach: bool) -> Result<i32> {
-    let body = read_job_file(path)?;
+/// With `check_index`, the server registers it only if the job's
+/// `JobModifyIndex` is that (0: only if there is no such job), as `job
+/// plan` printed it.
+pub async fn run(api: &ApiClient, path: &Path, detach: bool, check_index: Option<u64>) -> Result<i32> {
+    let mut body = read_job_file(path)?;
+    if let Some(index) = check_index {
+        body["EnforceIndex"] = json!(true);
+        body["JobModifyIndex"] = json!(index);
+    }
     let registered: JobRegisterResponse = api.write("PUT", "/v1/jobs", &body).await.context("Error submitting job")?;
     if !registered.warnings.is_empty() {
         println!("Job Warnings:\n{}\n", registered.warnings);
@@ -356,6 +363,23 @@ pub enum JobCommand {
         /// Do not follow the evaluation.
         #[arg(long)]
         detach: bool,
+        /// Register only if the job's modify index is this (0: only a new
+        /// job), as `job plan` prints it.
+        #[arg(long)]
+        check_index: Option<u64>,
+    },
+    /// What registering a job file would do, decided by the scheduler and
+    /// written nowhere: the diff from the stored job and the placements
+    /// (exit 0: no allocation created or destroyed, 1: some, 255: error).
+    Plan {
+        /// The job file.
+        path: PathBuf,
+        /// Print the diff from the stored job.
+        #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+        diff: bool,
+        /// Print unchanged fields too.
+        #[arg(long)]
+        verbose: bool,
     },
     /// The job list, or one job with its summary and allocations.
     Status {
@@ -415,7 +439,8 @@ pub fn command(command: JobCommand, api: &ApiArgs) -> Result<(), Failure> {
     }
     client_command(api, |client| async move {
         match command {
-            JobCommand::Run { path, detach } => run(&client, &path, detach).await,
+            JobCommand::Run { path, detach, check_index } => run(&client, &path, detach, check_index).await,
+            JobCommand::Plan { path, diff, verbose } => super::job_plan::plan(&client, &path, diff, verbose).await,
             JobCommand::Status { id, json } => status(&client, id.as_deref(), json).await,
             JobCommand::Stop { id, purge, detach } => stop(&client, &id, purge, detach).await,
             JobCommand::History { id, json } => history(&client, &id, json).await,

@@ -20,6 +20,7 @@ pub mod acl;
 pub mod alloc;
 pub mod eval;
 pub mod job;
+pub mod job_plan;
 pub mod node;
 pub mod operator;
 pub mod run;

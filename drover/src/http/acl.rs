@@ -8,7 +8,8 @@
 //!    scrapers carry no token, as with Nomad);
 //! 2. a management token: the rest of `/v1/acl/`, `/v1/operator/snapshot`;
 //! 3. otherwise a level on one area ([`AclRules`]): `read` for GET (and
-//!    `/v1/search`, and `/v1/jobs/parse`: Nomad's `parse-job`), `write`
+//!    `/v1/search`, `/v1/jobs/parse`: Nomad's `parse-job`, and
+//!    `/v1/validate/job`: its `read-job`), `write`
 //!    for the rest; nodes need `node`, the agent and
 //!    workers `agent`, `/v1/operator/*` `operator`, everything else
 //!    (jobs, evaluations, allocations) `namespace "default"`;
@@ -96,8 +97,8 @@ fn need(method: &Method, path: &str) -> Need {
         Need::Level(Area::Agent, level)
     } else if path == "/v1/nodes" || path.starts_with("/v1/node/") {
         Need::Level(Area::Node, level)
-    } else if path == "/v1/search" || path == "/v1/jobs/parse" {
-        // Nomad's `parse-job`, which its `read` policy grants.
+    } else if path == "/v1/search" || path == "/v1/jobs/parse" || path == "/v1/validate/job" {
+        // Nomad's `parse-job` and `read-job`, which its `read` policy grants.
         Need::Level(Area::Namespace, AclLevel::Read)
     } else {
         Need::Level(Area::Namespace, level)

@@ -5,7 +5,8 @@
 //! (a register's body must name the id of its path; so must a revert's and
 //! a stability change's). The sub-paths Drover does not serve yet answer
 //! 501, naming the path. `/versions`, `/revert` and `/stable` serve the
-//! job versions the state store keeps (`engine/src/state/job_versions.rs`).
+//! job versions the state store keeps (`engine/src/state/job_versions.rs`);
+//! `/plan` is a register's dry run (`job_plan.rs`).
 //! `/v1/jobs/parse` reads a job file into Nomad's job JSON, as `drover job
 //! run` reads one.
 
@@ -25,6 +26,7 @@ use super::nomad;
 use super::query::{blocking, Params, Reply};
 use super::ApiState;
 use crate::api::evaluations::Evaluation;
+use crate::api::job_diff;
 use crate::api::job_spec::{self, JobRegisterRequest};
 use crate::api::jobs::{
     JobDeregisterResponse, JobRegisterResponse, JobRevertRequest, JobScaleStatusResponse, JobStabilityRequest,
@@ -119,6 +121,7 @@ async fn job(
         ("/versions", Method::GET) => versions(&state, &params, key).await,
         ("/revert", Method::PUT | Method::POST) => revert(state, params, key, body).await,
         ("/stable", Method::PUT | Method::POST) => stable(state, params, key, body).await,
+        ("/plan", Method::PUT | Method::POST) => super::job_plan::plan(state, params, id, body).await,
         // No deployments exist (they come with health-gated updates).
         ("/deployments", Method::GET) => {
             blocking(&state, &params, |snapshot| Ok(snapshot.table_indexes().jobs), |_| Ok(Vec::<()>::new())).await
@@ -153,7 +156,7 @@ pub const SUFFIXES: [&str; 17] = [
 ];
 
 /// The sub-paths of [`SUFFIXES`] Drover does not serve yet (501).
-const NOT_IMPLEMENTED: [&str; 6] = ["/periodic/force", "/submission", "/dispatch", "/actions", "/action", "/plan"];
+const NOT_IMPLEMENTED: [&str; 5] = ["/periodic/force", "/submission", "/dispatch", "/actions", "/action"];
 
 fn find<'a>(snapshot: &'a Snapshot, key: &JobKey) -> Result<&'a Arc<Job>, ApiError> {
     snapshot.job(key).ok_or_else(|| ApiError::NotFound("job not found".to_string()))
@@ -234,8 +237,8 @@ async fn scale_status(state: &ApiState, params: &Params, key: JobKey) -> Result<
 
 /// `GET /v1/job/<id>/versions`: the kept versions, newest first, each as
 /// `GET /v1/job/<id>` answers the job (404 `job versions not found` when
-/// none are kept). `?diffs=true` is refused (501): Drover computes no
-/// diffs yet, and answering without them would pass for "no changes".
+/// none are kept). With `?diffs=true`, `Diffs[i]` is the diff from
+/// version `i + 1` of the list to version `i` (`api::job_diff`), as Nomad.
 async fn versions(state: &ApiState, params: &Params, key: JobKey) -> Result<Reply, ApiError> {
     let diffs = match params.get("diffs") {
         None | Some("") => false,
@@ -243,11 +246,6 @@ async fn versions(state: &ApiState, params: &Params, key: JobKey) -> Result<Repl
         Some(text) => crate::api::format::parse_bool(text)
             .ok_or_else(|| ApiError::Internal(format!("Failed to parse value of \"diffs\" ({text:?}) as a bool")))?,
     };
-    if diffs {
-        let message =
-            "/v1/job/<id>/versions?diffs=true is not implemented by Drover yet (versions without diffs: ?diffs=false)";
-        return Err(ApiError::NotImplemented(message.to_string()));
-    }
     blocking(
         state,
         params,
@@ -257,7 +255,10 @@ async fn versions(state: &ApiState, params: &Params, key: JobKey) -> Result<Repl
             if versions.is_empty() {
                 return Err(ApiError::NotFound("job versions not found".to_string()));
             }
-            Ok(JobVersionsResponse { versions, diffs: None, meta: WriteMeta::at(snapshot.table_indexes().jobs) })
+            let diffs = diffs.then(|| {
+                versions.windows(2).filter_map(|pair| job_diff::job_diff(Some(&pair[1]), Some(&pair[0]))).collect()
+            });
+            Ok(JobVersionsResponse { versions, diffs, meta: WriteMeta::at(snapshot.table_indexes().jobs) })
         },
     )
     .await
@@ -310,7 +311,7 @@ async fn stable(state: ApiState, params: Params, key: JobKey, body: Bytes) -> Re
 }
 
 /// A register's refusal: validation errors as Nomad's multierror (500).
-fn register_error(error: JobError) -> ApiError {
+pub(super) fn register_error(error: JobError) -> ApiError {
     match error {
         JobError::Invalid(invalid) => {
             ApiError::Internal(format!("{} error(s) occurred: {}", invalid.problems.len(), invalid.problems.join("; ")))
@@ -320,7 +321,7 @@ fn register_error(error: JobError) -> ApiError {
 }
 
 /// Runs a blocking engine call on tokio's blocking pool.
-async fn on_engine<T: Send + 'static>(call: impl FnOnce() -> T + Send + 'static) -> Result<T, ApiError> {
+pub(super) async fn on_engine<T: Send + 'static>(call: impl FnOnce() -> T + Send + 'static) -> Result<T, ApiError> {
     tokio::task::spawn_blocking(call).await.map_err(|error| ApiError::Internal(format!("engine call failed: {error}")))
 }
 

@@ -16,9 +16,9 @@
 //! 4. PUT and POST are both accepted for every write; bodies are parsed as
 //!    JSON whatever their `Content-Type`.
 //!
-//! One file per resource: `jobs.rs`, `evals.rs`, `allocs.rs`, `nodes.rs`,
-//! `agent.rs` (agent, status, workers, search), `operator.rs` (snapshots,
-//! raft), `client.rs` and `client_fs.rs` (the client operations, answered
+//! One file per resource: `jobs.rs`, `job_plan.rs` (plan and validate),
+//! `evals.rs`, `allocs.rs`, `nodes.rs`, `agent.rs` (agent, status,
+//! workers, search), `operator.rs` (snapshots, raft), `client.rs` and `client_fs.rs` (the client operations, answered
 //! by the agent that runs the allocation), `services.rs` (Nomad-native
 //! service discovery), `acl.rs` (the ACL check in front of them all, tokens and
 //! policies), `forward.rs` (a follower's relay to the leader); `nomad.rs`
@@ -35,6 +35,7 @@ pub mod client_fs;
 pub mod error;
 pub mod evals;
 pub mod forward;
+pub mod job_plan;
 pub mod jobs;
 pub mod metrics;
 pub mod nodes;
@@ -109,6 +110,7 @@ pub struct AgentInfo {
 pub fn router(state: ApiState) -> Router {
     Router::new()
         .merge(jobs::routes())
+        .merge(job_plan::routes())
         .merge(evals::routes())
         .merge(allocs::routes())
         .merge(client::routes())

@@ -114,6 +114,7 @@ fn a_group_that_cannot_place_names_the_classes_that_kept_it_out() {
     });
     let plan = dry_run(harness.store.snapshot(), job, NOW).expect("planned");
     assert!(plan.failed_tg_allocs.contains_key("group"), "{:?}", plan.failed_tg_allocs);
+    assert_eq!(updates(&plan).place, 1, "a placement asked for, if not made");
     assert_eq!(plan.created_evals.len(), 1, "a blocked eval would be created");
     assert_eq!(plan.created_evals[0].status, EvalStatus::Blocked);
     let classes = &plan.filtered_classes["group"];

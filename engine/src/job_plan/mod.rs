@@ -15,8 +15,10 @@
 //!    nothing: `submit_plan` answers a result equal to the plan, so the
 //!    scheduler never re-plans.
 //! 4. The recorded plan is read back as Nomad's annotations per task group
-//!    ([`annotate`]), and each group that could not place everything gets
-//!    Drover's per-class account of why ([`filtered`]).
+//!    ([`annotate`]); the allocations the scheduler could not place count
+//!    as placements too (Nomad counts what its reconciler asked for), and
+//!    each group that could not place everything gets Drover's per-class
+//!    account of why ([`filtered`]).
 //!
 //! The snapshot is immutable and the planner holds no writer, so a dry run
 //! cannot change state: the store's index after one is the index before.
@@ -108,8 +110,14 @@ pub fn dry_run(snapshot: Arc<Snapshot>, job: Job, now: Timestamp) -> Result<JobP
     let config = SchedulerConfig { now, ..SchedulerConfig::default() };
     new_scheduler(planned.job_type, state.clone(), &mut recorder, config).process(&eval)?;
     let existing: Vec<Arc<Allocation>> = snapshot.allocs_by_job(&planned.key()).cloned().collect();
-    let annotations = annotate(&planned, &existing, recorder.plan.as_ref());
-    let failed_tg_allocs = recorder.outcome.map(|eval| eval.failed_tg_allocs).unwrap_or_default();
+    let mut annotations = annotate(&planned, &existing, recorder.plan.as_ref());
+    let (queued, failed_tg_allocs) =
+        recorder.outcome.map(|eval| (eval.queued_allocations, eval.failed_tg_allocs)).unwrap_or_default();
+    // What the scheduler could not place was still asked for: Nomad counts
+    // the reconciler's placements, placed or not.
+    for (group, queued) in queued {
+        annotations.desired_tg_updates.entry(group).or_default().place += queued;
+    }
     let filtered_classes = failed_tg_allocs
         .keys()
         .filter_map(|name| planned.group(name))
