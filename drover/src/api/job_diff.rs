@@ -1,6 +1,6 @@
 //! Job diffs (Nomad's `JobDiff`, `nomad/structs/diff.go`): what changed
 //! between two versions of a job, as `job plan` and `job history -p` show
-//! it, computed over the jobs as the API answers them ([`super::jobs::Job`]
+//! it, computed over the jobs as the API answers them (`super::jobs::Job`
 //! serialized to JSON), so every field a client can read is compared.
 //!
 //! The shape, as Nomad's:
@@ -29,8 +29,6 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-
-use super::jobs::Job;
 
 /// What happened to a job, group, task, block or field.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -176,19 +174,18 @@ fn object_name(key: &str) -> &str {
     }
 }
 
-/// The diff from `old` to `new` (either absent: the job is added or
-/// deleted); see the module docs. `None` when both are absent.
-pub fn job_diff(old: Option<&Job>, new: Option<&Job>) -> Option<JobDiff> {
-    let id = new.or(old)?.id.clone();
-    let (old_value, new_value) = (old.map(to_map), new.map(to_map));
-    let (fields, objects) = diff_block(old_value.as_ref(), new_value.as_ref(), &JOB_SKIPPED, false);
-    let groups = matched_by_name(
-        old.map(|job| job.task_groups.as_slice()).unwrap_or_default(),
-        new.map(|job| job.task_groups.as_slice()).unwrap_or_default(),
-        |group| &group.name,
-    );
-    let task_groups: Vec<TaskGroupDiff> =
-        groups.into_iter().map(|(name, old, new)| group_diff(name, old.map(to_map), new.map(to_map))).collect();
+/// The diff from `old` to `new`, jobs as the API answers them
+/// (`api::jobs::Job`; either absent: the job is added or deleted); see the
+/// module docs. `None` when both are absent.
+pub fn job_diff<J: Serialize>(old: Option<&J>, new: Option<&J>) -> Option<JobDiff> {
+    let (old, new) = (old.map(to_map), new.map(to_map));
+    let id = new.as_ref().or(old.as_ref())?.get("ID").map(text_of).unwrap_or_default();
+    let (fields, objects) = diff_block(old.as_ref(), new.as_ref(), &JOB_SKIPPED, false);
+    let (old_groups, new_groups) = (list_of(old.as_ref(), "TaskGroups"), list_of(new.as_ref(), "TaskGroups"));
+    let task_groups: Vec<TaskGroupDiff> = matched_by_name(&old_groups, &new_groups, name_of)
+        .into_iter()
+        .map(|(name, old, new)| group_diff(name, old.cloned(), new.cloned()))
+        .collect();
     let changed =
         !fields.is_empty() || !objects.is_empty() || task_groups.iter().any(|g| g.diff_type != DiffType::None);
     Some(JobDiff {
@@ -203,14 +200,8 @@ pub fn job_diff(old: Option<&Job>, new: Option<&Job>) -> Option<JobDiff> {
 /// Step 2 for one group.
 fn group_diff(name: String, old: Option<Map<String, Value>>, new: Option<Map<String, Value>>) -> TaskGroupDiff {
     let (fields, objects) = diff_block(old.as_ref(), new.as_ref(), &["Name", "Tasks"], true);
-    let tasks_of = |group: &Option<Map<String, Value>>| -> Vec<Map<String, Value>> {
-        let tasks = group.as_ref().and_then(|group| group.get("Tasks")).and_then(Value::as_array);
-        tasks.into_iter().flatten().filter_map(|task| task.as_object().cloned()).collect()
-    };
-    let (old_tasks, new_tasks) = (tasks_of(&old), tasks_of(&new));
-    let task_name =
-        |task: &Map<String, Value>| task.get("Name").and_then(Value::as_str).unwrap_or_default().to_string();
-    let tasks: Vec<TaskDiff> = matched_by_name(&old_tasks, &new_tasks, |task| task_name(task))
+    let (old_tasks, new_tasks) = (list_of(old.as_ref(), "Tasks"), list_of(new.as_ref(), "Tasks"));
+    let tasks: Vec<TaskDiff> = matched_by_name(&old_tasks, &new_tasks, name_of)
         .into_iter()
         .map(|(name, old, new)| {
             let (fields, objects) = diff_block(old, new, &["Name"], true);
@@ -244,6 +235,17 @@ fn matched_by_name<'a, T, K: Ord + ToString>(
         pairs.entry(name(item)).or_default().1 = Some(item);
     }
     pairs.into_iter().map(|(key, (old, new))| (key.to_string(), old, new)).collect()
+}
+
+/// The objects of the list `key` of `block`.
+fn list_of(block: Option<&Map<String, Value>>, key: &str) -> Vec<Map<String, Value>> {
+    let items = block.and_then(|block| block.get(key)).and_then(Value::as_array);
+    items.into_iter().flatten().filter_map(|item| item.as_object().cloned()).collect()
+}
+
+/// A group's or task's `Name`.
+fn name_of(block: &Map<String, Value>) -> String {
+    block.get("Name").and_then(Value::as_str).unwrap_or_default().to_string()
 }
 
 fn to_map<T: Serialize>(value: &T) -> Map<String, Value> {
@@ -343,7 +345,7 @@ fn block_list(key: &str, old: Option<&Value>, new: Option<&Value>, contextual: b
             None => Value::Object(item.clone()).to_string(),
         }
     };
-    matched_by_name(&old_items, &new_items, |item| identity(item))
+    matched_by_name(&old_items, &new_items, identity)
         .into_iter()
         .filter_map(|(_, old, new)| {
             let (fields, objects) = diff_block(old, new, &[], contextual);

@@ -440,7 +440,9 @@ pub fn command(command: JobCommand, api: &ApiArgs) -> Result<(), Failure> {
     client_command(api, |client| async move {
         match command {
             JobCommand::Run { path, detach, check_index } => run(&client, &path, detach, check_index).await,
-            JobCommand::Plan { path, diff, verbose } => super::job_plan::plan(&client, &path, diff, verbose).await,
+            JobCommand::Plan { path, diff, verbose } => {
+                super::job_plan::plan(&client, &path, read_job_file(&path), diff, verbose).await
+            }
             JobCommand::Status { id, json } => status(&client, id.as_deref(), json).await,
             JobCommand::Stop { id, purge, detach } => stop(&client, &id, purge, detach).await,
             JobCommand::History { id, json } => history(&client, &id, json).await,

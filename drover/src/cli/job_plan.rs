@@ -10,7 +10,6 @@ use std::path::Path;
 use anyhow::{anyhow, Context, Result};
 use serde_json::Value;
 
-use super::job::read_job_file;
 use crate::api::client::ApiClient;
 use crate::api::job_diff::{DiffType, FieldDiff, JobDiff, ObjectDiff, TaskDiff, TaskGroupDiff};
 use crate::api::job_plan::{JobPlanResponse, PlanFailedMetric};
@@ -18,9 +17,14 @@ use crate::api::job_plan::{JobPlanResponse, PlanFailedMetric};
 /// Nomad's exit code for a plan that could not be made.
 const PLAN_ERROR: i32 = 255;
 
-/// `drover job plan [--diff=false] [--verbose] FILE`.
-pub async fn plan(api: &ApiClient, path: &Path, diff: bool, verbose: bool) -> Result<i32> {
-    match plan_job(api, path, diff).await {
+/// `drover job plan [--diff=false] [--verbose] FILE`: `body` is the file
+/// read as `job run` reads it (`job::read_job_file`), or why it could not be.
+pub async fn plan(api: &ApiClient, path: &Path, body: Result<Value>, diff: bool, verbose: bool) -> Result<i32> {
+    let planned = match body {
+        Ok(body) => plan_job(api, path, body, diff).await,
+        Err(error) => Err(error),
+    };
+    match planned {
         Ok(answer) => {
             print!("{}", format_plan(&answer, diff, verbose, &path.display().to_string()));
             Ok(if answer.changes_allocations() { 1 } else { 0 })
@@ -32,8 +36,7 @@ pub async fn plan(api: &ApiClient, path: &Path, diff: bool, verbose: bool) -> Re
     }
 }
 
-async fn plan_job(api: &ApiClient, path: &Path, diff: bool) -> Result<JobPlanResponse> {
-    let mut body = read_job_file(path)?;
+async fn plan_job(api: &ApiClient, path: &Path, mut body: Value, diff: bool) -> Result<JobPlanResponse> {
     let id = body["Job"]["ID"].as_str().ok_or_else(|| anyhow!("{}: the job has no ID", path.display()))?.to_string();
     body["Diff"] = Value::Bool(diff);
     api.write("PUT", &format!("/v1/job/{id}/plan"), &body).await.context("Error during plan")
@@ -108,7 +111,8 @@ fn format_group_diff(group: &TaskGroupDiff, width: usize, verbose: bool) -> Stri
     let tasks = group.tasks.as_deref().unwrap_or_default();
     let fields = shown_fields(group.fields.as_deref().unwrap_or_default(), verbose);
     let objects = shown_objects(group.objects.as_deref().unwrap_or_default(), verbose);
-    let indent = width + usize::from(width > 0) + 2;
+    // Nomad's `subStartPrefix`: two past the group's own marker padding.
+    let indent = width - marker(group.diff_type).len() + 2;
     if group.diff_type == DiffType::Edited || verbose {
         let block = aligned(&fields, &objects, indent, verbose);
         if !block.is_empty() {
@@ -136,7 +140,7 @@ fn format_task_diff(task: &TaskDiff, indent: usize, width: usize, verbose: bool)
     if show {
         let fields = shown_fields(task.fields.as_deref().unwrap_or_default(), verbose);
         let objects = shown_objects(task.objects.as_deref().unwrap_or_default(), verbose);
-        let block = aligned(&fields, &objects, indent + width + usize::from(width > 0) + 2, verbose);
+        let block = aligned(&fields, &objects, indent + 2, verbose);
         if !block.is_empty() {
             out += &format!("\n{block}");
         }
@@ -187,7 +191,7 @@ fn format_object(object: &ObjectDiff, indent: usize, width: usize, verbose: bool
     let prefix = marked(object.diff_type, width);
     let fields = object.fields.as_deref().unwrap_or_default();
     let objects = object.objects.as_deref().unwrap_or_default();
-    let inner = aligned(fields, objects, indent + prefix.len() + 2, verbose);
+    let inner = aligned(fields, objects, indent + width - marker(object.diff_type).len() + 2, verbose);
     format!("{}{prefix}{} {{\n{inner}\n{}}}", " ".repeat(indent), object.name, " ".repeat(indent + prefix.len()))
 }
 
@@ -250,4 +254,52 @@ fn metric_lines(failure: &PlanFailedMetric) -> Vec<String> {
         ));
     }
     lines
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::api::job_diff::{annotate, job_diff, DiffAnnotations};
+    use crate::api::jobs::Job;
+
+    fn job(count: u64, run_for: &str) -> Job {
+        serde_json::from_value(json!({"ID": "web", "Name": "web", "Type": "service", "Datacenters": ["dc1"],
+            "TaskGroups": [{"Name": "web", "Count": count, "Tasks": [{"Name": "server", "Driver": "mock",
+                "Config": {"run_for": run_for, "exit_code": 0}}]}]}))
+        .expect("a job")
+    }
+
+    fn printed(old: &Job, new: &Job, updates: &[(&str, u64)], destructive: bool) -> String {
+        let mut diff = job_diff(Some(old), Some(new)).expect("a diff");
+        let counts = updates.iter().map(|(kind, count)| (kind.to_string(), *count)).collect();
+        let destructive_groups = if destructive { ["web".to_string()].into() } else { Default::default() };
+        annotate(&mut diff, &DiffAnnotations { updates: [("web".to_string(), counts)].into(), destructive_groups });
+        let answer = JobPlanResponse { diff: Some(diff), job_modify_index: 7, ..JobPlanResponse::default() };
+        format_plan(&answer, true, false, "web.json")
+    }
+
+    #[test]
+    fn a_plan_prints_as_nomads() {
+        let scaled = printed(&job(1, "1h"), &job(2, "1h"), &[("create", 1), ("in-place update", 1)], false);
+        let expected = "+/- Job: \"web\"\n\
+            +/- Task Group: \"web\" (1 create, 1 in-place update)\n  \
+            +/- Count: \"1\" => \"2\" (forces create)\n      \
+            Task: \"server\"\n\n\
+            Scheduler dry-run:\n- All tasks successfully allocated.\n\n\
+            Job Modify Index: 7\nTo submit the job with version verification run:\n\n\
+            drover job run --check-index 7 web.json\n";
+        assert!(scaled.starts_with(expected), "{scaled}");
+        let changed = printed(&job(1, "1h"), &job(1, "2h"), &[("create/destroy update", 1)], true);
+        let expected = "+/- Job: \"web\"\n\
+            +/- Task Group: \"web\" (1 create/destroy update)\n  \
+            +/- Task: \"server\" (forces create/destroy update)\n    \
+            +/- Config {\n          \
+            exit_code: \"0\"\n      \
+            +/- run_for:   \"1h\" => \"2h\"\n        \
+            }\n\n\
+            Scheduler dry-run:\n";
+        assert!(changed.starts_with(expected), "{changed}");
+    }
 }

@@ -112,3 +112,14 @@ impl From<AclError> for ApiError {
 pub async fn unknown_path() -> Response {
     StatusCode::NOT_FOUND.into_response()
 }
+
+/// A register's (or a plan's) refusal: validation errors as Nomad's
+/// multierror (500), anything else as [`ApiError::from`] maps it.
+pub fn register_error(error: JobError) -> ApiError {
+    match error {
+        JobError::Invalid(invalid) => {
+            ApiError::Internal(format!("{} error(s) occurred: {}", invalid.problems.len(), invalid.problems.join("; ")))
+        }
+        other => ApiError::from(other),
+    }
+}

@@ -23,11 +23,10 @@ use axum::Router;
 use engine::job_plan::{JobPlan, JobPlanError};
 use engine::scheduler::reconcile::needs_destructive_update;
 
-use super::error::ApiError;
-use super::jobs::{on_engine, register_error};
+use super::error::{register_error, ApiError};
 use super::nomad;
 use super::query::{Params, Reply};
-use super::ApiState;
+use super::{on_engine, ApiState};
 use crate::api::evaluations::{AllocationMetric, Evaluation};
 use crate::api::job_diff::{annotate, job_diff, DiffAnnotations};
 use crate::api::job_plan::{

@@ -21,10 +21,10 @@ use engine::job_endpoint::{JobError, JobWriteResponse};
 use engine::state::Snapshot;
 use engine::structs::{Job, JobKey};
 
-use super::error::ApiError;
+use super::error::{register_error, ApiError};
 use super::nomad;
 use super::query::{blocking, Params, Reply};
-use super::ApiState;
+use super::{on_engine, ApiState};
 use crate::api::evaluations::Evaluation;
 use crate::api::job_diff;
 use crate::api::job_spec::{self, JobRegisterRequest};
@@ -308,21 +308,6 @@ async fn stable(state: ApiState, params: Params, key: JobKey, body: Bytes) -> Re
             other => ApiError::Internal(other.to_string()),
         })?;
     Ok(Reply::json(&JobStabilityResponse { index }, params.pretty(), Some(index)))
-}
-
-/// A register's refusal: validation errors as Nomad's multierror (500).
-pub(super) fn register_error(error: JobError) -> ApiError {
-    match error {
-        JobError::Invalid(invalid) => {
-            ApiError::Internal(format!("{} error(s) occurred: {}", invalid.problems.len(), invalid.problems.join("; ")))
-        }
-        other => ApiError::from(other),
-    }
-}
-
-/// Runs a blocking engine call on tokio's blocking pool.
-pub(super) async fn on_engine<T: Send + 'static>(call: impl FnOnce() -> T + Send + 'static) -> Result<T, ApiError> {
-    tokio::task::spawn_blocking(call).await.map_err(|error| ApiError::Internal(format!("engine call failed: {error}")))
 }
 
 /// The answer to a job write, as Nomad's `JobRegisterResponse`.

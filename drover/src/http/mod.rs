@@ -80,6 +80,15 @@ pub struct ApiState {
     pub acl_bootstrap_reset: Option<std::path::PathBuf>,
 }
 
+/// Runs a blocking engine call on tokio's blocking pool (contract, 3).
+pub(crate) async fn on_engine<T: Send + 'static>(
+    call: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, error::ApiError> {
+    tokio::task::spawn_blocking(call)
+        .await
+        .map_err(|error| error::ApiError::Internal(format!("engine call failed: {error}")))
+}
+
 impl ApiState {
     /// The leader services, or 500 "No cluster leader" on a server that
     /// does not lead (a request forwarded during an election).
