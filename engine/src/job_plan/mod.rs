@@ -204,6 +204,9 @@ impl State for PlannedState {
     fn scheduler_config(&self) -> Option<SchedulerConfiguration> {
         State::scheduler_config(&*self.snapshot)
     }
+    fn latest_deployment(&self, key: &JobKey) -> Option<Arc<crate::structs::Deployment>> {
+        State::latest_deployment(&*self.snapshot, key)
+    }
 }
 
 /// A planner that records and writes nothing (step 3).
