@@ -8,7 +8,8 @@
 //!   it, read leniently and converted into the engine's job with Nomad's
 //!   defaults (the server's register, `job validate` and `dev --job` all
 //!   use it); `hcl.rs`: Nomad HCL2 job files into that JSON.
-//! - `allocations.rs`, `evaluations.rs`, `nodes.rs`, `resources.rs`.
+//! - `allocations.rs`, `evaluations.rs`, `deployments.rs`, `nodes.rs`,
+//!   `resources.rs`.
 //! - `fs.rs` (an allocation's files and streamed frames) and `stats.rs`
 //!   (an allocation's and a host's resource usage), the client operations'.
 //! - `agent.rs` (agent, members, health, the scheduling workers),
@@ -26,6 +27,7 @@ pub mod acl;
 pub mod agent;
 pub mod allocations;
 pub mod client;
+pub mod deployments;
 pub mod evaluations;
 pub mod format;
 pub mod fs;
