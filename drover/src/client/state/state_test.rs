@@ -390,7 +390,7 @@ fn a_mock_allocation_of_a_deployment_reports_itself_healthy_as_it_starts() {
     let mut client = Client::new(config());
     client.start();
     let web = alloc(&job("web", mock::DRIVER), 0);
-    let deployed = changed(&alloc(&job("api", mock::DRIVER), 0), |alloc| {
+    let deployed = changed(&alloc(&job("deployed", mock::DRIVER), 0), |alloc| {
         alloc.deployment_id = Some(engine::structs::DeploymentId::from_u128(7));
     });
     let push = client.push(1, &[&web, &deployed]);
