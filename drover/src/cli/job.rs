@@ -1,6 +1,6 @@
 //! `drover job run|status|stop|scale|history|revert|deployments|validate`,
 //! printed as Nomad's `nomad job ...`; `job run` and `job revert` follow
-//! the deployment of the version they register (`deployment.rs`).
+//! the deployment of the version they register (`deployment_monitor.rs`).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -71,7 +71,7 @@ pub async fn run(api: &ApiClient, path: &Path, detach: bool) -> Result<i32> {
     }
     let code = monitor(api, &registered.eval_id).await?;
     let job_id = body["Job"]["ID"].as_str().unwrap_or_default();
-    super::deployment::follow_registered(api, job_id, registered.job_modify_index, code).await
+    super::deployment_monitor::follow_registered(api, job_id, registered.job_modify_index, code).await
 }
 
 /// Nomad's eval monitor: follows the eval and the allocations it places,
@@ -222,7 +222,7 @@ pub async fn status(api: &ApiClient, id: Option<&str>, json_out: bool) -> Result
         })
         .collect();
     print!("{}", table(&["Task Group", "Queued", "Starting", "Running", "Failed", "Complete", "Lost"], &counts));
-    super::deployment::print_latest(api, &job_id).await?;
+    super::deployment_monitor::print_latest(api, &job_id).await?;
     println!("\nAllocations");
     print_allocs(&allocs);
     Ok(0)
@@ -342,7 +342,7 @@ pub async fn revert(api: &ApiClient, id: &str, version: u64, detach: bool) -> Re
         return Ok(0);
     }
     let code = monitor(api, &reverted.eval_id).await?;
-    super::deployment::follow_registered(api, &job_id, reverted.job_modify_index, code).await
+    super::deployment_monitor::follow_registered(api, &job_id, reverted.job_modify_index, code).await
 }
 
 #[derive(Debug, Subcommand)]
@@ -444,7 +444,7 @@ pub fn command(command: JobCommand, api: &ApiArgs) -> Result<(), Failure> {
             JobCommand::Revert { id, version, detach } => revert(&client, &id, version, detach).await,
             JobCommand::Deployments { id, latest, all, json, verbose } => {
                 let job_id = resolve(&client, &id).await?;
-                super::deployment::job_deployments(&client, &job_id, latest, all, json, verbose).await
+                super::deployment_monitor::job_deployments(&client, &job_id, latest, all, json, verbose).await
             }
             JobCommand::Scale { id, group_and_count, detach } => {
                 let (group, count) = match group_and_count.as_slice() {

@@ -5,7 +5,8 @@
 //! The commands that talk to a server's HTTP API print as Nomad's CLI
 //! prints (aligned tables, the eval monitor), with `--json` on every read.
 //! One file per command group, its clap definitions beside the code that
-//! runs them: `job.rs`, `deployment.rs`, `node.rs`, `alloc.rs`, `eval.rs`,
+//! runs them: `job.rs`, `deployment.rs` (with `deployment_monitor.rs`),
+//! `node.rs`, `alloc.rs`, `eval.rs`,
 //! `operator.rs`,
 //! `acl.rs`, `service.rs`, `server.rs` (members, workers, `status`),
 //! `tls.rs`. They
@@ -20,6 +21,7 @@
 pub mod acl;
 pub mod alloc;
 pub mod deployment;
+pub mod deployment_monitor;
 pub mod eval;
 pub mod job;
 pub mod node;
