@@ -157,7 +157,13 @@ async fn the_nomad_api_serves_jobs_evals_allocs_nodes_and_the_agent() {
     assert!(job["SubmitTime"].as_u64().is_some_and(|time| time > 0));
     let summary = api.get("/v1/job/web/summary").await.expect("summary").json().expect("summary json");
     assert_eq!(summary["Summary"]["web"]["Running"], 2);
-    assert_eq!(api.get("/v1/job/web/deployment").await.expect("deployment").json().expect("json"), Value::Null);
+    // A service job rolls out as a deployment (tests/deployments.rs follows them).
+    let deployment = api.get("/v1/job/web/deployment").await.expect("deployment").json().expect("json");
+    assert_eq!(
+        (deployment["JobID"].as_str(), deployment["JobVersion"].as_u64()),
+        (Some("web"), Some(0)),
+        "{deployment}"
+    );
     let evals = api.get("/v1/job/web/evaluations").await.expect("evals").json().expect("evals json");
     assert!(evals.as_array().is_some_and(|evals| evals.iter().any(|eval| eval["ID"] == eval_id.as_str())));
     let jobs = api.get("/v1/jobs?prefix=we").await.expect("jobs").json().expect("jobs json");
@@ -597,7 +603,7 @@ fn round_trip<T: serde::de::DeserializeOwned + serde::Serialize>(what: &str, ans
 /// writes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_answer_reads_into_its_api_struct_and_back() {
-    use drover::api::{acl, agent, allocations, evaluations, jobs, metrics, nodes, operator, search};
+    use drover::api::{acl, agent, allocations, deployments, evaluations, jobs, metrics, nodes, operator, search};
 
     transport::install_crypto_provider();
     let server = start_server_with("model", &["--acl-enabled"]).await;
@@ -646,7 +652,8 @@ async fn every_answer_reads_into_its_api_struct_and_back() {
     assert_eq!(again.warnings, "", "a read-back job is no news");
     round_trip::<jobs::JobSummary>("summary", &get("/v1/job/web/summary".into()).await);
     round_trip::<jobs::JobScaleStatusResponse>("scale status", &get("/v1/job/web/scale".into()).await);
-    round_trip::<()>("deployment", &get("/v1/job/web/deployment".into()).await);
+    round_trip::<Option<deployments::Deployment>>("deployment", &get("/v1/job/web/deployment".into()).await);
+    round_trip::<Vec<deployments::Deployment>>("deployments", &get("/v1/deployments".into()).await);
     let stubs: Vec<allocations::AllocationListStub> =
         round_trip("job allocations", &get("/v1/job/web/allocations".into()).await);
     round_trip::<Vec<evaluations::Evaluation>>("job evaluations", &get("/v1/job/web/evaluations".into()).await);

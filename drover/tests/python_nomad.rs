@@ -2,7 +2,8 @@
 //! `drover server --dev` and a real `drover agent --dev` (mock, raw_exec
 //! and docker drivers), both the `drover` binary on loopback ports they
 //! pick, one Python script a test (`tests/python/`): jobs (their versions,
-//! stability and revert too), evals, nodes
+//! stability and revert too), deployments (read, paused, resumed, promoted,
+//! failed, an allocation's health set), evals, nodes
 //! and allocations, and the client endpoints (logs, files, stats, signal,
 //! restart, stop, gc) the server answers through the agent; and a Nomad
 //! job file with `driver = "docker"` run as `nomad job run` runs it
@@ -174,6 +175,16 @@ fn python_nomad_registers_reads_and_stops_a_job_on_a_real_server_and_agent() {
     let dir = std::env::temp_dir().join(format!("drover-python-nomad-{}", std::process::id()));
     let (mut children, http) = dev_cluster(&dir);
     let stdout = run_script(&mut children, "nomad_client.py", &http, &[]);
+    assert!(stdout.contains("checks passed"), "{stdout}");
+    drop(children);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn python_nomad_reads_promotes_pauses_and_fails_deployments() {
+    let dir = std::env::temp_dir().join(format!("drover-python-nomad-deployments-{}", std::process::id()));
+    let (mut children, http) = dev_cluster(&dir);
+    let stdout = run_script(&mut children, "nomad_deployments.py", &http, &[]);
     assert!(stdout.contains("checks passed"), "{stdout}");
     drop(children);
     let _ = std::fs::remove_dir_all(&dir);

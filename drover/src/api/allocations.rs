@@ -254,12 +254,7 @@ impl AllocationListStub {
             client_description: alloc.client_description.clone(),
             desired_transition: DesiredTransition::default(),
             task_states: alloc.task_states.iter().map(|(name, state)| (name.clone(), TaskState::from(state))).collect(),
-            deployment_status: alloc.health.as_ref().map(|health| AllocDeploymentStatus {
-                healthy: Some(health.healthy),
-                timestamp: rfc3339(health.timestamp),
-                canary: false,
-                modify_index: health.modify_index,
-            }),
+            deployment_status: AllocDeploymentStatus::of(alloc),
             followup_eval_id: id_or_empty(alloc.follow_up_eval_id),
             reschedule_tracker,
             preempted_allocations: alloc.preempted_allocations.iter().map(|id| id.to_string()).collect(),
@@ -307,7 +302,7 @@ impl Allocation {
             alloc_modify_index: alloc.modify_index,
             previous_allocation: id_or_empty(alloc.previous_allocation),
             next_allocation: id_or_empty(alloc.next_allocation),
-            deployment_id: String::new(),
+            deployment_id: id_or_empty(alloc.deployment_id),
         }
     }
 }
@@ -320,10 +315,28 @@ pub struct AllocDeploymentStatus {
     pub healthy: Option<bool>,
     /// When its client decided (RFC 3339).
     pub timestamp: String,
-    /// Whether it is a canary (Drover places none yet).
+    /// Whether it is a canary of its deployment, not yet promoted.
     pub canary: bool,
     /// The index at which the verdict was stored.
     pub modify_index: u64,
+}
+
+impl AllocDeploymentStatus {
+    /// An allocation's status in its deployment: `None` (Nomad's `null`)
+    /// until its health is decided or it is placed as a canary; a canary
+    /// without a verdict has `"Healthy": null` and Go's zero time.
+    pub fn of(alloc: &engine::structs::Allocation) -> Option<AllocDeploymentStatus> {
+        if alloc.health.is_none() && !alloc.canary {
+            return None;
+        }
+        let health = alloc.health.as_ref();
+        Some(AllocDeploymentStatus {
+            healthy: health.map(|health| health.healthy),
+            timestamp: health.map_or_else(|| super::deployments::ZERO_TIME.to_string(), |h| rfc3339(h.timestamp)),
+            canary: alloc.canary,
+            modify_index: health.map_or(0, |health| health.modify_index),
+        })
+    }
 }
 
 /// One check's latest result (`GET /v1/client/allocation/:id/checks`,

@@ -10,7 +10,8 @@
 //!   use it); `hcl.rs`: Nomad HCL2 job files into that JSON;
 //!   `job_diff.rs`: the diff between two versions of a job; `job_plan.rs`:
 //!   the answers to `job plan` and `job validate`.
-//! - `allocations.rs`, `evaluations.rs`, `nodes.rs`, `resources.rs`.
+//! - `allocations.rs`, `evaluations.rs`, `deployments.rs`, `nodes.rs`,
+//!   `resources.rs`.
 //! - `fs.rs` (an allocation's files and streamed frames) and `stats.rs`
 //!   (an allocation's and a host's resource usage), the client operations'.
 //! - `agent.rs` (agent, members, health, the scheduling workers),
@@ -28,6 +29,7 @@ pub mod acl;
 pub mod agent;
 pub mod allocations;
 pub mod client;
+pub mod deployments;
 pub mod evaluations;
 pub mod format;
 pub mod fs;

@@ -1,5 +1,7 @@
-//! `drover job run|plan|status|stop|scale|history|revert|validate`, printed
-//! as Nomad's `nomad job ...` (`plan` in `job_plan.rs`).
+//! `drover job run|plan|status|stop|scale|history|revert|deployments|validate`,
+//! printed as Nomad's `nomad job ...` (`plan` in `job_plan.rs`); `job run`
+//! and `job revert` follow the deployment of the version they register
+//! (`deployment_monitor.rs`).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -75,7 +77,9 @@ pub async fn run(api: &ApiClient, path: &Path, detach: bool, check_index: Option
         println!("Job registration successful\nEvaluation ID: {}", registered.eval_id);
         return Ok(0);
     }
-    monitor(api, &registered.eval_id).await
+    let code = monitor(api, &registered.eval_id).await?;
+    let job_id = body["Job"]["ID"].as_str().unwrap_or_default();
+    super::deployment_monitor::follow_registered(api, job_id, registered.job_modify_index, code).await
 }
 
 /// Nomad's eval monitor: follows the eval and the allocations it places,
@@ -226,6 +230,7 @@ pub async fn status(api: &ApiClient, id: Option<&str>, json_out: bool) -> Result
         })
         .collect();
     print!("{}", table(&["Task Group", "Queued", "Starting", "Running", "Failed", "Complete", "Lost"], &counts));
+    super::deployment_monitor::print_latest(api, &job_id).await?;
     println!("\nAllocations");
     print_allocs(&allocs);
     Ok(0)
@@ -257,7 +262,7 @@ pub fn print_allocs(allocs: &[AllocationListStub]) {
 }
 
 /// The job id a prefix names, as Nomad resolves it.
-async fn resolve(api: &ApiClient, prefix: &str) -> Result<String> {
+pub(super) async fn resolve(api: &ApiClient, prefix: &str) -> Result<String> {
     let jobs: Vec<JobListStub> = api.query(&format!("/v1/jobs?prefix={prefix}")).await?;
     match jobs.as_slice() {
         [] => bail!("No job(s) with prefix or id \"{prefix}\" found"),
@@ -344,7 +349,8 @@ pub async fn revert(api: &ApiClient, id: &str, version: u64, detach: bool) -> Re
         println!("Evaluation ID: {}", reverted.eval_id);
         return Ok(0);
     }
-    monitor(api, &reverted.eval_id).await
+    let code = monitor(api, &reverted.eval_id).await?;
+    super::deployment_monitor::follow_registered(api, &job_id, reverted.job_modify_index, code).await
 }
 
 #[derive(Debug, Subcommand)]
@@ -419,6 +425,23 @@ pub enum JobCommand {
         #[arg(long)]
         detach: bool,
     },
+    /// The job's deployments, newest first (`--latest`: its newest, in full).
+    Deployments {
+        /// A job id or prefix.
+        id: String,
+        /// Only the newest deployment, with its groups' progress.
+        #[arg(long)]
+        latest: bool,
+        /// Also the deployments of earlier jobs of the same id (purged).
+        #[arg(long)]
+        all: bool,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        /// Full ids.
+        #[arg(long)]
+        verbose: bool,
+    },
     /// Sets how many allocations a task group runs.
     Scale {
         /// The job id.
@@ -447,6 +470,10 @@ pub fn command(command: JobCommand, api: &ApiArgs) -> Result<(), Failure> {
             JobCommand::Stop { id, purge, detach } => stop(&client, &id, purge, detach).await,
             JobCommand::History { id, json } => history(&client, &id, json).await,
             JobCommand::Revert { id, version, detach } => revert(&client, &id, version, detach).await,
+            JobCommand::Deployments { id, latest, all, json, verbose } => {
+                let job_id = resolve(&client, &id).await?;
+                super::deployment_monitor::job_deployments(&client, &job_id, latest, all, json, verbose).await
+            }
             JobCommand::Scale { id, group_and_count, detach } => {
                 let (group, count) = match group_and_count.as_slice() {
                     [count] => (None, count),

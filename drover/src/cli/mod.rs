@@ -5,7 +5,9 @@
 //! The commands that talk to a server's HTTP API print as Nomad's CLI
 //! prints (aligned tables, the eval monitor), with `--json` on every read.
 //! One file per command group, its clap definitions beside the code that
-//! runs them: `job.rs`, `node.rs`, `alloc.rs`, `eval.rs`, `operator.rs`,
+//! runs them: `job.rs`, `deployment.rs` (with `deployment_monitor.rs`),
+//! `node.rs`, `alloc.rs`, `eval.rs`,
+//! `operator.rs`,
 //! `acl.rs`, `service.rs`, `server.rs` (members, workers, `status`),
 //! `tls.rs`. They
 //! reach a server only through `crate::api`. `run/` is the process wiring
@@ -18,6 +20,8 @@
 
 pub mod acl;
 pub mod alloc;
+pub mod deployment;
+pub mod deployment_monitor;
 pub mod eval;
 pub mod job;
 pub mod job_plan;
@@ -72,6 +76,13 @@ pub enum Top {
     Job {
         #[command(subcommand)]
         command: job::JobCommand,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+    /// Deployments: list, status, promote, fail, pause, resume.
+    Deployment {
+        #[command(subcommand)]
+        command: deployment::DeploymentCommand,
         #[command(flatten)]
         api: ApiArgs,
     },
@@ -174,6 +185,7 @@ pub fn dispatch(cli: Cli) -> Result<(), Failure> {
         Top::Dev(args) => run::dev::run(args),
         Top::Tls { command } => tls::command(command).map_err(Failure::Run),
         Top::Job { command, api } => job::command(command, &api),
+        Top::Deployment { command, api } => deployment::command(command, &api),
         Top::Node { command, api } => node::command(command, &api),
         Top::Alloc { command, api } => alloc::command(command, &api),
         Top::Eval { command, api } => eval::command(command, &api),

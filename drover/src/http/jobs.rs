@@ -6,7 +6,8 @@
 //! a stability change's). The sub-paths Drover does not serve yet answer
 //! 501, naming the path. `/versions`, `/revert` and `/stable` serve the
 //! job versions the state store keeps (`engine/src/state/job_versions.rs`);
-//! `/plan` is a register's dry run (`job_plan.rs`).
+//! `/plan` is a register's dry run (`job_plan.rs`); `/deployments` and
+//! `/deployment` are answered by `deployments.rs`.
 //! `/v1/jobs/parse` reads a job file into Nomad's job JSON, as `drover job
 //! run` reads one.
 
@@ -110,10 +111,7 @@ async fn job(
         ("/allocations", Method::GET) => allocations(&state, &params, key).await,
         ("/evaluations", Method::GET) => evaluations(&state, &params, key).await,
         ("/summary", Method::GET) => summary(&state, &params, key).await,
-        ("/deployment", Method::GET) => {
-            // Drover has no deployments: `null` tells the CLI there is none.
-            blocking(&state, &params, |snapshot| Ok(snapshot.table_indexes().jobs), |_| Ok(())).await
-        }
+        ("/deployment", Method::GET) => super::deployments::job_deployment(&state, &params, key).await,
         ("/scale", Method::PUT | Method::POST) => scale(state, params, key, body).await,
         ("/scale", Method::GET) => scale_status(&state, &params, key).await,
         ("/evaluate", Method::PUT | Method::POST) => evaluate(state, params, key).await,
@@ -122,10 +120,7 @@ async fn job(
         ("/revert", Method::PUT | Method::POST) => revert(state, params, key, body).await,
         ("/stable", Method::PUT | Method::POST) => stable(state, params, key, body).await,
         ("/plan", Method::PUT | Method::POST) => super::job_plan::plan(state, params, id, body).await,
-        // No deployments exist (they come with health-gated updates).
-        ("/deployments", Method::GET) => {
-            blocking(&state, &params, |snapshot| Ok(snapshot.table_indexes().jobs), |_| Ok(Vec::<()>::new())).await
-        }
+        ("/deployments", Method::GET) => super::deployments::job_deployments(&state, &params, key).await,
         (suffix, _) if NOT_IMPLEMENTED.contains(&suffix) => {
             Err(ApiError::NotImplemented(format!("/v1/job/<id>{suffix} is not implemented by Drover yet (job {id:?})")))
         }

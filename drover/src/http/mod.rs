@@ -20,7 +20,8 @@
 //! `evals.rs`, `allocs.rs`, `nodes.rs`, `agent.rs` (agent, status,
 //! workers, search), `operator.rs` (snapshots, raft), `client.rs` and `client_fs.rs` (the client operations, answered
 //! by the agent that runs the allocation), `services.rs` (Nomad-native
-//! service discovery), `acl.rs` (the ACL check in front of them all, tokens and
+//! service discovery), `deployments.rs` (deployments, their reads and
+//! the operator's writes), `acl.rs` (the ACL check in front of them all, tokens and
 //! policies), `forward.rs` (a follower's relay to the leader); `nomad.rs`
 //! builds the answers that read the state beyond their object, `query.rs`
 //! holds the query parameters, blocking queries and the read headers. The
@@ -32,6 +33,7 @@ pub mod agent;
 pub mod allocs;
 pub mod client;
 pub mod client_fs;
+pub mod deployments;
 pub mod error;
 pub mod evals;
 pub mod forward;
@@ -130,6 +132,7 @@ pub fn router(state: ApiState) -> Router {
         .merge(operator::routes())
         .merge(acl::routes())
         .merge(services::routes())
+        .merge(deployments::routes())
         .fallback(error::unknown_path)
         .layer(axum::middleware::from_fn_with_state(state.clone(), acl::authorize))
         .layer(axum::middleware::from_fn_with_state(state.clone(), forward::forward_http))

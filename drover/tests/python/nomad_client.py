@@ -24,6 +24,9 @@ JOB = {
             {
                 "Name": "web",
                 "Count": 2,
+                # No deployments (nomad_deployments.py has them): a version
+                # turns stable here only when the script says so.
+                "Update": {"MaxParallel": 0},
                 "Tasks": [
                     {
                         "Name": "server",

@@ -386,6 +386,27 @@ fn a_new_allocation_starts_with_its_driver_or_fails_at_once() {
 }
 
 #[test]
+fn a_mock_allocation_of_a_deployment_reports_itself_healthy_as_it_starts() {
+    let mut client = Client::new(config());
+    client.start();
+    let web = alloc(&job("web", mock::DRIVER), 0);
+    let deployed = changed(&alloc(&job("deployed", mock::DRIVER), 0), |alloc| {
+        alloc.deployment_id = Some(engine::structs::DeploymentId::from_u128(7));
+    });
+    let push = client.push(1, &[&web, &deployed]);
+    let health: BTreeMap<AllocId, Option<bool>> = push
+        .iter()
+        .filter_map(|action| match action {
+            Action::Call(Call::Report(updates)) => Some(updates),
+            _ => None,
+        })
+        .flatten()
+        .map(|update| (update.alloc_id, update.health.as_ref().map(|health| health.healthy)))
+        .collect();
+    assert_eq!(health, BTreeMap::from([(web.id, None), (deployed.id, Some(true))]), "{push:?}");
+}
+
+#[test]
 fn an_allocation_no_longer_listed_is_destroyed() {
     let mut client = Client::new(config());
     client.start();
