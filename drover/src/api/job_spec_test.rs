@@ -105,17 +105,56 @@ fn every_listed_field_is_honoured_or_warned_of() {
     let task_restart = RestartPolicy { attempts: 1, ..group_restart.clone() };
     assert_eq!(group.tasks[0].restart_policy, Some(task_restart), "the task's fields over the group's");
     assert_eq!(job.validate(), Ok(()));
-    let text = warnings.join("\n");
-    assert_eq!(warnings.len(), 2, "{text}");
+    assert!(warnings.is_empty(), "every update field is honoured: {warnings:?}");
+    let update = group.update.clone().expect("an update block");
+    let expected = UpdateStrategy {
+        max_parallel: 2,
+        canary: 1,
+        auto_revert: true,
+        auto_promote: true,
+        progress_deadline: Duration::from_secs(900),
+        stagger: Duration::from_secs(5),
+    };
+    assert_eq!(update, expected, "the group's fields over the job's");
+    assert_eq!(group.health.min_healthy_time, Duration::from_secs(30));
+    assert_eq!(group.health.mode, engine::structs::HealthCheckMode::TaskStates);
+}
+
+#[test]
+fn a_service_job_without_an_update_block_gets_nomads_default_and_max_parallel_0_none() {
+    let plain = json!({"ID": "web", "Type": "service", "TaskGroups": [{"Name": "g", "Tasks": [{"Name": "t", "Driver": "mock"}]}]});
+    let job = convert_job(serde_json::from_value(plain).expect("lenient"), None).expect("converts").job;
+    assert_eq!(job.task_groups[0].update, Some(UpdateStrategy::default()));
+    let off = json!({"ID": "web", "Update": {"MaxParallel": 0},
+        "TaskGroups": [{"Name": "g", "Tasks": [{"Name": "t", "Driver": "mock"}]}]});
+    let job = convert_job(serde_json::from_value(off).expect("lenient"), None).expect("converts").job;
+    assert_eq!(job.task_groups[0].update, None, "no deployments: everything at once");
+    let batch =
+        json!({"ID": "b", "Type": "batch", "TaskGroups": [{"Name": "g", "Tasks": [{"Name": "t", "Driver": "mock"}]}]});
+    let job = convert_job(serde_json::from_value(batch).expect("lenient"), None).expect("converts").job;
+    assert_eq!(job.task_groups[0].update, None, "a batch job has none");
+}
+
+#[test]
+fn an_update_block_that_makes_no_sense_is_refused() {
+    let body = json!({"ID": "web", "TaskGroups": [{"Name": "g", "Count": 2,
+        "Update": {"HealthyDeadline": 900_000_000_000u64, "ProgressDeadline": 600_000_000_000u64, "AutoPromote": true},
+        "Tasks": [{"Name": "t", "Driver": "mock"}]}]});
+    let job = convert_job(serde_json::from_value(body).expect("lenient"), None).expect("converts").job;
+    let problems = job.validate().expect_err("refused").problems;
     assert!(
-        text.contains("Job.Update: MinHealthyTime (30s), HealthCheck (\"task_states\"), AutoRevert (true), Canary (1) not implemented"),
-        "{text}"
+        problems
+            .iter()
+            .any(|problem| problem.contains("healthy_deadline (15m) must be less than progress_deadline (10m)")),
+        "{problems:?}"
     );
+    assert!(problems.iter().any(|problem| problem.contains("auto_promote needs canary > 0")), "{problems:?}");
+    let wide = json!({"ID": "web", "TaskGroups": [{"Name": "g", "Count": 2, "Update": {"MaxParallel": 5},
+        "Tasks": [{"Name": "t", "Driver": "mock"}]}]});
+    let warnings = convert_job(serde_json::from_value(wide).expect("lenient"), None).expect("converts").warnings;
     assert!(
-        text.contains(
-            "TaskGroup \"g\": Update: Stagger (5s), ProgressDeadline (15m), AutoPromote (true) not implemented"
-        ),
-        "{text}"
+        warnings.iter().any(|warning| warning.contains("max parallel count is greater than task group count (5 > 2)")),
+        "{warnings:?}"
     );
 }
 

@@ -468,7 +468,15 @@ impl Watched {
             (registered.into_iter().map(|found| found.registration).collect(), planned)
         };
         self.plan_checks(planned);
-        let wake = if stopping { None } else { self.judge(&states) };
+        // While its tasks are being stopped only a failure is judged: a
+        // task that failed on its own makes the allocation unhealthy (what
+        // a deployment waits for); one the stop ended says nothing.
+        let failed = states.values().any(|state| state.state == TaskStatus::Dead && state.failed);
+        let wake = match (stopping, failed) {
+            (false, _) => self.judge(&states),
+            (true, true) => self.judge(&states).and(None),
+            (true, false) => None,
+        };
         let (status, description) = client_status(&states);
         let decided = match &self.health {
             Health::Decided(health) => Some(health.clone()),

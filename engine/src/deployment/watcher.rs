@@ -39,7 +39,7 @@ pub enum Action {
     /// Promote every group's canaries (step 3).
     Promote(Box<Command>),
     /// Ask the scheduler to finish it (step 4).
-    Evaluate(Evaluation),
+    Evaluate(Box<Evaluation>),
 }
 
 /// What one look at the deployments decided.
@@ -90,7 +90,7 @@ fn decide_one(snapshot: &Snapshot, deployment: &Deployment, now: Timestamp) -> O
         return Some(Action::Promote(Box::new(command)));
     }
     if deployment.task_groups.values().all(|group| group.is_complete()) {
-        return eval_of(snapshot, deployment, now).map(Action::Evaluate);
+        return eval_of(snapshot, deployment, now).map(|eval| Action::Evaluate(Box::new(eval)));
     }
     None
 }
@@ -173,7 +173,7 @@ impl DeploymentWatcher {
             seen.acted.insert(id, modify_index);
             let command = match action {
                 Action::Fail(command) | Action::Promote(command) => *command,
-                Action::Evaluate(eval) => Command::UpsertEvals { evals: vec![eval] },
+                Action::Evaluate(eval) => Command::UpsertEvals { evals: vec![*eval] },
             };
             if let Err(error) = self.writer.write(command) {
                 // The deployment moved on meanwhile (an operator failed it,

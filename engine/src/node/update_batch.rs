@@ -147,7 +147,7 @@ pub(crate) fn batch_command(snapshot: &Snapshot, updates: Vec<ClientAllocUpdate>
             jobs.insert(alloc.job_key(), TriggerReason::AllocFailure);
         } else if alloc.needs_reconnect() && !update.client_status.is_terminal() {
             jobs.entry(alloc.job_key()).or_insert(TriggerReason::Reconnect);
-        } else if decides_health(snapshot, &alloc, update) {
+        } else if decides_health(snapshot, alloc, update) {
             jobs.entry(alloc.job_key()).or_insert(TriggerReason::DeploymentWatcher);
         }
     }

@@ -103,7 +103,7 @@ fn watch(harness: &Harness) {
     for (_, _, action) in decide(&snapshot, harness.config.now).actions {
         let command = match action {
             Action::Fail(command) | Action::Promote(command) => *command,
-            Action::Evaluate(eval) => Command::UpsertEvals { evals: vec![eval] },
+            Action::Evaluate(eval) => Command::UpsertEvals { evals: vec![*eval] },
         };
         harness.store.apply(command).expect("the watcher's write applies");
     }

@@ -650,11 +650,10 @@ impl Rollout {
         let mut rollout = Rollout { current: None, stored: None, all_done: true };
         let Some(latest) = latest else { return rollout };
         match job {
+            Some(job) if latest.is_for(job) && latest.status == DeploymentStatus::Successful => {}
             Some(job) if latest.is_for(job) => {
-                if latest.status != DeploymentStatus::Successful {
-                    rollout.current = Some(Deployment::clone(latest));
-                    rollout.stored = Some(latest.clone());
-                }
+                rollout.current = Some(Deployment::clone(latest));
+                rollout.stored = Some(latest.clone());
             }
             _ if latest.is_active() => {
                 let description = match job {
