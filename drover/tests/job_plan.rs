@@ -156,13 +156,15 @@ async fn plans_diffs_and_validation_as_nomad_answers_them() {
     assert!(out.contains("+/- Task Group: \"web\" (1 create, 2 in-place update)\n"), "{out}");
     assert!(out.contains("+/- Count: \"2\" => \"3\" (forces create)"), "{out}");
 
-    // A destructive change, the task's config: one at a time (Nomad's
-    // default `max_parallel = 1`), the other left for the next eval.
+    // A destructive change, the task's config. No agent runs the old
+    // allocations here: they serve nothing, so the disruption budget lets
+    // both be replaced at once (running ones would go one at a time, by
+    // Nomad's default `max_parallel = 1`).
     let changed = plan(&fixture, &job(2, "2h")).await;
     let updates = group_updates(&changed);
-    assert_eq!((updates["DestructiveUpdate"].as_u64(), updates["Ignore"].as_u64()), (Some(1), Some(1)), "{updates}");
-    assert_eq!(updates["Stop"], 0, "the old half is not a stop");
-    assert_eq!(changed["Diff"]["TaskGroups"][0]["Updates"], json!({"create/destroy update": 1, "ignore": 1}));
+    assert_eq!((updates["DestructiveUpdate"].as_u64(), updates["Ignore"].as_u64()), (Some(2), Some(0)), "{updates}");
+    assert_eq!(updates["Stop"], 0, "the old ones are not stops");
+    assert_eq!(changed["Diff"]["TaskGroups"][0]["Updates"], json!({"create/destroy update": 2}));
     let task = &changed["Diff"]["TaskGroups"][0]["Tasks"][0];
     assert_eq!(
         (task["Type"].as_str(), &task["Annotations"]),

@@ -601,9 +601,11 @@ impl Reconciler<'_> {
         if rollout.halted() || wants_canaries || unhealthy {
             return;
         }
-        // Unavailable ones cost nothing; available ones only within the budget.
+        // Those that serve nothing (not running, or unhealthy) cost
+        // nothing; the others only within the budget, running ones whose
+        // verdict is still out included.
         let (free, costly): (Vec<&Arc<Allocation>>, Vec<&Arc<Allocation>>) =
-            destructive.iter().partition(|alloc| !is_available(alloc));
+            destructive.iter().partition(|alloc| serves_nothing(alloc));
         for alloc in free.into_iter().chain(costly.into_iter().take(budget)) {
             stop_for_update(&group_name, alloc, out);
         }
@@ -614,6 +616,12 @@ impl Reconciler<'_> {
 fn stop_for_update(group: &Arc<str>, alloc: &Arc<Allocation>, out: &mut Reconciled) {
     out.stop.push(StopRequest { alloc: alloc.clone(), description: stop_reason::UPDATING, client_status: None });
     out.place.push(replacement(group, alloc.index().unwrap_or(0), alloc, false));
+}
+
+/// Whether replacing an allocation disrupts nothing: it is not running,
+/// or its client found it unhealthy.
+fn serves_nothing(alloc: &Allocation) -> bool {
+    alloc.client_status != ClientStatus::Running || alloc.health.as_ref().is_some_and(|health| !health.healthy)
 }
 
 /// Whether an allocation serves: live, running, and healthy when its
