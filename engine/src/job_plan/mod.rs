@@ -7,7 +7,7 @@
 //! 2. It is laid over the snapshot as a register would store it: a new job
 //!    at version 0, a changed spec at the next version with a new
 //!    `job_modify_index` (the next index of the log), an unchanged spec as
-//!    it is stored ([`PlannedState`]). Everything else is read from the
+//!    it is stored (`PlannedState`). Everything else is read from the
 //!    snapshot.
 //! 3. The scheduler for the job's type (`scheduler::new_scheduler`) runs one
 //!    register eval against that view with a [`Planner`] that records the
@@ -15,7 +15,7 @@
 //!    nothing: `submit_plan` answers a result equal to the plan, so the
 //!    scheduler never re-plans.
 //! 4. The recorded plan is read back as Nomad's annotations per task group
-//!    ([`annotate`]); the allocations the scheduler could not place count
+//!    ([`annotate()`]); the allocations the scheduler could not place count
 //!    as placements too (Nomad counts what its reconciler asked for), and
 //!    each group that could not place everything gets Drover's per-class
 //!    account of why ([`filtered`]).
