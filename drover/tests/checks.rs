@@ -134,10 +134,12 @@ async fn http_and_script_checks_pass_and_the_allocation_turns_healthy() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_check_turns_critical_restarts_its_task_and_leaves_the_allocation_unhealthy() {
     let cluster = dev_cluster("fail", &[]).await;
-    // The task listens on nothing: the tcp check on its port fails.
+    // The task listens on nothing: the tcp check on its port fails. No
+    // deployment (`MaxParallel: 0`): one would replace the unhealthy
+    // allocation, and this test watches it stay.
     let job = json!({"Job": {"ID": "mute", "Type": "service", "Datacenters": ["dc1"],
         "TaskGroups": [{"Name": "mute", "Count": 1, "Networks": [{"DynamicPorts": [{"Label": "http"}]}],
-            "Update": {"MinHealthyTime": SECOND, "HealthyDeadline": 4 * SECOND},
+            "Update": {"MaxParallel": 0, "MinHealthyTime": SECOND, "HealthyDeadline": 4 * SECOND},
             "RestartPolicy": {"Attempts": 10, "Interval": 600 * SECOND, "Delay": 0, "Mode": "fail"},
             "Tasks": [{"Name": "sleeper", "Driver": "raw_exec", "KillTimeout": SECOND,
                 "Config": {"command": "sleep", "args": ["600"]},
