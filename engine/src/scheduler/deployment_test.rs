@@ -55,6 +55,11 @@ fn evaluate(harness: &mut Harness, job: &Job) {
 /// Reports allocations running with a health verdict, as their clients would.
 fn report(harness: &Harness, allocs: &[Arc<Allocation>], healthy: bool) {
     let now = harness.config.now;
+    send_running(harness, allocs, Some(AllocHealth { healthy, timestamp: now, modify_index: 0 }));
+}
+
+/// Reports allocations running, with `health` as their verdict.
+fn send_running(harness: &Harness, allocs: &[Arc<Allocation>], health: Option<AllocHealth>) {
     let updates = allocs
         .iter()
         .map(|alloc| ClientAllocUpdate {
@@ -65,9 +70,10 @@ fn report(harness: &Harness, allocs: &[Arc<Allocation>], healthy: bool) {
             task_states: Default::default(),
             services: None,
             checks: None,
-            health: Some(AllocHealth { healthy, timestamp: now, modify_index: 0 }),
+            health: health.clone(),
         })
         .collect();
+    let now = harness.config.now;
     harness.store.apply(Command::UpdateAllocsFromClient { updates, evals: vec![], time: now }).expect("reports apply");
 }
 
@@ -361,19 +367,5 @@ fn a_system_job_rolls_max_parallel_nodes_at_a_time() {
 
 /// Reports allocations running without a health verdict.
 fn report_running(harness: &Harness, allocs: &[Arc<Allocation>]) {
-    let updates = allocs
-        .iter()
-        .map(|alloc| ClientAllocUpdate {
-            alloc_id: alloc.id,
-            node_id: alloc.node_id,
-            client_status: ClientStatus::Running,
-            client_description: String::new(),
-            task_states: Default::default(),
-            services: None,
-            checks: None,
-            health: None,
-        })
-        .collect();
-    let now = harness.config.now;
-    harness.store.apply(Command::UpdateAllocsFromClient { updates, evals: vec![], time: now }).expect("reports apply");
+    send_running(harness, allocs, None);
 }

@@ -124,16 +124,21 @@ impl Snapshot {
         time: Timestamp,
     ) {
         for update in updates {
-            let Some(stored) = self.deployments.get(&update.deployment_id).filter(|stored| stored.is_active()) else {
-                continue;
-            };
-            let mut changed = Deployment::clone(stored);
-            changed.status = update.status;
-            changed.status_description = update.status_description;
-            changed.modify_index = index;
-            changed.modify_time = time;
-            self.put_deployment(index, changed);
+            if let Some(stored) = self.deployments.get(&update.deployment_id).filter(|stored| stored.is_active()) {
+                let stored = stored.clone();
+                self.put_status(index, &stored, update, time);
+            }
         }
+    }
+
+    /// Stores `stored` with the status `update` gives it.
+    fn put_status(&mut self, index: u64, stored: &Deployment, update: DeploymentStatusUpdate, time: Timestamp) {
+        let mut changed = stored.clone();
+        changed.status = update.status;
+        changed.status_description = update.status_description;
+        changed.modify_index = index;
+        changed.modify_time = time;
+        self.put_deployment(index, changed);
     }
 
     /// An operator's or the watcher's status change: refused for an unknown
@@ -144,13 +149,8 @@ impl Snapshot {
         update: DeploymentStatusUpdate,
         time: Timestamp,
     ) -> Result<(), StateError> {
-        let stored = self.active_deployment(update.deployment_id, status_verb(update.status))?;
-        let mut changed = Deployment::clone(stored);
-        changed.status = update.status;
-        changed.status_description = update.status_description;
-        changed.modify_index = index;
-        changed.modify_time = time;
-        self.put_deployment(index, changed);
+        let stored = self.active_deployment(update.deployment_id, status_verb(update.status))?.clone();
+        self.put_status(index, &stored, update, time);
         Ok(())
     }
 
