@@ -45,14 +45,6 @@ pub struct DesiredUpdates {
     pub preemptions: u64,
 }
 
-impl DesiredUpdates {
-    /// How many allocations the plan creates or destroys for the group:
-    /// what Nomad's `job plan` exits 1 for.
-    pub fn changes(&self) -> u64 {
-        self.stop + self.place + self.migrate + self.destructive_update + self.canary
-    }
-}
-
 /// Nomad's `PlanAnnotations`.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct PlanAnnotations {

@@ -284,7 +284,7 @@ impl Reconciler<'_> {
             for group in job.task_groups.iter().filter(|group| !by_group.contains_key(group.name.as_str())) {
                 self.reconcile_group(job, group, &[], &mut rollout, &mut result);
             }
-            rollout.finish(job, self.eval_priority, self.now, &mut result);
+            rollout.finish(self.eval_priority, self.now, &mut result);
         }
         result
     }
@@ -742,7 +742,7 @@ impl Rollout {
 
     /// Puts the deployment in the result when the eval created or changed
     /// it, marking it successful when every group is done.
-    fn finish(self, job: &Job, eval_priority: u8, now: Timestamp, out: &mut Reconciled) {
+    fn finish(self, eval_priority: u8, now: Timestamp, out: &mut Reconciled) {
         let Some(mut current) = self.current else { return };
         if current.is_active() {
             out.deployment_id = Some(current.id);
@@ -771,7 +771,6 @@ impl Rollout {
                 current.eval_priority = eval_priority;
                 current.create_time = now;
                 current.modify_time = now;
-                let _ = job;
                 out.deployment = Some(current);
             }
             Some(stored) if **stored != current => out.deployment = Some(current),

@@ -521,7 +521,8 @@ impl Snapshot {
         for mut alloc in allocs {
             alloc.modify_index = index;
             alloc.modify_time = time;
-            match self.allocs.get(&alloc.id) {
+            let existing = self.allocs.get(&alloc.id).cloned();
+            match &existing {
                 Some(existing) => {
                     alloc.create_index = existing.create_index;
                     alloc.create_time = existing.create_time;
@@ -567,7 +568,6 @@ impl Snapshot {
             }
             applied.touch(alloc.node_id);
             self.forget_services_if_ended(index, &alloc);
-            let existing = self.allocs.get(&alloc.id).cloned();
             self.count_in_deployment(index, existing.as_deref(), &alloc, time);
             self.put_alloc(alloc);
         }
