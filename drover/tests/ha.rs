@@ -14,6 +14,10 @@
 //! placed twice), no node is oversubscribed or holds a port twice, no eval
 //! is left pending, and all three servers hold the same jobs at the same
 //! index.
+//!
+//! A deployment waiting for its canary's promotion when the leader dies
+//! is promoted through a survivor and completes under the next leader;
+//! an operator adds a voter and removes it again.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -513,5 +517,91 @@ async fn an_operator_adds_a_voter_and_removes_it_again() {
         member.terminate().await;
     }
     operators.close().await;
+    std::fs::remove_dir_all(&dir).expect("clean up");
+}
+
+/// Job `web` on the mock driver: three allocations rolled out one at a
+/// time behind one canary; `version` goes into its metadata, so each
+/// value is a new version that replaces the allocations.
+fn canary_job(version: &str) -> serde_json::Value {
+    serde_json::json!({"Job": {"ID": "web", "Type": "service", "Datacenters": ["dc1"], "Meta": {"version": version},
+        "TaskGroups": [{"Name": "web", "Count": 3,
+            "Update": {"MaxParallel": 1, "Canary": 1, "HealthCheck": "task_states", "ProgressDeadline": 0},
+            "Tasks": [{"Name": "main", "Driver": "mock", "Resources": {"CPU": 10, "MemoryMB": 10}}]}]}})
+}
+
+/// `method` `path` with `body` through `member`, made again while the
+/// cluster has no leader to serve it (an election under way): the answer.
+async fn write_through(member: &Member, method: &str, path: &str, body: &serde_json::Value) -> serde_json::Value {
+    bounded("a write once a leader serves it", async {
+        loop {
+            let answer = member.api.request(method, path, Some(body)).await.expect("an answer");
+            match answer.status {
+                200 => return answer.json().expect("JSON"),
+                500 => println!("{path}, again: {}", answer.body),
+                status => panic!("{path}: {status} {}", answer.body),
+            }
+        }
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deployment_waiting_for_promotion_completes_under_the_next_leader() {
+    transport::install_crypto_provider();
+    let dir = temp_dir("ha-deployment");
+    let certs = Certs::create(&dir);
+    let mut members: Vec<Member> = (1..=SERVERS).map(|n| Member::new(&dir, n)).collect();
+    let join = members.iter().map(Member::peer).collect::<Vec<_>>().join(",");
+    for member in &mut members {
+        member.start(&dir, Some(&join)).await;
+    }
+    let servers: Vec<SocketAddr> = members.iter().map(|member| member.rpc).collect();
+    let (stop_agents, _, agents) = start_agents(&servers, &certs.material("global-client-drover"));
+    members[0].all_nodes_ready().await;
+    let deployment_until = |member: &Member, what: &'static str, done: fn(&serde_json::Value) -> bool| {
+        let api = member.api.clone();
+        async move { common::api::until(&api, "/v1/job/web/deployment", what, |d| !d.is_null() && done(d)).await }
+    };
+
+    write_through(&members[0], "PUT", "/v1/jobs", &canary_job("1")).await;
+    deployment_until(&members[0], "version 0 deployed", |d| d["JobVersion"] == 0 && d["Status"] == "successful").await;
+    write_through(&members[0], "PUT", "/v1/jobs", &canary_job("2")).await;
+    let waiting = deployment_until(&members[0], "version 1's canary healthy", |d| {
+        d["JobVersion"] == 1 && d["TaskGroups"]["web"]["HealthyAllocs"] == 1
+    })
+    .await;
+    assert_eq!(waiting["StatusDescription"], "Deployment is running but requires manual promotion");
+
+    // The leader dies while the deployment waits; a survivor's promotion
+    // reaches the next leader, whose scheduler and watcher carry it on.
+    let leader_address = members[0].leader().await;
+    let leader = members.iter().position(|member| member.rpc.to_string() == leader_address).expect("a leader");
+    println!("killing the leader {} mid-deployment", members[leader].name);
+    members[leader].kill_9();
+    let survivor = &members[(leader + 1) % SERVERS];
+    let id = waiting["ID"].as_str().expect("an id");
+    let promote = serde_json::json!({"DeploymentID": id, "All": true});
+    write_through(survivor, "POST", &format!("/v1/deployment/promote/{id}"), &promote).await;
+    let done =
+        deployment_until(survivor, "version 1 rolled out", |d| d["JobVersion"] == 1 && d["Status"] != "running").await;
+    assert_eq!((done["ID"].as_str(), done["Status"].as_str()), (Some(id), Some("successful")), "{done}");
+    let versions: serde_json::Value =
+        survivor.api.get("/v1/job/web/versions").await.expect("versions").json().expect("JSON");
+    assert_eq!((&versions["Versions"][0]["Version"], &versions["Versions"][0]["Stable"]), (&1.into(), &true.into()));
+    let allocs: serde_json::Value =
+        survivor.api.get("/v1/job/web/allocations").await.expect("allocs").json().expect("JSON");
+    let live: Vec<_> =
+        allocs.as_array().expect("a list").iter().filter(|stub| stub["DesiredStatus"] == "run").collect();
+    assert_eq!(live.len(), 3, "{allocs}");
+    assert!(live.iter().all(|stub| stub["JobVersion"] == 1 && stub["DeploymentStatus"]["Healthy"] == true), "{allocs}");
+
+    let _ = stop_agents.send(true);
+    for agent in agents {
+        let _ = bounded("an agent's stop", agent).await;
+    }
+    for member in members.iter_mut().filter(|member| member.process.is_some()) {
+        member.terminate().await;
+    }
     std::fs::remove_dir_all(&dir).expect("clean up");
 }

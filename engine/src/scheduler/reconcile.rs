@@ -828,10 +828,14 @@ fn stop_live(allocs: &[&Arc<Allocation>], description: &'static str, out: &mut R
 
 /// Whether moving from group `old` of `old_job` to `new` of `new_job` needs
 /// new allocations: anything the scheduler or the client's tasks depend on
-/// changed, placement preferences and ports included (as in Nomad). Count,
-/// restart and reschedule policies and update settings change in place.
+/// changed, placement preferences and ports included (as in Nomad), and
+/// the job's and group's metadata, which the tasks see as `NOMAD_META_*`.
+/// Count, restart and reschedule policies and update settings change in
+/// place.
 pub fn needs_destructive_update(old_job: &Job, old: &TaskGroup, new_job: &Job, new: &TaskGroup) -> bool {
     tasks_differ(&old.tasks, &new.tasks)
+        || old_job.meta != new_job.meta
+        || old.meta != new.meta
         || old.constraints != new.constraints
         || old.affinities != new.affinities
         || old.spreads != new.spreads

@@ -633,6 +633,25 @@ fn a_new_version_updates_in_place_or_destructively() {
 }
 
 #[test]
+fn job_or_group_metadata_reaches_the_tasks_so_a_change_replaces_them() {
+    for level in ["job", "group"] {
+        let mut fixture = Fixture::new(JobType::Service, 1);
+        fixture.add(0, 1, ClientStatus::Running);
+        let mut newer = Job::clone(&fixture.job);
+        newer.job_modify_index = 20;
+        let meta = match level {
+            "job" => &mut newer.meta,
+            _ => &mut newer.task_groups[0].meta,
+        };
+        meta.insert("release".into(), "2".into());
+        fixture.job = Arc::new(newer);
+        let result = fixture.compute();
+        assert!(result.inplace.is_empty(), "{level} metadata is NOMAD_META_* in the tasks' environment");
+        assert_eq!((stopped_indexes(&result).len(), placed_indexes(&result)), (1, vec![0]), "{level}");
+    }
+}
+
+#[test]
 fn destructive_updates_respect_max_parallel() {
     let mut fixture = Fixture::new(JobType::Service, 4);
     for index in 0..4 {
