@@ -8,6 +8,7 @@
 //! 4. capacity changes unblock evals of the node's class and system evals
 //!    waiting on the node.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crate::clock::SharedClock;
@@ -21,9 +22,10 @@ use crate::structs::{EvalStatus, Evaluation};
 pub struct Router {
     broker: Arc<EvalBroker>,
     blocked: Arc<BlockedEvals>,
-    /// Woken when a deployment changed: the timer thread runs the
-    /// deployment watcher.
-    timers: Option<SharedClock>,
+    /// Woken when a deployment or a node changed, or an allocation while
+    /// a node drains (the flag): the timer thread runs the deployment
+    /// watcher and the node drainer.
+    timers: Option<(SharedClock, Arc<AtomicBool>)>,
 }
 
 impl Router {
@@ -33,16 +35,20 @@ impl Router {
     }
 
     /// Also wakes the sleepers on `clock` (the timer thread) whenever a
-    /// command changed a deployment.
-    pub fn waking_on_deployments(mut self, clock: SharedClock) -> Self {
-        self.timers = Some(clock);
+    /// command changed a deployment or a node, or, while `draining` says a
+    /// node drains, an allocation.
+    pub fn waking_timers(mut self, clock: SharedClock, draining: Arc<AtomicBool>) -> Self {
+        self.timers = Some((clock, draining));
         self
     }
 
     /// Routes an applied command's evals and capacity changes.
     pub fn route(&self, applied: &Applied) {
-        if let (true, Some(clock)) = (applied.deployments_changed, &self.timers) {
-            clock.wake_sleepers();
+        if let Some((clock, draining)) = &self.timers {
+            let drain_moved = !applied.touched_nodes.is_empty() && draining.load(Ordering::Acquire);
+            if applied.deployments_changed || applied.nodes_changed || drain_moved {
+                clock.wake_sleepers();
+            }
         }
         for eval in &applied.evals {
             self.route_eval(eval);
@@ -79,8 +85,8 @@ mod tests {
     use crate::eval::broker::BrokerConfig;
     use crate::state::{ClientAllocUpdate, Command, StateStore, Writer};
     use crate::structs::{
-        Allocation, ClientStatus, DesiredStatus, EvalId, Job, JobType, NodeEligibility, NodeId, NodeStatus, Resources,
-        TriggerReason,
+        Allocation, ClientStatus, DesiredStatus, DrainDeadline, DrainStrategy, EvalId, Job, JobType, NodeEligibility,
+        NodeId, NodeStatus, Resources, TriggerReason,
     };
     use crate::testing::{node, service_registration};
 
@@ -198,6 +204,7 @@ mod tests {
             "update_node_status",
             "miss_heartbeat",
             "update_node_eligibility",
+            "update_node_drain",
             "register_job",
             "deregister_job",
             "upsert_evals",
@@ -237,6 +244,25 @@ mod tests {
                     seam.writer.write(ineligible).expect("ineligible");
                     let on = NodeEligibility::Eligible;
                     Command::UpdateNodeEligibility { node_id: node(0).id, eligibility: on, evals: vec![eval] }
+                }
+                "update_node_drain" => {
+                    let drain = |drain, evals| Command::UpdateNodeDrain {
+                        node_id: node(0).id,
+                        drain,
+                        mark_eligible: true,
+                        complete: false,
+                        meta: Default::default(),
+                        accessor_id: String::new(),
+                        evals,
+                        time: Timestamp(3),
+                    };
+                    let forced = DrainStrategy {
+                        deadline: DrainDeadline::Force,
+                        ignore_system_jobs: false,
+                        started_at: Timestamp(2),
+                    };
+                    seam.writer.write(drain(Some(forced), vec![])).expect("drain");
+                    drain(None, vec![eval])
                 }
                 "register_job" => Command::RegisterJob { job: Job::clone(&seam.job), eval: Some(eval) },
                 "deregister_job" => Command::DeregisterJob { job: seam.job.key(), purge: false, eval: Some(eval) },
@@ -340,6 +366,7 @@ mod tests {
                 Command::UpsertNode { .. }
                 | Command::UpdateNodeStatus { .. }
                 | Command::UpdateNodeEligibility { .. }
+                | Command::UpdateNodeDrain { .. }
                 | Command::UpdateAllocsFromClient { .. }
                 | Command::ApplyPlanResults { .. }
                 | Command::StopAlloc { .. } => true,

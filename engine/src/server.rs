@@ -10,8 +10,8 @@
 //! broker and tracker, the failover TTL for every live node) → timer thread.
 //!
 //! The timer thread runs the broker's timers (delayed evals, nack
-//! timeouts), heartbeat expiry and the retry of evals blocked after plan
-//! failures, then sleeps on the clock until the earliest next deadline;
+//! timeouts), heartbeat expiry, the retry of evals blocked after plan
+//! failures, the deployment watcher and the node drainer, then sleeps on the clock until the earliest next deadline;
 //! whoever sets an earlier one wakes it (see [`crate::clock`]). Nothing
 //! ticks.
 //!
@@ -42,6 +42,7 @@ use crate::eval::blocked::{BlockedEvals, BlockedStats};
 use crate::eval::broker::{BrokerConfig, BrokerStats, EvalBroker};
 use crate::eval::reaper::{EvalReaper, ReaperConfig, ReaperHandle};
 use crate::job_endpoint::JobEndpoint;
+use crate::node::drainer::NodeDrainer;
 use crate::node::endpoint::NodeEndpoint;
 use crate::node::heartbeat::{HeartbeatConfig, HeartbeatStats, Heartbeats};
 use crate::node::update_batch::{BatchConfig, BatchStats, FlusherHandle, UpdateBatcher};
@@ -139,6 +140,8 @@ pub struct Core {
     pub reaper: EvalReaper,
     /// The deployment watcher, run with the timers.
     pub deployments: Arc<DeploymentWatcher>,
+    /// The node drainer, run with the timers.
+    pub drainer: Arc<NodeDrainer>,
 }
 
 impl Core {
@@ -154,8 +157,9 @@ impl Core {
         let store = writer.store().clone();
         let broker = Arc::new(EvalBroker::new(config.broker.clone(), clock.clone()));
         let blocked = Arc::new(BlockedEvals::new(broker.clone(), clock.clone()));
-        let router = Router::new(broker.clone(), blocked.clone()).waking_on_deployments(clock.clone());
         let deployments = DeploymentWatcher::new(writer.clone(), clock.clone());
+        let drainer = NodeDrainer::new(writer.clone(), clock.clone());
+        let router = Router::new(broker.clone(), blocked.clone()).waking_timers(clock.clone(), drainer.active());
         let seed = seed.unwrap_or_else(rand::random);
         let heartbeats = Heartbeats::seeded(config.heartbeat.clone(), clock.clone(), seed);
         let reaper = EvalReaper::new(
@@ -166,7 +170,7 @@ impl Core {
             clock.clone(),
             seed.wrapping_add(1),
         );
-        Core { clock, store, writer, broker, blocked, router, heartbeats, reaper, deployments }
+        Core { clock, store, writer, broker, blocked, router, heartbeats, reaper, deployments, drainer }
     }
 
     /// Takes over the state as its leader (Nomad's `establishLeadership`):
@@ -209,7 +213,8 @@ impl Core {
     }
 
     /// Runs every timer that is due now: delayed evals and nack timeouts,
-    /// missed heartbeats, the retry of evals blocked after plan failures.
+    /// missed heartbeats, the retry of evals blocked after plan failures, the
+    /// deployment watcher and the node drainer.
     pub fn run_timers(&self) -> TimersRun {
         let broker = self.broker.process_timers();
         let missed_heartbeats = self.heartbeats.expire(&self.writer);
@@ -217,8 +222,9 @@ impl Core {
             self.blocked.unblock_failed();
         }
         let deployments = self.deployments.run();
+        let drains = self.drainer.run();
         let deadlines =
-            [broker.next_deadline, self.heartbeats.next_deadline(), self.blocked.next_deadline(), deployments];
+            [broker.next_deadline, self.heartbeats.next_deadline(), self.blocked.next_deadline(), deployments, drains];
         TimersRun { next_deadline: deadlines.into_iter().flatten().min(), missed_heartbeats }
     }
 }

@@ -79,6 +79,7 @@ fn nomad_trigger(reason: engine::structs::TriggerReason) -> &'static str {
         AllocStop => "alloc-stop",
         DeploymentWatcher => "deployment-watcher",
         RollingUpdate => "rolling-update",
+        NodeDrain => "node-drain",
     }
 }
 

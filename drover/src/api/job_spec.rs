@@ -15,7 +15,7 @@ use engine::structs::{
     NetworkResource, Port, ReconcileStrategy, ReschedulePolicy, Resources, RestartMode, RestartPolicy, Spread,
     SpreadTarget, Task, TaskGroup, UpdateStrategy, DOCKER,
 };
-use engine::structs::{HealthCheckMode, HealthPolicy};
+use engine::structs::{HealthCheckMode, HealthPolicy, MigrateStrategy};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -79,7 +79,7 @@ pub struct JobSpec {
     pub multiregion: Option<Value>,
     pub periodic: Option<Value>,
     pub parameterized_job: Option<Value>,
-    pub migrate: Option<Value>,
+    pub migrate: Option<MigrateSpec>,
     pub payload: Option<Value>,
     #[serde(rename = "UI")]
     pub ui: Option<Value>,
@@ -122,7 +122,7 @@ pub struct TaskGroupSpec {
     pub affinities: Option<Vec<AffinitySpec>>,
     pub spreads: Option<Vec<SpreadSpec>>,
     pub volumes: Option<Value>,
-    pub migrate: Option<Value>,
+    pub migrate: Option<MigrateSpec>,
     pub networks: Option<Vec<NetworkSpec>>,
     pub services: Option<Vec<ServiceSpec>>,
     pub scaling: Option<Value>,
@@ -313,6 +313,20 @@ pub struct UpdateSpec {
     pub other: BTreeMap<String, Value>,
 }
 
+/// A `migrate` block (`api.MigrateStrategy`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+#[allow(missing_docs)]
+pub struct MigrateSpec {
+    pub max_parallel: Option<i64>,
+    pub health_check: Option<String>,
+    pub min_healthy_time: Option<i64>,
+    pub healthy_deadline: Option<i64>,
+    /// Fields Drover does not know: warned of when set.
+    #[serde(flatten)]
+    pub other: BTreeMap<String, Value>,
+}
+
 /// `EphemeralDisk`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, rename_all = "PascalCase")]
@@ -445,7 +459,9 @@ pub fn convert_job(api: JobSpec, query_namespace: Option<&str>) -> Result<Conver
     let mut ignored = Ignored { warnings: &mut warnings };
     let place = "Job.";
     ignored.check(place, "Multiregion", &api.multiregion);
-    ignored.check(place, "Migrate", &api.migrate);
+    if let Some(migrate) = &api.migrate {
+        ignored.unknown("Job.Migrate.", &migrate.other, &[]);
+    }
     ignored.check(place, "Payload", &api.payload);
     ignored.check(place, "UI", &api.ui);
     ignored.unknown(place, &api.other, &JOB_READ_BACK);
@@ -460,7 +476,13 @@ pub fn convert_job(api: JobSpec, query_namespace: Option<&str>) -> Result<Conver
     let job_name = api.name.clone().filter(|name| !name.is_empty()).unwrap_or_else(|| id.clone());
     let mut task_groups = Vec::new();
     for group in api.task_groups.unwrap_or_default() {
-        let context = GroupContext { job_name: &job_name, job_type, update: &api.update, reschedule: &api.reschedule };
+        let context = GroupContext {
+            job_name: &job_name,
+            job_type,
+            update: &api.update,
+            migrate: &api.migrate,
+            reschedule: &api.reschedule,
+        };
         task_groups.push(convert_group(group, &context, &mut warnings)?);
     }
     let canary_groups: Vec<&UpdateStrategy> =
@@ -505,6 +527,7 @@ struct GroupContext<'a> {
     job_name: &'a str,
     job_type: JobType,
     update: &'a Option<UpdateSpec>,
+    migrate: &'a Option<MigrateSpec>,
     reschedule: &'a Option<RescheduleSpec>,
 }
 
@@ -519,7 +542,6 @@ fn convert_group(
     let mut ignored = Ignored { warnings };
     for (field, value) in [
         ("Volumes", &api.volumes),
-        ("Migrate", &api.migrate),
         ("Scaling", &api.scaling),
         ("Consul", &api.consul),
         ("PreventRescheduleOnLost", &api.prevent_reschedule_on_lost.map(Value::Bool)),
@@ -603,7 +625,67 @@ fn convert_group(
         services,
         shutdown_delay: api.shutdown_delay.map(nanos).transpose()?.unwrap_or_default(),
         health: health_policy(api.update.as_ref(), job_update.as_ref(), &place)?,
+        migrate: migrate_strategy(api.migrate.as_ref(), job.migrate.as_ref(), job_type, &place, ignored.warnings)?,
     })
+}
+
+/// The group's `migrate` block: each field its own, else its job's, else
+/// Nomad's default (service groups only: other job types refuse one).
+fn migrate_strategy(
+    group: Option<&MigrateSpec>,
+    job: Option<&MigrateSpec>,
+    job_type: JobType,
+    place: &str,
+    warnings: &mut Vec<String>,
+) -> Result<MigrateStrategy, JobSpecError> {
+    if job_type != JobType::Service {
+        return match group.or(job) {
+            Some(_) => Err(JobSpecError(format!("Job type {:?} does not allow migrate block", job_type.as_str()))),
+            None => Ok(MigrateStrategy::default()),
+        };
+    }
+    if let Some(group) = group {
+        Ignored { warnings }.unknown(&format!("{place}Migrate."), &group.other, &[]);
+    }
+    let defaults = MigrateStrategy::default();
+    let pick = |field: fn(&MigrateSpec) -> Option<i64>| group.and_then(field).or_else(|| job.and_then(field));
+    let max_parallel = match pick(|migrate| migrate.max_parallel) {
+        None => defaults.max_parallel,
+        Some(value) => u32::try_from(value)
+            .map_err(|_| JobSpecError(format!("{place}Migrate.MaxParallel must be 0 or more, not {value}")))?,
+    };
+    let check =
+        group.and_then(|migrate| migrate.health_check.clone()).or_else(|| job.and_then(|m| m.health_check.clone()));
+    let mode = match check.as_deref() {
+        None | Some("") => defaults.health.mode,
+        Some(name) => match HealthCheckMode::parse(name) {
+            Some(mode) if mode != HealthCheckMode::Manual => mode,
+            _ => {
+                return Err(JobSpecError(format!(
+                    "{place}Migrate.HealthCheck {name:?} is not one of checks or task_states"
+                )))
+            }
+        },
+    };
+    let health = HealthPolicy {
+        mode,
+        min_healthy_time: match pick(|migrate| migrate.min_healthy_time) {
+            Some(value) => nanos(value)?,
+            None => defaults.health.min_healthy_time,
+        },
+        healthy_deadline: match pick(|migrate| migrate.healthy_deadline).filter(|nanos| *nanos != 0) {
+            Some(value) => nanos(value)?,
+            None => defaults.health.healthy_deadline,
+        },
+    };
+    if health.min_healthy_time >= health.healthy_deadline {
+        return Err(JobSpecError(format!(
+            "{place}Migrate: MinHealthyTime ({}) must be less than HealthyDeadline ({})",
+            engine::structs::format_duration(health.min_healthy_time),
+            engine::structs::format_duration(health.healthy_deadline)
+        )));
+    }
+    Ok(MigrateStrategy { max_parallel, health })
 }
 
 /// The group's `update` block: each field its own, else its job's, else

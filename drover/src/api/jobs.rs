@@ -77,7 +77,8 @@ pub struct TaskGroup {
     pub count: u64,
     /// `{"MaxParallel": n}`, or `null` without an update block.
     pub update: Option<UpdateStrategy>,
-    pub migrate: Option<Value>,
+    /// A service group's `migrate` block; `null` for other job types.
+    pub migrate: Option<MigrateStrategy>,
     pub constraints: Vec<Constraint>,
     pub scaling: Option<Value>,
     pub restart_policy: RestartPolicy,
@@ -310,6 +311,32 @@ pub struct UpdateStrategy {
     pub auto_promote: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub canary: Option<u64>,
+}
+
+/// A group's `migrate` block (`MigrateStrategy`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+#[allow(missing_docs)]
+pub struct MigrateStrategy {
+    pub max_parallel: u64,
+    /// `checks` or `task_states`.
+    pub health_check: String,
+    /// Nanoseconds.
+    pub min_healthy_time: u64,
+    /// Nanoseconds.
+    pub healthy_deadline: u64,
+}
+
+impl MigrateStrategy {
+    /// A group's merged block as the server answers it.
+    pub fn of(migrate: &engine::structs::MigrateStrategy) -> MigrateStrategy {
+        MigrateStrategy {
+            max_parallel: u64::from(migrate.max_parallel),
+            health_check: migrate.health.mode.as_str().to_string(),
+            min_healthy_time: nanos(migrate.health.min_healthy_time),
+            healthy_deadline: nanos(migrate.health.healthy_deadline),
+        }
+    }
 }
 
 impl UpdateStrategy {

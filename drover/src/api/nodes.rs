@@ -1,11 +1,13 @@
 //! Client nodes (Nomad's `api/nodes.go`): the list stub, the full node
-//! (never with its secret), and the eligibility write.
+//! (never with its secret, with its drain), and the eligibility, drain
+//! and evaluate writes.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::format::rfc3339;
 use super::resources::{CpuResources, DiskResources, MemoryResources, Resources};
 use super::{word, WriteMeta, ADVERTISE_ATTRIBUTE};
 
@@ -67,7 +69,8 @@ pub struct Node {
     pub node_class: String,
     pub computed_class: String,
     pub drain: bool,
-    pub drain_strategy: Option<Value>,
+    pub drain_strategy: Option<DrainStrategy>,
+    pub last_drain: Option<DrainMetadata>,
     pub scheduling_eligibility: String,
     pub status: String,
     pub status_description: String,
@@ -327,7 +330,7 @@ impl From<&engine::structs::Node> for NodeListStub {
             name: node.name.clone(),
             node_class: node.node_class.to_string(),
             version: attribute(node, "nomad.version"),
-            drain: false,
+            drain: node.is_draining(),
             scheduling_eligibility: word(node.eligibility),
             status: word(node.status),
             status_description: String::new(),
@@ -360,8 +363,9 @@ impl From<&engine::structs::Node> for Node {
             meta: node.meta.clone(),
             node_class: node.node_class.to_string(),
             computed_class: node.computed_class.0.to_string(),
-            drain: false,
-            drain_strategy: None,
+            drain: node.is_draining(),
+            drain_strategy: node.drain.strategy.as_ref().map(DrainStrategy::from),
+            last_drain: node.drain.last.as_ref().map(DrainMetadata::from),
             scheduling_eligibility: word(node.eligibility),
             status: word(node.status),
             status_description: String::new(),
@@ -375,6 +379,100 @@ impl From<&engine::structs::Node> for Node {
             modify_index: node.modify_index,
         }
     }
+}
+
+/// A node's drain as Nomad answers it (`DrainStrategy`, its `DrainSpec`
+/// flattened).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+pub struct DrainStrategy {
+    /// Nanoseconds: negative forces at once, zero is no deadline.
+    pub deadline: i64,
+    /// Whether system allocations stay.
+    pub ignore_system_jobs: bool,
+    /// When what remains is stopped (RFC 3339; Go's zero time without a deadline).
+    pub force_deadline: String,
+    /// When the drain started (RFC 3339).
+    pub started_at: String,
+}
+
+/// Go's zero `time.Time`, as Nomad writes an unset time in a struct.
+const GO_ZERO_TIME: &str = "0001-01-01T00:00:00Z";
+
+impl From<&engine::structs::DrainStrategy> for DrainStrategy {
+    fn from(drain: &engine::structs::DrainStrategy) -> Self {
+        DrainStrategy {
+            deadline: drain.deadline.as_nanos(),
+            ignore_system_jobs: drain.ignore_system_jobs,
+            force_deadline: drain.force_deadline().map_or_else(|| GO_ZERO_TIME.to_string(), rfc3339),
+            started_at: rfc3339(drain.started_at),
+        }
+    }
+}
+
+/// The record of a node's last drain (`DrainMetadata`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+#[allow(missing_docs)]
+pub struct DrainMetadata {
+    pub started_at: String,
+    pub updated_at: String,
+    /// `draining`, `complete` or `canceled`.
+    pub status: String,
+    #[serde(rename = "AccessorID")]
+    pub accessor_id: String,
+    pub meta: Option<BTreeMap<String, String>>,
+}
+
+impl From<&engine::structs::DrainMetadata> for DrainMetadata {
+    fn from(record: &engine::structs::DrainMetadata) -> Self {
+        DrainMetadata {
+            started_at: rfc3339(record.started_at),
+            updated_at: rfc3339(record.updated_at),
+            status: record.status.as_str().to_string(),
+            accessor_id: record.accessor_id.clone(),
+            meta: (!record.meta.is_empty()).then(|| record.meta.clone()),
+        }
+    }
+}
+
+/// `PUT /v1/node/:id/drain` body (`NodeUpdateDrainRequest`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+pub struct NodeUpdateDrainRequest {
+    /// The node (checked against the path when set).
+    #[serde(rename = "NodeID")]
+    pub node_id: Option<String>,
+    /// The drain (`null`: it ends).
+    pub drain_spec: Option<DrainSpec>,
+    /// Whether the node becomes eligible as its drain ends.
+    pub mark_eligible: bool,
+    /// What the operator attaches to the drain's record.
+    pub meta: Option<BTreeMap<String, String>>,
+}
+
+/// A drain as an operator asks for it (`DrainSpec`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+pub struct DrainSpec {
+    /// Nanoseconds: negative forces at once, zero is no deadline.
+    pub deadline: i64,
+    /// Whether system allocations stay.
+    pub ignore_system_jobs: bool,
+}
+
+/// The answer to a drain write (`NodeDrainUpdateResponse`) and to a node
+/// evaluation (`NodeUpdateResponse`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+#[allow(missing_docs)]
+pub struct NodeWriteResponse {
+    #[serde(rename = "EvalIDs")]
+    pub eval_ids: Option<Vec<String>>,
+    pub eval_create_index: u64,
+    pub node_modify_index: u64,
+    #[serde(flatten)]
+    pub meta: WriteMeta,
 }
 
 /// `PUT /v1/node/:id/eligibility` body (`NodeUpdateEligibilityRequest`).

@@ -26,6 +26,7 @@ pub mod eval;
 pub mod job;
 pub mod job_plan;
 pub mod node;
+pub mod node_drain;
 pub mod operator;
 pub mod run;
 pub mod server;

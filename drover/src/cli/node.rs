@@ -1,14 +1,18 @@
-//! `drover node status [ID]` and `drover node eligibility`.
+//! `drover node status [ID]`, `drover node eligibility`, `drover node
+//! drain` (`node_drain.rs`) and `drover node evaluate`.
 
 use anyhow::{bail, Result};
 use clap::Subcommand;
 
 use super::job::print_allocs;
+use super::node_drain::{drain, DrainArgs};
 use super::{client_command, ApiArgs, Failure};
 use super::{fields, print_json, short, table};
 use crate::api::allocations::{Allocation, AllocationListStub};
 use crate::api::client::ApiClient;
-use crate::api::nodes::{Node, NodeEligibilityUpdateResponse, NodeListStub, NodeUpdateEligibilityRequest};
+use crate::api::nodes::{
+    Node, NodeEligibilityUpdateResponse, NodeListStub, NodeUpdateEligibilityRequest, NodeWriteResponse,
+};
 
 /// The node id a prefix names.
 async fn resolve(api: &ApiClient, prefix: &str) -> Result<String> {
@@ -113,6 +117,18 @@ pub async fn eligibility(api: &ApiClient, id: &str, eligible: bool) -> Result<i3
     Ok(0)
 }
 
+/// `drover node evaluate ID`.
+pub async fn evaluate(api: &ApiClient, id: &str) -> Result<i32> {
+    let node_id = resolve(api, id).await?;
+    let answer: NodeWriteResponse = api.write_empty("PUT", &format!("/v1/node/{node_id}/evaluate")).await?;
+    let evals = answer.eval_ids.unwrap_or_default();
+    println!("Node {node_id:?} evaluated: {} evaluation(s) created", evals.len());
+    for eval in evals {
+        println!("  {eval}");
+    }
+    Ok(0)
+}
+
 #[derive(Debug, Subcommand)]
 pub enum NodeCommand {
     /// The node list, or one node with its allocations.
@@ -125,6 +141,50 @@ pub enum NodeCommand {
         /// Full ids, addresses and versions; a node's attributes and meta.
         #[arg(long)]
         verbose: bool,
+    },
+    /// Drains a node: moves its allocations elsewhere (paced by each
+    /// group's `migrate` block), or ends a drain.
+    Drain {
+        /// Start (or change) the drain.
+        #[arg(long)]
+        enable: bool,
+        /// End the drain; the node becomes eligible again unless --keep-ineligible.
+        #[arg(long)]
+        disable: bool,
+        /// How long allocations may take to move before what remains is stopped (default 1h).
+        #[arg(long)]
+        deadline: Option<String>,
+        /// Stop everything at once.
+        #[arg(long)]
+        force: bool,
+        /// No deadline: batch allocations may run to their end.
+        #[arg(long)]
+        no_deadline: bool,
+        /// Leave system allocations on the node.
+        #[arg(long)]
+        ignore_system: bool,
+        /// With --disable: keep the node ineligible.
+        #[arg(long)]
+        keep_ineligible: bool,
+        /// Return once the drain is set instead of following it.
+        #[arg(long)]
+        detach: bool,
+        /// Follow a drain already under way.
+        #[arg(long)]
+        monitor: bool,
+        /// Do not ask for confirmation (Drover never asks).
+        #[arg(long, short = 'y')]
+        yes: bool,
+        /// `key=value` attached to the drain's record; may be repeated.
+        #[arg(long)]
+        meta: Vec<String>,
+        /// A node id or prefix.
+        id: String,
+    },
+    /// Evaluates every job on the node and every system job again.
+    Evaluate {
+        /// A node id or prefix.
+        id: String,
     },
     /// Marks a node eligible or ineligible for new placements.
     Eligibility {
@@ -145,6 +205,35 @@ pub fn command(command: NodeCommand, api: &ApiArgs) -> Result<(), Failure> {
         match command {
             NodeCommand::Status { id, json, verbose } => status(&client, id.as_deref(), json, verbose).await,
             NodeCommand::Eligibility { enable, id, .. } => eligibility(&client, &id, enable).await,
+            NodeCommand::Drain {
+                enable,
+                disable,
+                deadline,
+                force,
+                no_deadline,
+                ignore_system,
+                keep_ineligible,
+                detach,
+                monitor,
+                yes: _,
+                meta,
+                id,
+            } => {
+                let args = DrainArgs {
+                    enable,
+                    disable,
+                    deadline,
+                    force,
+                    no_deadline,
+                    ignore_system,
+                    keep_ineligible,
+                    detach,
+                    monitor,
+                    meta,
+                };
+                drain(&client, &resolve(&client, &id).await?, &args).await
+            }
+            NodeCommand::Evaluate { id } => evaluate(&client, &id).await,
         }
     })
 }

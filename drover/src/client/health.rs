@@ -54,7 +54,13 @@ impl HealthTracker {
     /// be judged (module docs, 1).
     pub fn new(alloc: &Allocation, now: Instant) -> Option<HealthTracker> {
         let group = alloc.job.group(&alloc.task_group)?;
-        if alloc.job.job_type != JobType::Service || group.health.mode == HealthCheckMode::Manual {
+        // An allocation outside a deployment (a drain's replacement, say) is
+        // judged by the group's `migrate` settings, as Nomad's.
+        let policy = match alloc.deployment_id {
+            Some(_) => &group.health,
+            None => &group.migrate.health,
+        };
+        if alloc.job.job_type != JobType::Service || policy.mode == HealthCheckMode::Manual {
             return None;
         }
         let services = group.services.iter().chain(group.tasks.iter().flat_map(|task| task.services.iter()));
@@ -64,9 +70,9 @@ impl HealthTracker {
             .filter(|check| check.on_update != OnUpdate::Ignore)
             .count();
         Some(HealthTracker {
-            policy: group.health.clone(),
+            policy: policy.clone(),
             counted_checks,
-            deadline: now + group.health.healthy_deadline,
+            deadline: now + policy.healthy_deadline,
             tasks_since: None,
             checks_since: None,
             decided: None,

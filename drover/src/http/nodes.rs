@@ -1,4 +1,4 @@
-//! `/v1/nodes` and `/v1/node/<id>[/allocations|/eligibility]`.
+//! `/v1/nodes` and `/v1/node/<id>[/allocations|/eligibility|/drain|/evaluate]`.
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -6,14 +6,21 @@ use axum::routing::{get, post};
 use axum::Router;
 use std::sync::Arc;
 
+use super::acl::Caller;
 use super::error::ApiError;
 use super::nomad;
 use super::query::{blocking, exact_uuid, matches_uuid_prefix, Params, Reply};
 use super::ApiState;
-use crate::api::nodes::{self as api_nodes, NodeEligibilityUpdateResponse, NodeListStub, NodeUpdateEligibilityRequest};
+use crate::api::format::parse_bool;
+use crate::api::nodes::{
+    self as api_nodes, DrainSpec, NodeEligibilityUpdateResponse, NodeListStub, NodeUpdateDrainRequest,
+    NodeUpdateEligibilityRequest, NodeWriteResponse,
+};
 use crate::api::WriteMeta;
-use engine::state::Snapshot;
-use engine::structs::{Node, NodeEligibility, NodeId};
+use engine::node::endpoint::{DrainRequest, NodeWrite};
+use engine::node::NodeError;
+use engine::state::{Snapshot, StateError};
+use engine::structs::{DrainDeadline, Node, NodeEligibility, NodeId};
 
 /// The routes of this file.
 pub fn routes() -> Router<ApiState> {
@@ -22,6 +29,8 @@ pub fn routes() -> Router<ApiState> {
         .route("/v1/node/{id}", get(read))
         .route("/v1/node/{id}/allocations", get(allocations))
         .route("/v1/node/{id}/eligibility", post(eligibility).put(eligibility))
+        .route("/v1/node/{id}/drain", post(drain).put(drain))
+        .route("/v1/node/{id}/evaluate", post(evaluate).put(evaluate))
         // Host and allocation statistics are not collected: an error, not
         // `{}`, since `nomad node status` crashes on an empty 200 there.
         .route("/v1/client/{*rest}", get(client_stats))
@@ -95,10 +104,7 @@ async fn eligibility(
     let index = tokio::task::spawn_blocking(move || engine.nodes().set_eligibility(id, eligibility))
         .await
         .map_err(|error| ApiError::Internal(format!("engine call failed: {error}")))?
-        .map_err(|error| match error {
-            engine::node::NodeError::UnknownNode(_) => ApiError::NotFound("node not found".to_string()),
-            other => ApiError::Internal(other.to_string()),
-        })?;
+        .map_err(node_error)?;
     let body = NodeEligibilityUpdateResponse {
         eval_ids: Vec::new(),
         eval_create_index: index,
@@ -106,6 +112,80 @@ async fn eligibility(
         meta: WriteMeta::at(index),
     };
     Ok(Reply::json(&body, params.pretty(), Some(index)))
+}
+
+/// An engine refusal of a node write, as the API answers it.
+fn node_error(error: NodeError) -> ApiError {
+    match error {
+        NodeError::UnknownNode(_) => ApiError::NotFound("node not found".to_string()),
+        NodeError::State(StateError::NodeDraining(_)) => ApiError::BadRequest(error.to_string()),
+        other => ApiError::Internal(other.to_string()),
+    }
+}
+
+/// `PUT /v1/node/<id>/drain`: starts, changes or ends a node's drain. A
+/// forced drain is a negative deadline, none is zero; Nomad 1.0's
+/// `?enable=true|false` without a body is a forced drain or its end (with
+/// the node eligible again), as python-nomad's `drain_node` sends it.
+async fn drain(
+    State(state): State<ApiState>,
+    caller: Option<axum::Extension<Caller>>,
+    Path(id): Path<String>,
+    params: Params,
+    body: Bytes,
+) -> Result<Reply, ApiError> {
+    let id = NodeId(exact_uuid(&id, "node")?);
+    let request: NodeUpdateDrainRequest = match params.get("enable") {
+        Some(enable) if body.iter().all(u8::is_ascii_whitespace) => {
+            let enable = parse_bool(enable).ok_or_else(|| ApiError::BadRequest("invalid enable value".to_string()))?;
+            let spec = DrainSpec { deadline: -1, ignore_system_jobs: false };
+            NodeUpdateDrainRequest { drain_spec: enable.then_some(spec), mark_eligible: !enable, ..Default::default() }
+        }
+        _ => serde_json::from_slice(&body).map_err(|error| ApiError::BadRequest(error.to_string()))?,
+    };
+    if let Some(named) = request.node_id.as_deref().filter(|named| !named.is_empty()) {
+        if named != id.to_string() {
+            return Err(ApiError::BadRequest(format!("the body names node {named}, the path {id}")));
+        }
+    }
+    let accessor_id = caller
+        .and_then(|axum::Extension(Caller(token))| token)
+        .map(|token| token.accessor_id.to_string())
+        .unwrap_or_default();
+    let change = DrainRequest {
+        drain: request.drain_spec.map(|spec| (DrainDeadline::from_nanos(spec.deadline), spec.ignore_system_jobs)),
+        mark_eligible: request.mark_eligible,
+        meta: request.meta.unwrap_or_default(),
+        accessor_id,
+    };
+    let engine = state.leader()?;
+    let written = tokio::task::spawn_blocking(move || engine.nodes().drain(id, change))
+        .await
+        .map_err(|error| ApiError::Internal(format!("engine call failed: {error}")))?
+        .map_err(node_error)?;
+    Ok(node_write(written, &params))
+}
+
+/// `PUT /v1/node/<id>/evaluate`: an eval for every job on the node and every system job.
+async fn evaluate(State(state): State<ApiState>, Path(id): Path<String>, params: Params) -> Result<Reply, ApiError> {
+    let id = NodeId(exact_uuid(&id, "node")?);
+    let engine = state.leader()?;
+    let written = tokio::task::spawn_blocking(move || engine.nodes().evaluate(id))
+        .await
+        .map_err(|error| ApiError::Internal(format!("engine call failed: {error}")))?
+        .map_err(node_error)?;
+    Ok(node_write(written, &params))
+}
+
+fn node_write(written: NodeWrite, params: &Params) -> Reply {
+    let eval_ids: Vec<String> = written.eval_ids.iter().map(ToString::to_string).collect();
+    let body = NodeWriteResponse {
+        eval_ids: (!eval_ids.is_empty()).then_some(eval_ids),
+        eval_create_index: written.index,
+        node_modify_index: written.index,
+        meta: WriteMeta::at(written.index),
+    };
+    Reply::json(&body, params.pretty(), Some(written.index))
 }
 
 async fn client_stats() -> ApiError {

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use engine::state::Snapshot;
-use engine::structs::{Allocation, ClientStatus, Job};
+use engine::structs::{Allocation, ClientStatus, Job, JobType};
 
 use crate::api::allocations::{self, AllocationListStub};
 use crate::api::jobs::{
@@ -63,7 +63,12 @@ pub fn job(job: &Job, snapshot: &Snapshot) -> jobs::Job {
         task_groups: job
             .task_groups
             .iter()
-            .map(|group| TaskGroup::new(group, job.reschedule_policy(group).as_ref()))
+            .map(|group| {
+                let mut answered = TaskGroup::new(group, job.reschedule_policy(group).as_ref());
+                answered.migrate =
+                    (job.job_type == JobType::Service).then(|| jobs::MigrateStrategy::of(&group.migrate));
+                answered
+            })
             .collect(),
         update: Some(UpdateStrategy { stagger: Some(0), max_parallel: 0, ..UpdateStrategy::default() }),
         status: job_status(job, snapshot).to_string(),

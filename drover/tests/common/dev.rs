@@ -9,12 +9,14 @@ use drover::api::client::ApiClient;
 
 /// The two processes, stopped (and their directory removed) when dropped.
 pub struct DevCluster {
-    /// The server, then the agent.
+    /// The server, then the agents.
     pub children: Vec<std::process::Child>,
     /// A client of the server's HTTP API.
     pub api: ApiClient,
     /// `http://<the HTTP API's address>`.
     pub http: String,
+    /// The server's RPC address.
+    pub rpc: String,
     /// The directory both keep their data in.
     pub dir: PathBuf,
 }
@@ -42,12 +44,23 @@ impl DevCluster {
             .spawn()
             .expect("drover agent starts");
         let api = ApiClient::new(&http, None, None).expect("client");
-        DevCluster { children: vec![server, agent], api, http, dir }
+        DevCluster { children: vec![server, agent], api, http, rpc, dir }
+    }
+
+    /// Starts one more dev agent, named `name`, with its own data dir.
+    pub fn add_agent(&mut self, name: &str) {
+        let agent = super::dev_agent(&self.dir, &self.rpc, &self.dir.join(name))
+            .args(["--name", name])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .expect("drover agent starts");
+        self.children.push(agent);
     }
 }
 
 impl Drop for DevCluster {
-    /// Stops the agent first with SIGTERM (a dev agent stops its tasks as
+    /// Stops the agents first with SIGTERM (a dev agent stops its tasks as
     /// it exits, so none outlives the test), then the server; SIGKILL for
     /// either still running after 30 s.
     fn drop(&mut self) {

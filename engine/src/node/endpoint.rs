@@ -32,20 +32,21 @@
 //! an `_async` form for tasks, which parks no thread; the engine starts
 //! no runtime for either.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use uuid::Uuid;
 
 use super::service_reads::{self, ServiceQuery, ServicesRead};
-use super::transitions::{needs_evals, next_status, node_evals};
+use super::transitions::{drain_evals, needs_evals, next_status, node_evals};
 use crate::clock::SharedClock;
 use crate::node::heartbeat::Heartbeats;
 use crate::node::update_batch::{batch_command, own_outcome, PendingUpdate, UpdateBatcher};
 use crate::state::Writer;
 use crate::state::{wait_until, wait_until_async};
 use crate::state::{ClientAllocUpdate, Command, StateError, WaitError};
-use crate::structs::{Allocation, Node, NodeEligibility, NodeId, NodeStatus};
+use crate::structs::{Allocation, DrainDeadline, DrainStrategy, EvalId, Node, NodeEligibility, NodeId, NodeStatus};
 
 /// Why a node request was refused. Nothing was written.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -148,6 +149,29 @@ enum StatusChange {
 /// A node's allocations and the index they are current at.
 pub type NodeAllocs = (Vec<Arc<Allocation>>, u64);
 
+/// An operator's drain change ([`NodeEndpoint::drain`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DrainRequest {
+    /// The drain's deadline and whether system allocations stay (`None`:
+    /// the drain ends).
+    pub drain: Option<(DrainDeadline, bool)>,
+    /// Whether the node becomes eligible as its drain ends.
+    pub mark_eligible: bool,
+    /// What the operator attaches to the drain's record.
+    pub meta: BTreeMap<String, String>,
+    /// The ACL token accessor that asks (empty without ACLs).
+    pub accessor_id: String,
+}
+
+/// What an operator's write on a node did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeWrite {
+    /// The index it was written at.
+    pub index: u64,
+    /// The evals it created.
+    pub eval_ids: Vec<EvalId>,
+}
+
 /// The node endpoint; see the module docs.
 #[derive(Debug, Clone)]
 pub struct NodeEndpoint {
@@ -223,6 +247,54 @@ impl NodeEndpoint {
         };
         let applied = self.writer.write(Command::UpdateNodeEligibility { node_id, eligibility, evals })?;
         Ok(applied.index)
+    }
+
+    /// An operator starts, changes or ends a node's drain (Nomad's `node
+    /// drain`); answers the index written and the evals it created.
+    /// Starting or changing one makes an eval for every job with live
+    /// allocations on the node (the schedulers move them, paced by each
+    /// group's `migrate` block and the disruption budget; the drainer
+    /// follows up). Ending one with `mark_eligible` makes the node's evals,
+    /// as becoming eligible does.
+    pub fn drain(&self, node_id: NodeId, request: DrainRequest) -> Result<NodeWrite, NodeError> {
+        let snapshot = self.writer.store().snapshot();
+        let node = snapshot.node(node_id).ok_or(NodeError::UnknownNode(node_id))?;
+        let now = self.clock.now();
+        let evals = match (&request.drain, request.mark_eligible) {
+            (Some(_), _) => drain_evals(&snapshot, node_id, now),
+            (None, true) if !node.is_schedulable() => node_evals(&snapshot, node_id, now),
+            (None, _) => Vec::new(),
+        };
+        let eval_ids = evals.iter().map(|eval| eval.id).collect();
+        let drain = request.drain.map(|(deadline, ignore_system_jobs)| DrainStrategy {
+            deadline,
+            ignore_system_jobs,
+            started_at: now,
+        });
+        let command = Command::UpdateNodeDrain {
+            node_id,
+            drain,
+            mark_eligible: request.mark_eligible,
+            complete: false,
+            meta: request.meta,
+            accessor_id: request.accessor_id,
+            evals,
+            time: now,
+        };
+        let applied = self.writer.write(command)?;
+        Ok(NodeWrite { index: applied.index, eval_ids })
+    }
+
+    /// An operator asks for the node's jobs to be evaluated again (Nomad's
+    /// `node evaluate`): an eval for every job with live allocations there
+    /// and every system job.
+    pub fn evaluate(&self, node_id: NodeId) -> Result<NodeWrite, NodeError> {
+        let snapshot = self.writer.store().snapshot();
+        snapshot.node(node_id).ok_or(NodeError::UnknownNode(node_id))?;
+        let evals = node_evals(&snapshot, node_id, self.clock.now());
+        let eval_ids = evals.iter().map(|eval| eval.id).collect();
+        let applied = self.writer.write(Command::UpsertEvals { evals })?;
+        Ok(NodeWrite { index: applied.index, eval_ids })
     }
 
     /// Refuses a call for `node_id` that does not carry its secret.

@@ -2,9 +2,11 @@
 //! (Register, UpdateStatus, UpdateAlloc, watching their allocations), the
 //! [`heartbeat`] timers, the batching of client alloc updates
 //! ([`update_batch`]), the pure decisions of the reconnect protocol
-//! ([`transitions`]), and what agents read of the services table for
-//! their templates ([`service_reads`]).
+//! ([`transitions`]), what agents read of the services table for
+//! their templates ([`service_reads`]), and the leader's follow-up of
+//! draining nodes ([`drainer`]).
 
+pub mod drainer;
 pub mod endpoint;
 pub mod heartbeat;
 pub mod service_reads;

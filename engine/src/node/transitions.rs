@@ -36,6 +36,21 @@ pub fn needs_evals(from: NodeStatus, to: NodeStatus) -> bool {
             || to == NodeStatus::Disconnected)
 }
 
+/// An eval for every job with live allocations on a draining node
+/// (triggered by `node-drain`).
+pub fn drain_evals(snapshot: &Snapshot, node_id: NodeId, now: Timestamp) -> Vec<Evaluation> {
+    let keys: BTreeSet<_> =
+        snapshot.allocs_by_node(node_id).filter(|alloc| !alloc.terminal()).map(|alloc| alloc.job_key()).collect();
+    keys.iter()
+        .filter_map(|key| snapshot.job(key))
+        .map(|job| {
+            let mut eval = Evaluation::for_job(job, TriggerReason::NodeDrain, now);
+            eval.node_id = Some(node_id);
+            eval
+        })
+        .collect()
+}
+
 /// Evals for every job with live allocations on the node, and every system
 /// job (which may now run there, or must leave).
 pub fn node_evals(snapshot: &Snapshot, node_id: NodeId, now: Timestamp) -> Vec<Evaluation> {

@@ -38,6 +38,7 @@ pub type FlusherHandle = thread::JoinHandle<()>;
 use serde::{Deserialize, Serialize};
 
 use crate::clock::SharedClock;
+use crate::scheduler::reconcile::stop_reason;
 use crate::state::{Applied, ClientAllocUpdate, Command, Snapshot, StateError, Writer};
 use crate::structs::{AllocId, Allocation, ClientStatus, Evaluation, JobKey, TriggerReason};
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -122,6 +123,15 @@ fn decides_health(snapshot: &Snapshot, alloc: &Allocation, update: &ClientAllocU
     changed && active
 }
 
+/// Whether `update` brings a new health verdict on the replacement of an
+/// allocation that migrated off a draining node: the drain's next one may go.
+fn paces_a_drain(snapshot: &Snapshot, alloc: &Allocation, update: &ClientAllocUpdate) -> bool {
+    let Some(health) = &update.health else { return false };
+    let changed = alloc.health.as_ref().is_none_or(|stored| stored.healthy != health.healthy);
+    let previous = alloc.previous_allocation.and_then(|id| snapshot.alloc(id));
+    changed && previous.is_some_and(|previous| previous.desired_description == stop_reason::MIGRATING)
+}
+
 /// This submission's part of a written batch: its first refused update, or
 /// the index.
 pub(crate) fn own_outcome(applied: &Applied, alloc_ids: &[AllocId]) -> Result<u64, StateError> {
@@ -137,7 +147,8 @@ pub(crate) fn own_outcome(applied: &Applied, alloc_ids: &[AllocId]) -> Result<u6
 /// `unknown` (so its reconnect is settled at once, not when its disconnect
 /// window runs out), or with a new health verdict for an allocation of an
 /// active deployment (so its next batch rolls as soon as this one is
-/// healthy, and an unhealthy one is acted on).
+/// healthy, and an unhealthy one is acted on) or for a drain's replacement
+/// (so the drain's next migration goes).
 pub(crate) fn batch_command(snapshot: &Snapshot, updates: Vec<ClientAllocUpdate>, clock: &SharedClock) -> Command {
     let now = clock.now();
     let mut jobs: BTreeMap<JobKey, TriggerReason> = BTreeMap::new();
@@ -149,6 +160,8 @@ pub(crate) fn batch_command(snapshot: &Snapshot, updates: Vec<ClientAllocUpdate>
             jobs.entry(alloc.job_key()).or_insert(TriggerReason::Reconnect);
         } else if decides_health(snapshot, alloc, update) {
             jobs.entry(alloc.job_key()).or_insert(TriggerReason::DeploymentWatcher);
+        } else if paces_a_drain(snapshot, alloc, update) {
+            jobs.entry(alloc.job_key()).or_insert(TriggerReason::NodeDrain);
         }
     }
     let evals = jobs

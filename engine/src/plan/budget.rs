@@ -5,8 +5,11 @@
 //! allocation whose slot a promoted canary took (and, with drains,
 //! migrations): [`stop_reason::is_voluntary`]. A group whose job has an
 //! `update` block may have at most `max_parallel` of its `count` slots
-//! without an available allocation ([`is_available`]) because of them (a
-//! system job's count: its live allocations before the plan, one per node).
+//! without an available allocation ([`is_available`]) because of updates,
+//! and a service group at most its `migrate.max_parallel` because of
+//! migrations off draining nodes (a system job's count: its live
+//! allocations before the plan, one per node). Both kinds draw on the one
+//! count of the group's available allocations.
 //!
 //! 1. The applier checks the part of a plan it is about to commit against
 //!    the newest state: the snapshot, the plans still being written (the
@@ -29,7 +32,7 @@ use hashbrown::HashMap;
 
 use crate::scheduler::reconcile::{is_available, stop_reason};
 use crate::state::Snapshot;
-use crate::structs::{AllocId, Allocation, NodeId, Plan, PlanResult};
+use crate::structs::{AllocId, Allocation, JobType, NodeId, Plan, PlanResult};
 
 /// Takes the voluntary stops beyond each group's budget out of `result`
 /// (with their replacements); returns how many stops were taken out.
@@ -68,22 +71,35 @@ pub fn hold_budget(
     }
     let mut refused: BTreeSet<AllocId> = BTreeSet::new();
     for group in &job.task_groups {
-        let Some(update) = &group.update else { continue };
         // A system job's group wants one allocation per node it runs on.
         let count = match job.job_type.is_system_like() {
             true => before_live.get(group.name.as_str()).copied().unwrap_or(0),
             false => group.count as usize,
         };
-        let floor = count.saturating_sub(update.max_parallel as usize);
-        let available = latest.values().filter(|alloc| *alloc.task_group == *group.name && is_available(alloc)).count();
-        let mut costly: Vec<AllocId> = voluntary
-            .iter()
-            .filter(|stop| *stop.task_group == *group.name && before.get(&stop.id) == Some(&true))
-            .map(|stop| stop.id)
-            .collect();
-        let over = floor.saturating_sub(available).min(costly.len());
-        costly.sort_unstable();
-        refused.extend(costly.into_iter().rev().take(over));
+        let mut available =
+            latest.values().filter(|alloc| *alloc.task_group == *group.name && is_available(alloc)).count();
+        let costly = |class: fn(&str) -> bool| -> Vec<AllocId> {
+            let stops =
+                voluntary.iter().filter(|stop| *stop.task_group == *group.name && class(&stop.desired_description));
+            stops.filter(|stop| before.get(&stop.id) == Some(&true)).map(|stop| stop.id).collect()
+        };
+        // Each kind of voluntary stop is held to its own limit, the tighter
+        // one first, against the one count of available allocations.
+        let mut kinds = Vec::new();
+        if let Some(update) = &group.update {
+            kinds.push((update.max_parallel, costly(stop_reason::is_update)));
+        }
+        if job.job_type == JobType::Service {
+            kinds.push((group.migrate.max_parallel, costly(|description| description == stop_reason::MIGRATING)));
+        }
+        kinds.sort_by_key(|(limit, _)| *limit);
+        for (limit, mut stops) in kinds {
+            let floor = count.saturating_sub(limit as usize);
+            let over = floor.saturating_sub(available).min(stops.len());
+            stops.sort_unstable();
+            refused.extend(stops.into_iter().rev().take(over));
+            available += over;
+        }
     }
     if refused.is_empty() {
         return 0;

@@ -1,6 +1,7 @@
 //! The disruption budget under random interleavings: workers planning on
-//! stale snapshots, clients reporting health, nodes failing, deployments
-//! paused and resumed, and plans that ignore the budget on purpose. Every
+//! stale snapshots, clients reporting health, nodes failing and draining,
+//! deployments paused and resumed, and plans that ignore the budget on
+//! purpose (updates and migrations). Every
 //! plan goes through the applier's checks ([`evaluate_plan`] and
 //! [`hold_budget`]) before it is written, as in the server.
 
@@ -16,8 +17,9 @@ use crate::scheduler::reconcile::{is_available, stop_reason};
 use crate::scheduler::{new_scheduler, Planner, SchedulerConfig, SchedulerError, State};
 use crate::state::{ClientAllocUpdate, Command, Snapshot, StateStore};
 use crate::structs::{
-    AllocHealth, Allocation, ClientStatus, DeploymentStatus, DeploymentStatusUpdate, DesiredStatus, Evaluation, Job,
-    JobType, Node, NodeId, NodeStatus, Plan, PlanResult, Resources, TriggerReason, UpdateStrategy,
+    AllocHealth, Allocation, ClientStatus, DeploymentStatus, DeploymentStatusUpdate, DesiredStatus, DrainDeadline,
+    DrainStrategy, Evaluation, Job, JobType, Node, NodeId, NodeStatus, Plan, PlanResult, Resources, TriggerReason,
+    UpdateStrategy,
 };
 
 const NOW: Timestamp = Timestamp(1_000_000 * 1_000_000_000);
@@ -39,6 +41,10 @@ enum Step {
     Greedy(usize),
     /// The deployment is paused or resumed.
     Pause(bool),
+    /// A node drains (no deadline): its allocations migrate.
+    Drain(u128),
+    /// A plan that migrates this many available allocations at once.
+    GreedyMigrate(usize),
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -49,6 +55,8 @@ fn step() -> impl Strategy<Value = Step> {
         1 => (1..=N_NODES).prop_map(Step::NodeDown),
         1 => (1usize..6).prop_map(Step::Greedy),
         1 => prop::bool::ANY.prop_map(Step::Pause),
+        1 => (1..=N_NODES).prop_map(Step::Drain),
+        1 => (1usize..6).prop_map(Step::GreedyMigrate),
     ]
 }
 
@@ -129,6 +137,7 @@ fn rolling(count: u32, max_parallel: u32) -> Applier {
     }
     let mut spec = Job::new_simple("web", JobType::Service, count, Resources::new(100, 64, 0));
     spec.task_groups[0].update = Some(UpdateStrategy::rolling(max_parallel));
+    spec.task_groups[0].migrate.max_parallel = max_parallel;
     store.apply(Command::RegisterJob { job: spec.clone(), eval: None }).expect("v1");
     let v1 = store.snapshot().job(&spec.key()).expect("v1").clone();
     let allocs: Vec<Allocation> = (0..count)
@@ -176,7 +185,22 @@ fn run(applier: &Applier, steps: &[Step]) {
                 };
                 applier.store.apply(down).expect("down");
             }
-            Step::Greedy(stops) => greedy(applier, *stops),
+            Step::Greedy(stops) => greedy(applier, *stops, stop_reason::UPDATING),
+            Step::GreedyMigrate(stops) => greedy(applier, *stops, stop_reason::MIGRATING),
+            Step::Drain(node) => {
+                let drain = DrainStrategy { deadline: DrainDeadline::None, ignore_system_jobs: false, started_at: NOW };
+                let command = Command::UpdateNodeDrain {
+                    node_id: NodeId::from_u128(*node),
+                    drain: Some(drain),
+                    mark_eligible: false,
+                    complete: false,
+                    meta: Default::default(),
+                    accessor_id: String::new(),
+                    evals: vec![],
+                    time: NOW,
+                };
+                applier.store.apply(command).expect("drain");
+            }
             Step::Pause(pause) => pause_deployment(applier, *pause),
         }
     }
@@ -206,16 +230,19 @@ fn report(applier: &Applier, position: usize, healthy: bool) {
         .expect("report");
 }
 
-/// A plan stopping `stops` available old allocations at once, with replacements.
-fn greedy(applier: &Applier, stops: usize) {
+/// A plan stopping `stops` available allocations at once, with
+/// replacements: old ones for an update, any for a migration.
+fn greedy(applier: &Applier, stops: usize, reason: &str) {
     let mut plan =
         Plan { eval_id: crate::structs::EvalId::new_random(), job: Some(applier.job.clone()), ..Plan::default() };
-    let outdated =
-        applier.live().into_iter().filter(|alloc| alloc.job.job_modify_index != applier.job.job_modify_index);
-    for alloc in outdated.filter(|alloc| is_available(alloc)).take(stops) {
+    let stoppable = applier
+        .live()
+        .into_iter()
+        .filter(|alloc| reason == stop_reason::MIGRATING || alloc.job.job_modify_index != applier.job.job_modify_index);
+    for alloc in stoppable.filter(|alloc| is_available(alloc)).take(stops) {
         let mut stop = Allocation::clone(&alloc);
         stop.desired_status = DesiredStatus::Stop;
-        stop.desired_description = stop_reason::UPDATING.to_string();
+        stop.desired_description = reason.to_string();
         plan.node_update.entry(alloc.node_id).or_default().push(stop);
         let index = alloc.index().unwrap_or(0);
         let mut new = Allocation::new_placement(&applier.job, "group", index, alloc.node_id, plan.eval_id);
@@ -255,11 +282,11 @@ proptest! {
 fn a_plan_over_the_budget_is_committed_in_part() {
     let applier = rolling(4, 1);
     let before = applier.available();
-    greedy(&applier, 3);
+    greedy(&applier, 3, stop_reason::UPDATING);
     assert_eq!(applier.available(), before - 1, "one stop of the three was committed");
     let stopped =
         applier.live().iter().filter(|alloc| alloc.job.job_modify_index == applier.job.job_modify_index).count();
     assert_eq!(stopped, 1, "only the committed stop's replacement was placed");
-    greedy(&applier, 1);
+    greedy(&applier, 1, stop_reason::UPDATING);
     assert_eq!(applier.available(), before - 1, "nothing more until the replacement is available");
 }

@@ -23,6 +23,8 @@ mod util;
 #[cfg(test)]
 mod deployment_test;
 #[cfg(test)]
+mod drain_test;
+#[cfg(test)]
 mod placement_test;
 #[cfg(test)]
 mod scheduler_test;

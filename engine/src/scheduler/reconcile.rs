@@ -24,6 +24,12 @@
 //!    stopped; only the client's report decides its reconnect (step 4). Its
 //!    node accepts no placement meanwhile (only `ready` nodes do, and an
 //!    `initializing` node becomes ready only after the report).
+//!    Allocations on a draining node migrate: a service allocation is
+//!    stopped and replaced elsewhere while its group keeps `count -
+//!    migrate.max_parallel` available allocations (the same budget an
+//!    update draws on), a batch allocation stays until the drain's
+//!    deadline, and at the deadline everything moves ([`Reconciler`]'s
+//!    `migrate`). The replacement links to the allocation it replaces.
 //! 4. Reconnecting allocations (the servers marked them `unknown`, their
 //!    node is back and the client has reported them since) are settled: one
 //!    allocation per slot is kept: a replacement that runs a newer job
@@ -77,8 +83,8 @@ use hashbrown::HashMap;
 use crate::clock::Timestamp;
 use crate::structs::{
     deployment_description, Allocation, ClientStatus, DelayFunction, Deployment, DeploymentGroup, DeploymentId,
-    DeploymentStatus, DeploymentStatusUpdate, EvalId, Job, JobKey, Node, NodeId, NodeStatus, ReconcileStrategy,
-    ReschedulePolicy, Task, TaskGroup, UpdateStrategy,
+    DeploymentStatus, DeploymentStatusUpdate, EvalId, Job, JobKey, JobType, Node, NodeId, NodeStatus,
+    ReconcileStrategy, ReschedulePolicy, Task, TaskGroup, UpdateStrategy,
 };
 
 /// Why an allocation is stopped: the descriptions both schedulers record
@@ -112,8 +118,20 @@ pub mod stop_reason {
     /// Whether a stop with this description is a voluntary disruption that
     /// counts against the group's budget.
     pub fn is_voluntary(description: &str) -> bool {
+        is_update(description) || description == MIGRATING
+    }
+    /// Whether a voluntary stop belongs to a rollout (held to the group's
+    /// `update.max_parallel`; a migration is held to `migrate.max_parallel`).
+    pub fn is_update(description: &str) -> bool {
         description == UPDATING || description == REPLACED_BY_CANARY
     }
+    /// Moved off a draining node.
+    pub const MIGRATING: &str = "alloc is being migrated";
+    /// Moved off a draining node whose deadline came: not held to any budget.
+    pub const DRAIN_DEADLINE: &str = "alloc is being migrated: its node's drain deadline was reached";
+    /// A system allocation of a drained node, once the node's other
+    /// allocations left it (or its deadline came).
+    pub const NODE_DRAINED: &str = "alloc not needed as node is tainted";
     /// A system allocation whose node is no longer ready and eligible.
     pub const NODE_INELIGIBLE: &str = "alloc not needed: its node is no longer eligible";
     /// A system allocation whose node no longer meets the job's constraints.
@@ -305,6 +323,7 @@ impl Reconciler<'_> {
         // lost one's while its client may still run it.
         let mut kept: BTreeSet<u32> = BTreeSet::new();
         let mut canaries: Vec<&Arc<Allocation>> = Vec::new();
+        let mut migrating: Vec<&Arc<Allocation>> = Vec::new();
         let places_before = out.place.len();
         for alloc in allocs.iter().copied() {
             let index = alloc.index().unwrap_or(u32::MAX);
@@ -346,6 +365,11 @@ impl Reconciler<'_> {
                     replace_unknown(group, &group_name, index, alloc, &mut replacements, &mut kept)
                 }
                 Taint::Reconnecting => reconnecting.push(alloc),
+                Taint::Untainted
+                    if node.is_some_and(Node::is_draining) && (!alloc.canary || rollout.keeps_canary(alloc)) =>
+                {
+                    migrating.push(alloc)
+                }
                 Taint::Untainted if alloc.canary => match rollout.keeps_canary(alloc) {
                     true => canaries.push(alloc),
                     false => out.stop.push(StopRequest {
@@ -368,11 +392,13 @@ impl Reconciler<'_> {
         self.reconnect(job, group, reconnecting, &mut held, out);
         // The disruption budget: how many available allocations this eval
         // may stop voluntarily (module docs, step 7).
-        let available = held.values().flatten().chain(canaries.iter()).filter(|alloc| is_available(alloc)).count();
+        let available = held.values().flatten().chain(&canaries).chain(&migrating).filter(|alloc| is_available(alloc));
+        let available = available.count();
         let mut budget = match &group.update {
             Some(update) => available.saturating_sub(group.count.saturating_sub(update.max_parallel) as usize),
             None => usize::MAX,
         };
+        self.migrate(job, group, migrating, available, &mut budget, &mut held, &mut replacements, out);
         self.stop_extras(job, group, &mut held, &mut budget, out);
         // A slot gets one replacement, and none while a live allocation (or
         // a failure waiting for its reschedule) holds it. Should several
@@ -399,6 +425,54 @@ impl Reconciler<'_> {
         }
         let placing = out.place.len() > places_before;
         self.update_versions(job, group, &held, &canaries, placing, budget, rollout, out);
+    }
+
+    /// Moves allocations off draining nodes (module docs, step 2): a
+    /// service allocation is stopped and replaced elsewhere while the group
+    /// keeps `count - migrate.max_parallel` available allocations (one that
+    /// serves nothing moves freely); a batch allocation stays until the
+    /// drain's deadline; at the deadline everything moves. Each available
+    /// allocation moved also takes one from the update `budget`: one group,
+    /// one budget. What does not move yet keeps its slot.
+    #[allow(clippy::too_many_arguments)]
+    fn migrate<'b>(
+        &self,
+        job: &Job,
+        group: &TaskGroup,
+        migrating: Vec<&'b Arc<Allocation>>,
+        available: usize,
+        budget: &mut usize,
+        held: &mut BTreeMap<u32, Vec<&'b Arc<Allocation>>>,
+        replacements: &mut Vec<PlaceRequest>,
+        out: &mut Reconciled,
+    ) {
+        let group_name: Arc<str> = Arc::from(group.name.as_str());
+        let mut allowed = available.saturating_sub(group.count.saturating_sub(group.migrate.max_parallel) as usize);
+        for alloc in migrating {
+            let index = alloc.index().unwrap_or(u32::MAX);
+            let drain = self.nodes.get(&alloc.node_id).and_then(|node| node.drain.strategy.as_ref());
+            let forced = drain.is_some_and(|drain| drain.is_forced(self.now));
+            let description = match forced {
+                true => stop_reason::DRAIN_DEADLINE,
+                false if job.job_type.is_batch_like() => {
+                    held.entry(index).or_default().push(alloc);
+                    continue;
+                }
+                false if is_available(alloc) && allowed == 0 => {
+                    held.entry(index).or_default().push(alloc);
+                    continue;
+                }
+                false => stop_reason::MIGRATING,
+            };
+            if !forced && is_available(alloc) {
+                allowed -= 1;
+                *budget = budget.saturating_sub(1);
+            }
+            out.stop.push(StopRequest { alloc: alloc.clone(), description, client_status: None });
+            let mut request = replacement(&group_name, index, alloc, false);
+            request.canary = alloc.canary;
+            replacements.push(request);
+        }
     }
 
     /// Settles reconnecting allocations (module docs, step 4).
@@ -624,16 +698,21 @@ fn serves_nothing(alloc: &Allocation) -> bool {
     alloc.client_status != ClientStatus::Running || alloc.health.as_ref().is_some_and(|health| !health.healthy)
 }
 
-/// Whether an allocation serves: live, running, and healthy when its
-/// deployment waits for a verdict (one placed outside any deployment needs
-/// none). What the disruption budget counts.
+/// Whether an allocation serves: live, running, and healthy when a
+/// verdict is awaited: its deployment's, or a service replacement's
+/// (placed outside a deployment, it proves itself by its group's `migrate`
+/// settings). Any other allocation needs none. What the disruption budget
+/// counts.
 pub fn is_available(alloc: &Allocation) -> bool {
     if alloc.terminal() || alloc.client_status != ClientStatus::Running {
         return false;
     }
     match &alloc.health {
         Some(health) => health.healthy,
-        None => alloc.deployment_id.is_none(),
+        None => {
+            let proves_itself = alloc.previous_allocation.is_some() && alloc.job.job_type == JobType::Service;
+            alloc.deployment_id.is_none() && !proves_itself
+        }
     }
 }
 

@@ -11,7 +11,11 @@
 //!    for. When their node is back and the client reported them, the
 //!    reconnect is recorded (see [`super::reconcile`], step 4); until the
 //!    report they are ignored, though they still occupy their node.
-//!    Allocations on an `initializing` node are left alone.
+//!    Allocations on an `initializing` node are left alone, and so are
+//!    those on an ineligible node (it takes nothing new), but for a
+//!    draining node: it gives them up once every other allocation on it
+//!    stopped on its client or its deadline came, unless the drain ignores
+//!    system jobs.
 //! 3. Feasibility is decided once per computed class, then every ready node
 //!    is checked (unique-attribute constraints, room and ports against the
 //!    snapshot plus what this plan already changed there, [`PlanUsage`]) in
@@ -168,14 +172,26 @@ impl<'a> SystemScheduler<'a> {
                 self.plan_group(eval, job, group, &ready, &allocs, &mut live, &mut plan, &mut outcome);
             }
         }
-        // Whatever is left in `live` sits on nodes that are not ready or not
-        // in the job's datacenters. A node that is initializing is coming back: wait for it.
+        // Whatever is left in `live` sits on nodes that are not ready and
+        // eligible or not in the job's datacenters. A node that is
+        // initializing is coming back: wait for it. An ineligible node keeps
+        // what it runs (it only takes nothing new), as Nomad's, but for a
+        // draining node that gives its system allocations up.
         for alloc in live.into_values().flatten() {
-            let initializing = by_id.get(&alloc.node_id).is_some_and(|node| node.status == NodeStatus::Initializing);
-            if !initializing {
-                self.stop(&mut plan, eval, alloc, stop_reason::NODE_INELIGIBLE, None);
-            } else if self.reconnecting.contains(&alloc.id) {
-                plan.node_allocation.entry(alloc.node_id).or_default().push(self.reconnected(alloc, eval));
+            let node = by_id.get(&alloc.node_id).filter(|node| {
+                let in_datacenter =
+                    job.as_ref().is_some_and(|job| job.datacenters.iter().any(|dc| *dc == *node.datacenter));
+                node.status == NodeStatus::Initializing || (node.status == NodeStatus::Ready && in_datacenter)
+            });
+            match node {
+                None => self.stop(&mut plan, eval, alloc, stop_reason::NODE_INELIGIBLE, None),
+                Some(node) if self.drain_releases(node) => {
+                    self.stop(&mut plan, eval, alloc, stop_reason::NODE_DRAINED, None)
+                }
+                Some(_) if self.reconnecting.contains(&alloc.id) => {
+                    plan.node_allocation.entry(alloc.node_id).or_default().push(self.reconnected(alloc, eval));
+                }
+                Some(_) => {}
             }
         }
         if plan.is_no_op() {
@@ -186,6 +202,21 @@ impl<'a> SystemScheduler<'a> {
             return Ok(Attempt::Retry(refreshed.unwrap_or_else(|| self.state.clone())));
         }
         Ok(Attempt::Done(outcome))
+    }
+
+    /// Whether a draining node gives up its system allocations: its
+    /// deadline came, or every other allocation on it stopped on its
+    /// client; never when the drain ignores system jobs.
+    fn drain_releases(&self, node: &Node) -> bool {
+        let Some(drain) = &node.drain.strategy else { return false };
+        if drain.ignore_system_jobs {
+            return false;
+        }
+        let others_gone = || {
+            let allocs = self.state.allocs_by_node(node.id);
+            allocs.iter().all(|alloc| alloc.job.job_type.is_system_like() || alloc.client_terminal())
+        };
+        drain.is_forced(self.config.now) || others_gone()
     }
 
     #[allow(clippy::too_many_arguments)]

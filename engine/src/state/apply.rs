@@ -2,6 +2,7 @@
 //! this, on a private clone that is published only if the whole command
 //! applied: a command that fails changes nothing.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::command::{ClientAllocUpdate, Command};
@@ -9,17 +10,19 @@ use super::snapshot::{index_add, index_remove, Snapshot};
 use super::{Applied, CapacityChange, StateError};
 use crate::clock::Timestamp;
 use crate::structs::{
-    AclPolicy, AclToken, AllocHealth, AllocId, Allocation, ClientStatus, DesiredStatus, EvalId, Evaluation, Job,
-    JobKey, Node, NodeEligibility, NodeId, NodeStatus, Resources, SchedulerConfiguration,
+    AclPolicy, AclToken, AllocHealth, AllocId, Allocation, ClientStatus, DesiredStatus, DrainMetadata, DrainStatus,
+    DrainStrategy, EvalId, Evaluation, Job, JobKey, Node, NodeEligibility, NodeId, NodeStatus, Resources,
+    SchedulerConfiguration,
 };
 
 impl Snapshot {
     /// Applies `command` at `index`, recording what followers of the store
     /// (broker, blocked evals) need to hear about in `applied`.
     pub(super) fn apply(&mut self, index: u64, command: Command, applied: &mut Applied) -> Result<(), StateError> {
-        let deployments = self.table_indexes.deployments;
+        let (deployments, nodes) = (self.table_indexes.deployments, self.table_indexes.nodes);
         let outcome = self.apply_command(index, command, applied);
         applied.deployments_changed = self.table_indexes.deployments != deployments;
+        applied.nodes_changed = self.table_indexes.nodes != nodes;
         outcome
     }
 
@@ -44,6 +47,12 @@ impl Snapshot {
             }
             Command::UpdateNodeEligibility { node_id, eligibility, evals } => {
                 self.update_node_eligibility(index, node_id, eligibility, applied)?;
+                self.upsert_evals(index, evals, applied);
+                Ok(())
+            }
+            Command::UpdateNodeDrain { node_id, drain, mark_eligible, complete, meta, accessor_id, evals, time } => {
+                let change = DrainChange { drain, mark_eligible, complete, meta, accessor_id, time };
+                self.update_node_drain(index, node_id, change, applied)?;
                 self.upsert_evals(index, evals, applied);
                 Ok(())
             }
@@ -266,6 +275,7 @@ impl Snapshot {
             Some(existing) => {
                 node.status = existing.status;
                 node.eligibility = existing.eligibility;
+                node.drain = existing.drain.clone();
                 node.create_index = existing.create_index;
                 node.last_missed_heartbeat_index = existing.last_missed_heartbeat_index;
                 node.last_alloc_update_index = existing.last_alloc_update_index;
@@ -340,8 +350,63 @@ impl Snapshot {
         applied: &mut Applied,
     ) -> Result<(), StateError> {
         let existing = self.nodes.get(&node_id).ok_or(StateError::UnknownNode(node_id))?;
+        if existing.is_draining() && eligibility == NodeEligibility::Eligible {
+            return Err(StateError::NodeDraining(node_id));
+        }
         let was_schedulable = existing.is_schedulable();
         let mut node = Node::clone(existing);
+        node.eligibility = eligibility;
+        node.modify_index = index;
+        if !was_schedulable && node.is_schedulable() {
+            applied.capacity_changes.push(CapacityChange::of(&node));
+        }
+        self.put_node(node);
+        self.table_indexes.nodes = index;
+        Ok(())
+    }
+
+    /// A node's drain starts, changes or ends ([`Command::UpdateNodeDrain`]).
+    /// A changed drain keeps its start; the node's drain record follows.
+    fn update_node_drain(
+        &mut self,
+        index: u64,
+        node_id: NodeId,
+        change: DrainChange,
+        applied: &mut Applied,
+    ) -> Result<(), StateError> {
+        let existing = self.nodes.get(&node_id).ok_or(StateError::UnknownNode(node_id))?;
+        if change.complete && !existing.is_draining() {
+            return Err(StateError::NodeNotDraining(node_id));
+        }
+        let was_schedulable = existing.is_schedulable();
+        let mut node = Node::clone(existing);
+        let started_at = node.drain.strategy.as_ref().map(|drain| drain.started_at);
+        let record = node.drain.last.take().filter(|_| started_at.is_some());
+        let meta = match change.meta.is_empty() {
+            true => record.as_ref().map(|record| record.meta.clone()).unwrap_or_default(),
+            false => change.meta,
+        };
+        let (status, eligibility) = match (&change.drain, change.complete) {
+            (Some(_), _) => (DrainStatus::Draining, NodeEligibility::Ineligible),
+            (None, true) => (DrainStatus::Complete, NodeEligibility::Ineligible),
+            (None, false) if change.mark_eligible => (DrainStatus::Canceled, NodeEligibility::Eligible),
+            (None, false) => (DrainStatus::Canceled, node.eligibility),
+        };
+        node.drain.strategy = change.drain.map(|mut drain| {
+            drain.started_at = started_at.unwrap_or(drain.started_at);
+            drain
+        });
+        node.drain.last = match (started_at, status) {
+            // Ending a drain that is not under way leaves the last record be.
+            (None, DrainStatus::Canceled) => existing.drain.last.clone(),
+            _ => Some(DrainMetadata {
+                started_at: started_at.unwrap_or(change.time),
+                updated_at: change.time,
+                status,
+                accessor_id: change.accessor_id,
+                meta,
+            }),
+        };
         node.eligibility = eligibility;
         node.modify_index = index;
         if !was_schedulable && node.is_schedulable() {
@@ -661,6 +726,16 @@ pub fn same_spec(existing: &Job, submitted: &Job) -> bool {
     normalized.modify_index = existing.modify_index;
     normalized.job_modify_index = existing.job_modify_index;
     normalized == *existing
+}
+
+/// What an [`Command::UpdateNodeDrain`] changes.
+struct DrainChange {
+    drain: Option<DrainStrategy>,
+    mark_eligible: bool,
+    complete: bool,
+    meta: BTreeMap<String, String>,
+    accessor_id: String,
+    time: Timestamp,
 }
 
 fn with_job_index(mut eval: Evaluation, job: &Job) -> Evaluation {

@@ -11,8 +11,8 @@ use serde::{Deserialize, Serialize};
 use crate::clock::Timestamp;
 use crate::structs::{
     AclPolicy, AclToken, AllocHealth, AllocId, Allocation, CheckResult, ClientStatus, Deployment, DeploymentId,
-    DeploymentStatusUpdate, EvalId, Evaluation, Job, JobKey, Node, NodeEligibility, NodeId, NodeStatus, PlanResult,
-    SchedulerConfiguration, ServiceRegistration, TaskState, TriggerReason,
+    DeploymentStatusUpdate, DrainStrategy, EvalId, Evaluation, Job, JobKey, Node, NodeEligibility, NodeId, NodeStatus,
+    PlanResult, SchedulerConfiguration, ServiceRegistration, TaskState, TriggerReason,
 };
 
 /// One write to the state store.
@@ -58,6 +58,31 @@ pub enum Command {
         eligibility: NodeEligibility,
         /// Evals created by the change.
         evals: Vec<Evaluation>,
+    },
+    /// Start, change or end a node's drain (Nomad's `Node.UpdateDrain`), or
+    /// record that it completed. A drain makes the node ineligible; an
+    /// operator ending one (`drain: None`) makes it eligible again when
+    /// `mark_eligible`; a completed drain (`complete`, the drainer's: the
+    /// node holds nothing more to move) leaves it ineligible. The node's
+    /// `last` drain record follows. Refused for an unknown node, and a
+    /// completion of a node that no longer drains.
+    UpdateNodeDrain {
+        /// The node.
+        node_id: NodeId,
+        /// The drain from now on (`None`: it ends).
+        drain: Option<DrainStrategy>,
+        /// Whether the node becomes eligible as its drain ends.
+        mark_eligible: bool,
+        /// Whether the drain ends because it completed.
+        complete: bool,
+        /// What the operator attaches to the drain's record.
+        meta: BTreeMap<String, String>,
+        /// The ACL token accessor that changed it (empty without ACLs).
+        accessor_id: String,
+        /// Evals created by the change.
+        evals: Vec<Evaluation>,
+        /// When.
+        time: Timestamp,
     },
     /// Register or update a job, and its eval, atomically.
     RegisterJob {

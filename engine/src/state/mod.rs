@@ -115,6 +115,12 @@ pub enum StateError {
         /// Its status.
         status: crate::structs::NodeStatus,
     },
+    /// A draining node cannot be made eligible (Nomad's words).
+    #[error("can not set node's scheduling eligibility to eligible while it is draining")]
+    NodeDraining(NodeId),
+    /// A drain completion for a node that no longer drains.
+    #[error("node {0} is not draining")]
+    NodeNotDraining(NodeId),
     /// The store is shutting down and takes no more writes.
     #[error("the state store is shutting down")]
     ShuttingDown,
@@ -285,6 +291,9 @@ pub struct Applied {
     /// Whether the command changed a deployment (the watcher looks again).
     #[serde(default)]
     pub deployments_changed: bool,
+    /// Whether the command changed a node (the drainer looks again).
+    #[serde(default)]
+    pub nodes_changed: bool,
 }
 
 impl Applied {

@@ -68,6 +68,9 @@ pub enum TriggerReason {
     DeploymentWatcher,
     /// The next batch of a system job's rolling update is due.
     RollingUpdate,
+    /// A node the job has allocations on drains: they move, or its drain
+    /// moved on (a replacement turned healthy, the deadline came).
+    NodeDrain,
 }
 
 /// A request to reconcile one job (or one node, for system jobs) against the

@@ -196,6 +196,29 @@ impl Default for RestartPolicy {
     }
 }
 
+/// A service group's `migrate` block (Nomad's `MigrateStrategy`, merged
+/// from the job's and the group's; Nomad's defaults without one): how its
+/// allocations leave a draining node. At most `max_parallel` of the group's
+/// allocations are unavailable because of migrations (the disruption budget
+/// the plan applier holds), and a replacement counts as available once its
+/// client judges it healthy by `health`. Batch and system groups have no
+/// such block: their allocations stay until the drain's deadline, system
+/// ones until the rest have left.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct MigrateStrategy {
+    /// How many allocations may migrate at once.
+    pub max_parallel: u32,
+    /// How a replacement's health is judged.
+    pub health: HealthPolicy,
+}
+
+impl Default for MigrateStrategy {
+    /// Nomad's: one at a time, healthy by its checks for 10 s within 5 min.
+    fn default() -> MigrateStrategy {
+        MigrateStrategy { max_parallel: 1, health: HealthPolicy::default() }
+    }
+}
+
 /// A group's `update` block (Nomad's `UpdateStrategy`, merged from the
 /// job's and the group's): how a new version rolls out. A group with one
 /// gets deployments; its health settings are on [`TaskGroup::health`].
@@ -439,6 +462,9 @@ pub struct TaskGroup {
     /// How its allocations' health is decided (from its `update` block).
     #[serde(default)]
     pub health: HealthPolicy,
+    /// How its allocations leave a draining node (service groups).
+    #[serde(default)]
+    pub migrate: MigrateStrategy,
 }
 
 /// Which of two allocations of one slot is kept when the original comes
@@ -839,6 +865,7 @@ impl Job {
                 services: Vec::new(),
                 shutdown_delay: Duration::ZERO,
                 health: HealthPolicy::default(),
+                migrate: MigrateStrategy::default(),
             }],
             stop: false,
             version: 0,

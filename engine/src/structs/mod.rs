@@ -47,14 +47,17 @@ pub use eval::{EvalStatus, Evaluation, TriggerReason};
 pub use health::{AllocHealth, CheckMode, CheckResult, CheckResultStatus, HealthCheckMode, HealthPolicy};
 pub use ids::{seed_thread_ids, AllocId, DeploymentId, EvalId, JobKey, NodeId};
 pub use job::{
-    DelayFunction, Job, JobType, JobValidationError, ReconcileStrategy, ReschedulePolicy, RestartMode, RestartPolicy,
-    Task, TaskGroup, UpdateStrategy, DEFAULT_NAMESPACE, MAX_GROUP_COUNT,
+    DelayFunction, Job, JobType, JobValidationError, MigrateStrategy, ReconcileStrategy, ReschedulePolicy, RestartMode,
+    RestartPolicy, Task, TaskGroup, UpdateStrategy, DEFAULT_NAMESPACE, MAX_GROUP_COUNT,
 };
 pub use network::{
     port_env, AllocatedPort, HostNetwork, NetworkResource, NodeNetwork, Port, PortListError, PortSet,
     DEFAULT_MAX_DYNAMIC_PORT, DEFAULT_MIN_DYNAMIC_PORT, NOMAD_ENV_PREFIX,
 };
-pub use node::{ComputedClass, Node, NodeEligibility, NodeStatus};
+pub use node::{
+    ComputedClass, DrainDeadline, DrainMetadata, DrainStatus, DrainStrategy, Node, NodeDrain, NodeEligibility,
+    NodeStatus,
+};
 pub use plan::{Plan, PlanResult};
 pub use resources::Resources;
 pub use scheduler_config::{PreemptionConfig, SchedulerAlgorithm, SchedulerConfiguration};

@@ -2,11 +2,13 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use super::{NodeId, NodeNetwork, Resources};
+use crate::clock::Timestamp;
 
 /// A node's lifecycle status (`docs/node-lifecycle.md`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -87,9 +89,124 @@ pub struct Node {
     pub create_index: u64,
     /// Index at which the node last changed.
     pub modify_index: u64,
+    /// Its drain: the one under way and the last one's record.
+    #[serde(default)]
+    pub drain: NodeDrain,
+}
+
+/// A node's drain (Nomad's `DrainStrategy` and `LastDrain`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeDrain {
+    /// The drain under way, if any.
+    pub strategy: Option<DrainStrategy>,
+    /// The record of the last drain, kept after it ended.
+    pub last: Option<DrainMetadata>,
+}
+
+/// How a node drains (Nomad's `DrainStrategy`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DrainStrategy {
+    /// How long allocations may take to migrate before what remains is
+    /// stopped.
+    pub deadline: DrainDeadline,
+    /// Whether system allocations stay on the node.
+    pub ignore_system_jobs: bool,
+    /// When the drain started (kept when it is updated).
+    pub started_at: Timestamp,
+}
+
+impl DrainStrategy {
+    /// When whatever remains on the node is stopped (Nomad's
+    /// `ForceDeadline`): at once for a forced drain, never without a deadline.
+    pub fn force_deadline(&self) -> Option<Timestamp> {
+        match self.deadline {
+            DrainDeadline::Force => Some(self.started_at),
+            DrainDeadline::None => None,
+            DrainDeadline::After(after) => Some(self.started_at.plus(after)),
+        }
+    }
+
+    /// Whether the deadline has come at `now`: everything left is stopped.
+    pub fn is_forced(&self, now: Timestamp) -> bool {
+        self.force_deadline().is_some_and(|deadline| deadline <= now)
+    }
+}
+
+/// A drain's deadline, as Nomad encodes it in one signed duration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DrainDeadline {
+    /// Negative: stop everything at once (`-force`).
+    Force,
+    /// Zero: no deadline; batch allocations may run to their end (`-no-deadline`).
+    None,
+    /// Positive: migrate gracefully, stop what remains after this long.
+    After(#[serde(with = "super::duration::serde_duration")] Duration),
+}
+
+impl DrainDeadline {
+    /// From Nomad's nanoseconds.
+    pub fn from_nanos(nanos: i64) -> DrainDeadline {
+        match nanos {
+            ..0 => DrainDeadline::Force,
+            0 => DrainDeadline::None,
+            nanos => DrainDeadline::After(Duration::from_nanos(nanos as u64)),
+        }
+    }
+
+    /// As Nomad's nanoseconds (-1 s for a forced drain, as its CLI sends).
+    pub fn as_nanos(self) -> i64 {
+        match self {
+            DrainDeadline::Force => -1_000_000_000,
+            DrainDeadline::None => 0,
+            DrainDeadline::After(after) => i64::try_from(after.as_nanos()).unwrap_or(i64::MAX),
+        }
+    }
+}
+
+/// The record of a node's last drain (Nomad's `LastDrain`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DrainMetadata {
+    /// When it started.
+    pub started_at: Timestamp,
+    /// When it last changed.
+    pub updated_at: Timestamp,
+    /// Where it stands.
+    pub status: DrainStatus,
+    /// The ACL token accessor that set it (empty without ACLs).
+    pub accessor_id: String,
+    /// What the operator attached to it.
+    pub meta: BTreeMap<String, String>,
+}
+
+/// Where a drain stands (Nomad's `DrainStatus`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DrainStatus {
+    /// Under way.
+    Draining,
+    /// Every allocation left the node (or the deadline stopped them).
+    Complete,
+    /// Disabled by an operator before it completed.
+    Canceled,
+}
+
+impl DrainStatus {
+    /// Nomad's word.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DrainStatus::Draining => "draining",
+            DrainStatus::Complete => "complete",
+            DrainStatus::Canceled => "canceled",
+        }
+    }
 }
 
 impl Node {
+    /// Whether the node is draining.
+    pub fn is_draining(&self) -> bool {
+        self.drain.strategy.is_some()
+    }
+
     /// Resources the scheduler may hand out: total minus reserved.
     pub fn allocatable(&self) -> Resources {
         self.resources.minus(self.reserved)
@@ -184,6 +301,7 @@ impl Node {
             last_alloc_update_index: 0,
             create_index: 0,
             modify_index: 0,
+            drain: NodeDrain::default(),
         };
         node.computed_class = node.compute_class();
         node

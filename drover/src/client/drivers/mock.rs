@@ -77,15 +77,15 @@ pub fn end_after(end: MockEnd, ended: impl FnOnce(ClientStatus, String) + Send +
     .abort_handle()
 }
 
-/// The light path's health verdict: an allocation of a deployment is
-/// healthy as it starts (its tasks run at once and it has no checks to
-/// pass, so `min_healthy_time` is not waited on), unless its group leaves
-/// health to an operator (`health_check = "manual"`). Outside a deployment
-/// no verdict is needed.
+/// The light path's health verdict: a service allocation is healthy as it
+/// starts (its tasks run at once and it has no checks to pass, so
+/// `min_healthy_time` is not waited on), unless its deployment leaves
+/// health to an operator (`health_check = "manual"`). Other job types need
+/// no verdict.
 pub fn health(alloc: &Allocation, now: engine::clock::Timestamp) -> Option<engine::structs::AllocHealth> {
-    alloc.deployment_id?;
     let group = alloc.job.group(&alloc.task_group)?;
-    if group.health.mode == engine::structs::HealthCheckMode::Manual {
+    let manual = alloc.deployment_id.is_some() && group.health.mode == engine::structs::HealthCheckMode::Manual;
+    if alloc.job.job_type != engine::structs::JobType::Service || manual {
         return None;
     }
     Some(engine::structs::AllocHealth { healthy: true, timestamp: now, modify_index: 0 })

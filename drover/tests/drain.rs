@@ -1,0 +1,196 @@
+//! A node drain driven as an operator drives it, with Nomad's HTTP API and
+//! `drover node drain`, against a real `drover server --dev` and two
+//! `drover agent --dev` (the mock driver): a service job of count 4 with
+//! `migrate { max_parallel = 1 }` runs on both nodes, with a system job on
+//! each. Draining one node with `--ignore-system` moves its service
+//! allocations to the other while at least 3 of the 4 run all through
+//! (sampled with blocking queries), completes and clears; the system
+//! allocation stays. Draining it again without `--ignore-system` stops the
+//! system allocation. Disabling the drain makes the node eligible again,
+//! and the system job comes back to it.
+//!
+//! Waits are the API's blocking queries, bounded by a watchdog that only
+//! turns a hang into a failure.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use common::api::until;
+use common::bounded;
+use common::dev::DevCluster;
+use serde_json::{json, Value};
+
+const COUNT: usize = 4;
+
+fn service_job() -> Value {
+    json!({"Job": {"ID": "web", "Type": "service", "Datacenters": ["dc1"],
+        "TaskGroups": [{"Name": "web", "Count": COUNT,
+            "Migrate": {"MaxParallel": 1, "HealthCheck": "task_states", "MinHealthyTime": 0},
+            "Tasks": [{"Name": "main", "Driver": "mock", "Resources": {"CPU": 10, "MemoryMB": 10}}]}]}})
+}
+
+fn system_job() -> Value {
+    json!({"Job": {"ID": "agent", "Type": "system", "Datacenters": ["dc1"],
+        "TaskGroups": [{"Name": "agent", "Count": 1,
+            "Tasks": [{"Name": "main", "Driver": "mock", "Resources": {"CPU": 10, "MemoryMB": 10}}]}]}})
+}
+
+async fn submit(cluster: &DevCluster, job: &Value) {
+    let written = cluster.api.request("PUT", "/v1/jobs", Some(job)).await.expect("answer");
+    assert_eq!(written.status, 200, "{}", written.body);
+}
+
+/// The job's allocations that run (client status), with their nodes.
+fn running(allocs: &Value) -> Vec<String> {
+    let list = allocs.as_array().map(Vec::as_slice).unwrap_or_default();
+    let running = list.iter().filter(|stub| stub["ClientStatus"] == "running");
+    running.map(|stub| stub["NodeID"].as_str().expect("a node").to_string()).collect()
+}
+
+/// Runs `drover node drain ARGS` against the cluster; its stdout.
+async fn drain_cli(cluster: &DevCluster, args: &[&str]) -> String {
+    let mut command = common::drover();
+    command.args(["node", "drain"]).args(args).args(["--address", &cluster.http]);
+    let output = bounded("drover node drain", tokio::task::spawn_blocking(move || command.output()))
+        .await
+        .expect("joined")
+        .expect("the CLI runs");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(output.status.success(), "{args:?}: {stdout}{}", String::from_utf8_lossy(&output.stderr));
+    stdout
+}
+
+async fn node(cluster: &DevCluster, id: &str) -> Value {
+    cluster.api.get(&format!("/v1/node/{id}")).await.expect("node").json().expect("JSON")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_moves_a_service_one_allocation_at_a_time_and_system_jobs_last() {
+    let mut cluster = DevCluster::start("drain", &[]).await;
+    cluster.add_agent("second");
+    until(&cluster.api, "/v1/nodes", "two nodes ready", |nodes| {
+        nodes.as_array().is_some_and(|list| list.iter().filter(|node| node["Status"] == "ready").count() == 2)
+    })
+    .await;
+    submit(&cluster, &system_job()).await;
+    submit(&cluster, &service_job()).await;
+    let allocs =
+        until(&cluster.api, "/v1/job/web/allocations", "the service running", |allocs| running(allocs).len() == COUNT)
+            .await;
+    until(&cluster.api, "/v1/job/agent/allocations", "the system job on both", |allocs| running(allocs).len() == 2)
+        .await;
+    let nodes = running(&allocs);
+    let drained = nodes[0].clone();
+    let on_drained = nodes.iter().filter(|node| **node == drained).count();
+    assert!(on_drained > 0 && on_drained < COUNT, "the service is spread over both nodes: {nodes:?}");
+
+    // Sample the running allocations all through the drain.
+    let fewest = Arc::new(AtomicUsize::new(COUNT));
+    let sampler = {
+        let (api, fewest) = (cluster.api.clone(), fewest.clone());
+        tokio::spawn(async move {
+            let mut index = 0;
+            loop {
+                let answer = api.get(&format!("/v1/job/web/allocations?index={index}&wait=30s")).await.expect("read");
+                index = answer.index.unwrap_or(index);
+                fewest.fetch_min(running(&answer.json().expect("JSON")).len(), Ordering::SeqCst);
+            }
+        })
+    };
+    let printed = drain_cli(&cluster, &["--enable", "--ignore-system", "--deadline", "5m", &drained]).await;
+    assert!(printed.contains("drain strategy set"), "{printed}");
+    assert!(printed.contains(&format!("Drain complete for node {drained}")), "{printed}");
+    assert!(printed.contains("have stopped"), "{printed}");
+    let allocs = until(&cluster.api, "/v1/job/web/allocations", "the service moved", |allocs| {
+        let nodes = running(allocs);
+        nodes.len() == COUNT && nodes.iter().all(|node| *node != drained)
+    })
+    .await;
+    sampler.abort();
+    let fewest = fewest.load(Ordering::SeqCst);
+    assert!(fewest >= COUNT - 1, "only {fewest} of {COUNT} ran during the drain: {allocs}");
+
+    let drained_node = node(&cluster, &drained).await;
+    assert_eq!(drained_node["DrainStrategy"], Value::Null, "{drained_node}");
+    assert_eq!(drained_node["Drain"], false);
+    assert_eq!(drained_node["SchedulingEligibility"], "ineligible");
+    assert_eq!(drained_node["LastDrain"]["Status"], "complete");
+    let system: Value = cluster.api.get("/v1/job/agent/allocations").await.expect("read").json().expect("JSON");
+    assert!(running(&system).contains(&drained), "--ignore-system leaves the system allocation: {system}");
+
+    // Again, without --ignore-system: the system allocation goes too.
+    let printed = drain_cli(&cluster, &["--enable", "--deadline", "5m", &drained]).await;
+    assert!(printed.contains(&format!("Drain complete for node {drained}")), "{printed}");
+    let system = until(&cluster.api, "/v1/job/agent/allocations", "the system allocation stopped", |allocs| {
+        !running(allocs).contains(&drained)
+    })
+    .await;
+    let stopped = system.as_array().expect("a list").iter().find(|stub| stub["NodeID"] == drained.as_str());
+    assert_eq!(stopped.expect("the drained node's")["DesiredDescription"], "alloc not needed as node is tainted");
+
+    // Ending the drain makes the node eligible: the system job returns.
+    let printed = drain_cli(&cluster, &["--disable", &drained]).await;
+    assert!(printed.contains("drain strategy unset"), "{printed}");
+    assert_eq!(node(&cluster, &drained).await["SchedulingEligibility"], "eligible");
+    until(&cluster.api, "/v1/job/agent/allocations", "the system job back on the node", |allocs| {
+        running(allocs).contains(&drained)
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_drain_request_is_refused_and_changes_nothing() {
+    let cluster = DevCluster::start("drain-refused", &[]).await;
+    let nodes = until(&cluster.api, "/v1/nodes", "the node ready", |nodes| {
+        nodes.as_array().is_some_and(|list| list.iter().any(|node| node["Status"] == "ready"))
+    })
+    .await;
+    let id = nodes[0]["ID"].as_str().expect("an id").to_string();
+    let unknown = "00000000-0000-0000-0000-000000000001";
+    let answer = cluster
+        .api
+        .request("PUT", &format!("/v1/node/{unknown}/drain"), Some(&json!({"DrainSpec": {"Deadline": 0}})))
+        .await
+        .expect("answer");
+    assert_eq!(answer.status, 404, "{}", answer.body);
+    let answer = cluster.api.request("PUT", &format!("/v1/node/{id}/drain"), Some(&json!({"DrainSpec": "soon"}))).await;
+    assert_eq!(answer.expect("answer").status, 400);
+
+    // A batch allocation holds the drain open (it has no deadline), and a
+    // draining node cannot be made eligible.
+    let batch = json!({"Job": {"ID": "report", "Type": "batch", "Datacenters": ["dc1"],
+        "TaskGroups": [{"Name": "report", "Count": 1,
+            "Tasks": [{"Name": "main", "Driver": "mock", "Resources": {"CPU": 10, "MemoryMB": 10}}]}]}});
+    submit(&cluster, &batch).await;
+    until(&cluster.api, "/v1/job/report/allocations", "the batch job running", |allocs| running(allocs).len() == 1)
+        .await;
+    let drain = json!({"DrainSpec": {"Deadline": 0, "IgnoreSystemJobs": false}, "Meta": {"ticket": "OPS-1"}});
+    let answer = cluster.api.request("PUT", &format!("/v1/node/{id}/drain"), Some(&drain)).await.expect("answer");
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let eligible = json!({"Eligibility": "eligible"});
+    let answer = cluster.api.request("PUT", &format!("/v1/node/{id}/eligibility"), Some(&eligible)).await;
+    let answer = answer.expect("answer");
+    assert_eq!(answer.status, 400, "{}", answer.body);
+    assert!(answer.body.contains("while it is draining"), "{}", answer.body);
+    let draining = node(&cluster, &id).await;
+    assert_eq!(draining["DrainStrategy"]["Deadline"], 0, "{draining}");
+    assert_eq!(draining["LastDrain"]["Status"], "draining");
+    assert_eq!(draining["LastDrain"]["Meta"]["ticket"], "OPS-1");
+    let batch_allocs: Value = cluster.api.get("/v1/job/report/allocations").await.expect("read").json().expect("JSON");
+    assert_eq!(running(&batch_allocs), vec![id.clone()], "a batch allocation runs on without a deadline");
+
+    // Ended by the operator, kept ineligible: the record says canceled.
+    let end = json!({"DrainSpec": null, "MarkEligible": false});
+    let answer = cluster.api.request("PUT", &format!("/v1/node/{id}/drain"), Some(&end)).await.expect("answer");
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let ended = node(&cluster, &id).await;
+    assert_eq!(ended["DrainStrategy"], Value::Null);
+    assert_eq!(ended["LastDrain"]["Status"], "canceled");
+    assert_eq!(ended["LastDrain"]["Meta"]["ticket"], "OPS-1", "the record keeps the drain's meta");
+    assert_eq!(ended["SchedulingEligibility"], "ineligible");
+
+    let evaluated = cluster.api.request("PUT", &format!("/v1/node/{id}/evaluate"), None).await.expect("answer");
+    assert_eq!(evaluated.status, 200, "{}", evaluated.body);
+}
