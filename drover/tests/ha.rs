@@ -16,8 +16,10 @@
 //! index.
 //!
 //! A deployment waiting for its canary's promotion when the leader dies
-//! is promoted through a survivor and completes under the next leader;
-//! an operator adds a voter and removes it again.
+//! is promoted through a survivor and completes under the next leader; a
+//! drain set just before the leader dies reaches its deadline and
+//! completes under the next one; an operator adds a voter and removes it
+//! again.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -561,7 +563,7 @@ async fn a_deployment_waiting_for_promotion_completes_under_the_next_leader() {
     members[0].all_nodes_ready().await;
     let deployment_until = |member: &Member, what: &'static str, done: fn(&serde_json::Value) -> bool| {
         let api = member.api.clone();
-        async move { common::api::until(&api, "/v1/job/web/deployment", what, |d| !d.is_null() && done(d)).await }
+        async move { common::api::until(&api, "/v1/job/web/deployment?stale", what, |d| !d.is_null() && done(d)).await }
     };
 
     write_through(&members[0], "PUT", "/v1/jobs", &canary_job("1")).await;
@@ -587,14 +589,78 @@ async fn a_deployment_waiting_for_promotion_completes_under_the_next_leader() {
         deployment_until(survivor, "version 1 rolled out", |d| d["JobVersion"] == 1 && d["Status"] != "running").await;
     assert_eq!((done["ID"].as_str(), done["Status"].as_str()), (Some(id), Some("successful")), "{done}");
     let versions: serde_json::Value =
-        survivor.api.get("/v1/job/web/versions").await.expect("versions").json().expect("JSON");
+        survivor.api.get("/v1/job/web/versions?stale").await.expect("versions").json().expect("JSON");
     assert_eq!((&versions["Versions"][0]["Version"], &versions["Versions"][0]["Stable"]), (&1.into(), &true.into()));
     let allocs: serde_json::Value =
-        survivor.api.get("/v1/job/web/allocations").await.expect("allocs").json().expect("JSON");
+        survivor.api.get("/v1/job/web/allocations?stale").await.expect("allocs").json().expect("JSON");
     let live: Vec<_> =
         allocs.as_array().expect("a list").iter().filter(|stub| stub["DesiredStatus"] == "run").collect();
     assert_eq!(live.len(), 3, "{allocs}");
     assert!(live.iter().all(|stub| stub["JobVersion"] == 1 && stub["DeploymentStatus"]["Healthy"] == true), "{allocs}");
+
+    let _ = stop_agents.send(true);
+    for agent in agents {
+        let _ = bounded("an agent's stop", agent).await;
+    }
+    for member in members.iter_mut().filter(|member| member.process.is_some()) {
+        member.terminate().await;
+    }
+    std::fs::remove_dir_all(&dir).expect("clean up");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_set_before_the_leader_dies_reaches_its_deadline_and_completes_under_the_next_leader() {
+    transport::install_crypto_provider();
+    let dir = temp_dir("ha-drain");
+    let certs = Certs::create(&dir);
+    let mut members: Vec<Member> = (1..=SERVERS).map(|n| Member::new(&dir, n)).collect();
+    let join = members.iter().map(Member::peer).collect::<Vec<_>>().join(",");
+    for member in &mut members {
+        member.start(&dir, Some(&join)).await;
+    }
+    let servers: Vec<SocketAddr> = members.iter().map(|member| member.rpc).collect();
+    let (stop_agents, _, agents) = start_agents(&servers, &certs.material("global-client-drover"));
+    members[0].all_nodes_ready().await;
+
+    // A batch allocation stays on a draining node until the deadline.
+    let batch = serde_json::json!({"Job": {"ID": "report", "Type": "batch", "Datacenters": ["dc1"],
+        "TaskGroups": [{"Name": "report", "Count": 1,
+            "Tasks": [{"Name": "main", "Driver": "mock", "Resources": {"CPU": 10, "MemoryMB": 10}}]}]}});
+    write_through(&members[0], "PUT", "/v1/jobs", &batch).await;
+    let running = |allocs: &serde_json::Value| -> Vec<String> {
+        let list = allocs.as_array().map(Vec::as_slice).unwrap_or_default();
+        let running = list.iter().filter(|stub| stub["ClientStatus"] == "running");
+        running.map(|stub| stub["NodeID"].as_str().expect("a node").to_string()).collect()
+    };
+    let allocs = common::api::until(&members[0].api, "/v1/job/report/allocations", "the batch job running", |a| {
+        running(a).len() == 1
+    })
+    .await;
+    let drained = running(&allocs)[0].clone();
+    let drain = serde_json::json!({"DrainSpec": {"Deadline": 2_000_000_000i64, "IgnoreSystemJobs": false}});
+    write_through(&members[0], "PUT", &format!("/v1/node/{drained}/drain"), &drain).await;
+
+    // The leader dies before the deadline; the next one's drainer keeps it.
+    let leader_address = members[0].leader().await;
+    let leader = members.iter().position(|member| member.rpc.to_string() == leader_address).expect("a leader");
+    println!("killing the leader {} with a drain under way", members[leader].name);
+    members[leader].kill_9();
+    let survivor = &members[(leader + 1) % SERVERS];
+    // Stale reads: the survivor answers from its own state, which follows
+    // the next leader's, while the election goes on.
+    let path = format!("/v1/node/{drained}?stale");
+    let node = common::api::until(&survivor.api, &path, "the drain complete", |node| {
+        node["DrainStrategy"].is_null() && node["LastDrain"]["Status"] == "complete"
+    })
+    .await;
+    assert_eq!(node["SchedulingEligibility"], "ineligible");
+    let allocs = common::api::until(&survivor.api, "/v1/job/report/allocations?stale", "the batch job moved", |a| {
+        running(a).len() == 1 && running(a)[0] != drained
+    })
+    .await;
+    let list = allocs.as_array().expect("a list");
+    let old = list.iter().find(|stub| stub["NodeID"] == drained.as_str()).expect("the drained node's");
+    assert_eq!(old["DesiredDescription"], "alloc is being migrated: its node's drain deadline was reached");
 
     let _ = stop_agents.send(true);
     for agent in agents {
