@@ -41,6 +41,11 @@
 //!     "GOOGLE_APPLICATION_CREDENTIALS"] # the default (Nomad's env.denylist): the agent's variables
 //!                             # raw_exec tasks never inherit; `PREFIX_*` denies a prefix; replaces the default
 //!
+//! [client.drain_on_shutdown]  # drain the node before the agent exits (Nomad's block)
+//! deadline = "1h"             # how long its allocations may take to move (default 1h)
+//! force = false               # stop them all at once instead
+//! ignore_system_jobs = false  # leave the system allocations
+//!
 //! [client.reserved]           # held back for the host itself: never given to allocations
 //! cpu = 500                   # MHz
 //! memory = 512                # MiB
@@ -315,6 +320,23 @@ pub struct ClientSection {
     /// Named host networks.
     #[serde(default)]
     pub host_network: HostNetworks,
+    /// Drain the node before the agent exits.
+    pub drain_on_shutdown: Option<DrainOnShutdownSection>,
+}
+
+/// `[client.drain_on_shutdown]`: the agent drains its node before it exits.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DrainOnShutdownSection {
+    /// How long its allocations may take to move (default 1 h).
+    #[serde(default, with = "duration_text")]
+    pub deadline: Option<Duration>,
+    /// Stop them all at once.
+    #[serde(default)]
+    pub force: bool,
+    /// Leave the system allocations.
+    #[serde(default)]
+    pub ignore_system_jobs: bool,
 }
 
 /// `[client.reserved]`: resources and ports never given to allocations.

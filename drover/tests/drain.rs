@@ -9,6 +9,9 @@
 //! system allocation. Disabling the drain makes the node eligible again,
 //! and the system job comes back to it.
 //!
+//! An agent with a `drain_on_shutdown` block, asked to stop, drains its
+//! node first: its allocations move before it exits.
+//!
 //! Waits are the API's blocking queries, bounded by a watchdog that only
 //! turns a hang into a failure.
 
@@ -69,7 +72,7 @@ async fn node(cluster: &DevCluster, id: &str) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drain_moves_a_service_one_allocation_at_a_time_and_system_jobs_last() {
     let mut cluster = DevCluster::start("drain", &[]).await;
-    cluster.add_agent("second");
+    cluster.add_agent("second", &[]);
     until(&cluster.api, "/v1/nodes", "two nodes ready", |nodes| {
         nodes.as_array().is_some_and(|list| list.iter().filter(|node| node["Status"] == "ready").count() == 2)
     })
@@ -193,4 +196,46 @@ async fn a_bad_drain_request_is_refused_and_changes_nothing() {
 
     let evaluated = cluster.api.request("PUT", &format!("/v1/node/{id}/evaluate"), None).await.expect("answer");
     assert_eq!(evaluated.status, 200, "{}", evaluated.body);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_with_drain_on_shutdown_moves_its_allocations_before_it_exits() {
+    let mut cluster = DevCluster::start("drain-on-shutdown", &[]).await;
+    let config = cluster.dir.join("leaving.toml");
+    std::fs::write(&config, "[client.drain_on_shutdown]\ndeadline = \"1m\"\n").expect("config");
+    let leaving = cluster.add_agent("leaving", &["--config".as_ref(), config.as_os_str()]);
+    let nodes = until(&cluster.api, "/v1/nodes", "two nodes ready", |nodes| {
+        nodes.as_array().is_some_and(|list| list.iter().filter(|node| node["Status"] == "ready").count() == 2)
+    })
+    .await;
+    let list = nodes.as_array().expect("a list");
+    let leaving_node = list.iter().find(|node| node["Name"] == "leaving").expect("the leaving agent's node");
+    let leaving_node = leaving_node["ID"].as_str().expect("an id").to_string();
+    submit(&cluster, &service_job()).await;
+    until(&cluster.api, "/v1/job/web/allocations", "the service on both nodes", |allocs| {
+        let nodes = running(allocs);
+        nodes.len() == COUNT && nodes.contains(&leaving_node)
+    })
+    .await;
+
+    let mut agent = cluster.children.remove(leaving);
+    let pid = rustix::process::Pid::from_child(&agent);
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).expect("SIGTERM");
+    let status = bounded("the agent's exit", tokio::task::spawn_blocking(move || agent.wait()))
+        .await
+        .expect("joined")
+        .expect("status");
+    assert!(status.success(), "the agent exits cleanly: {status}");
+    // It left only once everything it ran had moved and was reported.
+    let allocs: Value = cluster.api.get("/v1/job/web/allocations").await.expect("read").json().expect("JSON");
+    let nodes = running(&allocs);
+    assert!(!nodes.contains(&leaving_node), "nothing runs on the node the agent left: {allocs}");
+    let moved = allocs.as_array().expect("a list").iter().filter(|stub| stub["NodeID"] == leaving_node.as_str());
+    assert!(moved.clone().count() > 0);
+    assert!(moved.clone().all(|stub| stub["DesiredDescription"] == "alloc is being migrated"), "{allocs}");
+    until(&cluster.api, "/v1/job/web/allocations", "the service whole again", |allocs| running(allocs).len() == COUNT)
+        .await;
+    let node = node(&cluster, &leaving_node).await;
+    assert_eq!(node["SchedulingEligibility"], "ineligible", "{node}");
+    assert!(node["LastDrain"]["Status"] == "draining" || node["LastDrain"]["Status"] == "complete", "{node}");
 }

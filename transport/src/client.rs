@@ -18,7 +18,7 @@ use uuid::Uuid;
 
 use crate::frame::MAX_PAYLOAD;
 use crate::message::{
-    AllocsPush, ClusterReport, HeartbeatRequest, IndexReply, Kind, Message, MessageError, NodeReply,
+    AllocsPush, ClusterReport, DrainSelfRequest, HeartbeatRequest, IndexReply, Kind, Message, MessageError, NodeReply,
     ReadServicesRequest, Refusal, RefusalCode, RegisterRequest, ReportRequest, ReportScope, ServicesReply,
     SubmitJobRequest, UpdateAllocsRequest, WatchAllocsRequest,
 };
@@ -183,6 +183,21 @@ impl ClientConnection {
         updates: Vec<ClientAllocUpdate>,
     ) -> Result<u64, CallError> {
         let reply: IndexReply = self.call(&UpdateAllocsRequest { node_id, secret_id, updates }).await?;
+        Ok(reply.index)
+    }
+
+    /// Drains the node (its `drain_on_shutdown`): `deadline_nanos` as
+    /// Nomad's (negative forces, zero is none); answers with the index
+    /// the drain was written at.
+    pub async fn drain_self(
+        &self,
+        node_id: NodeId,
+        secret_id: Uuid,
+        deadline_nanos: i64,
+        ignore_system_jobs: bool,
+    ) -> Result<u64, CallError> {
+        let reply: IndexReply =
+            self.call(&DrainSelfRequest { node_id, secret_id, deadline_nanos, ignore_system_jobs }).await?;
         Ok(reply.index)
     }
 

@@ -57,6 +57,9 @@ pub enum Kind {
     /// [`ReadServicesRequest`]: an agent reads service registrations for
     /// its templates (a blocking query, served from the server's own state).
     ReadServices = 7,
+    /// [`DrainSelfRequest`]: an agent drains its own node before it exits
+    /// (`drain_on_shutdown`).
+    DrainSelf = 8,
     /// [`SubmitJobRequest`]: an operator registers a job.
     SubmitJob = 32,
     /// [`ReportRequest`]: an operator asks for the cluster report.
@@ -92,6 +95,7 @@ impl TryFrom<u8> for Kind {
             4 => Kind::WatchAllocs,
             6 => Kind::AgentCall,
             7 => Kind::ReadServices,
+            8 => Kind::DrainSelf,
             32 => Kind::SubmitJob,
             33 => Kind::Report,
             64 => Kind::NodeReply,
@@ -196,6 +200,7 @@ plain_messages! {
     WatchAllocsRequest => Kind::WatchAllocs,
     AgentCallRequest => Kind::AgentCall,
     ReadServicesRequest => Kind::ReadServices,
+    DrainSelfRequest => Kind::DrainSelf,
     ServicesReply => Kind::ServicesReply,
     AgentReply => Kind::AgentReply,
     FileChunk => Kind::FileChunk,
@@ -238,6 +243,21 @@ pub struct UpdateAllocsRequest {
     pub secret_id: Uuid,
     /// One entry per allocation.
     pub updates: Vec<ClientAllocUpdate>,
+}
+
+/// An agent drains its own node (its `drain_on_shutdown` block): as an
+/// operator's drain, authenticated by the node's secret; answered with
+/// the index it was written at.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DrainSelfRequest {
+    /// The node.
+    pub node_id: NodeId,
+    /// Its secret.
+    pub secret_id: Uuid,
+    /// Nomad's deadline: negative forces at once, zero is none, else nanoseconds.
+    pub deadline_nanos: i64,
+    /// Whether system allocations stay.
+    pub ignore_system_jobs: bool,
 }
 
 /// Opens the node's allocation watch: the server answers at once with the
@@ -563,6 +583,8 @@ pub enum AnyMessage {
     AgentCall(AgentCallRequest),
     /// [`Kind::ReadServices`].
     ReadServices(ReadServicesRequest),
+    /// [`Kind::DrainSelf`].
+    DrainSelf(DrainSelfRequest),
     /// [`Kind::ServicesReply`].
     ServicesReply(ServicesReply),
     /// [`Kind::SubmitJob`].
@@ -598,6 +620,7 @@ impl AnyMessage {
             Kind::WatchAllocs => AnyMessage::WatchAllocs(WatchAllocsRequest::from_payload(payload)?),
             Kind::AgentCall => AnyMessage::AgentCall(AgentCallRequest::from_payload(payload)?),
             Kind::ReadServices => AnyMessage::ReadServices(ReadServicesRequest::from_payload(payload)?),
+            Kind::DrainSelf => AnyMessage::DrainSelf(DrainSelfRequest::from_payload(payload)?),
             Kind::ServicesReply => AnyMessage::ServicesReply(ServicesReply::from_payload(payload)?),
             Kind::AgentReply => AnyMessage::AgentReply(AgentReply::from_payload(payload)?),
             Kind::FileChunk => AnyMessage::FileChunk(FileChunk::from_payload(payload)?),
@@ -621,6 +644,7 @@ impl AnyMessage {
             AnyMessage::WatchAllocs(message) => message.to_frame(request_id),
             AnyMessage::AgentCall(message) => message.to_frame(request_id),
             AnyMessage::ReadServices(message) => message.to_frame(request_id),
+            AnyMessage::DrainSelf(message) => message.to_frame(request_id),
             AnyMessage::ServicesReply(message) => message.to_frame(request_id),
             AnyMessage::AgentReply(message) => message.to_frame(request_id),
             AnyMessage::FileChunk(message) => message.to_frame(request_id),

@@ -44,6 +44,8 @@ fn every_message_round_trips() {
         servers: vec!["127.0.0.1:4647".into()],
     });
     round_trip(&IndexReply { index: 12 });
+    let secret_id = Uuid::from_u128(5);
+    round_trip(&DrainSelfRequest { node_id, secret_id, deadline_nanos: -1, ignore_system_jobs: true });
     round_trip(&Refusal { code: RefusalCode::WrongSecret, message: "no".into() });
     use engine::node::service_reads::{ServiceAnswer, ServiceNameTags, ServiceQuery};
     let queries = vec![

@@ -30,10 +30,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use engine::job_endpoint::JobError;
-use engine::node::endpoint::{NodeEndpoint, NodeError};
+use engine::node::endpoint::{DrainRequest, NodeEndpoint, NodeError};
 use engine::node::service_reads::MAX_SERVICE_QUERIES;
 use engine::state::{LogError, StateError, WaitError};
-use engine::structs::NodeId;
+use engine::structs::{DrainDeadline, NodeId};
 use quinn::{Connection, Endpoint, Incoming, RecvStream, SendStream};
 use tokio::sync::{watch, Semaphore};
 
@@ -41,9 +41,9 @@ use crate::agent_call::{AgentAnswer, AgentCallError, AgentConnections};
 use crate::frame::{Frame, MAX_PAYLOAD};
 use crate::log_limit::RateLimited;
 use crate::message::{
-    AgentCallRequest, AllocsPush, ClusterReport, HeartbeatRequest, IndexReply, Kind, ListenerStats, Message,
-    MessageError, NodeReply, ReadServicesRequest, Refusal, RefusalCode, RegisterRequest, ReportRequest, ReportScope,
-    ServicesReply, SubmitJobRequest, UpdateAllocsRequest, WatchAllocsRequest, MAX_SERVICES_WAIT,
+    AgentCallRequest, AllocsPush, ClusterReport, DrainSelfRequest, HeartbeatRequest, IndexReply, Kind, ListenerStats,
+    Message, MessageError, NodeReply, ReadServicesRequest, Refusal, RefusalCode, RegisterRequest, ReportRequest,
+    ReportScope, ServicesReply, SubmitJobRequest, UpdateAllocsRequest, WatchAllocsRequest, MAX_SERVICES_WAIT,
 };
 use crate::settings::{self, MAX_HANDSHAKES, MAX_REQUEST};
 use crate::stream::{abandon, codes, write_frame, write_last_frame, FrameReader, StreamError};
@@ -519,6 +519,15 @@ impl Service {
                 nodes.authenticate(request.node_id, request.secret_id)?;
                 let reply = nodes.update_status_async(request.node_id, request.status).await?;
                 Ok(self.node_reply(reply))
+            })
+            .await
+            .map(|reply| reply.to_frame(request_id)),
+            Ok(Kind::DrainSelf) => answer(frame, |request: DrainSelfRequest| async move {
+                nodes.authenticate(request.node_id, request.secret_id)?;
+                let drain = (DrainDeadline::from_nanos(request.deadline_nanos), request.ignore_system_jobs);
+                let change = DrainRequest { drain: Some(drain), ..DrainRequest::default() };
+                let written = nodes.drain_async(request.node_id, change).await?;
+                Ok(IndexReply { index: written.index })
             })
             .await
             .map(|reply| reply.to_frame(request_id)),

@@ -71,6 +71,29 @@ pub struct AgentSettings {
     /// answered in this long. Well inside the servers' grace (10 s by
     /// default), so a slow server costs a retry, not the node.
     pub heartbeat_timeout: Duration,
+    /// Drain the node before exiting (Nomad's `drain_on_shutdown`).
+    pub drain_on_shutdown: Option<DrainOnShutdown>,
+}
+
+/// Nomad's client `drain_on_shutdown` block: when asked to stop, the agent
+/// first drains its node and keeps running its allocations until the
+/// servers moved them (or the deadline passed), then exits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DrainOnShutdown {
+    /// How long the allocations may take to move.
+    pub deadline: Duration,
+    /// Stop them all at once instead.
+    pub force: bool,
+    /// Leave the system allocations (the agent does not wait for them).
+    pub ignore_system_jobs: bool,
+}
+
+impl DrainOnShutdown {
+    /// Nomad's default deadline.
+    pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(3600);
+    /// How long past the deadline the agent waits for the allocations the
+    /// servers stop then.
+    const GRACE: Duration = Duration::from_secs(60);
 }
 
 impl AgentSettings {
@@ -85,6 +108,7 @@ impl AgentSettings {
             backoff_cap: Duration::from_secs(30),
             call_timeout: Duration::from_secs(10),
             heartbeat_timeout: Duration::from_secs(3),
+            drain_on_shutdown: None,
         }
     }
 }
@@ -336,6 +360,8 @@ impl Agent {
         runtime.restore();
         let mut period = self.settings.heartbeat_interval.watch();
         let mut event = Event::HeartbeatPeriod(*period.borrow_and_update());
+        // Until when a drain before exiting waits for the allocations to move.
+        let mut draining: Option<Instant> = None;
         loop {
             let mut actions: VecDeque<Action> = runtime.core.handle(runtime.now(), event).into();
             while let Some(action) = actions.pop_front() {
@@ -344,6 +370,10 @@ impl Agent {
                     Flow::Go(None) => {}
                     Flow::Stop => return runtime.shut_down().await,
                 }
+            }
+            if draining.is_some() && runtime.drained() {
+                tracing::info!("the node is drained: the agent exits");
+                return runtime.shut_down().await;
             }
             let deadline = runtime.core.deadline().map(|at| runtime.origin + at.since(Timestamp::ZERO));
             let in_session = runtime.core.is_ready();
@@ -371,7 +401,17 @@ impl Agent {
                 _ = link_down(&mut runtime.link), if runtime.connection.is_some() => {
                     Event::Disconnected(Failure::lost("the network link went down"))
                 }
-                _ = stopped(&mut stop) => return runtime.shut_down().await,
+                _ = stopped(&mut stop), if draining.is_none() => match runtime.drain_before_exit().await {
+                    Some(until) => {
+                        draining = Some(until);
+                        Event::Tick
+                    }
+                    None => return runtime.shut_down().await,
+                },
+                _ = tokio::time::sleep_until(draining.unwrap_or_else(Instant::now).into()), if draining.is_some() => {
+                    tracing::warn!("the drain's deadline passed with allocations still here: the agent exits");
+                    return runtime.shut_down().await;
+                }
             };
         }
     }
@@ -599,6 +639,50 @@ impl Runtime<'_> {
             ),
             Some(_) => error(AgentErrorCode::UnknownAlloc, format!("allocation {id} was collected already")),
         }
+    }
+
+    /// With `drain_on_shutdown`, asks the servers (on the open connection)
+    /// to drain the node; until when to wait for its allocations to move.
+    /// `None`: exit at once (no such block, no connection, or the servers
+    /// did not take the drain).
+    async fn drain_before_exit(&mut self) -> Option<Instant> {
+        let drain = self.agent.settings.drain_on_shutdown?;
+        let Some(connection) = &self.connection else {
+            tracing::warn!("no server to drain the node through: the agent exits without a drain");
+            return None;
+        };
+        let deadline = match drain.force {
+            true => -1,
+            false => i64::try_from(drain.deadline.as_nanos()).unwrap_or(i64::MAX),
+        };
+        let asked = connection.drain_self(self.node.id, self.node.secret_id, deadline, drain.ignore_system_jobs);
+        match tokio::time::timeout(self.agent.settings.call_timeout, asked).await {
+            Ok(Ok(index)) => {
+                tracing::info!(index, deadline = ?drain.deadline, "draining the node before the agent exits");
+                Some(
+                    Instant::now() + if drain.force { Duration::ZERO } else { drain.deadline } + DrainOnShutdown::GRACE,
+                )
+            }
+            Ok(Err(error)) => {
+                tracing::warn!(%error, "the servers did not take the drain: the agent exits without one");
+                None
+            }
+            Err(_) => {
+                tracing::warn!("the drain was not answered in time: the agent exits without one");
+                None
+            }
+        }
+    }
+
+    /// Whether nothing the drain moves still runs here, and the servers
+    /// know it: every allocation ended and was reported (but the system
+    /// ones a drain leaves).
+    fn drained(&self) -> bool {
+        let ignore_system = self.agent.settings.drain_on_shutdown.is_some_and(|drain| drain.ignore_system_jobs);
+        self.core.allocs().all(|held| {
+            let left = ignore_system && held.alloc.job.job_type.is_system_like();
+            left || (held.status.is_terminal() && held.reported)
+        })
     }
 
     /// The agent stops: the mock driver's timers end; real tasks keep

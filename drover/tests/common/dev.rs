@@ -47,15 +47,18 @@ impl DevCluster {
         DevCluster { children: vec![server, agent], api, http, rpc, dir }
     }
 
-    /// Starts one more dev agent, named `name`, with its own data dir.
-    pub fn add_agent(&mut self, name: &str) {
+    /// Starts one more dev agent, named `name`, with its own data dir and
+    /// `flags`; its index in `children`.
+    pub fn add_agent(&mut self, name: &str, flags: &[&std::ffi::OsStr]) -> usize {
         let agent = super::dev_agent(&self.dir, &self.rpc, &self.dir.join(name))
             .args(["--name", name])
+            .args(flags)
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::inherit())
             .spawn()
             .expect("drover agent starts");
         self.children.push(agent);
+        self.children.len() - 1
     }
 }
 

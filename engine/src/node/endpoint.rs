@@ -257,6 +257,20 @@ impl NodeEndpoint {
     /// follows up). Ending one with `mark_eligible` makes the node's evals,
     /// as becoming eligible does.
     pub fn drain(&self, node_id: NodeId, request: DrainRequest) -> Result<NodeWrite, NodeError> {
+        let (command, eval_ids) = self.drain_command(node_id, request)?;
+        let applied = self.writer.write(command)?;
+        Ok(NodeWrite { index: applied.index, eval_ids })
+    }
+
+    /// [`NodeEndpoint::drain`], awaited (an agent draining itself).
+    pub async fn drain_async(&self, node_id: NodeId, request: DrainRequest) -> Result<NodeWrite, NodeError> {
+        let (command, eval_ids) = self.drain_command(node_id, request)?;
+        let applied = self.writer.submit(command).await?;
+        Ok(NodeWrite { index: applied.index, eval_ids })
+    }
+
+    /// A drain change's one command, and the evals it carries.
+    fn drain_command(&self, node_id: NodeId, request: DrainRequest) -> Result<(Command, Vec<EvalId>), NodeError> {
         let snapshot = self.writer.store().snapshot();
         let node = snapshot.node(node_id).ok_or(NodeError::UnknownNode(node_id))?;
         let now = self.clock.now();
@@ -281,8 +295,7 @@ impl NodeEndpoint {
             evals,
             time: now,
         };
-        let applied = self.writer.write(command)?;
-        Ok(NodeWrite { index: applied.index, eval_ids })
+        Ok((command, eval_ids))
     }
 
     /// An operator asks for the node's jobs to be evaluated again (Nomad's

@@ -14,7 +14,7 @@ use transport::client::ClientEndpoints;
 
 use super::{config_error, dev_temp_dir, file_config, init_logs, raise_open_files_limit, runtime, tls_files, Common};
 use crate::cli::Failure;
-use crate::client::agent::{Agent, AgentSettings, NoObserver, TaskSettings};
+use crate::client::agent::{Agent, AgentSettings, DrainOnShutdown, NoObserver, TaskSettings};
 use crate::client::drivers::docker::{Docker, DockerSettings};
 use crate::client::drivers::Drivers;
 use crate::client::fingerprint::{Cidr, Fingerprint, FingerprintError, FingerprintSettings, HostNetworkSpec};
@@ -116,7 +116,13 @@ pub fn run(args: AgentArgs) -> Result<(), Failure> {
         let client_side = ClientSide { data_dir, gc_max_allocs, env_denylist, stop_tasks_on_shutdown: args.common.dev };
         let tasks = client_side.start(raw_exec, docker_settings(&file)?).await?;
         tracing::info!(node = %node.id, name = %node.name, servers = ?servers, mock_driver = mock, raw_exec, "drover agent starting");
-        let agent = Agent::new(node, AgentSettings::new(servers), endpoints.clone(), quic, Arc::new(NoObserver));
+        let mut settings = AgentSettings::new(servers);
+        settings.drain_on_shutdown = file.client.drain_on_shutdown.as_ref().map(|section| DrainOnShutdown {
+            deadline: section.deadline.unwrap_or(DrainOnShutdown::DEFAULT_DEADLINE),
+            force: section.force,
+            ignore_system_jobs: section.ignore_system_jobs,
+        });
+        let agent = Agent::new(node, settings, endpoints.clone(), quic, Arc::new(NoObserver));
         let agent = ClientSide::attach(agent, tasks);
         let running = tokio::spawn(async move { agent.run(stopped).await });
         let signal = signals.recv().await;
