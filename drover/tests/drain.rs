@@ -9,6 +9,10 @@
 //! system allocation. Disabling the drain makes the node eligible again,
 //! and the system job comes back to it.
 //!
+//! Five of six nodes drained at once, with one group of 12 spread over
+//! them and `migrate { max_parallel = 2 }`: at no sampled moment are more
+//! than 2 of its allocations unavailable (not running healthy).
+//!
 //! An agent with a `drain_on_shutdown` block, asked to stop, drains its
 //! node first: its allocations move before it exits.
 //!
@@ -238,4 +242,76 @@ async fn an_agent_with_drain_on_shutdown_moves_its_allocations_before_it_exits()
     let node = node(&cluster, &leaving_node).await;
     assert_eq!(node["SchedulingEligibility"], "ineligible", "{node}");
     assert!(node["LastDrain"]["Status"] == "draining" || node["LastDrain"]["Status"] == "complete", "{node}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_drains_at_once_keep_the_group_within_its_budget() {
+    const SPREAD: usize = 12;
+    const MAX_PARALLEL: usize = 2;
+    let mut cluster = DevCluster::start("drain-many", &[]).await;
+    for n in 1..=5 {
+        cluster.add_agent(&format!("extra-{n}"), &[]);
+    }
+    let nodes = until(&cluster.api, "/v1/nodes", "six nodes ready", |nodes| {
+        nodes.as_array().is_some_and(|list| list.iter().filter(|node| node["Status"] == "ready").count() == 6)
+    })
+    .await;
+    let job = json!({"Job": {"ID": "wide", "Type": "service", "Datacenters": ["dc1"],
+        "TaskGroups": [{"Name": "wide", "Count": SPREAD,
+            "Migrate": {"MaxParallel": MAX_PARALLEL, "HealthCheck": "task_states", "MinHealthyTime": 0},
+            "Tasks": [{"Name": "main", "Driver": "mock", "Resources": {"CPU": 10, "MemoryMB": 10}}]}]}});
+    submit(&cluster, &job).await;
+    /// Running, healthy allocations the group wants.
+    fn serving(allocs: &Value) -> Vec<String> {
+        let list = allocs.as_array().map(Vec::as_slice).unwrap_or_default();
+        let serving = list.iter().filter(|stub| {
+            stub["DesiredStatus"] == "run"
+                && stub["ClientStatus"] == "running"
+                && stub["DeploymentStatus"]["Healthy"] == true
+        });
+        serving.map(|stub| stub["NodeID"].as_str().expect("a node").to_string()).collect()
+    }
+    until(&cluster.api, "/v1/job/wide/allocations", "the group serving", |allocs| serving(allocs).len() == SPREAD)
+        .await;
+    let ids: Vec<String> =
+        nodes.as_array().expect("a list").iter().map(|node| node["ID"].as_str().expect("an id").to_string()).collect();
+    let (kept, drained) = ids.split_first().expect("six");
+
+    let fewest = Arc::new(AtomicUsize::new(SPREAD));
+    let sampler = {
+        let (api, fewest) = (cluster.api.clone(), fewest.clone());
+        tokio::spawn(async move {
+            let mut index = 0;
+            loop {
+                let answer = api.get(&format!("/v1/job/wide/allocations?index={index}&wait=30s")).await.expect("read");
+                index = answer.index.unwrap_or(index);
+                fewest.fetch_min(serving(&answer.json().expect("JSON")).len(), Ordering::SeqCst);
+            }
+        })
+    };
+    let mut drains = tokio::task::JoinSet::new();
+    for id in drained {
+        let (api, path) = (cluster.api.clone(), format!("/v1/node/{id}/drain"));
+        let drain = json!({"DrainSpec": {"Deadline": 0, "IgnoreSystemJobs": false}});
+        drains.spawn(async move {
+            let answer = api.request("PUT", &path, Some(&drain)).await.expect("answer");
+            assert_eq!(answer.status, 200, "{}", answer.body);
+        });
+    }
+    while let Some(drained) = drains.join_next().await {
+        drained.expect("a drain request");
+    }
+    let allocs = until(&cluster.api, "/v1/job/wide/allocations", "the group moved to the one node left", |allocs| {
+        let nodes = serving(allocs);
+        nodes.len() == SPREAD && nodes.iter().all(|node| node == kept)
+    })
+    .await;
+    sampler.abort();
+    let fewest = fewest.load(Ordering::SeqCst);
+    println!("fewest serving during the drains: {fewest} of {SPREAD}");
+    assert!(fewest >= SPREAD - MAX_PARALLEL, "only {fewest} of {SPREAD} served during the drains: {allocs}");
+    for id in drained {
+        let path = format!("/v1/node/{id}");
+        until(&cluster.api, &path, "each drain complete", |node| node["LastDrain"]["Status"] == "complete").await;
+    }
 }
