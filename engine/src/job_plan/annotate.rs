@@ -4,8 +4,9 @@
 //!
 //! The rules, over the plan and the job's allocations before it:
 //! 1. A new placement whose `previous_allocation` the plan stops as
-//!    "being updated due to job update" is a destructive update, and that
-//!    stop is not counted again.
+//!    "being updated due to job update" is a destructive update, one whose
+//!    previous allocation it stops as migrated off a draining node is a
+//!    migration, and that stop is not counted again.
 //! 2. Another new placement is a canary if it is one, else a placement.
 //! 3. An existing allocation in `node_allocation` moved to another job
 //!    version is an in-place update; one changed otherwise (a reconnect, a
@@ -74,13 +75,18 @@ pub fn annotate(job: &Job, existing: &[Arc<Allocation>], plan: Option<&Plan>) ->
             continue;
         }
         counts.preemptions += alloc.preempted_allocations.len() as u64;
-        match alloc.previous_allocation.filter(|previous| is_update_stop(stops.get(previous).copied())) {
-            Some(previous) => {
+        let previous_stop = alloc.previous_allocation.and_then(|previous| stops.get(&previous).copied());
+        match previous_stop.map(|stop| (stop.id, stop.desired_description.as_str())) {
+            Some((previous, stop_reason::UPDATING)) => {
                 counts.destructive_update += 1;
                 replaced.insert(previous);
             }
-            None if alloc.canary => counts.canary += 1,
-            None => counts.place += 1,
+            Some((previous, stop_reason::MIGRATING | stop_reason::DRAIN_DEADLINE)) => {
+                counts.migrate += 1;
+                replaced.insert(previous);
+            }
+            _ if alloc.canary => counts.canary += 1,
+            _ => counts.place += 1,
         }
     }
     for stop in stops.values() {
@@ -97,7 +103,3 @@ pub fn annotate(job: &Job, existing: &[Arc<Allocation>], plan: Option<&Plan>) ->
     PlanAnnotations { desired_tg_updates: groups, preempted_allocs }
 }
 
-/// Whether a stop is the old half of a destructive update.
-fn is_update_stop(stop: Option<&Allocation>) -> bool {
-    stop.is_some_and(|stop| stop.desired_description == stop_reason::UPDATING)
-}
