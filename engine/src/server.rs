@@ -10,10 +10,10 @@
 //! broker and tracker, the failover TTL for every live node) → timer thread.
 //!
 //! The timer thread runs the broker's timers (delayed evals, nack
-//! timeouts), heartbeat expiry and the retry of evals blocked after plan
-//! failures, then sleeps on the clock until the earliest next deadline;
-//! whoever sets an earlier one wakes it (see [`crate::clock`]). Nothing
-//! ticks.
+//! timeouts), heartbeat expiry, the retry of evals blocked after plan
+//! failures, the deployment watcher and garbage collection, then sleeps
+//! on the clock until the earliest next deadline; whoever sets an earlier
+//! one wakes it (see [`crate::clock`]). Nothing ticks.
 //!
 //! Shutdown, in order, so nothing is left behind and no eval is lost:
 //! 1. pause the broker, so no new eval is handed out;
@@ -41,6 +41,7 @@ use crate::deployment::watcher::DeploymentWatcher;
 use crate::eval::blocked::{BlockedEvals, BlockedStats};
 use crate::eval::broker::{BrokerConfig, BrokerStats, EvalBroker};
 use crate::eval::reaper::{EvalReaper, ReaperConfig, ReaperHandle};
+use crate::gc::{GarbageCollector, GcConfig};
 use crate::job_endpoint::JobEndpoint;
 use crate::node::endpoint::NodeEndpoint;
 use crate::node::heartbeat::{HeartbeatConfig, HeartbeatStats, Heartbeats};
@@ -79,6 +80,8 @@ pub struct ServerConfig {
     pub heartbeat: HeartbeatConfig,
     /// Batching of client alloc updates.
     pub alloc_updates: BatchConfig,
+    /// Garbage collection.
+    pub gc: GcConfig,
 }
 
 impl Default for ServerConfig {
@@ -92,6 +95,7 @@ impl Default for ServerConfig {
             plan_applier: PlanApplierConfig::default(),
             heartbeat: HeartbeatConfig::default(),
             alloc_updates: BatchConfig::default(),
+            gc: GcConfig::default(),
         }
     }
 }
@@ -139,6 +143,8 @@ pub struct Core {
     pub reaper: EvalReaper,
     /// The deployment watcher, run with the timers.
     pub deployments: Arc<DeploymentWatcher>,
+    /// The garbage collector, run with the timers.
+    pub gc: Arc<GarbageCollector>,
 }
 
 impl Core {
@@ -156,6 +162,7 @@ impl Core {
         let blocked = Arc::new(BlockedEvals::new(broker.clone(), clock.clone()));
         let router = Router::new(broker.clone(), blocked.clone()).waking_on_deployments(clock.clone());
         let deployments = DeploymentWatcher::new(writer.clone(), clock.clone());
+        let gc = GarbageCollector::new(config.gc.clone(), writer.clone(), clock.clone());
         let seed = seed.unwrap_or_else(rand::random);
         let heartbeats = Heartbeats::seeded(config.heartbeat.clone(), clock.clone(), seed);
         let reaper = EvalReaper::new(
@@ -166,7 +173,7 @@ impl Core {
             clock.clone(),
             seed.wrapping_add(1),
         );
-        Core { clock, store, writer, broker, blocked, router, heartbeats, reaper, deployments }
+        Core { clock, store, writer, broker, blocked, router, heartbeats, reaper, deployments, gc }
     }
 
     /// Takes over the state as its leader (Nomad's `establishLeadership`):
@@ -183,6 +190,9 @@ impl Core {
     pub fn lead(&self) {
         self.store.set_hook(Some(Box::new(self.router.clone())));
         let snapshot = self.store.snapshot();
+        if snapshot.scheduler_config().is_some_and(|config| config.pause_eval_broker) {
+            self.router.pause_broker(true);
+        }
         for node in snapshot.nodes().filter(|node| node.status == NodeStatus::Ready) {
             self.blocked.unblock(node.computed_class, snapshot.index());
             self.blocked.unblock_node(node.id, snapshot.index());
@@ -209,7 +219,8 @@ impl Core {
     }
 
     /// Runs every timer that is due now: delayed evals and nack timeouts,
-    /// missed heartbeats, the retry of evals blocked after plan failures.
+    /// missed heartbeats, the retry of evals blocked after plan failures,
+    /// the deployment watcher and garbage collection.
     pub fn run_timers(&self) -> TimersRun {
         let broker = self.broker.process_timers();
         let missed_heartbeats = self.heartbeats.expire(&self.writer);
@@ -217,8 +228,9 @@ impl Core {
             self.blocked.unblock_failed();
         }
         let deployments = self.deployments.run();
+        let gc = self.gc.run();
         let deadlines =
-            [broker.next_deadline, self.heartbeats.next_deadline(), self.blocked.next_deadline(), deployments];
+            [broker.next_deadline, self.heartbeats.next_deadline(), self.blocked.next_deadline(), deployments, gc];
         TimersRun { next_deadline: deadlines.into_iter().flatten().min(), missed_heartbeats }
     }
 }
@@ -329,6 +341,11 @@ impl Server {
     pub fn nodes(&self) -> NodeEndpoint {
         let core = &self.core;
         NodeEndpoint::new(core.writer.clone(), core.clock.clone(), core.heartbeats.clone(), Some(self.batcher.clone()))
+    }
+
+    /// The garbage collector (`PUT /v1/system/gc` forces a collection).
+    pub fn gc(&self) -> &Arc<GarbageCollector> {
+        &self.core.gc
     }
 
     /// The state store (read it through snapshots).

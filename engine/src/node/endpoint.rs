@@ -190,7 +190,8 @@ impl NodeEndpoint {
     /// has another class (a driver became healthy or unhealthy: its system
     /// jobs may now fit, or no longer run), as Nomad's. A node already
     /// registered must present the secret it registered with.
-    fn registration(&self, node: Node) -> Result<Command, NodeError> {
+    fn registration(&self, mut node: Node) -> Result<Command, NodeError> {
+        node.status_updated_at = self.clock.now();
         let snapshot = self.writer.store().snapshot();
         let known = snapshot.node(node.id);
         if known.is_some_and(|known| known.secret_id != node.secret_id) {
@@ -276,7 +277,8 @@ impl NodeEndpoint {
         } else {
             Vec::new()
         };
-        Ok(StatusChange::Write(Box::new(Command::UpdateNodeStatus { node_id, status, evals })))
+        let time = self.clock.now();
+        Ok(StatusChange::Write(Box::new(Command::UpdateNodeStatus { node_id, status, evals, time })))
     }
 
     /// The answer after a write at `index`: the node's status now and its TTL.

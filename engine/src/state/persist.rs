@@ -52,8 +52,10 @@ use crate::structs::{
 /// mark, as the log format's version 6, and the section of kept job
 /// versions, `JOB_HISTORY`; 7: the full `update` block, allocations'
 /// deployment and canary mark, as the log format's version 7, the
-/// header's table index of deployments, and their section).
-pub const SNAPSHOT_FORMAT_VERSION: u8 = 7;
+/// header's table index of deployments, and their section; 8: jobs'
+/// submit time, nodes' status time and the scheduler configuration's
+/// `pause_eval_broker`, as the log format's version 8).
+pub const SNAPSHOT_FORMAT_VERSION: u8 = 8;
 
 /// The longest record a decoder accepts (a group of one node's allocations
 /// is the largest record; a million would be far below this).

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use super::{NodeId, NodeNetwork, Resources};
+use crate::clock::Timestamp;
 
 /// A node's lifecycle status (`docs/node-lifecycle.md`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -87,6 +88,11 @@ pub struct Node {
     pub create_index: u64,
     /// Index at which the node last changed.
     pub modify_index: u64,
+    /// When its status last changed, or when it registered (Nomad's
+    /// `StatusUpdatedAt`), set by the store from the command's time: node
+    /// GC counts its threshold from here.
+    #[serde(default)]
+    pub status_updated_at: Timestamp,
 }
 
 impl Node {
@@ -184,6 +190,7 @@ impl Node {
             last_alloc_update_index: 0,
             create_index: 0,
             modify_index: 0,
+            status_updated_at: Timestamp::ZERO,
         };
         node.computed_class = node.compute_class();
         node
