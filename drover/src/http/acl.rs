@@ -89,7 +89,10 @@ fn need(method: &Method, path: &str) -> Need {
         Need::Nothing
     } else if path == "/v1/acl/token/self" {
         Need::AnyToken
-    } else if path.starts_with("/v1/acl/") || path == "/v1/operator/snapshot" {
+    } else if path.starts_with("/v1/acl/") || path == "/v1/operator/snapshot" || path.starts_with("/v1/system/") {
+        Need::Management
+    } else if path == "/v1/evaluations" && method == Method::DELETE {
+        // Nomad's eval delete is an operator's tool of last resort.
         Need::Management
     } else if path.starts_with("/v1/operator/") {
         Need::Level(Area::Operator, level)

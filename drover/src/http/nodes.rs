@@ -1,4 +1,4 @@
-//! `/v1/nodes` and `/v1/node/<id>[/allocations|/eligibility]`.
+//! `/v1/nodes` and `/v1/node/<id>[/allocations|/eligibility|/purge]`.
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -9,7 +9,7 @@ use std::sync::Arc;
 use super::error::ApiError;
 use super::nomad;
 use super::query::{blocking, exact_uuid, matches_uuid_prefix, Params, Reply};
-use super::ApiState;
+use super::{on_engine, ApiState};
 use crate::api::nodes::{self as api_nodes, NodeEligibilityUpdateResponse, NodeListStub, NodeUpdateEligibilityRequest};
 use crate::api::WriteMeta;
 use engine::state::Snapshot;
@@ -22,6 +22,7 @@ pub fn routes() -> Router<ApiState> {
         .route("/v1/node/{id}", get(read))
         .route("/v1/node/{id}/allocations", get(allocations))
         .route("/v1/node/{id}/eligibility", post(eligibility).put(eligibility))
+        .route("/v1/node/{id}/purge", post(purge).put(purge))
         // Host and allocation statistics are not collected: an error, not
         // `{}`, since `nomad node status` crashes on an empty 200 there.
         .route("/v1/client/{*rest}", get(client_stats))
@@ -101,6 +102,27 @@ async fn eligibility(
         })?;
     let body = NodeEligibilityUpdateResponse {
         eval_ids: Vec::new(),
+        eval_create_index: index,
+        node_modify_index: index,
+        meta: WriteMeta::at(index),
+    };
+    Ok(Reply::json(&body, params.pretty(), Some(index)))
+}
+
+/// `PUT /v1/node/<id>/purge` (Nomad's node deregister): the node is
+/// deleted, its live allocations marked `lost` and replaced by the evals
+/// of their jobs.
+async fn purge(State(state): State<ApiState>, Path(id): Path<String>, params: Params) -> Result<Reply, ApiError> {
+    let id = NodeId(exact_uuid(&id, "node")?);
+    let engine = state.leader()?;
+    let (evals, index) = on_engine(move || engine.nodes().purge(id)).await?.map_err(|error| match error {
+        engine::node::NodeError::UnknownNode(_) => ApiError::NotFound("node not found".to_string()),
+        engine::node::NodeError::State(state) => ApiError::from(state),
+        other => ApiError::Internal(other.to_string()),
+    })?;
+    tracing::info!(node = %id, evals = evals.len(), "node purged");
+    let body = NodeEligibilityUpdateResponse {
+        eval_ids: evals.iter().map(|eval| eval.to_string()).collect(),
         eval_create_index: index,
         node_modify_index: index,
         meta: WriteMeta::at(index),

@@ -141,3 +141,32 @@ pub fn batches(collection: Collection, snapshot: &Snapshot, max: usize) -> Vec<C
     }
     batches
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+    use fixture::{hours, Fixture};
+
+    #[test]
+    fn the_collector_runs_every_interval_and_when_forced() {
+        let fixture = Fixture::new();
+        let clock = ManualClock::new(hours(0));
+        let config = GcConfig { max_per_command: 1, ..GcConfig::default() };
+        let collector = GarbageCollector::new(config, Writer::direct(fixture.store.clone()), clock.clone());
+        let (old, _, _) = fixture.finished_batch("old", hours(0));
+        let (young, _, _) = fixture.finished_batch("young", hours(5));
+        let first = collector.run().expect("a deadline");
+        assert_eq!(first, hours(0).plus(Duration::from_secs(300)), "the first run is one interval after the start");
+        assert!(fixture.store.snapshot().job(&old.key()).is_some(), "not run yet");
+        clock.set(hours(5));
+        let index = fixture.store.latest_index();
+        assert_eq!(collector.run(), Some(hours(5).plus(Duration::from_secs(300))), "the next one interval later");
+        assert!(fixture.store.snapshot().job(&old.key()).is_none(), "4h old");
+        assert!(fixture.store.snapshot().job(&young.key()).is_some(), "not 4h old");
+        assert_eq!(fixture.store.latest_index(), index + 1, "one job per command: one command");
+        let forced = collector.force().expect("forced");
+        assert_eq!((forced.jobs, forced.evals, forced.allocs), (1, 1, 1));
+        assert_eq!(fixture.store.snapshot().jobs().count(), 0);
+    }
+}

@@ -45,7 +45,7 @@ use crate::node::update_batch::{batch_command, own_outcome, PendingUpdate, Updat
 use crate::state::Writer;
 use crate::state::{wait_until, wait_until_async};
 use crate::state::{ClientAllocUpdate, Command, StateError, WaitError};
-use crate::structs::{Allocation, Node, NodeEligibility, NodeId, NodeStatus};
+use crate::structs::{Allocation, EvalId, Node, NodeEligibility, NodeId, NodeStatus};
 
 /// Why a node request was refused. Nothing was written.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -224,6 +224,21 @@ impl NodeEndpoint {
         };
         let applied = self.writer.write(Command::UpdateNodeEligibility { node_id, eligibility, evals })?;
         Ok(applied.index)
+    }
+
+    /// Deletes a node (Nomad's node deregister, `node purge`): its live
+    /// allocations become `lost` and every job with allocations there is
+    /// evaluated, in the same command, so they are replaced. Returns the
+    /// evals' ids and the index of the write. A client of a purged node
+    /// must register again.
+    pub fn purge(&self, node_id: NodeId) -> Result<(Vec<EvalId>, u64), NodeError> {
+        let snapshot = self.writer.store().snapshot();
+        snapshot.node(node_id).ok_or(NodeError::UnknownNode(node_id))?;
+        let time = self.clock.now();
+        let evals = node_evals(&snapshot, node_id, time);
+        let ids = evals.iter().map(|eval| eval.id).collect();
+        let applied = self.writer.write(Command::PurgeNode { node_id, evals, time })?;
+        Ok((ids, applied.index))
     }
 
     /// Refuses a call for `node_id` that does not carry its secret.
