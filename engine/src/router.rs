@@ -59,8 +59,8 @@ impl Router {
         for eval in &applied.deleted_evals {
             self.blocked.forget_deleted(eval);
         }
-        if let Some(config) = &applied.scheduler_config {
-            self.pause_broker(config.pause_eval_broker);
+        if let Some(paused) = applied.pause_eval_broker {
+            self.pause_broker(paused);
         }
     }
 

@@ -264,7 +264,7 @@ impl Snapshot {
         config.create_index = self.scheduler_config.map_or(index, |stored| stored.create_index);
         config.modify_index = index;
         self.scheduler_config = Some(config);
-        applied.scheduler_config = Some(config);
+        applied.pause_eval_broker = Some(config.pause_eval_broker);
         Ok(())
     }
 

@@ -73,15 +73,15 @@ impl Collection {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Collected {
     /// Evaluations, those of deleted jobs included.
-    pub evals: usize,
+    pub evals: u32,
     /// Allocations, those of deleted jobs included.
-    pub allocs: usize,
+    pub allocs: u32,
     /// Jobs.
-    pub jobs: usize,
+    pub jobs: u32,
     /// Nodes.
-    pub nodes: usize,
+    pub nodes: u32,
     /// Deployments, those of deleted jobs included.
-    pub deployments: usize,
+    pub deployments: u32,
 }
 
 impl Collected {

@@ -25,15 +25,15 @@ fn collect(fixture: &Fixture, hour: u64) -> Applied {
 fn a_collected_job_leaves_nothing_behind() {
     let fixture = Fixture::new();
     let (job, eval, alloc) = fixture.finished_batch("batch", hours(0));
-    fixture.deployment(&job, DeploymentStatus::Successful, hours(0)).1;
-    let deployment_alloc = fixture.store.snapshot().allocs_by_job(&job.key()).count();
+    fixture.deployment(&job, DeploymentStatus::Successful, hours(0));
+    let job_allocs = fixture.store.snapshot().allocs_by_job(&job.key()).count() as u32;
     for alloc in fixture.store.snapshot().allocs_by_job(&job.key()).cloned().collect::<Vec<_>>() {
         fixture.report(&alloc, ClientStatus::Complete, hours(0));
     }
     let (other, _, _) = fixture.finished_batch("stays", hours(9));
     let applied = collect(&fixture, 5);
     assert_eq!(applied.collected.jobs, 1);
-    assert_eq!(applied.collected.allocs, deployment_alloc);
+    assert_eq!(applied.collected.allocs, job_allocs);
     assert_eq!(applied.collected.deployments, 1);
     assert!(applied.touched_nodes.contains(&NODE), "the node's watchers learn its allocations are gone");
     let snapshot = fixture.store.snapshot();
@@ -97,7 +97,7 @@ fn evals_are_deleted_by_hand_only_while_the_broker_is_paused() {
     assert!(fixture.store.snapshot().eval(eval.id).is_some());
     let config = SchedulerConfiguration { pause_eval_broker: true, ..SchedulerConfiguration::default() };
     let paused = fixture.store.apply(Command::SetSchedulerConfig { config, cas_index: None }).expect("paused");
-    assert_eq!(paused.scheduler_config.map(|config| config.pause_eval_broker), Some(true));
+    assert_eq!(paused.pause_eval_broker, Some(true));
     let applied = fixture.store.apply(delete).expect("deleted");
     assert_eq!(applied.deleted_evals.iter().map(|eval| eval.id).collect::<Vec<_>>(), vec![eval.id]);
     let snapshot = fixture.store.snapshot();

@@ -298,10 +298,10 @@ pub struct Applied {
     /// How many objects the command deleted, by kind.
     #[serde(default)]
     pub collected: Collected,
-    /// The scheduler configuration the command wrote, if it wrote one
-    /// (the leader pauses or resumes its eval broker by it).
+    /// The `pause_eval_broker` of the scheduler configuration the command
+    /// wrote, if it wrote one (the leader pauses or resumes its broker).
     #[serde(default)]
-    pub scheduler_config: Option<crate::structs::SchedulerConfiguration>,
+    pub pause_eval_broker: Option<bool>,
 }
 
 impl Applied {
