@@ -120,6 +120,9 @@ struct Selector<'a> {
     now: Timestamp,
     thresholds: &'a GcThresholds,
     allocs_by_eval: HashMap<EvalId, Vec<&'a Allocation>>,
+    /// The jobs that are `dead`, found once: asking per allocation would
+    /// walk a big job's allocations once for each of them.
+    dead: HashSet<JobKey>,
 }
 
 impl<'a> Selector<'a> {
@@ -128,7 +131,12 @@ impl<'a> Selector<'a> {
         for alloc in snapshot.allocs() {
             allocs_by_eval.entry(alloc.eval_id).or_default().push(alloc);
         }
-        Selector { snapshot, now, thresholds, allocs_by_eval }
+        let dead = snapshot.jobs().filter(|job| job_is_dead(snapshot, job)).map(|job| job.key()).collect();
+        Selector { snapshot, now, thresholds, allocs_by_eval, dead }
+    }
+
+    fn is_dead(&self, job: &Job) -> bool {
+        self.dead.contains(&job.key())
     }
 
     /// Step 1.
@@ -137,7 +145,7 @@ impl<'a> Selector<'a> {
         let collectable = |job: &Job| {
             (job.stop || job.job_type == JobType::Batch)
                 && older(self.now, job.submit_time, threshold)
-                && job_is_dead(self.snapshot, job)
+                && self.is_dead(job)
                 && self.snapshot.evals_by_job(&job.key()).all(|eval| self.eval_with_allocs(eval, threshold))
         };
         self.snapshot.jobs().filter(|job| collectable(job)).map(|job| job.key()).collect()
@@ -155,7 +163,7 @@ impl<'a> Selector<'a> {
         let allocs = self.allocs_by_eval.get(&eval.id).map_or(&[][..], Vec::as_slice);
         let job = self.snapshot.job(&eval.job_key());
         if eval.eval_type == JobType::Batch {
-            if let Some(job) = job.filter(|job| !(job.stop && job_is_dead(self.snapshot, job))) {
+            if let Some(job) = job.filter(|job| !(job.stop && self.is_dead(job))) {
                 // The job keeps its history: only an older incarnation's allocations go.
                 let older_incarnation = allocs.iter().filter(|alloc| alloc.job.create_index < job.create_index);
                 let collectable = older_incarnation.filter(|alloc| self.alloc(alloc, threshold));
@@ -186,7 +194,7 @@ impl<'a> Selector<'a> {
             return false;
         }
         let Some(job) = self.snapshot.job(&alloc.job_key()) else { return true };
-        if job.stop || job_is_dead(self.snapshot, job) || alloc.server_terminal() {
+        if job.stop || self.is_dead(job) || alloc.server_terminal() {
             return true;
         }
         if alloc.client_status != crate::structs::ClientStatus::Failed {
