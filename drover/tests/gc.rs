@@ -52,13 +52,17 @@ async fn a_finished_batch_job_is_collected_by_a_forced_gc() {
     let api = &cluster.api;
     until(api, "/v1/nodes", "the agent registers", |nodes| nodes.as_array().is_some_and(|list| list.len() == 1)).await;
     ok_json(api, "PUT", "/v1/jobs", Some(&batch_job("report"))).await;
-    // Dead: its allocation completed and its eval ended.
-    until(api, "/v1/job/report", "the batch job finishes", |job| job["Status"] == "dead").await;
-    let allocs = ok_json(api, "GET", "/v1/job/report/allocations", None).await;
-    assert_eq!(allocs[0]["ClientStatus"], "complete", "{allocs}");
+    // Dead: its allocation completed and its evals ended.
+    let allocs = until(api, "/v1/job/report/allocations", "the allocation completes", |allocs| {
+        allocs.as_array().is_some_and(|list| !list.is_empty() && list.iter().all(|a| a["ClientStatus"] == "complete"))
+    })
+    .await;
     let alloc_id = allocs[0]["ID"].as_str().expect("an id").to_string();
-    let evals = ok_json(api, "GET", "/v1/job/report/evaluations", None).await;
-    assert!(!ids(&evals).is_empty());
+    let evals = until(api, "/v1/job/report/evaluations", "its evals end", |evals| {
+        evals.as_array().is_some_and(|list| !list.is_empty() && list.iter().all(|eval| eval["Status"] == "complete"))
+    })
+    .await;
+    assert_eq!(ok_json(api, "GET", "/v1/job/report", None).await["Status"], "dead");
 
     let post = send(api, "POST", "/v1/system/gc", None).await;
     assert_eq!(post.status, 405, "PUT only, as Nomad 1.0");
