@@ -365,7 +365,8 @@ impl From<&engine::structs::Node> for Node {
             scheduling_eligibility: word(node.eligibility),
             status: word(node.status),
             status_description: String::new(),
-            status_updated_at: 0,
+            // Nomad's are Unix seconds.
+            status_updated_at: node.status_updated_at.0 / 1_000_000_000,
             events: Vec::new(),
             drivers: drivers(node),
             host_volumes: None,

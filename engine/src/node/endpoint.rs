@@ -417,16 +417,15 @@ impl NodeEndpoint {
         service_reads::read_now(&self.writer.store().snapshot(), queries)
     }
 
-    /// The node's allocations if one changed after `min_index` (or
-    /// `min_index` is 0); an error for an unknown node or a store shut down.
+    /// The node's allocations if one changed, or one was deleted, after
+    /// `min_index` (or `min_index` is 0); an error for an unknown node or a store shut down.
     fn allocs_after(&self, node_id: NodeId, min_index: u64) -> Result<Option<NodeAllocs>, NodeError> {
         let store = self.writer.store();
         let snapshot = store.snapshot();
-        if snapshot.node(node_id).is_none() {
-            return Err(NodeError::UnknownNode(node_id));
-        }
+        let node = snapshot.node(node_id).ok_or(NodeError::UnknownNode(node_id))?;
         let allocs: Vec<_> = snapshot.allocs_by_node(node_id).cloned().collect();
-        if min_index == 0 || allocs.iter().any(|alloc| alloc.modify_index > min_index) {
+        let removed = node.allocs_removed_index > min_index;
+        if min_index == 0 || removed || allocs.iter().any(|alloc| alloc.modify_index > min_index) {
             return Ok(Some((allocs, snapshot.index())));
         }
         if store.is_shutting_down() {

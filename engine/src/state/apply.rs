@@ -284,6 +284,7 @@ impl Snapshot {
                 node.last_missed_heartbeat_index = existing.last_missed_heartbeat_index;
                 node.last_alloc_update_index = existing.last_alloc_update_index;
                 node.status_updated_at = existing.status_updated_at;
+                node.allocs_removed_index = existing.allocs_removed_index;
                 if existing.computed_class != node.computed_class {
                     index_remove(&mut self.nodes_by_class, &existing.computed_class, &node.id);
                     index_add(&mut self.nodes_by_class, node.computed_class, node.id);

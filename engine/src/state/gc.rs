@@ -20,8 +20,10 @@
 //!    node takes it out of the class and schedulable lists and deletes its
 //!    registrations. Every list stays exactly what a replay would build.
 //! 3. Each table a deletion touched takes the command's index as its table
-//!    index, so blocking queries on it wake. Watchers of the nodes whose
-//!    allocations were deleted are woken (a client learns they are gone).
+//!    index, so blocking queries on it wake. The nodes whose allocations
+//!    were deleted record the index (`allocs_removed_index`) and their
+//!    watchers are woken: the node's allocation watch answers, and its
+//!    client, seeing them gone from the list, removes them too.
 //! 4. Deleting evals by hand needs the eval broker paused (the stored
 //!    scheduler configuration's `pause_eval_broker`), else the whole
 //!    command is refused with [`StateError::EvalBrokerNotPaused`].
@@ -182,8 +184,22 @@ impl Snapshot {
         index_remove(&mut self.allocs_by_job, &alloc.job_key(), &id);
         self.delete_alloc_service_registrations(index, &[id]);
         self.table_indexes.allocs = index;
+        self.note_alloc_removed(index, alloc.node_id);
         applied.touch(alloc.node_id);
         applied.collected.allocs += 1;
+    }
+
+    /// Records on the node that its allocation list shrank at `index`, so
+    /// its watch answers (contract, 3), as a client's update is recorded:
+    /// the node's own modify index stays.
+    fn note_alloc_removed(&mut self, index: u64, node_id: NodeId) {
+        let Some(existing) = self.nodes.get(&node_id) else { return };
+        if existing.allocs_removed_index != index {
+            let mut node = crate::structs::Node::clone(existing);
+            node.allocs_removed_index = index;
+            self.nodes.insert(node_id, Arc::new(node));
+            self.table_indexes.nodes = index;
+        }
     }
 
     fn delete_deployment(&mut self, index: u64, id: DeploymentId, applied: &mut Applied) {

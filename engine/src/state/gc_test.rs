@@ -36,6 +36,9 @@ fn a_collected_job_leaves_nothing_behind() {
     assert_eq!(applied.collected.allocs, job_allocs);
     assert_eq!(applied.collected.deployments, 1);
     assert!(applied.touched_nodes.contains(&NODE), "the node's watchers learn its allocations are gone");
+    let node = fixture.store.snapshot().node(NODE).expect("node").clone();
+    assert_eq!(node.allocs_removed_index, applied.index, "its allocation watch answers");
+    assert!(node.modify_index < applied.index, "the node itself did not change");
     let snapshot = fixture.store.snapshot();
     assert!(
         snapshot.job(&job.key()).is_none() && snapshot.eval(eval.id).is_none() && snapshot.alloc(alloc.id).is_none()

@@ -93,6 +93,11 @@ pub struct Node {
     /// GC counts its threshold from here.
     #[serde(default)]
     pub status_updated_at: Timestamp,
+    /// Index of the last command that deleted allocations of the node
+    /// (garbage collection; 0: never): the node's allocation watch answers
+    /// then too, so its client learns they are gone.
+    #[serde(default)]
+    pub allocs_removed_index: u64,
 }
 
 impl Node {
@@ -191,6 +196,7 @@ impl Node {
             create_index: 0,
             modify_index: 0,
             status_updated_at: Timestamp::ZERO,
+            allocs_removed_index: 0,
         };
         node.computed_class = node.compute_class();
         node
