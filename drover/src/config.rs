@@ -20,6 +20,12 @@
 //! max_heartbeats_per_second = 1000.0
 //! heartbeat_grace = "10s"
 //! snapshot_every = 20000      # raft entries between snapshots of the state
+//! job_gc_interval = "5m"      # garbage collection runs this often (Nomad's names and defaults)
+//! eval_gc_threshold = "1h"    # terminal evaluations and their allocations
+//! batch_eval_gc_threshold = "24h" # terminal evaluations of batch jobs
+//! job_gc_threshold = "4h"     # dead jobs (stopped, or batch)
+//! node_gc_threshold = "24h"   # down nodes
+//! deployment_gc_threshold = "1h" # finished deployments
 //!
 //! [client]
 //! servers = ["10.0.0.5:4647"]
@@ -276,6 +282,24 @@ pub struct ServerSection {
     pub join: Option<Vec<String>>,
     /// UDP port of the server-to-server endpoint (4648).
     pub peer_port: Option<u16>,
+    /// How often garbage collection runs.
+    #[serde(default, with = "duration_text")]
+    pub job_gc_interval: Option<Duration>,
+    /// Age of terminal evals (and their allocations) to collect.
+    #[serde(default, with = "duration_text")]
+    pub eval_gc_threshold: Option<Duration>,
+    /// Age of terminal evals of batch jobs to collect.
+    #[serde(default, with = "duration_text")]
+    pub batch_eval_gc_threshold: Option<Duration>,
+    /// Age of dead jobs to collect.
+    #[serde(default, with = "duration_text")]
+    pub job_gc_threshold: Option<Duration>,
+    /// Time down of nodes to collect.
+    #[serde(default, with = "duration_text")]
+    pub node_gc_threshold: Option<Duration>,
+    /// Age of finished deployments to collect.
+    #[serde(default, with = "duration_text")]
+    pub deployment_gc_threshold: Option<Duration>,
 }
 
 /// `[client]`.

@@ -141,8 +141,10 @@ impl JobEndpoint {
         dry_run(self.writer.store().snapshot(), job, self.clock.now())
     }
 
-    fn write_job(&self, job: Job, trigger: TriggerReason) -> Result<JobWriteResponse, JobError> {
-        let eval = Evaluation::for_job(&job, trigger, self.clock.now());
+    fn write_job(&self, mut job: Job, trigger: TriggerReason) -> Result<JobWriteResponse, JobError> {
+        let now = self.clock.now();
+        job.submit_time = now;
+        let eval = Evaluation::for_job(&job, trigger, now);
         let eval_id = eval.id;
         let applied = self.writer.write(Command::RegisterJob { job, eval: Some(eval) })?;
         let stored = applied.job.as_ref().expect("a registered job is stored");

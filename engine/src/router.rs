@@ -6,7 +6,12 @@
 //! 2. blocked evals go to the blocked tracker;
 //! 3. a complete eval that placed everything untracks its job's blocked eval;
 //! 4. capacity changes unblock evals of the node's class and system evals
-//!    waiting on the node.
+//!    waiting on the node;
+//! 5. a deleted eval that was its job's blocked eval is forgotten (a
+//!    deleted eval the broker still holds is acked unscheduled by the
+//!    worker that finds it gone);
+//! 6. a written scheduler configuration pauses or resumes the broker
+//!    (`pause_eval_broker`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -56,6 +61,21 @@ impl Router {
         for change in &applied.capacity_changes {
             self.blocked.unblock(change.computed_class, applied.index);
             self.blocked.unblock_node(change.node_id, applied.index);
+        }
+        for eval in &applied.deleted_evals {
+            self.blocked.forget_deleted(eval);
+        }
+        if let Some(paused) = applied.pause_eval_broker {
+            self.pause_broker(paused);
+        }
+    }
+
+    /// Pauses or resumes the broker as the scheduler configuration says (step 6).
+    pub fn pause_broker(&self, paused: bool) {
+        if paused {
+            self.broker.pause();
+        } else if self.broker.is_paused() {
+            self.broker.resume();
         }
     }
 
@@ -224,6 +244,9 @@ mod tests {
             "update_deployment_status",
             "promote_deployment",
             "set_alloc_health",
+            "garbage_collect",
+            "delete_evals",
+            "purge_node",
         ];
         for kind in kinds {
             let seam = Seam::new();
@@ -231,12 +254,23 @@ mod tests {
             let command = match kind {
                 "upsert_node" => Command::UpsertNode { node: node(1), evals: vec![eval] },
                 "update_node_status" => {
-                    let down =
-                        Command::UpdateNodeStatus { node_id: node(0).id, status: NodeStatus::Down, evals: vec![] };
+                    let down = Command::UpdateNodeStatus {
+                        node_id: node(0).id,
+                        status: NodeStatus::Down,
+                        evals: vec![],
+                        time: Timestamp::ZERO,
+                    };
                     seam.writer.write(down).expect("down");
-                    Command::UpdateNodeStatus { node_id: node(0).id, status: NodeStatus::Ready, evals: vec![eval] }
+                    Command::UpdateNodeStatus {
+                        node_id: node(0).id,
+                        status: NodeStatus::Ready,
+                        evals: vec![eval],
+                        time: Timestamp::ZERO,
+                    }
                 }
-                "miss_heartbeat" => Command::MissHeartbeat { node_id: node(0).id, evals: vec![eval] },
+                "miss_heartbeat" => {
+                    Command::MissHeartbeat { node_id: node(0).id, evals: vec![eval], time: Timestamp::ZERO }
+                }
                 "update_node_eligibility" => {
                     let off = NodeEligibility::Ineligible;
                     let ineligible =
@@ -360,6 +394,14 @@ mod tests {
                         time: Timestamp(3),
                     }
                 }
+                "garbage_collect" => Command::GarbageCollect { collection: crate::state::Collection::default() },
+                "delete_evals" => {
+                    let config =
+                        crate::structs::SchedulerConfiguration { pause_eval_broker: true, ..Default::default() };
+                    seam.writer.write(Command::SetSchedulerConfig { config, cas_index: None }).expect("paused");
+                    Command::DeleteEvals { eval_ids: vec![EvalId::from_u128(404)] }
+                }
+                "purge_node" => Command::PurgeNode { node_id: node(0).id, evals: vec![eval], time: Timestamp(3) },
                 other => unreachable!("{other}"),
             };
             let frees_capacity = match &command {
@@ -387,7 +429,10 @@ mod tests {
                 | Command::SetJobStability { .. }
                 | Command::UpdateDeploymentStatus { .. }
                 | Command::PromoteDeployment { .. }
-                | Command::SetAllocHealth { .. } => false,
+                | Command::SetAllocHealth { .. }
+                | Command::GarbageCollect { .. }
+                | Command::DeleteEvals { .. }
+                | Command::PurgeNode { .. } => false,
             };
             // The scheduler configuration, the ACL and service registrations
             // carry no eval; every other kind carries one.
@@ -404,6 +449,8 @@ mod tests {
                     | Command::DeleteServiceRegistration { .. }
                     | Command::DeleteServiceRegistrationsOfAllocs { .. }
                     | Command::SetJobStability { .. }
+                    | Command::GarbageCollect { .. }
+                    | Command::DeleteEvals { .. }
             );
             let parked = seam.park_blocked(if kind == "upsert_node" { node(1).id } else { node(0).id });
             let ready_before = seam.ready();

@@ -11,7 +11,8 @@
 //!
 //! The timer thread runs the broker's timers (delayed evals, nack
 //! timeouts), heartbeat expiry, the retry of evals blocked after plan
-//! failures, the deployment watcher and the node drainer, then sleeps on the clock until the earliest next deadline;
+//! failures, the deployment watcher, the node drainer and garbage
+//! collection, then sleeps on the clock until the earliest next deadline;
 //! whoever sets an earlier one wakes it (see [`crate::clock`]). Nothing
 //! ticks.
 //!
@@ -41,6 +42,7 @@ use crate::deployment::watcher::DeploymentWatcher;
 use crate::eval::blocked::{BlockedEvals, BlockedStats};
 use crate::eval::broker::{BrokerConfig, BrokerStats, EvalBroker};
 use crate::eval::reaper::{EvalReaper, ReaperConfig, ReaperHandle};
+use crate::gc::{GarbageCollector, GcConfig};
 use crate::job_endpoint::JobEndpoint;
 use crate::node::drainer::NodeDrainer;
 use crate::node::endpoint::NodeEndpoint;
@@ -80,6 +82,8 @@ pub struct ServerConfig {
     pub heartbeat: HeartbeatConfig,
     /// Batching of client alloc updates.
     pub alloc_updates: BatchConfig,
+    /// Garbage collection.
+    pub gc: GcConfig,
 }
 
 impl Default for ServerConfig {
@@ -93,6 +97,7 @@ impl Default for ServerConfig {
             plan_applier: PlanApplierConfig::default(),
             heartbeat: HeartbeatConfig::default(),
             alloc_updates: BatchConfig::default(),
+            gc: GcConfig::default(),
         }
     }
 }
@@ -142,6 +147,8 @@ pub struct Core {
     pub deployments: Arc<DeploymentWatcher>,
     /// The node drainer, run with the timers.
     pub drainer: Arc<NodeDrainer>,
+    /// The garbage collector, run with the timers.
+    pub gc: Arc<GarbageCollector>,
 }
 
 impl Core {
@@ -160,6 +167,7 @@ impl Core {
         let deployments = DeploymentWatcher::new(writer.clone(), clock.clone());
         let drainer = NodeDrainer::new(writer.clone(), clock.clone());
         let router = Router::new(broker.clone(), blocked.clone()).waking_timers(clock.clone(), drainer.active());
+        let gc = GarbageCollector::new(config.gc.clone(), writer.clone(), clock.clone());
         let seed = seed.unwrap_or_else(rand::random);
         let heartbeats = Heartbeats::seeded(config.heartbeat.clone(), clock.clone(), seed);
         let reaper = EvalReaper::new(
@@ -170,7 +178,7 @@ impl Core {
             clock.clone(),
             seed.wrapping_add(1),
         );
-        Core { clock, store, writer, broker, blocked, router, heartbeats, reaper, deployments, drainer }
+        Core { clock, store, writer, broker, blocked, router, heartbeats, reaper, deployments, drainer, gc }
     }
 
     /// Takes over the state as its leader (Nomad's `establishLeadership`):
@@ -187,6 +195,9 @@ impl Core {
     pub fn lead(&self) {
         self.store.set_hook(Some(Box::new(self.router.clone())));
         let snapshot = self.store.snapshot();
+        if snapshot.scheduler_config().is_some_and(|config| config.pause_eval_broker) {
+            self.router.pause_broker(true);
+        }
         for node in snapshot.nodes().filter(|node| node.status == NodeStatus::Ready) {
             self.blocked.unblock(node.computed_class, snapshot.index());
             self.blocked.unblock_node(node.id, snapshot.index());
@@ -213,8 +224,8 @@ impl Core {
     }
 
     /// Runs every timer that is due now: delayed evals and nack timeouts,
-    /// missed heartbeats, the retry of evals blocked after plan failures, the
-    /// deployment watcher and the node drainer.
+    /// missed heartbeats, the retry of evals blocked after plan failures,
+    /// the deployment watcher, the node drainer and garbage collection.
     pub fn run_timers(&self) -> TimersRun {
         let broker = self.broker.process_timers();
         let missed_heartbeats = self.heartbeats.expire(&self.writer);
@@ -223,8 +234,15 @@ impl Core {
         }
         let deployments = self.deployments.run();
         let drains = self.drainer.run();
-        let deadlines =
-            [broker.next_deadline, self.heartbeats.next_deadline(), self.blocked.next_deadline(), deployments, drains];
+        let gc = self.gc.run();
+        let deadlines = [
+            broker.next_deadline,
+            self.heartbeats.next_deadline(),
+            self.blocked.next_deadline(),
+            deployments,
+            drains,
+            gc,
+        ];
         TimersRun { next_deadline: deadlines.into_iter().flatten().min(), missed_heartbeats }
     }
 }
@@ -335,6 +353,11 @@ impl Server {
     pub fn nodes(&self) -> NodeEndpoint {
         let core = &self.core;
         NodeEndpoint::new(core.writer.clone(), core.clock.clone(), core.heartbeats.clone(), Some(self.batcher.clone()))
+    }
+
+    /// The garbage collector (`PUT /v1/system/gc` forces a collection).
+    pub fn gc(&self) -> &Arc<GarbageCollector> {
+        &self.core.gc
     }
 
     /// The state store (read it through snapshots).

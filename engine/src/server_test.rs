@@ -50,3 +50,37 @@ fn a_blocked_eval_no_ready_node_can_take_stays_parked() {
     assert!(core.broker.try_dequeue(&JobType::ALL).expect("running").is_none(), "nothing it could use came");
     assert_eq!(core.blocked.stats().total_blocked, 1);
 }
+
+fn pause_eval_broker(paused: bool) -> Command {
+    let config = crate::structs::SchedulerConfiguration { pause_eval_broker: paused, ..Default::default() };
+    Command::SetSchedulerConfig { config, cas_index: None }
+}
+
+/// `PauseEvalBroker` outlives a change of leader, and its writes pause and
+/// resume the broker through the router.
+#[test]
+fn the_stored_configuration_pauses_the_broker() {
+    let (store, _) = left_behind(true);
+    store.apply(pause_eval_broker(true)).expect("paused");
+    let core = new_leader(store);
+    assert!(core.broker.is_paused(), "a new leader keeps it paused");
+    assert!(core.broker.try_dequeue(&JobType::ALL).expect("running").is_none(), "nothing handed out");
+    core.writer.write(pause_eval_broker(false)).expect("resumed");
+    assert!(!core.broker.is_paused());
+    assert!(core.broker.try_dequeue(&JobType::ALL).expect("running").is_some(), "handed out again");
+}
+
+/// A blocked eval deleted by hand is forgotten, and not written back as
+/// canceled (which would bring it back).
+#[test]
+fn a_deleted_blocked_eval_is_forgotten_without_a_trace() {
+    let (store, eval) = left_behind(false);
+    let core = new_leader(store);
+    assert_eq!(core.blocked.stats().total_blocked, 1);
+    core.writer.write(pause_eval_broker(true)).expect("paused");
+    core.writer.write(Command::DeleteEvals { eval_ids: vec![eval.id] }).expect("deleted");
+    assert_eq!(core.blocked.stats().total_blocked, 0);
+    assert!(core.blocked.blocked_eval_of(&eval.job_key()).is_none());
+    assert!(core.blocked.take_duplicates().is_empty(), "nothing to write as canceled");
+    assert!(core.store.snapshot().eval(eval.id).is_none());
+}

@@ -79,8 +79,8 @@ fn command(rng: &mut SmallRng, snapshot: &Snapshot, step: u64) -> Command {
             };
             Command::UpdateAllocsFromClient { updates: vec![update], evals: vec![], time }
         }
-        6 => Command::MissHeartbeat { node_id, evals: vec![] },
-        _ => Command::UpdateNodeStatus { node_id, status: NodeStatus::Ready, evals: vec![] },
+        6 => Command::MissHeartbeat { node_id, evals: vec![], time: Timestamp::ZERO },
+        _ => Command::UpdateNodeStatus { node_id, status: NodeStatus::Ready, evals: vec![], time: Timestamp::ZERO },
     }
 }
 

@@ -335,7 +335,12 @@ fn a_server_taking_over_existing_state_gives_every_live_node_the_failover_ttl() 
         store.apply(Command::UpsertNode { node: Cluster::node(n, 4_000), evals: vec![] }).expect("node");
     }
     store
-        .apply(Command::UpdateNodeStatus { node_id: nodes[2], status: NodeStatus::Down, evals: vec![] })
+        .apply(Command::UpdateNodeStatus {
+            node_id: nodes[2],
+            status: NodeStatus::Down,
+            evals: vec![],
+            time: Timestamp::ZERO,
+        })
         .expect("down");
     let job = service("web", 1_000, None);
     let eval = Evaluation::for_job(&job, TriggerReason::JobRegister, Timestamp(1));

@@ -35,6 +35,8 @@ pub struct ApiResponse {
     pub status: u16,
     /// `X-Nomad-Index`, when sent.
     pub index: Option<u64>,
+    /// `X-Nomad-NextToken`, when sent: where the next page starts.
+    pub next_token: Option<String>,
     /// The body as text.
     pub body: String,
     /// The body as it came (a snapshot file is not text).
@@ -194,9 +196,12 @@ where
         .get("x-nomad-index")
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.parse().ok());
+    let next_token =
+        response.headers().get("x-nomad-nexttoken").and_then(|value| value.to_str().ok()).map(str::to_string);
     let body = response.into_body().collect().await?.to_bytes();
     driving.abort();
-    Ok(ApiResponse { status, index, body: String::from_utf8_lossy(&body).into_owned(), raw: body })
+    let text = String::from_utf8_lossy(&body).into_owned();
+    Ok(ApiResponse { status, index, next_token, body: text, raw: body })
 }
 
 /// An answer whose body is read as it comes ([`ApiClient::stream`]).

@@ -167,3 +167,26 @@ impl From<&engine::structs::AllocMetric> for AllocationMetric {
         }
     }
 }
+
+/// `DELETE /v1/evaluations`'s body (Nomad's `EvalDeleteRequest`): ids, or
+/// a filter expression, not both.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+pub struct EvalDeleteRequest {
+    /// The evaluations to delete.
+    #[serde(rename = "EvalIDs")]
+    pub eval_ids: Vec<String>,
+    /// Or every evaluation this expression matches.
+    pub filter: String,
+}
+
+/// `DELETE /v1/evaluations`'s answer: how many were deleted (Drover's;
+/// Nomad answers with an empty body, which its clients do not read).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+pub struct EvalDeleteResponse {
+    /// How many evaluations were deleted.
+    pub count: u64,
+    /// The index of the delete.
+    pub index: u64,
+}

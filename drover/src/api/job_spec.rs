@@ -518,6 +518,7 @@ pub fn convert_job(api: JobSpec, query_namespace: Option<&str>) -> Result<Conver
         modify_index: 0,
         job_modify_index: 0,
         meta: api.meta.unwrap_or_default(),
+        submit_time: engine::clock::Timestamp::ZERO,
     };
     Ok(Converted { job, warnings })
 }

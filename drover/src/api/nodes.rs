@@ -369,7 +369,8 @@ impl From<&engine::structs::Node> for Node {
             scheduling_eligibility: word(node.eligibility),
             status: word(node.status),
             status_description: String::new(),
-            status_updated_at: 0,
+            // Nomad's are Unix seconds.
+            status_updated_at: node.status_updated_at.0 / 1_000_000_000,
             events: Vec::new(),
             drivers: drivers(node),
             host_volumes: None,
@@ -483,12 +484,14 @@ pub struct NodeUpdateEligibilityRequest {
     pub eligibility: Option<String>,
 }
 
-/// The answer to an eligibility write (`NodeEligibilityUpdateResponse`).
+/// The answer to an eligibility write (`NodeEligibilityUpdateResponse`)
+/// and to a purge (`NodeUpdateResponse`, the same fields).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, rename_all = "PascalCase")]
 #[allow(missing_docs)]
 pub struct NodeEligibilityUpdateResponse {
-    /// Always empty: marking a node creates no eval in Drover.
+    /// The evals the write created: a purge's, one per job with
+    /// allocations on the node; always empty for an eligibility change.
     #[serde(rename = "EvalIDs")]
     pub eval_ids: Vec<String>,
     pub eval_create_index: u64,

@@ -158,6 +158,7 @@ mod tests {
     use engine::structs::{CheckKind, EvalId, Job, NodeId, Resources, Service, ServiceCheck};
     use std::sync::Arc;
 
+    /// An allocation of a deployment, judged by its `update` block's settings.
     fn alloc(with_check: bool) -> Allocation {
         let mut job = Job::new_simple("web", JobType::Service, 1, Resources::new(100, 64, 0));
         let group = &mut job.task_groups[0];
@@ -174,7 +175,24 @@ mod tests {
             group.tasks[0].services.push(service);
         }
         let job = Arc::new(job);
-        Allocation::new_placement(&job, "group", 0, NodeId::from_u128(1), EvalId::from_u128(1))
+        let mut alloc = Allocation::new_placement(&job, "group", 0, NodeId::from_u128(1), EvalId::from_u128(1));
+        alloc.deployment_id = Some(engine::structs::DeploymentId::from_u128(1));
+        alloc
+    }
+
+    #[test]
+    fn outside_a_deployment_the_migrate_block_decides() {
+        let start = Instant::now();
+        let at = |secs| start + Duration::from_secs(secs);
+        let mut alloc = alloc(false);
+        alloc.deployment_id = None;
+        let mut job = Job::clone(&alloc.job);
+        job.task_groups[0].migrate.health.min_healthy_time = Duration::from_secs(2);
+        job.task_groups[0].health.mode = HealthCheckMode::Manual;
+        alloc.job = Arc::new(job);
+        let mut tracker = HealthTracker::new(&alloc, start).expect("a drain's replacement is judged");
+        assert_eq!(tracker.observe(at(1), &tasks(TaskStatus::Running, 0), &BTreeMap::new()), Verdict::Pending(at(3)));
+        assert_eq!(tracker.observe(at(3), &tasks(TaskStatus::Running, 0), &BTreeMap::new()), Verdict::Healthy);
     }
 
     fn tasks(status: TaskStatus, restarts: u64) -> BTreeMap<String, TaskState> {

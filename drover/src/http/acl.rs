@@ -6,7 +6,9 @@
 //! 1. nothing: `/v1/acl/bootstrap` (done once), `/v1/agent/health`,
 //!    `/v1/status/*`, `/v1/regions`, `/v1/metrics` (load balancers and
 //!    scrapers carry no token, as with Nomad);
-//! 2. a management token: the rest of `/v1/acl/`, `/v1/operator/snapshot`;
+//! 2. a management token: the rest of `/v1/acl/`, `/v1/operator/snapshot`,
+//!    `/v1/system/*` (forced garbage collection) and `DELETE
+//!    /v1/evaluations` (Nomad's eval delete);
 //! 3. otherwise a level on one area ([`AclRules`]): `read` for GET (and
 //!    `/v1/search`, `/v1/jobs/parse`: Nomad's `parse-job`, and
 //!    `/v1/validate/job`: its `read-job`), `write`
@@ -89,7 +91,10 @@ fn need(method: &Method, path: &str) -> Need {
         Need::Nothing
     } else if path == "/v1/acl/token/self" {
         Need::AnyToken
-    } else if path.starts_with("/v1/acl/") || path == "/v1/operator/snapshot" {
+    } else if path.starts_with("/v1/acl/") || path == "/v1/operator/snapshot" || path.starts_with("/v1/system/") {
+        Need::Management
+    } else if path == "/v1/evaluations" && method == Method::DELETE {
+        // Nomad's eval delete is an operator's tool of last resort.
         Need::Management
     } else if path.starts_with("/v1/operator/") {
         Need::Level(Area::Operator, level)
@@ -501,6 +506,10 @@ mod tests {
         assert_eq!(need(&Method::GET, "/v1/operator/raft/info"), Need::Level(Area::Operator, AclLevel::Read));
         assert_eq!(need(&Method::GET, "/v1/operator/snapshot"), Need::Management);
         assert_eq!(need(&Method::GET, "/v1/acl/tokens"), Need::Management);
+        assert_eq!(need(&Method::PUT, "/v1/system/gc"), Need::Management);
+        assert_eq!(need(&Method::DELETE, "/v1/evaluations"), Need::Management);
+        assert_eq!(need(&Method::GET, "/v1/evaluations"), Need::Level(Area::Namespace, AclLevel::Read));
+        assert_eq!(need(&Method::PUT, "/v1/node/abc/purge"), Need::Level(Area::Node, AclLevel::Write));
         assert_eq!(need(&Method::GET, "/v1/acl/token/self"), Need::AnyToken);
         assert_eq!(need(&Method::POST, "/v1/acl/bootstrap"), Need::Nothing);
         assert_eq!(need(&Method::GET, "/v1/status/leader"), Need::Nothing);

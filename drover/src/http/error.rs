@@ -90,6 +90,7 @@ impl From<StateError> for ApiError {
                 ApiError::NotLeader(LogError::NotLeader { leader }.to_string())
             }
             StateError::Log(LogError::Stopped { reason }) => ApiError::LogStopped(reason),
+            StateError::EvalBrokerNotPaused | StateError::NodeDraining(_) => ApiError::BadRequest(error.to_string()),
             other => ApiError::Internal(other.to_string()),
         }
     }

@@ -1,41 +1,144 @@
 //! `/v1/evaluations` and `/v1/evaluation/<id>[/allocations]`.
+//!
+//! The list takes `?prefix=`, `?filter=` (`filter.rs`) and pages with
+//! `?per_page=` and `?next_token=` (Nomad 1.3+): newest first, a page's
+//! `X-Nomad-NextToken` is `<CreateIndex>.<ID>` of the first evaluation of
+//! the next page, and the page it names starts there.
+//!
+//! `DELETE /v1/evaluations` (Nomad 1.4+'s backlog tool) deletes the
+//! evaluations named by `EvalIDs`, or matched by `Filter`, through the
+//! log; only while the eval broker is paused (the scheduler
+//! configuration's `PauseEvalBroker`), else 400 with Nomad's message.
 
+use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::routing::get;
 use axum::Router;
 use std::sync::Arc;
 
-use engine::state::Snapshot;
+use engine::state::{Command, Snapshot, StateError};
 use engine::structs::{EvalId, Evaluation};
 
 use super::error::ApiError;
+use super::filter::Filter;
 use super::nomad;
-use super::query::{blocking, exact_uuid, matches_uuid_prefix, Params, Reply};
-use super::ApiState;
+use super::query::{blocking, blocking_reply, exact_uuid, matches_uuid_prefix, Params, Reply};
+use super::{on_engine, ApiState};
 use crate::api;
+use crate::api::evaluations::{EvalDeleteRequest, EvalDeleteResponse};
+
+/// The most evaluations one delete command carries: a filter matching a
+/// million is deleted in commands of this many.
+const DELETE_BATCH: usize = 10_000;
 
 /// The routes of this file.
 pub fn routes() -> Router<ApiState> {
     Router::new()
-        .route("/v1/evaluations", get(list))
+        .route("/v1/evaluations", get(list).delete(delete))
         .route("/v1/evaluation/{id}", get(read))
         .route("/v1/evaluation/{id}/allocations", get(allocations))
 }
 
-/// `GET /v1/evaluations[?prefix=]`: every namespace, newest first.
+/// `GET /v1/evaluations[?prefix=][&filter=][&per_page=][&next_token=]`:
+/// every namespace, newest first (module docs).
 async fn list(State(state): State<ApiState>, params: Params) -> Result<Reply, ApiError> {
     let prefix = params.prefix().to_string();
-    blocking(
+    let filter = params.filter()?;
+    let per_page = params.per_page()?;
+    let start = params.next_token().map(parse_token).transpose()?;
+    blocking_reply(
         &state,
         &params,
         |snapshot| Ok(snapshot.table_indexes().evals),
         |snapshot| {
-            let mut evals: Vec<_> = snapshot.evals().filter(|eval| matches_uuid_prefix(&eval.id.0, &prefix)).collect();
-            evals.sort_by_key(|eval| (std::cmp::Reverse(eval.create_index), eval.id));
-            Ok(evals.iter().map(|eval| api::evaluations::Evaluation::from(&***eval)).collect::<Vec<_>>())
+            let evals = matching(snapshot, &prefix, filter.as_ref());
+            let from = start.map_or(0, |start| evals.partition_point(|(eval, _)| order(eval) < start));
+            let mut page: Vec<_> = evals.into_iter().skip(from).collect();
+            let next_token = match per_page.filter(|size| page.len() > *size) {
+                Some(size) => page.drain(size..).next().map(|(eval, _)| token(&eval)),
+                None => None,
+            };
+            let answer: Vec<_> = page.into_iter().map(|(_, json)| json).collect();
+            let index = snapshot.table_indexes().evals;
+            Ok(Reply::json(&answer, params.pretty(), Some(index)).with_next_token(next_token))
         },
     )
     .await
+}
+
+/// The evaluations with the prefix that pass the filter, newest first,
+/// each with its answer.
+fn matching(
+    snapshot: &Snapshot,
+    prefix: &str,
+    filter: Option<&Filter>,
+) -> Vec<(Arc<Evaluation>, api::evaluations::Evaluation)> {
+    let mut evals: Vec<_> = snapshot.evals().filter(|eval| matches_uuid_prefix(&eval.id.0, prefix)).collect();
+    evals.sort_by_key(|eval| order(eval));
+    let answered = evals.into_iter().map(|eval| (eval.clone(), api::evaluations::Evaluation::from(&**eval)));
+    match filter {
+        None => answered.collect(),
+        Some(filter) => answered
+            .filter(|(_, json)| filter.matches(&serde_json::to_value(json).expect("an eval serializes")))
+            .collect(),
+    }
+}
+
+/// The list's order: newest first, then by id.
+fn order(eval: &Evaluation) -> (std::cmp::Reverse<u64>, EvalId) {
+    (std::cmp::Reverse(eval.create_index), eval.id)
+}
+
+/// An evaluation's page token, `<CreateIndex>.<ID>`.
+fn token(eval: &Evaluation) -> String {
+    format!("{}.{}", eval.create_index, eval.id)
+}
+
+fn parse_token(text: &str) -> Result<(std::cmp::Reverse<u64>, EvalId), ApiError> {
+    let bad = || ApiError::BadRequest(format!("invalid next_token {text:?}"));
+    let (index, id) = text.split_once('.').ok_or_else(bad)?;
+    let index = index.parse::<u64>().map_err(|_| bad())?;
+    let id = uuid::Uuid::parse_str(id).map_err(|_| bad())?;
+    Ok((std::cmp::Reverse(index), EvalId(id)))
+}
+
+/// `DELETE /v1/evaluations` (module docs).
+async fn delete(State(state): State<ApiState>, params: Params, body: Bytes) -> Result<Reply, ApiError> {
+    let request: EvalDeleteRequest =
+        serde_json::from_slice(&body).map_err(|error| ApiError::BadRequest(format!("Invalid request: {error}")))?;
+    let ids = match (request.eval_ids.is_empty(), request.filter.trim().is_empty()) {
+        (false, false) => return Err(ApiError::BadRequest("evals cannot be deleted by both ID and filter".into())),
+        (true, true) => return Err(ApiError::BadRequest("evals must be deleted by either ID or filter".into())),
+        (false, true) => request
+            .eval_ids
+            .iter()
+            .map(|id| uuid::Uuid::parse_str(id).map(EvalId))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|error| ApiError::BadRequest(format!("invalid eval id: {error}")))?,
+        (true, false) => {
+            let filter = Filter::parse(&request.filter)
+                .map_err(|error| ApiError::BadRequest(format!("failed to read filter expression: {error}")))?;
+            let snapshot = state.leadership.store().snapshot();
+            matching(&snapshot, "", Some(&filter)).into_iter().map(|(eval, _)| eval.id).collect()
+        }
+    };
+    let writer = state.leader()?.writer().clone();
+    let (index, count) = on_engine(move || -> Result<(u64, u64), StateError> {
+        let (mut index, mut count) = (writer.store().latest_index(), 0);
+        // Checked once before the first write, so a running broker refuses the whole delete.
+        if !writer.store().snapshot().scheduler_config().is_some_and(|config| config.pause_eval_broker) {
+            return Err(StateError::EvalBrokerNotPaused);
+        }
+        for batch in ids.chunks(DELETE_BATCH) {
+            let applied = writer.write(Command::DeleteEvals { eval_ids: batch.to_vec() })?;
+            index = applied.index;
+            count += applied.deleted_evals.len() as u64;
+        }
+        Ok((index, count))
+    })
+    .await??;
+    tracing::info!(count, "evaluations deleted by an operator");
+    Ok(Reply::json(&EvalDeleteResponse { count, index }, params.pretty(), Some(index)))
 }
 
 /// `GET /v1/evaluation/<id>`: 404 `eval not found` for an unknown id.

@@ -21,7 +21,8 @@
 //! workers, search), `operator.rs` (snapshots, raft), `client.rs` and `client_fs.rs` (the client operations, answered
 //! by the agent that runs the allocation), `services.rs` (Nomad-native
 //! service discovery), `deployments.rs` (deployments, their reads and
-//! the operator's writes), `acl.rs` (the ACL check in front of them all, tokens and
+//! the operator's writes), `system.rs` (forced garbage collection),
+//! `acl.rs` (the ACL check in front of them all, tokens and
 //! policies), `forward.rs` (a follower's relay to the leader); `nomad.rs`
 //! builds the answers that read the state beyond their object, `query.rs`
 //! holds the query parameters, blocking queries and the read headers. The
@@ -36,6 +37,7 @@ pub mod client_fs;
 pub mod deployments;
 pub mod error;
 pub mod evals;
+pub mod filter;
 pub mod forward;
 pub mod job_plan;
 pub mod jobs;
@@ -45,6 +47,7 @@ pub mod nomad;
 pub mod operator;
 pub mod query;
 pub mod services;
+pub mod system;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -133,6 +136,7 @@ pub fn router(state: ApiState) -> Router {
         .merge(acl::routes())
         .merge(services::routes())
         .merge(deployments::routes())
+        .merge(system::routes())
         .fallback(error::unknown_path)
         .layer(axum::middleware::from_fn_with_state(state.clone(), acl::authorize))
         .layer(axum::middleware::from_fn_with_state(state.clone(), forward::forward_http))

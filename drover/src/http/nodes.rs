@@ -1,4 +1,4 @@
-//! `/v1/nodes` and `/v1/node/<id>[/allocations|/eligibility|/drain|/evaluate]`.
+//! `/v1/nodes` and `/v1/node/<id>[/allocations|/eligibility|/drain|/evaluate|/purge]`.
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -10,7 +10,7 @@ use super::acl::Caller;
 use super::error::ApiError;
 use super::nomad;
 use super::query::{blocking, exact_uuid, matches_uuid_prefix, Params, Reply};
-use super::ApiState;
+use super::{on_engine, ApiState};
 use crate::api::format::parse_bool;
 use crate::api::nodes::{
     self as api_nodes, DrainSpec, NodeEligibilityUpdateResponse, NodeListStub, NodeUpdateDrainRequest,
@@ -19,7 +19,7 @@ use crate::api::nodes::{
 use crate::api::WriteMeta;
 use engine::node::endpoint::{DrainRequest, NodeWrite};
 use engine::node::NodeError;
-use engine::state::{Snapshot, StateError};
+use engine::state::Snapshot;
 use engine::structs::{DrainDeadline, Node, NodeEligibility, NodeId};
 
 /// The routes of this file.
@@ -31,6 +31,7 @@ pub fn routes() -> Router<ApiState> {
         .route("/v1/node/{id}/eligibility", post(eligibility).put(eligibility))
         .route("/v1/node/{id}/drain", post(drain).put(drain))
         .route("/v1/node/{id}/evaluate", post(evaluate).put(evaluate))
+        .route("/v1/node/{id}/purge", post(purge).put(purge))
         // Host and allocation statistics are not collected: an error, not
         // `{}`, since `nomad node status` crashes on an empty 200 there.
         .route("/v1/client/{*rest}", get(client_stats))
@@ -101,10 +102,7 @@ async fn eligibility(
         }
     };
     let engine = state.leader()?;
-    let index = tokio::task::spawn_blocking(move || engine.nodes().set_eligibility(id, eligibility))
-        .await
-        .map_err(|error| ApiError::Internal(format!("engine call failed: {error}")))?
-        .map_err(node_error)?;
+    let index = on_engine(move || engine.nodes().set_eligibility(id, eligibility)).await?.map_err(node_error)?;
     let body = NodeEligibilityUpdateResponse {
         eval_ids: Vec::new(),
         eval_create_index: index,
@@ -118,7 +116,7 @@ async fn eligibility(
 fn node_error(error: NodeError) -> ApiError {
     match error {
         NodeError::UnknownNode(_) => ApiError::NotFound("node not found".to_string()),
-        NodeError::State(StateError::NodeDraining(_)) => ApiError::BadRequest(error.to_string()),
+        NodeError::State(state) => ApiError::from(state),
         other => ApiError::Internal(other.to_string()),
     }
 }
@@ -159,10 +157,7 @@ async fn drain(
         accessor_id,
     };
     let engine = state.leader()?;
-    let written = tokio::task::spawn_blocking(move || engine.nodes().drain(id, change))
-        .await
-        .map_err(|error| ApiError::Internal(format!("engine call failed: {error}")))?
-        .map_err(node_error)?;
+    let written = on_engine(move || engine.nodes().drain(id, change)).await?.map_err(node_error)?;
     Ok(node_write(written, &params))
 }
 
@@ -170,10 +165,7 @@ async fn drain(
 async fn evaluate(State(state): State<ApiState>, Path(id): Path<String>, params: Params) -> Result<Reply, ApiError> {
     let id = NodeId(exact_uuid(&id, "node")?);
     let engine = state.leader()?;
-    let written = tokio::task::spawn_blocking(move || engine.nodes().evaluate(id))
-        .await
-        .map_err(|error| ApiError::Internal(format!("engine call failed: {error}")))?
-        .map_err(node_error)?;
+    let written = on_engine(move || engine.nodes().evaluate(id)).await?.map_err(node_error)?;
     Ok(node_write(written, &params))
 }
 
@@ -186,6 +178,23 @@ fn node_write(written: NodeWrite, params: &Params) -> Reply {
         meta: WriteMeta::at(written.index),
     };
     Reply::json(&body, params.pretty(), Some(written.index))
+}
+
+/// `PUT /v1/node/<id>/purge` (Nomad's node deregister): the node is
+/// deleted, its live allocations marked `lost` and replaced by the evals
+/// of their jobs.
+async fn purge(State(state): State<ApiState>, Path(id): Path<String>, params: Params) -> Result<Reply, ApiError> {
+    let id = NodeId(exact_uuid(&id, "node")?);
+    let engine = state.leader()?;
+    let (evals, index) = on_engine(move || engine.nodes().purge(id)).await?.map_err(node_error)?;
+    tracing::info!(node = %id, evals = evals.len(), "node purged");
+    let body = NodeEligibilityUpdateResponse {
+        eval_ids: evals.iter().map(|eval| eval.to_string()).collect(),
+        eval_create_index: index,
+        node_modify_index: index,
+        meta: WriteMeta::at(index),
+    };
+    Ok(Reply::json(&body, params.pretty(), Some(index)))
 }
 
 async fn client_stats() -> ApiError {

@@ -17,9 +17,13 @@ use crate::api::word;
 
 pub use crate::api::REGION;
 
-/// When the job's current version was submitted: its register eval was
-/// written in the same command, so it was created at the job's modify index.
+/// When the job's current version was submitted: as the job endpoint
+/// stamped it, or (a job written without, such as a test fixture's) when
+/// its register eval, written in the same command, was created.
 pub fn submit_time(job: &Job, snapshot: &Snapshot) -> u64 {
+    if job.submit_time.0 > 0 {
+        return job.submit_time.0;
+    }
     snapshot
         .evals_by_job(&job.key())
         .find(|eval| eval.create_index == job.job_modify_index)

@@ -8,7 +8,9 @@
 //! learner, caught up, then made a voter) and `GET /v1/operator/raft/info`
 //! (Drover's: the log range and the snapshots on disk, for `drover
 //! operator raft info`). Membership changes are the leader's: a follower
-//! forwards them.
+//! forwards them. `GET|PUT /v1/operator/scheduler/configuration` reads
+//! and writes the cluster's scheduler configuration (`?cas=N`:
+//! check-and-set), `PauseEvalBroker` included.
 //!
 //! A server without a data dir keeps its state in memory: these answer 400
 //! saying so. Restoring (`PUT /v1/operator/snapshot` in Nomad) is done on
@@ -25,10 +27,16 @@ use axum::routing::get;
 use axum::Router;
 use replication::Durable;
 
+use axum::body::Bytes;
+use engine::state::StateError;
+
 use super::error::ApiError;
-use super::query::{Params, Reply};
-use super::ApiState;
-use crate::api::operator::{RaftConfiguration, RaftPeerRemoved, RaftServer, RaftVoterAdded};
+use super::query::{blocking, Params, Reply};
+use super::{on_engine, ApiState};
+use crate::api::operator::{
+    RaftConfiguration, RaftPeerRemoved, RaftServer, RaftVoterAdded, SchedulerConfiguration,
+    SchedulerConfigurationResponse, SchedulerSetConfigurationResponse,
+};
 
 const INDEX_HEADER: header::HeaderName = header::HeaderName::from_static("x-nomad-index");
 
@@ -39,6 +47,56 @@ pub fn routes() -> Router<ApiState> {
         .route("/v1/operator/raft/configuration", get(configuration))
         .route("/v1/operator/raft/peer", axum::routing::delete(remove_peer).put(add_voter).post(add_voter))
         .route("/v1/operator/raft/info", get(info))
+        .route(
+            "/v1/operator/scheduler/configuration",
+            get(scheduler_configuration).put(set_scheduler_configuration).post(set_scheduler_configuration),
+        )
+}
+
+/// `GET /v1/operator/scheduler/configuration`: the stored one, or the
+/// defaults (indexes 0) until one is written.
+async fn scheduler_configuration(State(state): State<ApiState>, params: Params) -> Result<Reply, ApiError> {
+    blocking(
+        &state,
+        &params,
+        |snapshot| Ok(snapshot.scheduler_config().map_or(snapshot.index(), |config| config.modify_index)),
+        |snapshot| {
+            Ok(SchedulerConfigurationResponse {
+                scheduler_config: snapshot.scheduler_config().unwrap_or_default().into(),
+                index: snapshot.index(),
+                last_contact: 0,
+                known_leader: true,
+            })
+        },
+    )
+    .await
+}
+
+/// `PUT /v1/operator/scheduler/configuration[?cas=N]`: `Updated` false
+/// when the check-and-set index is not the stored one.
+async fn set_scheduler_configuration(
+    State(state): State<ApiState>,
+    params: Params,
+    body: Bytes,
+) -> Result<Reply, ApiError> {
+    let request: SchedulerConfiguration =
+        serde_json::from_slice(&body).map_err(|error| ApiError::BadRequest(format!("Invalid request: {error}")))?;
+    let config = request.to_engine().map_err(ApiError::BadRequest)?;
+    let cas_index = match params.get("cas") {
+        None | Some("") => None,
+        Some(text) => Some(text.parse::<u64>().map_err(|_| ApiError::BadRequest(format!("invalid cas {text:?}")))?),
+    };
+    let operator = state.leader()?.operator();
+    let written = on_engine(move || operator.set_scheduler_config(config, cas_index)).await?;
+    let answer = match written {
+        Ok(index) => SchedulerSetConfigurationResponse { updated: true, index },
+        Err(StateError::ConfigIndexMismatch { .. }) => {
+            SchedulerSetConfigurationResponse { updated: false, index: state.leadership.store().latest_index() }
+        }
+        Err(other) => return Err(other.into()),
+    };
+    tracing::info!(pause_eval_broker = config.pause_eval_broker, updated = answer.updated, "scheduler configuration");
+    Ok(Reply::json(&answer, params.pretty(), Some(answer.index)))
 }
 
 fn durable(state: &ApiState) -> Result<Arc<Durable>, ApiError> {

@@ -104,6 +104,33 @@ impl Params {
         Ok((index, wait))
     }
 
+    /// `?per_page=` (Nomad 1.3+): a page size, none when absent or 0.
+    pub fn per_page(&self) -> Result<Option<usize>, ApiError> {
+        match self.get("per_page") {
+            None | Some("") => Ok(None),
+            Some(text) => match text.parse::<usize>() {
+                Ok(0) => Ok(None),
+                Ok(size) => Ok(Some(size)),
+                Err(_) => Err(ApiError::BadRequest("Expect a number for `per_page` query string parameter".into())),
+            },
+        }
+    }
+
+    /// `?next_token=`: where the page starts (the `X-Nomad-NextToken` of the last one).
+    pub fn next_token(&self) -> Option<&str> {
+        self.get("next_token").filter(|token| !token.is_empty())
+    }
+
+    /// `?filter=`, parsed ([`super::filter`]); 400 as Nomad's when it does not parse.
+    pub fn filter(&self) -> Result<Option<super::filter::Filter>, ApiError> {
+        let Some(text) = self.get("filter").filter(|text| !text.trim().is_empty()) else { return Ok(None) };
+        super::filter::Filter::parse(text).map(Some).map_err(|error| {
+            ApiError::BadRequest(format!(
+                "failed to create result paginator: failed to read filter expression: {error}"
+            ))
+        })
+    }
+
     /// Whether `?pretty` asks for indented JSON (any value but `0`).
     pub fn pretty(&self) -> bool {
         self.get("pretty").is_some_and(|value| value != "0")
@@ -131,6 +158,7 @@ pub fn exact_uuid(text: &str, what: &str) -> Result<uuid::Uuid, ApiError> {
 pub struct Reply {
     body: Vec<u8>,
     index: Option<u64>,
+    next_token: Option<String>,
 }
 
 impl Reply {
@@ -139,7 +167,13 @@ impl Reply {
     /// query headers (agent and status endpoints).
     pub fn json(value: &impl Serialize, pretty: bool, index: Option<u64>) -> Reply {
         let body = if pretty { serde_json::to_vec_pretty(value) } else { serde_json::to_vec(value) };
-        Reply { body: body.expect("API values serialize to JSON"), index }
+        Reply { body: body.expect("API values serialize to JSON"), index, next_token: None }
+    }
+
+    /// With `X-Nomad-NextToken`: where the next page starts (none: this is the last).
+    pub fn with_next_token(mut self, next_token: Option<String>) -> Reply {
+        self.next_token = next_token;
+        self
     }
 }
 
@@ -151,6 +185,9 @@ impl IntoResponse for Reply {
             headers.insert("x-nomad-index", HeaderValue::from(index.max(1)));
             headers.insert("x-nomad-knownleader", HeaderValue::from_static("true"));
             headers.insert("x-nomad-lastcontact", HeaderValue::from_static("0"));
+        }
+        if let Some(token) = self.next_token.and_then(|token| HeaderValue::from_str(&token).ok()) {
+            response.headers_mut().insert("x-nomad-nexttoken", token);
         }
         response
     }
@@ -167,13 +204,24 @@ pub async fn blocking<T: Serialize>(
     index: impl Fn(&Snapshot) -> Result<u64, ApiError>,
     answer: impl Fn(&Snapshot) -> Result<T, ApiError>,
 ) -> Result<Reply, ApiError> {
+    let reply = |snapshot: &Snapshot| -> Result<Reply, ApiError> {
+        Ok(Reply::json(&answer(snapshot)?, params.pretty(), Some(index(snapshot)?)))
+    };
+    blocking_reply(state, params, &index, reply).await
+}
+
+/// [`blocking`], with the whole reply made by `reply` (a page with its
+/// next token).
+pub async fn blocking_reply(
+    state: &ApiState,
+    params: &Params,
+    index: impl Fn(&Snapshot) -> Result<u64, ApiError>,
+    reply: impl Fn(&Snapshot) -> Result<Reply, ApiError>,
+) -> Result<Reply, ApiError> {
     let (min_index, wait) = params.blocking()?;
     let jitter = wait.mul_f64(rand::rng().random::<f64>() / 16.0);
     let deadline = tokio::time::Instant::now() + wait + jitter;
     let store = state.leadership.store();
-    let reply = |snapshot: &Snapshot| -> Result<Reply, ApiError> {
-        Ok(Reply::json(&answer(snapshot)?, params.pretty(), Some(index(snapshot)?)))
-    };
     loop {
         let snapshot = store.snapshot();
         if min_index == 0 || index(&snapshot)? > min_index {

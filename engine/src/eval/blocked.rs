@@ -267,6 +267,20 @@ impl BlockedEvals {
         dropped
     }
 
+    /// Stops tracking `eval`, which was deleted from the state: unlike
+    /// [`BlockedEvals::untrack`], nothing is queued to be written canceled.
+    pub fn forget_deleted(&self, eval: &Evaluation) {
+        let key = eval.job_key();
+        let mut inner = self.inner.lock();
+        if inner.by_job.get(&key) == Some(&eval.id) {
+            inner.remove_job(&key);
+        }
+        for jobs in inner.system.values_mut() {
+            jobs.retain(|_, blocked| blocked.id != eval.id);
+        }
+        inner.system.retain(|_, jobs| !jobs.is_empty());
+    }
+
     /// The job's blocked eval, if any.
     pub fn blocked_eval_of(&self, job: &JobKey) -> Option<Arc<Evaluation>> {
         let inner = self.inner.lock();

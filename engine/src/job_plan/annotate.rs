@@ -102,4 +102,3 @@ pub fn annotate(job: &Job, existing: &[Arc<Allocation>], plan: Option<&Plan>) ->
         plan.into_iter().flat_map(|plan| plan.node_preemptions.values().flatten()).cloned().collect();
     PlanAnnotations { desired_tg_updates: groups, preempted_allocs }
 }
-

@@ -214,7 +214,8 @@ impl NodeEndpoint {
     /// has another class (a driver became healthy or unhealthy: its system
     /// jobs may now fit, or no longer run), as Nomad's. A node already
     /// registered must present the secret it registered with.
-    fn registration(&self, node: Node) -> Result<Command, NodeError> {
+    fn registration(&self, mut node: Node) -> Result<Command, NodeError> {
+        node.status_updated_at = self.clock.now();
         let snapshot = self.writer.store().snapshot();
         let known = snapshot.node(node.id);
         if known.is_some_and(|known| known.secret_id != node.secret_id) {
@@ -310,6 +311,21 @@ impl NodeEndpoint {
         Ok(NodeWrite { index: applied.index, eval_ids })
     }
 
+    /// Deletes a node (Nomad's node deregister, `node purge`): its live
+    /// allocations become `lost` and every job with allocations there is
+    /// evaluated, in the same command, so they are replaced. Returns the
+    /// evals' ids and the index of the write. A client of a purged node
+    /// must register again.
+    pub fn purge(&self, node_id: NodeId) -> Result<(Vec<EvalId>, u64), NodeError> {
+        let snapshot = self.writer.store().snapshot();
+        snapshot.node(node_id).ok_or(NodeError::UnknownNode(node_id))?;
+        let time = self.clock.now();
+        let evals = node_evals(&snapshot, node_id, time);
+        let ids = evals.iter().map(|eval| eval.id).collect();
+        let applied = self.writer.write(Command::PurgeNode { node_id, evals, time })?;
+        Ok((ids, applied.index))
+    }
+
     /// Refuses a call for `node_id` that does not carry its secret.
     pub fn authenticate(&self, node_id: NodeId, secret_id: Uuid) -> Result<(), NodeError> {
         let snapshot = self.writer.store().snapshot();
@@ -361,7 +377,8 @@ impl NodeEndpoint {
         } else {
             Vec::new()
         };
-        Ok(StatusChange::Write(Box::new(Command::UpdateNodeStatus { node_id, status, evals })))
+        let time = self.clock.now();
+        Ok(StatusChange::Write(Box::new(Command::UpdateNodeStatus { node_id, status, evals, time })))
     }
 
     /// The answer after a write at `index`: the node's status now and its TTL.
@@ -485,16 +502,15 @@ impl NodeEndpoint {
         service_reads::read_now(&self.writer.store().snapshot(), queries)
     }
 
-    /// The node's allocations if one changed after `min_index` (or
-    /// `min_index` is 0); an error for an unknown node or a store shut down.
+    /// The node's allocations if one changed, or one was deleted, after
+    /// `min_index` (or `min_index` is 0); an error for an unknown node or a store shut down.
     fn allocs_after(&self, node_id: NodeId, min_index: u64) -> Result<Option<NodeAllocs>, NodeError> {
         let store = self.writer.store();
         let snapshot = store.snapshot();
-        if snapshot.node(node_id).is_none() {
-            return Err(NodeError::UnknownNode(node_id));
-        }
+        let node = snapshot.node(node_id).ok_or(NodeError::UnknownNode(node_id))?;
         let allocs: Vec<_> = snapshot.allocs_by_node(node_id).cloned().collect();
-        if min_index == 0 || allocs.iter().any(|alloc| alloc.modify_index > min_index) {
+        let removed = node.allocs_removed_index > min_index;
+        if min_index == 0 || removed || allocs.iter().any(|alloc| alloc.modify_index > min_index) {
             return Ok(Some((allocs, snapshot.index())));
         }
         if store.is_shutting_down() {

@@ -341,7 +341,7 @@ impl Heartbeats {
         let now = self.clock.now();
         let evals = node_evals(&writer.store().snapshot(), node_id, now);
         let covered: BTreeSet<_> = evals.iter().map(Evaluation::job_key).collect();
-        let applied = match writer.write(Command::MissHeartbeat { node_id, evals }) {
+        let applied = match writer.write(Command::MissHeartbeat { node_id, evals, time: now }) {
             Ok(applied) => applied,
             // It left or was removed since its deadline was set: nothing to do.
             Err(StateError::NodeNotConnected { .. } | StateError::UnknownNode(_)) => return false,
@@ -461,7 +461,12 @@ mod tests {
         }
         let down = node(0).id;
         store
-            .apply(Command::UpdateNodeStatus { node_id: down, status: crate::structs::NodeStatus::Down, evals: vec![] })
+            .apply(Command::UpdateNodeStatus {
+                node_id: down,
+                status: crate::structs::NodeStatus::Down,
+                evals: vec![],
+                time: Timestamp::ZERO,
+            })
             .expect("down");
         let mut timers = timers();
         timers.initialize(&store.snapshot(), Timestamp::ZERO);

@@ -427,7 +427,12 @@ mod tests {
         let (first, second) = (&allocs[0], &allocs[1]);
         let refused = batcher.submit(vec![running(first)]).expect("submitted");
         let taken = batcher.submit(vec![running(second)]).expect("submitted");
-        let down = Command::UpdateNodeStatus { node_id: first.node_id, status: NodeStatus::Down, evals: vec![] };
+        let down = Command::UpdateNodeStatus {
+            node_id: first.node_id,
+            status: NodeStatus::Down,
+            evals: vec![],
+            time: Timestamp::ZERO,
+        };
         writer.write(down).expect("the node leaves");
         batcher.stop();
         assert_eq!(

@@ -92,6 +92,7 @@ fn new_placements_need_a_ready_node_but_updates_do_not() {
             node_id: NodeId::from_u128(NODE),
             status: NodeStatus::Disconnected,
             evals: vec![],
+            time: Timestamp::ZERO,
         })
         .expect("disconnect");
     let snapshot = f.store.snapshot();

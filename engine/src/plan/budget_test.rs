@@ -182,6 +182,7 @@ fn run(applier: &Applier, steps: &[Step]) {
                     node_id: NodeId::from_u128(*node),
                     status: NodeStatus::Down,
                     evals: vec![],
+                    time: Timestamp::ZERO,
                 };
                 applier.store.apply(down).expect("down");
             }

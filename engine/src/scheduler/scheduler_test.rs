@@ -403,7 +403,12 @@ fn allocations_on_a_down_node_are_replaced_elsewhere() {
     h.process(&eval).expect("scheduled");
     let victim = h.live_allocs(&job)[0].clone();
     h.store
-        .apply(Command::UpdateNodeStatus { node_id: victim.node_id, status: NodeStatus::Down, evals: vec![] })
+        .apply(Command::UpdateNodeStatus {
+            node_id: victim.node_id,
+            status: NodeStatus::Down,
+            evals: vec![],
+            time: Timestamp::ZERO,
+        })
         .expect("down");
     let eval = new_eval(&h, &job, TriggerReason::NodeUpdate);
     h.process(&eval).expect("replaced");
@@ -547,7 +552,9 @@ fn a_reblocked_eval_that_marks_allocations_unknown_still_schedules_their_expiry(
         report(&h, alloc, ClientStatus::Running, NOW);
     }
     let away = live[0].node_id;
-    h.store.apply(Command::MissHeartbeat { node_id: away, evals: vec![] }).expect("missed heartbeat");
+    h.store
+        .apply(Command::MissHeartbeat { node_id: away, evals: vec![], time: Timestamp::ZERO })
+        .expect("missed heartbeat");
     assert_eq!(h.store.snapshot().node(away).expect("node").status, NodeStatus::Disconnected);
     // The job's blocked eval runs: it marks the allocation unknown, cannot place a replacement, and is reblocked.
     let mut blocked = Evaluation::for_job(&job, TriggerReason::QueuedAllocs, NOW);
@@ -573,14 +580,17 @@ fn an_unconfirmed_system_allocation_on_a_node_that_is_back_is_left_alone_and_not
         report(&h, &alloc, ClientStatus::Running, NOW);
     }
     let away = NodeId::from_u128(1);
-    h.store.apply(Command::MissHeartbeat { node_id: away, evals: vec![] }).expect("missed heartbeat");
+    h.store
+        .apply(Command::MissHeartbeat { node_id: away, evals: vec![], time: Timestamp::ZERO })
+        .expect("missed heartbeat");
     let eval = new_eval(&h, &job, TriggerReason::NodeUpdate);
     h.process(&eval).expect("marks it unknown");
     let unknown = h.live_allocs(&job).into_iter().find(|alloc| alloc.node_id == away).expect("kept");
     assert_eq!(unknown.client_status, ClientStatus::Unknown);
 
     // The node is back and ready, but its client has not reported this allocation.
-    let back = Command::UpdateNodeStatus { node_id: away, status: NodeStatus::Ready, evals: vec![] };
+    let back =
+        Command::UpdateNodeStatus { node_id: away, status: NodeStatus::Ready, evals: vec![], time: Timestamp::ZERO };
     h.store.apply(back).expect("ready");
     let mut updated = job.clone();
     updated.priority = 70;

@@ -34,14 +34,14 @@ impl Snapshot {
                 self.upsert_evals(index, evals, applied);
                 Ok(())
             }
-            Command::UpdateNodeStatus { node_id, status, evals } => {
-                self.update_node_status(index, node_id, status, false, applied)?;
+            Command::UpdateNodeStatus { node_id, status, evals, time } => {
+                self.update_node_status(index, node_id, status, time, false, applied)?;
                 self.upsert_evals(index, evals, applied);
                 Ok(())
             }
-            Command::MissHeartbeat { node_id, evals } => {
+            Command::MissHeartbeat { node_id, evals, time } => {
                 let status = self.status_after_missed_heartbeat(node_id)?;
-                self.update_node_status(index, node_id, status, true, applied)?;
+                self.update_node_status(index, node_id, status, time, true, applied)?;
                 self.upsert_evals(index, evals, applied);
                 Ok(())
             }
@@ -104,7 +104,9 @@ impl Snapshot {
                 self.register_with_eval(index, job, eval, applied);
                 Ok(())
             }
-            Command::SetSchedulerConfig { config, cas_index } => self.set_scheduler_config(index, config, cas_index),
+            Command::SetSchedulerConfig { config, cas_index } => {
+                self.set_scheduler_config(index, config, cas_index, applied)
+            }
             Command::AclBootstrap { token } => {
                 if let Some(done) = self.acl.bootstrap_index {
                     return Err(StateError::AclBootstrapped(done));
@@ -143,6 +145,16 @@ impl Snapshot {
             }
             Command::DeleteServiceRegistrationsOfAllocs { alloc_ids } => {
                 self.delete_alloc_service_registrations(index, &alloc_ids);
+                Ok(())
+            }
+            Command::GarbageCollect { collection } => {
+                self.garbage_collect(index, &collection, applied);
+                Ok(())
+            }
+            Command::DeleteEvals { eval_ids } => self.delete_evals(index, &eval_ids, applied),
+            Command::PurgeNode { node_id, evals, time } => {
+                self.purge_node(index, node_id, time, applied)?;
+                self.upsert_evals(index, evals, applied);
                 Ok(())
             }
         }
@@ -252,6 +264,7 @@ impl Snapshot {
         index: u64,
         mut config: SchedulerConfiguration,
         cas_index: Option<u64>,
+        applied: &mut Applied,
     ) -> Result<(), StateError> {
         let stored = self.scheduler_config.map_or(0, |stored| stored.modify_index);
         if let Some(expected) = cas_index.filter(|expected| *expected != stored) {
@@ -260,6 +273,7 @@ impl Snapshot {
         config.create_index = self.scheduler_config.map_or(index, |stored| stored.create_index);
         config.modify_index = index;
         self.scheduler_config = Some(config);
+        applied.pause_eval_broker = Some(config.pause_eval_broker);
         Ok(())
     }
 
@@ -279,6 +293,8 @@ impl Snapshot {
                 node.create_index = existing.create_index;
                 node.last_missed_heartbeat_index = existing.last_missed_heartbeat_index;
                 node.last_alloc_update_index = existing.last_alloc_update_index;
+                node.status_updated_at = existing.status_updated_at;
+                node.allocs_removed_index = existing.allocs_removed_index;
                 if existing.computed_class != node.computed_class {
                     index_remove(&mut self.nodes_by_class, &existing.computed_class, &node.id);
                     index_add(&mut self.nodes_by_class, node.computed_class, node.id);
@@ -305,12 +321,16 @@ impl Snapshot {
         index: u64,
         node_id: NodeId,
         status: NodeStatus,
+        time: Timestamp,
         missed_heartbeat: bool,
         applied: &mut Applied,
     ) -> Result<(), StateError> {
         let existing = self.nodes.get(&node_id).ok_or(StateError::UnknownNode(node_id))?;
         let was_schedulable = existing.is_schedulable();
         let mut node = Node::clone(existing);
+        if node.status != status {
+            node.status_updated_at = time;
+        }
         node.status = status;
         node.modify_index = index;
         if missed_heartbeat {
@@ -427,6 +447,7 @@ impl Snapshot {
             Some(existing) if same_spec(existing, &job) => {
                 job.version = existing.version;
                 job.stable = existing.stable;
+                job.submit_time = existing.submit_time;
                 job.create_index = existing.create_index;
                 job.job_modify_index = existing.job_modify_index;
             }
@@ -717,7 +738,7 @@ impl Snapshot {
 }
 
 /// Whether two submissions of a job describe the same thing, ignoring what
-/// the store itself sets (version, stability, indexes).
+/// the store and the endpoint set (version, stability, indexes, submit time).
 pub fn same_spec(existing: &Job, submitted: &Job) -> bool {
     let mut normalized = submitted.clone();
     normalized.version = existing.version;
@@ -725,6 +746,7 @@ pub fn same_spec(existing: &Job, submitted: &Job) -> bool {
     normalized.create_index = existing.create_index;
     normalized.modify_index = existing.modify_index;
     normalized.job_modify_index = existing.job_modify_index;
+    normalized.submit_time = existing.submit_time;
     normalized == *existing
 }
 

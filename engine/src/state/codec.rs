@@ -24,9 +24,12 @@ use crate::structs::Job;
 /// results and health. 6: a job carries its `stable` mark, and
 /// `SetJobStability` (issue 27's job versions). 7: deployments (issue 27):
 /// the full `update` block, allocations' deployment and canary mark, plan
-/// results' deployments and the deployment commands. 8: drains (issue 28):
-/// nodes' drain, groups' `migrate` block, `UpdateNodeDrain`. A log of an
-/// older version is refused, never misread.
+/// results' deployments and the deployment commands. 8 (issue 28): drains
+/// (nodes' drain, groups' `migrate` block, `UpdateNodeDrain`) and garbage
+/// collection (jobs' submit time, nodes' status time and the node status
+/// commands' time, the scheduler configuration's `pause_eval_broker`, and
+/// the `GarbageCollect`, `DeleteEvals` and `PurgeNode` commands). A log of
+/// an older version is refused, never misread.
 pub const FORMAT_VERSION: u8 = 8;
 
 /// Why bytes did not decode to a command.

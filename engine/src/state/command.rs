@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::gc::Collection;
 use crate::clock::Timestamp;
 use crate::structs::{
     AclPolicy, AclToken, AllocHealth, AllocId, Allocation, CheckResult, ClientStatus, Deployment, DeploymentId,
@@ -38,6 +39,8 @@ pub enum Command {
         status: NodeStatus,
         /// Evals created by the change.
         evals: Vec<Evaluation>,
+        /// When: the node's `status_updated_at` when its status changes.
+        time: Timestamp,
     },
     /// A live (ready or initializing) node missed its heartbeat. The writer
     /// marks it `disconnected` when any of its live allocations' groups has
@@ -49,6 +52,8 @@ pub enum Command {
         node_id: NodeId,
         /// Evals for the jobs with allocations on the node.
         evals: Vec<Evaluation>,
+        /// When: the node's `status_updated_at`.
+        time: Timestamp,
     },
     /// Mark a node eligible or ineligible for new placements.
     UpdateNodeEligibility {
@@ -290,6 +295,32 @@ pub enum Command {
         job: Option<Job>,
         /// The eval of the deployment's job.
         eval: Option<Evaluation>,
+        /// When.
+        time: Timestamp,
+    },
+    /// Delete what garbage collection chose (`state/gc.rs`): each object
+    /// only if it is still collectable and unchanged since the snapshot
+    /// it was chosen on; the others are passed over.
+    GarbageCollect {
+        /// What to delete.
+        collection: Collection,
+    },
+    /// An operator deletes evaluations (Nomad's `DELETE /v1/evaluations`),
+    /// whatever their status; unknown ids are passed over. Refused with
+    /// [`super::StateError::EvalBrokerNotPaused`] unless the stored
+    /// scheduler configuration pauses the eval broker.
+    DeleteEvals {
+        /// The evaluations.
+        eval_ids: Vec<EvalId>,
+    },
+    /// Delete a node (Nomad's node deregister, `PUT /v1/node/:id/purge`):
+    /// its live allocations become `lost` and the evals of their jobs, in
+    /// the same command, replace them. Refused for an unknown node.
+    PurgeNode {
+        /// The node.
+        node_id: NodeId,
+        /// Evals for the jobs with allocations on the node.
+        evals: Vec<Evaluation>,
         /// When.
         time: Timestamp,
     },

@@ -37,6 +37,7 @@ mod apply;
 mod codec;
 mod command;
 mod deployments;
+mod gc;
 mod job_versions;
 mod persist;
 mod services;
@@ -57,6 +58,7 @@ use serde::{Deserialize, Serialize};
 pub use apply::same_spec;
 pub use codec::{CodecError, FORMAT_VERSION};
 pub use command::{ClientAllocUpdate, Command};
+pub use gc::{alloc_finished, job_is_dead, Collected, Collection, NODE_PURGED};
 pub use job_versions::JOB_TRACKED_VERSIONS;
 pub use persist::{PersistError, MAX_RECORD, SNAPSHOT_FORMAT_VERSION};
 pub use services::{ServiceDump, ServiceListing};
@@ -218,6 +220,10 @@ pub enum StateError {
         /// The deployment named.
         deployment_id: crate::structs::DeploymentId,
     },
+    /// Evaluations may be deleted by hand only while the eval broker is
+    /// paused (Nomad's words).
+    #[error("eval broker is enabled; eval broker must be paused to delete evals")]
+    EvalBrokerNotPaused,
     /// A client reported an allocation live again after it had ended on
     /// the client: its ports and resources may be another's by now.
     #[error("allocation {alloc_id} already ended ({status:?}); a client cannot report it live again")]
@@ -294,6 +300,17 @@ pub struct Applied {
     /// Whether the command changed a node (the drainer looks again).
     #[serde(default)]
     pub nodes_changed: bool,
+    /// Evaluations the command deleted (garbage collection, an operator's
+    /// delete), as they were stored.
+    #[serde(default)]
+    pub deleted_evals: Vec<Arc<Evaluation>>,
+    /// How many objects the command deleted, by kind.
+    #[serde(default)]
+    pub collected: Collected,
+    /// The `pause_eval_broker` of the scheduler configuration the command
+    /// wrote, if it wrote one (the leader pauses or resumes its broker).
+    #[serde(default)]
+    pub pause_eval_broker: Option<bool>,
 }
 
 impl Applied {
@@ -509,6 +526,8 @@ impl Drop for Waiting<'_> {
     }
 }
 
+#[cfg(test)]
+mod gc_test;
 #[cfg(test)]
 mod replay_test;
 #[cfg(test)]

@@ -53,7 +53,9 @@ use crate::structs::{
 /// versions, `JOB_HISTORY`; 7: the full `update` block, allocations'
 /// deployment and canary mark, as the log format's version 7, the
 /// header's table index of deployments, and their section; 8: nodes'
-/// drain and groups' `migrate` block, as the log format's version 8).
+/// drain and groups' `migrate` block, jobs' submit time, nodes' status
+/// time and the scheduler configuration's `pause_eval_broker`, as the log
+/// format's version 8).
 pub const SNAPSHOT_FORMAT_VERSION: u8 = 8;
 
 /// The longest record a decoder accepts (a group of one node's allocations

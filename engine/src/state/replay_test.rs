@@ -152,10 +152,14 @@ fn command(op: &Op, snapshot: &Snapshot, step: u64) -> Command {
         Op::Node { n, class } => {
             Command::UpsertNode { node: node(n, class), evals: vec![eval_for(&job_key(0), EvalStatus::Pending)] }
         }
-        Op::Status { n, status } => Command::UpdateNodeStatus { node_id: node_id(n), status, evals: vec![] },
-        Op::Miss { n } => {
-            Command::MissHeartbeat { node_id: node_id(n), evals: vec![eval_for(&job_key(1), EvalStatus::Pending)] }
+        Op::Status { n, status } => {
+            Command::UpdateNodeStatus { node_id: node_id(n), status, evals: vec![], time: Timestamp::ZERO }
         }
+        Op::Miss { n } => Command::MissHeartbeat {
+            node_id: node_id(n),
+            evals: vec![eval_for(&job_key(1), EvalStatus::Pending)],
+            time: Timestamp::ZERO,
+        },
         Op::Eligibility { n, eligible } => {
             let eligibility = if eligible { NodeEligibility::Eligible } else { NodeEligibility::Ineligible };
             Command::UpdateNodeEligibility { node_id: node_id(n), eligibility, evals: vec![] }

@@ -295,20 +295,28 @@ fn a_node_marked_down_loses_its_registrations_and_a_disconnected_one_keeps_them(
     let (on_1, on_2) = (running(&store, "web", 1), running(&store, "tolerant", 2));
     upsert(&store, vec![service_registration(&on_1, "web", 1), service_registration(&on_2, "tolerant", 2)]);
 
-    let missed = store.apply(Command::MissHeartbeat { node_id: NodeId::from_u128(2), evals: vec![] }).expect("missed");
+    let missed = store
+        .apply(Command::MissHeartbeat { node_id: NodeId::from_u128(2), evals: vec![], time: Timestamp::ZERO })
+        .expect("missed");
     let snapshot = store.snapshot();
     assert_eq!(snapshot.node(NodeId::from_u128(2)).expect("node").status, NodeStatus::Disconnected);
     assert_eq!(snapshot.service_registrations_by_node(NodeId::from_u128(2)).count(), 1, "disconnected keeps them");
     assert!(snapshot.table_indexes().services < missed.index);
 
-    let down = Command::UpdateNodeStatus { node_id: NodeId::from_u128(1), status: NodeStatus::Down, evals: vec![] };
+    let down = Command::UpdateNodeStatus {
+        node_id: NodeId::from_u128(1),
+        status: NodeStatus::Down,
+        evals: vec![],
+        time: Timestamp::ZERO,
+    };
     let down = store.apply(down).expect("down");
     let snapshot = store.snapshot();
     assert_eq!(snapshot.service_registrations_by_node(NodeId::from_u128(1)).count(), 0, "down removes them");
     assert_eq!(snapshot.table_indexes().services, down.index, "in the same command");
     assert_eq!(snapshot.service_registration_count(), 1, "the other node's stay");
 
-    let gone = store.apply(Command::MissHeartbeat { node_id: NodeId::from_u128(1), evals: vec![] });
+    let gone =
+        store.apply(Command::MissHeartbeat { node_id: NodeId::from_u128(1), evals: vec![], time: Timestamp::ZERO });
     assert!(gone.is_err(), "a down node misses no heartbeat");
 }
 
@@ -317,7 +325,9 @@ fn a_node_that_misses_its_heartbeat_without_tolerance_goes_down_and_loses_them()
     let store = store();
     let alloc = running(&store, "web", 1);
     upsert(&store, vec![service_registration(&alloc, "web", 1)]);
-    let missed = store.apply(Command::MissHeartbeat { node_id: NodeId::from_u128(1), evals: vec![] }).expect("missed");
+    let missed = store
+        .apply(Command::MissHeartbeat { node_id: NodeId::from_u128(1), evals: vec![], time: Timestamp::ZERO })
+        .expect("missed");
     let snapshot = store.snapshot();
     assert_eq!(snapshot.node(NodeId::from_u128(1)).expect("node").status, NodeStatus::Down);
     assert_eq!(snapshot.service_registration_count(), 0);
@@ -350,7 +360,12 @@ fn registrations_survive_a_snapshot_round_trip_and_the_log_format() {
 
     // The restored store goes on from there: the node going down empties it.
     let restored = StateStore::restored(decoded);
-    let down = Command::UpdateNodeStatus { node_id: NodeId::from_u128(1), status: NodeStatus::Down, evals: vec![] };
+    let down = Command::UpdateNodeStatus {
+        node_id: NodeId::from_u128(1),
+        status: NodeStatus::Down,
+        evals: vec![],
+        time: Timestamp::ZERO,
+    };
     restored.apply(down).expect("down");
     assert_eq!(ids(restored.snapshot().service_registrations_by_node(NodeId::from_u128(2))).len(), 1);
     assert_eq!(restored.snapshot().service_registration_count(), 1);

@@ -144,7 +144,12 @@ fn the_state_index_is_the_log_position_of_the_last_command() {
     let store = StateStore::new();
     let commands = [
         Command::UpsertNode { node: node(1), evals: vec![] },
-        Command::UpdateNodeStatus { node_id: NodeId::from_u128(7), status: NodeStatus::Down, evals: vec![] },
+        Command::UpdateNodeStatus {
+            node_id: NodeId::from_u128(7),
+            status: NodeStatus::Down,
+            evals: vec![],
+            time: Timestamp::ZERO,
+        },
         Command::UpsertEvals { evals: vec![] },
         Command::DeregisterJob { job: job("gone").key(), purge: true, eval: None },
     ];
@@ -176,7 +181,12 @@ fn client_updates_are_taken_or_refused_one_by_one() {
     let alloc = place(&store, &web, NodeId::from_u128(1), 0);
     let other = place(&store, &web, NodeId::from_u128(2), 1);
     store
-        .apply(Command::UpdateNodeStatus { node_id: NodeId::from_u128(2), status: NodeStatus::Down, evals: vec![] })
+        .apply(Command::UpdateNodeStatus {
+            node_id: NodeId::from_u128(2),
+            status: NodeStatus::Down,
+            evals: vec![],
+            time: Timestamp::ZERO,
+        })
         .expect("down");
     let update = |alloc_id, node_id| ClientAllocUpdate {
         alloc_id,
@@ -236,7 +246,12 @@ fn a_plan_keeps_what_the_client_reported_and_never_places_on_a_node_that_left() 
         .apply(Command::UpdateAllocsFromClient { updates: vec![report], evals: vec![], time: Timestamp(6) })
         .expect("report");
     store
-        .apply(Command::UpdateNodeStatus { node_id: NodeId::from_u128(2), status: NodeStatus::Down, evals: vec![] })
+        .apply(Command::UpdateNodeStatus {
+            node_id: NodeId::from_u128(2),
+            status: NodeStatus::Down,
+            evals: vec![],
+            time: Timestamp::ZERO,
+        })
         .expect("down");
     let mut late = Allocation::new_placement(&alloc.job, "group", 1, NodeId::from_u128(2), EvalId::from_u128(1));
     late.id = AllocId::from_u128(99);
@@ -346,7 +361,9 @@ fn secondary_indexes_follow_writes() {
 fn register_keeps_the_status_of_a_known_node() {
     let store = StateStore::new();
     store.apply(Command::UpsertNode { node: node(1), evals: vec![] }).expect("node");
-    store.apply(Command::MissHeartbeat { node_id: NodeId::from_u128(1), evals: vec![] }).expect("missed heartbeat");
+    store
+        .apply(Command::MissHeartbeat { node_id: NodeId::from_u128(1), evals: vec![], time: Timestamp::ZERO })
+        .expect("missed heartbeat");
     let missed_at = store.latest_index();
     let mut again = node(1);
     again.status = NodeStatus::Ready;

@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::clock::Timestamp;
+
 #[cfg(doc)]
 use super::docker_config::DockerConfig;
 use super::docker_config::{docker_port_problems, DOCKER};
@@ -583,6 +585,11 @@ pub struct Job {
     /// Free-form key-value pairs (Nomad's job `meta`), for every task.
     #[serde(default)]
     pub meta: BTreeMap<String, String>,
+    /// When this version was submitted (Nomad's `SubmitTime`), set by the
+    /// job endpoint; a resubmission of the same spec keeps the stored one,
+    /// and comparing specs ignores it. Job GC counts its threshold from here.
+    #[serde(default)]
+    pub submit_time: Timestamp,
 }
 
 fn default_namespace() -> Arc<str> {
@@ -874,6 +881,7 @@ impl Job {
             modify_index: 0,
             job_modify_index: 0,
             meta: BTreeMap::new(),
+            submit_time: Timestamp::ZERO,
         }
     }
 }

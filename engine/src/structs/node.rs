@@ -92,6 +92,16 @@ pub struct Node {
     /// Its drain: the one under way and the last one's record.
     #[serde(default)]
     pub drain: NodeDrain,
+    /// When its status last changed, or when it registered (Nomad's
+    /// `StatusUpdatedAt`), set by the store from the command's time: node
+    /// GC counts its threshold from here.
+    #[serde(default)]
+    pub status_updated_at: Timestamp,
+    /// Index of the last command that deleted allocations of the node
+    /// (garbage collection; 0: never): the node's allocation watch answers
+    /// then too, so its client learns they are gone.
+    #[serde(default)]
+    pub allocs_removed_index: u64,
 }
 
 /// A node's drain (Nomad's `DrainStrategy` and `LastDrain`).
@@ -302,6 +312,8 @@ impl Node {
             create_index: 0,
             modify_index: 0,
             drain: NodeDrain::default(),
+            status_updated_at: Timestamp::ZERO,
+            allocs_removed_index: 0,
         };
         node.computed_class = node.compute_class();
         node

@@ -66,6 +66,10 @@ pub struct SchedulerConfiguration {
     /// Which schedulers may preempt.
     #[serde(default)]
     pub preemption_config: PreemptionConfig,
+    /// The leader's eval broker hands out no evaluation while this is set
+    /// (Nomad's `PauseEvalBroker`): what deleting evaluations needs.
+    #[serde(default)]
+    pub pause_eval_broker: bool,
     /// Index at which a configuration was first written (set by the store).
     #[serde(default)]
     pub create_index: u64,

@@ -508,6 +508,12 @@ impl Worker {
             Err(WaitError::Timeout { wanted, .. }) => return Err(Failure::IndexTimeout(wanted)),
         };
         crate::timing::record_since("drover.worker.wait_for_index", started);
+        // An operator deleted it while the broker was paused (or it was
+        // collected): there is nothing to schedule, and writing its status
+        // would bring it back.
+        if snapshot.eval(held.eval.id).is_none() {
+            return Ok(());
+        }
         self.control.set_activity(WorkerActivity::Scheduling);
         let mut planner =
             WorkerPlanner { ctx: &self.ctx, control: &self.control, eval_id: held.eval.id, token: held.token };

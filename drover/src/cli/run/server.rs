@@ -12,7 +12,7 @@ use super::agent::hostname;
 use super::dev::dev_server_tls;
 use super::{config_error, file_config, init_logs, raise_open_files_limit, tls_files, Common};
 use crate::cli::Failure;
-use crate::config::FileConfig;
+use crate::config::{FileConfig, ServerSection};
 use crate::server::{ClusterOptions, DurableOptions, HttpOptions, ServerOptions};
 
 #[derive(Debug, Args)]
@@ -117,7 +117,32 @@ pub fn engine_config(args: &ServerArgs, file: &FileConfig) -> Result<ServerConfi
         }
         config.heartbeat.max_heartbeats_per_second = rate;
     }
+    gc_config(&mut config.gc, &file.server)?;
     Ok(config)
+}
+
+/// The garbage collection keys of `[server]` (Nomad's names).
+fn gc_config(gc: &mut engine::gc::GcConfig, server: &ServerSection) -> Result<(), Failure> {
+    if let Some(interval) = server.job_gc_interval {
+        if interval.is_zero() {
+            return Err(config_error("server.job_gc_interval", "must be above zero"));
+        }
+        gc.interval = interval;
+    }
+    let thresholds = &mut gc.thresholds;
+    let keys = [
+        (server.eval_gc_threshold, &mut thresholds.eval),
+        (server.batch_eval_gc_threshold, &mut thresholds.batch_eval),
+        (server.job_gc_threshold, &mut thresholds.job),
+        (server.node_gc_threshold, &mut thresholds.node),
+        (server.deployment_gc_threshold, &mut thresholds.deployment),
+    ];
+    for (value, threshold) in keys {
+        if let Some(value) = value {
+            *threshold = value;
+        }
+    }
+    Ok(())
 }
 
 pub fn run(args: ServerArgs) -> Result<(), Failure> {

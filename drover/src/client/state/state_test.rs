@@ -386,14 +386,22 @@ fn a_new_allocation_starts_with_its_driver_or_fails_at_once() {
 }
 
 #[test]
-fn a_mock_allocation_of_a_deployment_reports_itself_healthy_as_it_starts() {
+fn a_mock_service_allocation_reports_itself_healthy_as_it_starts_unless_health_is_manual() {
     let mut client = Client::new(config());
     client.start();
     let web = alloc(&job("web", mock::DRIVER), 0);
     let deployed = changed(&alloc(&job("deployed", mock::DRIVER), 0), |alloc| {
         alloc.deployment_id = Some(engine::structs::DeploymentId::from_u128(7));
     });
-    let push = client.push(1, &[&web, &deployed]);
+    let mut manual_job = Job::clone(&job("manual", mock::DRIVER));
+    manual_job.task_groups[0].health.mode = engine::structs::HealthCheckMode::Manual;
+    let manual = changed(&alloc(&Arc::new(manual_job), 0), |alloc| {
+        alloc.deployment_id = Some(engine::structs::DeploymentId::from_u128(8));
+    });
+    let mut batch_job = Job::clone(&job("batch", mock::DRIVER));
+    batch_job.job_type = JobType::Batch;
+    let batch = alloc(&Arc::new(batch_job), 0);
+    let push = client.push(1, &[&web, &deployed, &manual, &batch]);
     let health: BTreeMap<AllocId, Option<bool>> = push
         .iter()
         .filter_map(|action| match action {
@@ -403,7 +411,8 @@ fn a_mock_allocation_of_a_deployment_reports_itself_healthy_as_it_starts() {
         .flatten()
         .map(|update| (update.alloc_id, update.health.as_ref().map(|health| health.healthy)))
         .collect();
-    assert_eq!(health, BTreeMap::from([(web.id, None), (deployed.id, Some(true))]), "{push:?}");
+    let expected = [(web.id, Some(true)), (deployed.id, Some(true)), (manual.id, None), (batch.id, None)];
+    assert_eq!(health, BTreeMap::from(expected), "outside a deployment, by its migrate block: {push:?}");
 }
 
 #[test]
