@@ -136,10 +136,12 @@ async fn a_failing_check_turns_critical_restarts_its_task_and_leaves_the_allocat
     let cluster = dev_cluster("fail", &[]).await;
     // The task listens on nothing: the tcp check on its port fails. No
     // deployment (`MaxParallel: 0`): one would replace the unhealthy
-    // allocation, and this test watches it stay.
+    // allocation, and this test watches it stay. Outside a deployment the
+    // `migrate` block's settings judge its health, as Nomad's.
     let job = json!({"Job": {"ID": "mute", "Type": "service", "Datacenters": ["dc1"],
         "TaskGroups": [{"Name": "mute", "Count": 1, "Networks": [{"DynamicPorts": [{"Label": "http"}]}],
-            "Update": {"MaxParallel": 0, "MinHealthyTime": SECOND, "HealthyDeadline": 4 * SECOND},
+            "Update": {"MaxParallel": 0},
+            "Migrate": {"MinHealthyTime": SECOND, "HealthyDeadline": 4 * SECOND},
             "RestartPolicy": {"Attempts": 10, "Interval": 600 * SECOND, "Delay": 0, "Mode": "fail"},
             "Tasks": [{"Name": "sleeper", "Driver": "raw_exec", "KillTimeout": SECOND,
                 "Config": {"command": "sleep", "args": ["600"]},
