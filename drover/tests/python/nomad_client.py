@@ -78,8 +78,14 @@ try:
 except nomad.api.exceptions.URLNotFoundNomadException:
     pass
 
-# Job versions: python-nomad's get_versions, stable_job and revert_job.
+# Job versions: python-nomad's get_versions, stable_job and revert_job,
+# after a plan of the change (plan_job) and a validation (validate_job).
 resized = {"Job": dict(JOB["Job"], TaskGroups=[dict(JOB["Job"]["TaskGroups"][0], Count=1)])}
+planned = n.job.plan_job("pyweb", resized, diff=True)
+assert planned["Diff"]["Type"] == "Edited", planned["Diff"]
+assert planned["Annotations"]["DesiredTGUpdates"]["web"]["Stop"] == 1, planned["Annotations"]
+assert planned["JobModifyIndex"] > 0, planned
+assert n.validate.validate_job(resized).ok
 n.jobs.register_job(resized)
 versions = n.job.get_versions("pyweb")
 assert [v["Version"] for v in versions["Versions"]] == [1, 0], versions
