@@ -522,6 +522,44 @@ async fn an_operator_adds_a_voter_and_removes_it_again() {
     std::fs::remove_dir_all(&dir).expect("clean up");
 }
 
+/// Three servers formed and four agents on them, every node ready: the
+/// base of the tests that kill a leader mid-operation.
+struct AgentsCluster {
+    dir: PathBuf,
+    members: Vec<Member>,
+    stop_agents: watch::Sender<bool>,
+    agents: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl AgentsCluster {
+    async fn start(name: &str) -> AgentsCluster {
+        transport::install_crypto_provider();
+        let dir = temp_dir(name);
+        let certs = Certs::create(&dir);
+        let mut members: Vec<Member> = (1..=SERVERS).map(|n| Member::new(&dir, n)).collect();
+        let join = members.iter().map(Member::peer).collect::<Vec<_>>().join(",");
+        for member in &mut members {
+            member.start(&dir, Some(&join)).await;
+        }
+        let servers: Vec<SocketAddr> = members.iter().map(|member| member.rpc).collect();
+        let (stop_agents, _, agents) = start_agents(&servers, &certs.material("global-client-drover"));
+        members[0].all_nodes_ready().await;
+        AgentsCluster { dir, members, stop_agents, agents }
+    }
+
+    /// Stops the agents, then the servers still running; removes the directory.
+    async fn stop(mut self) {
+        let _ = self.stop_agents.send(true);
+        for agent in self.agents.drain(..) {
+            let _ = bounded("an agent's stop", agent).await;
+        }
+        for member in self.members.iter_mut().filter(|member| member.process.is_some()) {
+            member.terminate().await;
+        }
+        std::fs::remove_dir_all(&self.dir).expect("clean up");
+    }
+}
+
 /// Job `web` on the mock driver: three allocations rolled out one at a
 /// time behind one canary; `version` goes into its metadata, so each
 /// value is a new version that replaces the allocations.
@@ -550,17 +588,8 @@ async fn write_through(member: &Member, method: &str, path: &str, body: &serde_j
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deployment_waiting_for_promotion_completes_under_the_next_leader() {
-    transport::install_crypto_provider();
-    let dir = temp_dir("ha-deployment");
-    let certs = Certs::create(&dir);
-    let mut members: Vec<Member> = (1..=SERVERS).map(|n| Member::new(&dir, n)).collect();
-    let join = members.iter().map(Member::peer).collect::<Vec<_>>().join(",");
-    for member in &mut members {
-        member.start(&dir, Some(&join)).await;
-    }
-    let servers: Vec<SocketAddr> = members.iter().map(|member| member.rpc).collect();
-    let (stop_agents, _, agents) = start_agents(&servers, &certs.material("global-client-drover"));
-    members[0].all_nodes_ready().await;
+    let mut cluster = AgentsCluster::start("ha-deployment").await;
+    let members = &mut cluster.members;
     let deployment_until = |member: &Member, what: &'static str, done: fn(&serde_json::Value) -> bool| {
         let api = member.api.clone();
         async move { common::api::until(&api, "/v1/job/web/deployment?stale", what, |d| !d.is_null() && done(d)).await }
@@ -598,29 +627,13 @@ async fn a_deployment_waiting_for_promotion_completes_under_the_next_leader() {
     assert_eq!(live.len(), 3, "{allocs}");
     assert!(live.iter().all(|stub| stub["JobVersion"] == 1 && stub["DeploymentStatus"]["Healthy"] == true), "{allocs}");
 
-    let _ = stop_agents.send(true);
-    for agent in agents {
-        let _ = bounded("an agent's stop", agent).await;
-    }
-    for member in members.iter_mut().filter(|member| member.process.is_some()) {
-        member.terminate().await;
-    }
-    std::fs::remove_dir_all(&dir).expect("clean up");
+    cluster.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drain_set_before_the_leader_dies_reaches_its_deadline_and_completes_under_the_next_leader() {
-    transport::install_crypto_provider();
-    let dir = temp_dir("ha-drain");
-    let certs = Certs::create(&dir);
-    let mut members: Vec<Member> = (1..=SERVERS).map(|n| Member::new(&dir, n)).collect();
-    let join = members.iter().map(Member::peer).collect::<Vec<_>>().join(",");
-    for member in &mut members {
-        member.start(&dir, Some(&join)).await;
-    }
-    let servers: Vec<SocketAddr> = members.iter().map(|member| member.rpc).collect();
-    let (stop_agents, _, agents) = start_agents(&servers, &certs.material("global-client-drover"));
-    members[0].all_nodes_ready().await;
+    let mut cluster = AgentsCluster::start("ha-drain").await;
+    let members = &mut cluster.members;
 
     // A batch allocation stays on a draining node until the deadline.
     let batch = serde_json::json!({"Job": {"ID": "report", "Type": "batch", "Datacenters": ["dc1"],
@@ -662,12 +675,5 @@ async fn a_drain_set_before_the_leader_dies_reaches_its_deadline_and_completes_u
     let old = list.iter().find(|stub| stub["NodeID"] == drained.as_str()).expect("the drained node's");
     assert_eq!(old["DesiredDescription"], "alloc is being migrated: its node's drain deadline was reached");
 
-    let _ = stop_agents.send(true);
-    for agent in agents {
-        let _ = bounded("an agent's stop", agent).await;
-    }
-    for member in members.iter_mut().filter(|member| member.process.is_some()) {
-        member.terminate().await;
-    }
-    std::fs::remove_dir_all(&dir).expect("clean up");
+    cluster.stop().await;
 }

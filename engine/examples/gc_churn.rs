@@ -86,7 +86,8 @@ fn run(gc: bool, duration: Duration, rate: u64) -> Vec<Sample> {
     let server = Server::start(config, clock);
     let nodes = server.nodes();
     for i in 1..=NODES {
-        let node = Node::new_ready(NodeId::from_u128(i), "dc1", "c", Resources::new(64_000, 256_000, 1_000_000));
+        let mut node = Node::new_ready(NodeId::from_u128(i), "dc1", "c", Resources::new(64_000, 256_000, 1_000_000));
+        node.attributes.insert("driver.mock".into(), "1".into());
         nodes.register(node).expect("node registers");
     }
     let mode = if gc { "gc" } else { "no-gc" };

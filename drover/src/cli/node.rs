@@ -145,39 +145,8 @@ pub enum NodeCommand {
     /// Drains a node: moves its allocations elsewhere (paced by each
     /// group's `migrate` block), or ends a drain.
     Drain {
-        /// Start (or change) the drain.
-        #[arg(long)]
-        enable: bool,
-        /// End the drain; the node becomes eligible again unless --keep-ineligible.
-        #[arg(long)]
-        disable: bool,
-        /// How long allocations may take to move before what remains is stopped (default 1h).
-        #[arg(long)]
-        deadline: Option<String>,
-        /// Stop everything at once.
-        #[arg(long)]
-        force: bool,
-        /// No deadline: batch allocations may run to their end.
-        #[arg(long)]
-        no_deadline: bool,
-        /// Leave system allocations on the node.
-        #[arg(long)]
-        ignore_system: bool,
-        /// With --disable: keep the node ineligible.
-        #[arg(long)]
-        keep_ineligible: bool,
-        /// Return once the drain is set instead of following it.
-        #[arg(long)]
-        detach: bool,
-        /// Follow a drain already under way.
-        #[arg(long)]
-        monitor: bool,
-        /// Do not ask for confirmation (Drover never asks).
-        #[arg(long, short = 'y')]
-        yes: bool,
-        /// `key=value` attached to the drain's record; may be repeated.
-        #[arg(long)]
-        meta: Vec<String>,
+        #[command(flatten)]
+        args: DrainArgs,
         /// A node id or prefix.
         id: String,
     },
@@ -205,34 +174,7 @@ pub fn command(command: NodeCommand, api: &ApiArgs) -> Result<(), Failure> {
         match command {
             NodeCommand::Status { id, json, verbose } => status(&client, id.as_deref(), json, verbose).await,
             NodeCommand::Eligibility { enable, id, .. } => eligibility(&client, &id, enable).await,
-            NodeCommand::Drain {
-                enable,
-                disable,
-                deadline,
-                force,
-                no_deadline,
-                ignore_system,
-                keep_ineligible,
-                detach,
-                monitor,
-                yes: _,
-                meta,
-                id,
-            } => {
-                let args = DrainArgs {
-                    enable,
-                    disable,
-                    deadline,
-                    force,
-                    no_deadline,
-                    ignore_system,
-                    keep_ineligible,
-                    detach,
-                    monitor,
-                    meta,
-                };
-                drain(&client, &resolve(&client, &id).await?, &args).await
-            }
+            NodeCommand::Drain { args, id } => drain(&client, &resolve(&client, &id).await?, &args).await,
             NodeCommand::Evaluate { id } => evaluate(&client, &id).await,
         }
     })

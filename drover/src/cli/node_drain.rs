@@ -18,28 +18,41 @@ use crate::api::nodes::{DrainSpec, Node, NodeUpdateDrainRequest, NodeWriteRespon
 /// How long one blocking query of the monitor waits before asking again.
 const MONITOR_WAIT: &str = "30s";
 
-/// What `drover node drain` was asked (its flags, as Nomad's).
-#[derive(Clone, Debug, Default)]
+/// What `drover node drain` is asked: Nomad's flags.
+#[derive(Clone, Debug, Default, clap::Args)]
 pub struct DrainArgs {
-    /// `--enable`.
+    /// Start (or change) the drain.
+    #[arg(long)]
     pub enable: bool,
-    /// `--disable`.
+    /// End the drain; the node becomes eligible again unless --keep-ineligible.
+    #[arg(long)]
     pub disable: bool,
-    /// `--deadline`.
+    /// How long allocations may take to move before what remains is stopped (default 1h).
+    #[arg(long)]
     pub deadline: Option<String>,
-    /// `--force`.
+    /// Stop everything at once.
+    #[arg(long)]
     pub force: bool,
-    /// `--no-deadline`.
+    /// No deadline: batch allocations may run to their end.
+    #[arg(long)]
     pub no_deadline: bool,
-    /// `--ignore-system`.
+    /// Leave system allocations on the node.
+    #[arg(long)]
     pub ignore_system: bool,
-    /// `--keep-ineligible`.
+    /// With --disable: keep the node ineligible.
+    #[arg(long)]
     pub keep_ineligible: bool,
-    /// `--detach`.
+    /// Return once the drain is set instead of following it.
+    #[arg(long)]
     pub detach: bool,
-    /// `--monitor`.
+    /// Follow a drain already under way.
+    #[arg(long)]
     pub monitor: bool,
-    /// `--meta key=value`, repeated.
+    /// Do not ask for confirmation (Drover never asks).
+    #[arg(long, short = 'y')]
+    pub yes: bool,
+    /// `key=value` attached to the drain's record; may be repeated.
+    #[arg(long)]
     pub meta: Vec<String>,
 }
 

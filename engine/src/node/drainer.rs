@@ -159,16 +159,7 @@ impl NodeDrainer {
             let command = match action {
                 Action::Complete => {
                     tracing::info!(node = %node_id, "node drain complete");
-                    Command::UpdateNodeDrain {
-                        node_id,
-                        drain: None,
-                        mark_eligible: false,
-                        complete: true,
-                        meta: Default::default(),
-                        accessor_id: String::new(),
-                        evals: Vec::new(),
-                        time: now,
-                    }
+                    Command::complete_drain(node_id, now)
                 }
                 Action::Deadline(evals) | Action::ReleaseSystem(evals) => Command::UpsertEvals { evals },
             };

@@ -190,17 +190,7 @@ fn run(applier: &Applier, steps: &[Step]) {
             Step::GreedyMigrate(stops) => greedy(applier, *stops, stop_reason::MIGRATING),
             Step::Drain(node) => {
                 let drain = DrainStrategy { deadline: DrainDeadline::None, ignore_system_jobs: false, started_at: NOW };
-                let command = Command::UpdateNodeDrain {
-                    node_id: NodeId::from_u128(*node),
-                    drain: Some(drain),
-                    mark_eligible: false,
-                    complete: false,
-                    meta: Default::default(),
-                    accessor_id: String::new(),
-                    evals: vec![],
-                    time: NOW,
-                };
-                applier.store.apply(command).expect("drain");
+                applier.store.apply(Command::drain_node(NodeId::from_u128(*node), drain, vec![], NOW)).expect("drain");
             }
             Step::Pause(pause) => pause_deployment(applier, *pause),
         }

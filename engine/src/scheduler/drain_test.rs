@@ -67,17 +67,7 @@ fn report(harness: &Harness, allocs: &[Arc<Allocation>], status: ClientStatus, h
 
 fn drain(harness: &Harness, node_id: NodeId, deadline: DrainDeadline, ignore_system_jobs: bool) {
     let drain = DrainStrategy { deadline, ignore_system_jobs, started_at: harness.config.now };
-    let command = Command::UpdateNodeDrain {
-        node_id,
-        drain: Some(drain),
-        mark_eligible: false,
-        complete: false,
-        meta: Default::default(),
-        accessor_id: String::new(),
-        evals: vec![],
-        time: harness.config.now,
-    };
-    harness.store.apply(command).expect("the drain applies");
+    harness.store.apply(Command::drain_node(node_id, drain, vec![], harness.config.now)).expect("the drain applies");
 }
 
 /// Live allocations of the job on `node`, and elsewhere.
@@ -97,16 +87,7 @@ fn drainer(harness: &Harness) -> Vec<Action> {
     let decisions = decide(&snapshot, &draining, harness.config.now);
     for (node_id, _, action) in &decisions.actions {
         let command = match action {
-            Action::Complete => Command::UpdateNodeDrain {
-                node_id: *node_id,
-                drain: None,
-                mark_eligible: false,
-                complete: true,
-                meta: Default::default(),
-                accessor_id: String::new(),
-                evals: vec![],
-                time: harness.config.now,
-            },
+            Action::Complete => Command::complete_drain(*node_id, harness.config.now),
             Action::Deadline(evals) | Action::ReleaseSystem(evals) => Command::UpsertEvals { evals: evals.clone() },
         };
         harness.store.apply(command).expect("the drainer's write applies");

@@ -376,13 +376,19 @@ impl Snapshot {
         let was_schedulable = existing.is_schedulable();
         let mut node = Node::clone(existing);
         node.eligibility = eligibility;
+        self.put_changed_node(index, node, was_schedulable, applied);
+        Ok(())
+    }
+
+    /// Stores an operator's change of `node` at `index`: capacity appears
+    /// where it became schedulable.
+    fn put_changed_node(&mut self, index: u64, mut node: Node, was_schedulable: bool, applied: &mut Applied) {
         node.modify_index = index;
         if !was_schedulable && node.is_schedulable() {
             applied.capacity_changes.push(CapacityChange::of(&node));
         }
         self.put_node(node);
         self.table_indexes.nodes = index;
-        Ok(())
     }
 
     /// A node's drain starts, changes or ends ([`Command::UpdateNodeDrain`]).
@@ -428,12 +434,7 @@ impl Snapshot {
             }),
         };
         node.eligibility = eligibility;
-        node.modify_index = index;
-        if !was_schedulable && node.is_schedulable() {
-            applied.capacity_changes.push(CapacityChange::of(&node));
-        }
-        self.put_node(node);
-        self.table_indexes.nodes = index;
+        self.put_changed_node(index, node, was_schedulable, applied);
         Ok(())
     }
 

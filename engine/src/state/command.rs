@@ -327,6 +327,35 @@ pub enum Command {
 }
 
 impl Command {
+    /// A drain started (or changed) with nothing of an operator's: no
+    /// meta, no accessor.
+    pub fn drain_node(node_id: NodeId, drain: DrainStrategy, evals: Vec<Evaluation>, time: Timestamp) -> Command {
+        Command::UpdateNodeDrain {
+            node_id,
+            drain: Some(drain),
+            mark_eligible: false,
+            complete: false,
+            meta: BTreeMap::new(),
+            accessor_id: String::new(),
+            evals,
+            time,
+        }
+    }
+
+    /// The drainer's record that a node's drain completed.
+    pub fn complete_drain(node_id: NodeId, time: Timestamp) -> Command {
+        Command::UpdateNodeDrain {
+            node_id,
+            drain: None,
+            mark_eligible: false,
+            complete: true,
+            meta: BTreeMap::new(),
+            accessor_id: String::new(),
+            evals: Vec::new(),
+            time,
+        }
+    }
+
     /// The write of what a plan applier committed of a plan: stops and
     /// evictions first, so a replacement in the same plan links to the
     /// stopped version and takes ports the stopped ones held; and one eval
