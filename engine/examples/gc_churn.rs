@@ -8,11 +8,13 @@
 //! with every job.
 //!
 //! ```sh
-//! cargo run --release -p engine --example gc_churn -- [seconds per mode] [jobs per second]
+//! cargo run --release -p engine --example gc_churn -- [seconds per mode] [jobs per second] [on|off|both]
 //! ```
 //!
-//! Defaults: 300 s per mode, 300 jobs (3,000 allocations) a second. The
-//! output is CSV (`mode,second,rss_mib,jobs,evals,allocs,placed`),
+//! Defaults: 300 s per mode, 300 jobs (3,000 allocations) a second, both
+//! modes. Run one mode per process to compare resident memory: a second
+//! mode in the same process starts with what the allocator kept of the
+//! first. The output is CSV (`mode,second,rss_mib,jobs,evals,allocs,placed`),
 //! then a summary per mode.
 
 use std::collections::{BTreeMap, VecDeque};
@@ -45,8 +47,13 @@ fn main() {
     let seconds: u64 = args.next().and_then(|text| text.parse().ok()).unwrap_or(300);
     let rate: u64 = args.next().and_then(|text| text.parse().ok()).unwrap_or(300);
     println!("mode,second,rss_mib,jobs,evals,allocs,placed");
+    let modes: &[bool] = match args.next().as_deref() {
+        Some("on") => &[true],
+        Some("off") => &[false],
+        _ => &[true, false],
+    };
     let mut summaries = Vec::new();
-    for gc in [true, false] {
+    for &gc in modes {
         let samples = run(gc, Duration::from_secs(seconds), rate);
         summaries.push((gc, samples));
     }
