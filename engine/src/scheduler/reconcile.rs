@@ -7,6 +7,12 @@
 //! 2. Live allocations are split by the state of their node (Nomad's
 //!    `filterByTainted`, see [`taint_of`]): untainted, lost, disconnecting,
 //!    unknown, awaiting report, reconnecting.
+//!    Allocations on a draining node migrate: a service allocation is
+//!    stopped and replaced elsewhere while its group keeps `count -
+//!    migrate.max_parallel` available allocations (the same budget an
+//!    update draws on), a batch allocation stays until the drain's
+//!    deadline, and at the deadline everything moves ([`Reconciler`]'s
+//!    `migrate`). The replacement links to the allocation it replaces.
 //! 3. Lost allocations are stopped as `lost`; a group with
 //!    `stop_after_client_disconnect` keeps a lost allocation's slot empty
 //!    for that long after (its client stops it by then), so the two never
@@ -24,12 +30,6 @@
 //!    stopped; only the client's report decides its reconnect (step 4). Its
 //!    node accepts no placement meanwhile (only `ready` nodes do, and an
 //!    `initializing` node becomes ready only after the report).
-//!    Allocations on a draining node migrate: a service allocation is
-//!    stopped and replaced elsewhere while its group keeps `count -
-//!    migrate.max_parallel` available allocations (the same budget an
-//!    update draws on), a batch allocation stays until the drain's
-//!    deadline, and at the deadline everything moves ([`Reconciler`]'s
-//!    `migrate`). The replacement links to the allocation it replaces.
 //! 4. Reconnecting allocations (the servers marked them `unknown`, their
 //!    node is back and the client has reported them since) are settled: one
 //!    allocation per slot is kept: a replacement that runs a newer job
