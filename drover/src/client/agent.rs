@@ -24,7 +24,8 @@
 //! once it is back. When the agent starts it re-attaches to the
 //! allocations it finds in its data dir. On shutdown their tasks keep
 //! running (the next agent re-attaches), except in dev mode, where they are
-//! stopped. Until an allocation's directories are garbage collected (the
+//! stopped; with `drain_on_shutdown` the agent first drains its node and
+//! waits for its allocations to move ([`DrainOnShutdown`]). Until an allocation's directories are garbage collected (the
 //! servers no longer list it, or more than `gc_max_allocs` ended ones are
 //! kept) its logs can still be read.
 
