@@ -21,10 +21,9 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
-use common::api::until;
+use common::api::{fewest_of, running_nodes as running, until};
 use common::bounded;
 use common::dev::DevCluster;
 use serde_json::{json, Value};
@@ -47,13 +46,6 @@ fn system_job() -> Value {
 async fn submit(cluster: &DevCluster, job: &Value) {
     let written = cluster.api.request("PUT", "/v1/jobs", Some(job)).await.expect("answer");
     assert_eq!(written.status, 200, "{}", written.body);
-}
-
-/// The job's allocations that run (client status), with their nodes.
-fn running(allocs: &Value) -> Vec<String> {
-    let list = allocs.as_array().map(Vec::as_slice).unwrap_or_default();
-    let running = list.iter().filter(|stub| stub["ClientStatus"] == "running");
-    running.map(|stub| stub["NodeID"].as_str().expect("a node").to_string()).collect()
 }
 
 /// Runs `drover node drain ARGS` against the cluster; its stdout.
@@ -94,18 +86,7 @@ async fn a_drain_moves_a_service_one_allocation_at_a_time_and_system_jobs_last()
     assert!(on_drained > 0 && on_drained < COUNT, "the service is spread over both nodes: {nodes:?}");
 
     // Sample the running allocations all through the drain.
-    let fewest = Arc::new(AtomicUsize::new(COUNT));
-    let sampler = {
-        let (api, fewest) = (cluster.api.clone(), fewest.clone());
-        tokio::spawn(async move {
-            let mut index = 0;
-            loop {
-                let answer = api.get(&format!("/v1/job/web/allocations?index={index}&wait=30s")).await.expect("read");
-                index = answer.index.unwrap_or(index);
-                fewest.fetch_min(running(&answer.json().expect("JSON")).len(), Ordering::SeqCst);
-            }
-        })
-    };
+    let (sampler, fewest) = fewest_of(&cluster.api, "/v1/job/web/allocations", COUNT, |allocs| running(allocs).len());
     let printed = drain_cli(&cluster, &["--enable", "--ignore-system", "--deadline", "5m", &drained]).await;
     assert!(printed.contains("drain strategy set"), "{printed}");
     assert!(printed.contains(&format!("Drain complete for node {drained}")), "{printed}");
@@ -277,18 +258,7 @@ async fn five_drains_at_once_keep_the_group_within_its_budget() {
         nodes.as_array().expect("a list").iter().map(|node| node["ID"].as_str().expect("an id").to_string()).collect();
     let (kept, drained) = ids.split_first().expect("six");
 
-    let fewest = Arc::new(AtomicUsize::new(SPREAD));
-    let sampler = {
-        let (api, fewest) = (cluster.api.clone(), fewest.clone());
-        tokio::spawn(async move {
-            let mut index = 0;
-            loop {
-                let answer = api.get(&format!("/v1/job/wide/allocations?index={index}&wait=30s")).await.expect("read");
-                index = answer.index.unwrap_or(index);
-                fewest.fetch_min(serving(&answer.json().expect("JSON")).len(), Ordering::SeqCst);
-            }
-        })
-    };
+    let (sampler, fewest) = fewest_of(&cluster.api, "/v1/job/wide/allocations", SPREAD, |allocs| serving(allocs).len());
     let mut drains = tokio::task::JoinSet::new();
     for id in drained {
         let (api, path) = (cluster.api.clone(), format!("/v1/node/{id}/drain"));

@@ -193,6 +193,21 @@ impl Drop for Member {
     }
 }
 
+/// The `--join` list of `members`' server-to-server addresses.
+fn join_of(members: &[Member]) -> String {
+    members.iter().map(Member::peer).collect::<Vec<_>>().join(",")
+}
+
+/// [`SERVERS`] servers started to form one cluster.
+async fn form_cluster(dir: &Path) -> Vec<Member> {
+    let mut members: Vec<Member> = (1..=SERVERS).map(|n| Member::new(dir, n)).collect();
+    let join = join_of(&members);
+    for member in &mut members {
+        member.start(dir, Some(&join)).await;
+    }
+    members
+}
+
 /// Agents that know every server and follow the leader on their own.
 fn start_agents(
     servers: &[SocketAddr],
@@ -366,11 +381,8 @@ async fn the_cluster_survives_its_leader_being_killed_again_and_again() {
     transport::install_crypto_provider();
     let dir = temp_dir("ha");
     let certs = Certs::create(&dir);
-    let mut members: Vec<Member> = (1..=SERVERS).map(|n| Member::new(&dir, n)).collect();
-    let join = members.iter().map(Member::peer).collect::<Vec<_>>().join(",");
-    for member in &mut members {
-        member.start(&dir, Some(&join)).await;
-    }
+    let mut members = form_cluster(&dir).await;
+    let join = join_of(&members);
     let servers: Vec<SocketAddr> = members.iter().map(|member| member.rpc).collect();
     let (stop_agents, agent_counters, agents) = start_agents(&servers, &certs.material("global-client-drover"));
     let operators =
@@ -472,7 +484,7 @@ async fn an_operator_adds_a_voter_and_removes_it_again() {
     let dir = temp_dir("ha-membership");
     let certs = Certs::create(&dir);
     let mut members: Vec<Member> = (1..=SERVERS + 1).map(|n| Member::new(&dir, n)).collect();
-    let join = members[..SERVERS].iter().map(Member::peer).collect::<Vec<_>>().join(",");
+    let join = join_of(&members[..SERVERS]);
     for member in &mut members[..SERVERS] {
         member.start(&dir, Some(&join)).await;
     }
@@ -536,11 +548,7 @@ impl AgentsCluster {
         transport::install_crypto_provider();
         let dir = temp_dir(name);
         let certs = Certs::create(&dir);
-        let mut members: Vec<Member> = (1..=SERVERS).map(|n| Member::new(&dir, n)).collect();
-        let join = members.iter().map(Member::peer).collect::<Vec<_>>().join(",");
-        for member in &mut members {
-            member.start(&dir, Some(&join)).await;
-        }
+        let members = form_cluster(&dir).await;
         let servers: Vec<SocketAddr> = members.iter().map(|member| member.rpc).collect();
         let (stop_agents, _, agents) = start_agents(&servers, &certs.material("global-client-drover"));
         members[0].all_nodes_ready().await;
@@ -640,11 +648,7 @@ async fn a_drain_set_before_the_leader_dies_reaches_its_deadline_and_completes_u
         "TaskGroups": [{"Name": "report", "Count": 1,
             "Tasks": [{"Name": "main", "Driver": "mock", "Resources": {"CPU": 10, "MemoryMB": 10}}]}]}});
     write_through(&members[0], "PUT", "/v1/jobs", &batch).await;
-    let running = |allocs: &serde_json::Value| -> Vec<String> {
-        let list = allocs.as_array().map(Vec::as_slice).unwrap_or_default();
-        let running = list.iter().filter(|stub| stub["ClientStatus"] == "running");
-        running.map(|stub| stub["NodeID"].as_str().expect("a node").to_string()).collect()
-    };
+    let running = common::api::running_nodes;
     let allocs = common::api::until(&members[0].api, "/v1/job/report/allocations", "the batch job running", |a| {
         running(a).len() == 1
     })

@@ -154,16 +154,7 @@ fn complete(server: &Server, running: &mut VecDeque<JobKey>) -> u64 {
         for alloc in allocs.into_iter().filter(|alloc| !alloc.client_status.is_terminal()) {
             done = false;
             finished += 1;
-            by_node.entry(alloc.node_id).or_default().push(ClientAllocUpdate {
-                alloc_id: alloc.id,
-                node_id: alloc.node_id,
-                client_status: ClientStatus::Complete,
-                client_description: String::new(),
-                task_states: Default::default(),
-                services: None,
-                checks: None,
-                health: None,
-            });
+            by_node.entry(alloc.node_id).or_default().push(ClientAllocUpdate::status(alloc, ClientStatus::Complete));
         }
         !done
     });

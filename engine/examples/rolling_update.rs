@@ -160,16 +160,10 @@ fn reports(snapshot: &Snapshot, job: &Job) -> BTreeMap<NodeId, Vec<ClientAllocUp
             (DesiredStatus::Stop, ClientStatus::Running | ClientStatus::Pending) => (ClientStatus::Complete, None),
             _ => continue,
         };
-        by_node.entry(alloc.node_id).or_default().push(ClientAllocUpdate {
-            alloc_id: alloc.id,
-            node_id: alloc.node_id,
-            client_status: status,
-            client_description: String::new(),
-            task_states: Default::default(),
-            services: None,
-            checks: None,
-            health,
-        });
+        by_node
+            .entry(alloc.node_id)
+            .or_default()
+            .push(ClientAllocUpdate { health, ..ClientAllocUpdate::status(alloc, status) });
     }
     by_node
 }

@@ -13,12 +13,12 @@
 //! 6. a written scheduler configuration pauses or resumes the broker
 //!    (`pause_eval_broker`).
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crate::clock::SharedClock;
 use crate::eval::blocked::BlockedEvals;
 use crate::eval::broker::EvalBroker;
+use crate::node::drainer::DrainSignals;
 use crate::state::{Applied, ApplyHook};
 use crate::structs::{EvalStatus, Evaluation};
 
@@ -27,10 +27,10 @@ use crate::structs::{EvalStatus, Evaluation};
 pub struct Router {
     broker: Arc<EvalBroker>,
     blocked: Arc<BlockedEvals>,
-    /// Woken when a deployment or a node changed, or an allocation while
-    /// a node drains (the flag): the timer thread runs the deployment
-    /// watcher and the node drainer.
-    timers: Option<(SharedClock, Arc<AtomicBool>)>,
+    /// Woken when a deployment or a drain changed, or an allocation while
+    /// a node drains: the timer thread runs the deployment watcher and the
+    /// node drainer.
+    timers: Option<(SharedClock, Arc<DrainSignals>)>,
 }
 
 impl Router {
@@ -40,18 +40,21 @@ impl Router {
     }
 
     /// Also wakes the sleepers on `clock` (the timer thread) whenever a
-    /// command changed a deployment or a node, or, while `draining` says a
-    /// node drains, an allocation.
-    pub fn waking_timers(mut self, clock: SharedClock, draining: Arc<AtomicBool>) -> Self {
-        self.timers = Some((clock, draining));
+    /// command changed a deployment or a drain (telling the drainer
+    /// through `drains`), or, while a node drains, an allocation.
+    pub fn waking_timers(mut self, clock: SharedClock, drains: Arc<DrainSignals>) -> Self {
+        self.timers = Some((clock, drains));
         self
     }
 
     /// Routes an applied command's evals and capacity changes.
     pub fn route(&self, applied: &Applied) {
-        if let Some((clock, draining)) = &self.timers {
-            let drain_moved = !applied.touched_nodes.is_empty() && draining.load(Ordering::Acquire);
-            if applied.deployments_changed || applied.nodes_changed || drain_moved {
+        if let Some((clock, drains)) = &self.timers {
+            if applied.drains_changed {
+                drains.changed();
+            }
+            let drain_moved = !applied.touched_nodes.is_empty() && drains.any_draining();
+            if applied.deployments_changed || applied.drains_changed || drain_moved {
                 clock.wake_sleepers();
             }
         }

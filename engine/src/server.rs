@@ -166,7 +166,7 @@ impl Core {
         let blocked = Arc::new(BlockedEvals::new(broker.clone(), clock.clone()));
         let deployments = DeploymentWatcher::new(writer.clone(), clock.clone());
         let drainer = NodeDrainer::new(writer.clone(), clock.clone());
-        let router = Router::new(broker.clone(), blocked.clone()).waking_timers(clock.clone(), drainer.active());
+        let router = Router::new(broker.clone(), blocked.clone()).waking_timers(clock.clone(), drainer.signals());
         let gc = GarbageCollector::new(config.gc.clone(), writer.clone(), clock.clone());
         let seed = seed.unwrap_or_else(rand::random);
         let heartbeats = Heartbeats::seeded(config.heartbeat.clone(), clock.clone(), seed);
@@ -194,6 +194,8 @@ impl Core {
     /// them runs once more (those that cannot stay parked).
     pub fn lead(&self) {
         self.store.set_hook(Some(Box::new(self.router.clone())));
+        // Drains that started while another server led.
+        self.drainer.signals().changed();
         let snapshot = self.store.snapshot();
         if snapshot.scheduler_config().is_some_and(|config| config.pause_eval_broker) {
             self.router.pause_broker(true);

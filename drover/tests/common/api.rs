@@ -43,6 +43,36 @@ pub fn allocated_port(alloc: &Value, label: &str) -> (String, u64) {
     (port["HostIP"].as_str().expect("an address").to_string(), port["Value"].as_u64().expect("a number"))
 }
 
+/// The nodes of the allocation stubs in `allocs` that run (client status).
+pub fn running_nodes(allocs: &Value) -> Vec<String> {
+    let list = allocs.as_array().map(Vec::as_slice).unwrap_or_default();
+    let running = list.iter().filter(|stub| stub["ClientStatus"] == "running");
+    running.map(|stub| stub["NodeID"].as_str().expect("a node").to_string()).collect()
+}
+
+/// Follows `path` with blocking queries in the background, keeping the
+/// fewest `count` said of any answer, starting from `most`: the sampler's
+/// task (abort it when done) and the fewest so far.
+pub fn fewest_of(
+    api: &ApiClient,
+    path: &str,
+    most: usize,
+    count: fn(&Value) -> usize,
+) -> (tokio::task::JoinHandle<()>, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let fewest = std::sync::Arc::new(AtomicUsize::new(most));
+    let (api, path, seen) = (api.clone(), path.to_string(), fewest.clone());
+    let sampler = tokio::spawn(async move {
+        let mut index = 0;
+        loop {
+            let answer = api.get(&format!("{path}?index={index}&wait=30s")).await.expect("read");
+            index = answer.index.unwrap_or(index);
+            seen.fetch_min(count(&answer.json().expect("JSON")), Ordering::SeqCst);
+        }
+    });
+    (sampler, fewest)
+}
+
 /// Whether an allocation stub's client status has ended.
 pub fn is_terminal(stub: &Value) -> bool {
     matches!(stub["ClientStatus"].as_str(), Some("complete" | "failed"))

@@ -60,16 +60,7 @@ impl Fixture {
 
     /// The allocation's client reports `status` at `time`.
     pub fn report(&self, alloc: &Allocation, status: ClientStatus, time: Timestamp) {
-        let update = ClientAllocUpdate {
-            alloc_id: alloc.id,
-            node_id: alloc.node_id,
-            client_status: status,
-            client_description: String::new(),
-            task_states: Default::default(),
-            services: None,
-            checks: None,
-            health: None,
-        };
+        let update = ClientAllocUpdate::status(alloc, status);
         let command = Command::UpdateAllocsFromClient { updates: vec![update], evals: vec![], time };
         self.store.apply(command).expect("update");
     }

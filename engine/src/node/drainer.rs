@@ -15,12 +15,14 @@
 //! 3. Only system allocations are left: an eval for each of their jobs, so
 //!    the system scheduler stops them.
 //!
-//! [`NodeDrainer`] runs [`decide`] on the server's timer thread when the
-//! nodes table moved or, while any node drains, an allocation changed (the
-//! router wakes it), and when a deadline is due. Everything it decides
-//! from is in the replicated state, so the drainer of the next leader takes
-//! over where this one stopped; it only remembers which evals it wrote, so
-//! as not to write them twice.
+//! [`NodeDrainer`] runs [`decide`] on the server's timer thread when a
+//! drain changed or, while any node drains, an allocation did (the router
+//! wakes it and says which through [`DrainSignals`]), and when a deadline
+//! is due. It lists the draining nodes only when a drain changed (and once
+//! as it starts leading), never on other node changes. Everything it
+//! decides from is in the replicated state, so the drainer of the next
+//! leader takes over where this one stopped; it only remembers which evals
+//! it wrote, so as not to write them twice.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -91,24 +93,43 @@ pub fn decide(snapshot: &Snapshot, draining: &[NodeId], now: Timestamp) -> Decis
     decisions
 }
 
+/// What the router and the drainer tell each other (module docs).
+#[derive(Debug)]
+pub struct DrainSignals {
+    /// A drain started, changed or ended (or this server starts leading):
+    /// the draining nodes are listed again.
+    changed: AtomicBool,
+    /// Whether any node drains, as of the last listing: the router wakes
+    /// the drainer on every allocation change while one does.
+    any_draining: AtomicBool,
+}
+
+impl DrainSignals {
+    /// A drain changed: list the draining nodes again.
+    pub fn changed(&self) {
+        self.changed.store(true, Ordering::Release);
+    }
+
+    /// Whether any node drains, as of the drainer's last listing.
+    pub fn any_draining(&self) -> bool {
+        self.any_draining.load(Ordering::Acquire)
+    }
+}
+
 /// The drainer's runtime on the leader (module docs).
 #[derive(Debug)]
 pub struct NodeDrainer {
     writer: Writer,
     clock: SharedClock,
-    /// Whether any node drains: the router wakes the drainer on every
-    /// allocation change while one does.
-    active: Arc<AtomicBool>,
+    signals: Arc<DrainSignals>,
     seen: Mutex<Seen>,
 }
 
 #[derive(Debug, Default)]
 struct Seen {
-    /// The nodes table index the draining nodes were last listed at.
-    nodes_index: u64,
     /// The state index last looked at.
     index: u64,
-    /// The draining nodes as of `nodes_index`.
+    /// The draining nodes as of the last listing.
     draining: Vec<NodeId>,
     /// When a deadline is next due, as of the last look.
     next_deadline: Option<Timestamp>,
@@ -118,28 +139,32 @@ struct Seen {
 }
 
 impl NodeDrainer {
-    /// A drainer writing through `writer`.
+    /// A drainer writing through `writer`; it lists the draining nodes on
+    /// its first run.
     pub fn new(writer: Writer, clock: SharedClock) -> Arc<Self> {
-        let active = Arc::new(AtomicBool::new(false));
-        Arc::new(NodeDrainer { writer, clock, active, seen: Mutex::new(Seen::default()) })
+        let signals = Arc::new(DrainSignals { changed: AtomicBool::new(true), any_draining: AtomicBool::new(false) });
+        Arc::new(NodeDrainer { writer, clock, signals, seen: Mutex::new(Seen::default()) })
     }
 
-    /// Whether any node drains, as of the last look (the router reads it).
-    pub fn active(&self) -> Arc<AtomicBool> {
-        self.active.clone()
+    /// What the router tells the drainer and reads of it.
+    pub fn signals(&self) -> Arc<DrainSignals> {
+        self.signals.clone()
     }
 
     /// Looks at the draining nodes if the state moved or a deadline is
     /// due, writes what [`decide`] says, and returns the next deadline.
     pub fn run(&self) -> Option<Timestamp> {
         let mut seen = self.seen.lock();
+        // The flag before the snapshot: a drain written after the swap sets
+        // it again, so the next run lists it.
+        let changed = self.signals.changed.swap(false, Ordering::AcqRel);
         let snapshot = self.writer.store().snapshot();
         let now = self.clock.now();
-        let nodes_index = snapshot.table_indexes().nodes;
-        if nodes_index != seen.nodes_index {
+        if changed {
             seen.draining = snapshot.nodes().filter(|node| node.is_draining()).map(|node| node.id).collect();
-            seen.nodes_index = nodes_index;
-            self.active.store(!seen.draining.is_empty(), Ordering::Release);
+            self.signals.any_draining.store(!seen.draining.is_empty(), Ordering::Release);
+            // A drain that changed is looked at now, whatever the index.
+            seen.index = 0;
         }
         let due = seen.next_deadline.is_some_and(|at| at <= now);
         if seen.draining.is_empty() || (snapshot.index() == seen.index && !due) {

@@ -206,14 +206,8 @@ fn report(applier: &Applier, position: usize, healthy: bool) {
         return;
     }
     let update = ClientAllocUpdate {
-        alloc_id: alloc.id,
-        node_id: alloc.node_id,
-        client_status: ClientStatus::Running,
-        client_description: String::new(),
-        task_states: Default::default(),
-        services: None,
-        checks: None,
         health: Some(AllocHealth { healthy, timestamp: NOW, modify_index: 0 }),
+        ..ClientAllocUpdate::status(alloc, ClientStatus::Running)
     };
     applier
         .store

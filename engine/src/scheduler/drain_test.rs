@@ -52,14 +52,8 @@ fn report(harness: &Harness, allocs: &[Arc<Allocation>], status: ClientStatus, h
     let updates = allocs
         .iter()
         .map(|alloc| ClientAllocUpdate {
-            alloc_id: alloc.id,
-            node_id: alloc.node_id,
-            client_status: status,
-            client_description: String::new(),
-            task_states: Default::default(),
-            services: None,
-            checks: None,
             health: healthy.map(|healthy| AllocHealth { healthy, timestamp: now, modify_index: 0 }),
+            ..ClientAllocUpdate::status(alloc, status)
         })
         .collect();
     harness.store.apply(Command::UpdateAllocsFromClient { updates, evals: vec![], time: now }).expect("reports apply");

@@ -19,10 +19,9 @@ impl Snapshot {
     /// Applies `command` at `index`, recording what followers of the store
     /// (broker, blocked evals) need to hear about in `applied`.
     pub(super) fn apply(&mut self, index: u64, command: Command, applied: &mut Applied) -> Result<(), StateError> {
-        let (deployments, nodes) = (self.table_indexes.deployments, self.table_indexes.nodes);
+        let deployments = self.table_indexes.deployments;
         let outcome = self.apply_command(index, command, applied);
         applied.deployments_changed = self.table_indexes.deployments != deployments;
-        applied.nodes_changed = self.table_indexes.nodes != nodes;
         outcome
     }
 
@@ -53,6 +52,7 @@ impl Snapshot {
             Command::UpdateNodeDrain { node_id, drain, mark_eligible, complete, meta, accessor_id, evals, time } => {
                 let change = DrainChange { drain, mark_eligible, complete, meta, accessor_id, time };
                 self.update_node_drain(index, node_id, change, applied)?;
+                applied.drains_changed = true;
                 self.upsert_evals(index, evals, applied);
                 Ok(())
             }

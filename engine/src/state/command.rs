@@ -420,3 +420,21 @@ pub struct ClientAllocUpdate {
     #[serde(default)]
     pub health: Option<AllocHealth>,
 }
+
+impl ClientAllocUpdate {
+    /// A plain report of `alloc` at `client_status`: nothing about its
+    /// tasks, services, checks or health (what the mock driver's light
+    /// path and simulated clients send).
+    pub fn status(alloc: &Allocation, client_status: ClientStatus) -> ClientAllocUpdate {
+        ClientAllocUpdate {
+            alloc_id: alloc.id,
+            node_id: alloc.node_id,
+            client_status,
+            client_description: String::new(),
+            task_states: BTreeMap::new(),
+            services: None,
+            checks: None,
+            health: None,
+        }
+    }
+}

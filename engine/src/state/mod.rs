@@ -297,9 +297,10 @@ pub struct Applied {
     /// Whether the command changed a deployment (the watcher looks again).
     #[serde(default)]
     pub deployments_changed: bool,
-    /// Whether the command changed a node (the drainer looks again).
+    /// Whether the command started, changed or ended a node's drain (the
+    /// drainer lists the draining nodes again).
     #[serde(default)]
-    pub nodes_changed: bool,
+    pub drains_changed: bool,
     /// Evaluations the command deleted (garbage collection, an operator's
     /// delete), as they were stored.
     #[serde(default)]
