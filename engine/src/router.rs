@@ -13,12 +13,12 @@
 //! 6. a written scheduler configuration pauses or resumes the broker
 //!    (`pause_eval_broker`).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crate::clock::SharedClock;
 use crate::eval::blocked::BlockedEvals;
 use crate::eval::broker::EvalBroker;
-use crate::node::drainer::DrainSignals;
 use crate::state::{Applied, ApplyHook};
 use crate::structs::{EvalStatus, Evaluation};
 
@@ -98,6 +98,45 @@ impl Router {
 impl ApplyHook for Router {
     fn after_apply(&self, applied: &Applied) {
         self.route(applied);
+    }
+}
+
+/// What the router and the node drainer tell each other: the router says
+/// when a drain changed, the drainer says whether any node drains.
+#[derive(Debug)]
+pub struct DrainSignals {
+    /// A drain started, changed or ended (or this server starts leading):
+    /// the draining nodes are listed again.
+    changed: AtomicBool,
+    /// Whether any node drains, as of the last listing: the router wakes
+    /// the drainer on every allocation change while one does.
+    any_draining: AtomicBool,
+}
+
+impl DrainSignals {
+    /// Signals for a drainer that has not listed the draining nodes yet.
+    pub(crate) fn new() -> Self {
+        DrainSignals { changed: AtomicBool::new(true), any_draining: AtomicBool::new(false) }
+    }
+
+    /// Whether a drain changed since the last call; clears the flag.
+    pub(crate) fn take_changed(&self) -> bool {
+        self.changed.swap(false, Ordering::AcqRel)
+    }
+
+    /// Records whether any node drains, as of the drainer's listing.
+    pub(crate) fn set_any_draining(&self, draining: bool) {
+        self.any_draining.store(draining, Ordering::Release);
+    }
+
+    /// A drain changed: list the draining nodes again.
+    pub fn changed(&self) {
+        self.changed.store(true, Ordering::Release);
+    }
+
+    /// Whether any node drains, as of the drainer's last listing.
+    pub fn any_draining(&self) -> bool {
+        self.any_draining.load(Ordering::Acquire)
     }
 }
 

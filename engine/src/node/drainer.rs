@@ -24,7 +24,6 @@
 //! leader takes over where this one stopped; it only remembers which evals
 //! it wrote, so as not to write them twice.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use hashbrown::HashMap;
@@ -32,6 +31,7 @@ use parking_lot::Mutex;
 
 use super::transitions::drain_evals;
 use crate::clock::{SharedClock, Timestamp};
+use crate::router::DrainSignals;
 use crate::state::{Command, Snapshot, Writer};
 use crate::structs::{Evaluation, NodeId, TriggerReason};
 
@@ -93,29 +93,6 @@ pub fn decide(snapshot: &Snapshot, draining: &[NodeId], now: Timestamp) -> Decis
     decisions
 }
 
-/// What the router and the drainer tell each other (module docs).
-#[derive(Debug)]
-pub struct DrainSignals {
-    /// A drain started, changed or ended (or this server starts leading):
-    /// the draining nodes are listed again.
-    changed: AtomicBool,
-    /// Whether any node drains, as of the last listing: the router wakes
-    /// the drainer on every allocation change while one does.
-    any_draining: AtomicBool,
-}
-
-impl DrainSignals {
-    /// A drain changed: list the draining nodes again.
-    pub fn changed(&self) {
-        self.changed.store(true, Ordering::Release);
-    }
-
-    /// Whether any node drains, as of the drainer's last listing.
-    pub fn any_draining(&self) -> bool {
-        self.any_draining.load(Ordering::Acquire)
-    }
-}
-
 /// The drainer's runtime on the leader (module docs).
 #[derive(Debug)]
 pub struct NodeDrainer {
@@ -142,7 +119,7 @@ impl NodeDrainer {
     /// A drainer writing through `writer`; it lists the draining nodes on
     /// its first run.
     pub fn new(writer: Writer, clock: SharedClock) -> Arc<Self> {
-        let signals = Arc::new(DrainSignals { changed: AtomicBool::new(true), any_draining: AtomicBool::new(false) });
+        let signals = Arc::new(DrainSignals::new());
         Arc::new(NodeDrainer { writer, clock, signals, seen: Mutex::new(Seen::default()) })
     }
 
@@ -157,12 +134,12 @@ impl NodeDrainer {
         let mut seen = self.seen.lock();
         // The flag before the snapshot: a drain written after the swap sets
         // it again, so the next run lists it.
-        let changed = self.signals.changed.swap(false, Ordering::AcqRel);
+        let changed = self.signals.take_changed();
         let snapshot = self.writer.store().snapshot();
         let now = self.clock.now();
         if changed {
             seen.draining = snapshot.nodes().filter(|node| node.is_draining()).map(|node| node.id).collect();
-            self.signals.any_draining.store(!seen.draining.is_empty(), Ordering::Release);
+            self.signals.set_any_draining(!seen.draining.is_empty());
             // A drain that changed is looked at now, whatever the index.
             seen.index = 0;
         }
