@@ -3,6 +3,11 @@
 //! the round trip a client pays per heartbeat, with the server's whole path
 //! (stream accept, frame and message decode, the engine's heartbeat, the
 //! reply) in it. The handshake and registration are not timed.
+//!
+//! `64_clients` is the server's side of the heartbeat path under load: 64
+//! connections each send one heartbeat, concurrently, per iteration; its
+//! throughput is heartbeats per second through one server on two cores
+//! shared with the clients.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -47,6 +52,37 @@ fn heartbeat_rtt(c: &mut Criterion) {
     group.throughput(Throughput::Elements(1));
     group.bench_function(BenchmarkId::from_parameter("1_client"), |b| {
         b.iter(|| runtime.block_on(connection.heartbeat(node.id, node.secret_id, NodeStatus::Ready)).expect("beats"))
+    });
+    group.finish();
+
+    const CLIENTS: u64 = 64;
+    let clients: Vec<_> = runtime.block_on(async {
+        let endpoints = ClientEndpoints::bind(4, &client_tls).expect("client endpoints");
+        let addr = listener.local_addr().expect("bound");
+        let mut clients = Vec::new();
+        for index in 0..CLIENTS {
+            let connection = endpoints.connect(addr).await.expect("connects");
+            let node = engine::testing::node(100 + index as usize);
+            connection.register(node.clone()).await.expect("registers");
+            clients.push((connection, node));
+        }
+        clients
+    });
+    let mut group = c.benchmark_group("transport/heartbeats");
+    group.throughput(Throughput::Elements(CLIENTS));
+    group.bench_function(BenchmarkId::from_parameter("64_clients"), |b| {
+        b.iter(|| {
+            runtime.block_on(async {
+                let mut beats = tokio::task::JoinSet::new();
+                for (connection, node) in &clients {
+                    let (connection, id, secret) = (connection.clone(), node.id, node.secret_id);
+                    beats.spawn(async move { connection.heartbeat(id, secret, NodeStatus::Ready).await });
+                }
+                while let Some(beat) = beats.join_next().await {
+                    beat.expect("the task ran").expect("beats");
+                }
+            })
+        })
     });
     group.finish();
     runtime.block_on(listener.close());

@@ -16,6 +16,7 @@ use engine::structs::{Node, NodeId, NodeStatus};
 use quinn::{Endpoint, RecvStream, SendStream};
 use uuid::Uuid;
 
+use crate::calls::CallStream;
 use crate::frame::MAX_PAYLOAD;
 use crate::message::{
     AllocsPush, ClusterReport, DrainSelfRequest, HeartbeatRequest, IndexReply, Kind, Message, MessageError, NodeReply,
@@ -127,7 +128,8 @@ impl ClientEndpoints {
     ) -> Result<ClientConnection, CallError> {
         let endpoint = &self.endpoints[self.next.fetch_add(1, Ordering::Relaxed) % self.endpoints.len()];
         let connection = endpoint.connect_with(config, server, SERVER_NAME)?.await?;
-        Ok(ClientConnection { connection, next_request: Arc::new(AtomicU64::new(1)) })
+        let calls = Arc::new(CallStream::new(connection.clone()));
+        Ok(ClientConnection { connection, calls, next_request: Arc::new(AtomicU64::new(1)) })
     }
 
     /// Closes every connection and waits until the servers were told.
@@ -156,6 +158,8 @@ pub enum ConnectSetupError {
 #[derive(Debug, Clone)]
 pub struct ClientConnection {
     connection: quinn::Connection,
+    /// Where every call but a watch or a services read goes (`crate::calls`).
+    calls: Arc<CallStream>,
     next_request: Arc<AtomicU64>,
 }
 
@@ -212,7 +216,14 @@ impl ClientConnection {
         min_index: u64,
         wait: Duration,
     ) -> Result<ServicesReply, CallError> {
-        self.call(&ReadServicesRequest { node_id, secret_id, queries, min_index, wait }).await
+        // The server holds it, so it goes on a stream of its own (`crate::calls`).
+        let request = ReadServicesRequest { node_id, secret_id, queries, min_index, wait };
+        let (mut send, mut recv) = self.connection.open_bi().await?;
+        let request_id = self.next_request.fetch_add(1, Ordering::Relaxed);
+        write_frame(&mut send, &request.to_frame(request_id)).await?;
+        let _ = send.finish();
+        let frame = FrameReader::new(MAX_PAYLOAD).next(&mut recv).await?.ok_or(CallError::NoAnswer)?;
+        reply_of(&frame)
     }
 
     /// Opens the node's allocation watch, resuming after `last_index` (0:
@@ -279,18 +290,20 @@ impl ClientConnection {
         Ok(FrameReader::new(MAX_PAYLOAD).next(&mut recv).await?)
     }
 
-    /// One call: the request on a new stream, then its answer.
+    /// One call on the connection's call stream: the request, then its answer.
     async fn call<Request: Message, Reply: Message>(&self, request: &Request) -> Result<Reply, CallError> {
-        let (mut send, mut recv) = self.connection.open_bi().await?;
         let request_id = self.next_request.fetch_add(1, Ordering::Relaxed);
-        write_frame(&mut send, &request.to_frame(request_id)).await?;
-        let _ = send.finish();
-        let frame = FrameReader::new(MAX_PAYLOAD).next(&mut recv).await?.ok_or(CallError::NoAnswer)?;
-        if frame.kind == Kind::Refusal as u8 {
-            return Err(CallError::Refused(Refusal::from_frame(&frame)?));
-        }
-        Ok(Reply::from_frame(&frame)?)
+        let frame = self.calls.call(&request.to_frame(request_id)).await?;
+        reply_of(&frame)
     }
+}
+
+/// The reply in `frame`, or the server's refusal.
+fn reply_of<Reply: Message>(frame: &crate::frame::Frame) -> Result<Reply, CallError> {
+    if frame.kind == Kind::Refusal as u8 {
+        return Err(CallError::Refused(Refusal::from_frame(frame)?));
+    }
+    Ok(Reply::from_frame(frame)?)
 }
 
 /// The node's allocation watch: each [`AllocWatch::next`] is the node's

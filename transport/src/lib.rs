@@ -3,12 +3,14 @@
 //! [`tls`] makes and loads the cluster's certificates; [`settings`] holds
 //! the QUIC settings for 10,000 connections and why; [`server`] is the
 //! server's client-facing endpoint over the engine's node endpoint, and
-//! [`client`] what agents and loadgen connect with; [`agent_call`] is how
-//! a server calls an agent back on the agent's connection.
+//! [`client`] what agents and loadgen connect with (their calls share one
+//! long-lived stream, `calls`); [`agent_call`] is how a server calls an
+//! agent back on the agent's connection.
 
 #![forbid(unsafe_code)]
 
 pub mod agent_call;
+mod calls;
 pub mod client;
 pub mod frame;
 pub mod log_limit;

@@ -1,6 +1,7 @@
 //! The server's client-facing endpoint: accepts client connections, serves
-//! one call per stream against the engine's node endpoint, and pushes each
-//! node's allocations on its watch stream.
+//! the calls of each client's call stream (`crate::calls`) against the
+//! engine's node endpoint, and pushes each node's allocations on its watch
+//! stream.
 //!
 //! A server of a cluster routes ([`Route`]): while it leads it serves the
 //! node calls itself; while it follows it forwards registrations,
@@ -359,8 +360,12 @@ async fn serve_connection(service: Arc<Service>, connection: Connection) {
     }
 }
 
-/// Serves one call: reads the request frame, answers it (or, on a watch,
-/// keeps answering). A frame that cannot be read closes this stream only.
+/// Serves a stream: a watch or a services read, or the calls of a call
+/// stream (`crate::calls`), answered in order, each answer carrying its
+/// request's id. A client of an earlier build sends one call and finishes
+/// its side; every client's stream is finished here once the client
+/// finished its side and every call on it was answered. A frame that
+/// cannot be read closes this stream only.
 async fn serve_stream(
     service: &Service,
     connection: &Connection,
@@ -369,7 +374,8 @@ async fn serve_stream(
     mut recv: RecvStream,
 ) {
     let remote = connection.remote_address();
-    let frame = match FrameReader::new(MAX_REQUEST).next(&mut recv).await {
+    let mut reader = FrameReader::new(MAX_REQUEST);
+    let mut frame = match reader.next(&mut recv).await {
         Ok(Some(frame)) => frame,
         Ok(None) => return,
         Err(StreamError::Read(error)) => {
@@ -378,7 +384,58 @@ async fn serve_stream(
         }
         Err(error) => return refuse_malformed(service, remote, &mut send, &mut recv, 0, &error.to_string()).await,
     };
-    service.counters.calls.fetch_add(1, Ordering::Relaxed);
+    if frame.kind == Kind::WatchAllocs as u8 || frame.kind == Kind::ReadServices as u8 {
+        service.counters.calls.fetch_add(1, Ordering::Relaxed);
+        return serve_held(service, connection, frame, send, recv).await;
+    }
+    let mut answer = Vec::new();
+    loop {
+        service.counters.calls.fetch_add(1, Ordering::Relaxed);
+        let request_id = frame.request_id;
+        let reply = match service.serve_call(remote, operator, &frame).await {
+            Ok(reply) => reply,
+            Err(error) => {
+                return refuse_malformed(service, remote, &mut send, &mut recv, request_id, &error.to_string()).await;
+            }
+        };
+        answer.clear();
+        if let Err(error) = reply.encode(&mut answer) {
+            let refusal = Refusal { code: RefusalCode::Internal, message: format!("encoding the reply: {error}") };
+            answer.clear();
+            refusal.to_frame(request_id).encode(&mut answer).expect("a refusal encodes");
+        }
+        if let Err(error) = send.write_all(&answer).await {
+            tracing::debug!(%remote, %error, "could not answer a client call");
+            return;
+        }
+        frame = match reader.next(&mut recv).await {
+            Ok(Some(frame)) if frame.kind == Kind::WatchAllocs as u8 || frame.kind == Kind::ReadServices as u8 => {
+                let why = "a watch or a services read opens a stream of its own";
+                return refuse_malformed(service, remote, &mut send, &mut recv, frame.request_id, why).await;
+            }
+            Ok(Some(frame)) => frame,
+            Ok(None) => {
+                let _ = send.finish();
+                return;
+            }
+            Err(StreamError::Read(error)) => {
+                tracing::debug!(%remote, %error, "client call stream ended");
+                return;
+            }
+            Err(error) => return refuse_malformed(service, remote, &mut send, &mut recv, 0, &error.to_string()).await,
+        };
+    }
+}
+
+/// Serves a stream the server holds: a watch, or a services read.
+async fn serve_held(
+    service: &Service,
+    connection: &Connection,
+    frame: Frame,
+    mut send: SendStream,
+    mut recv: RecvStream,
+) {
+    let remote = connection.remote_address();
     let request_id = frame.request_id;
     if frame.kind == Kind::WatchAllocs as u8 {
         return match WatchAllocsRequest::from_frame(&frame) {
@@ -386,56 +443,58 @@ async fn serve_stream(
             Err(error) => refuse_malformed(service, remote, &mut send, &mut recv, request_id, &error.to_string()).await,
         };
     }
-    if frame.kind == Kind::ReadServices as u8 {
-        let reply = match ReadServicesRequest::from_frame(&frame) {
-            Ok(request) if request.queries.len() <= MAX_SERVICE_QUERIES => {
-                // An agent that gave the read up (its wanted set changed)
-                // dropped its end, which stops this stream: the hold ends
-                // there and the stream is free for its other calls.
-                tokio::select! {
-                    reply = read_services(service, remote, request, request_id) => reply,
-                    _ = send.stopped() => return,
-                }
+    let reply = match ReadServicesRequest::from_frame(&frame) {
+        Ok(request) if request.queries.len() <= MAX_SERVICE_QUERIES => {
+            // An agent that gave the read up (its wanted set changed)
+            // dropped its end, which stops this stream: the hold ends
+            // there and the stream is free for its other calls.
+            tokio::select! {
+                reply = read_services(service, remote, request, request_id) => reply,
+                _ = send.stopped() => return,
             }
-            Ok(request) => {
-                let why = format!("{} queries: a read carries at most {MAX_SERVICE_QUERIES}", request.queries.len());
-                return refuse_malformed(service, remote, &mut send, &mut recv, request_id, &why).await;
-            }
-            Err(error) => {
-                return refuse_malformed(service, remote, &mut send, &mut recv, request_id, &error.to_string()).await
-            }
-        };
-        if let Err(error) = write_last_frame(&mut send, &reply).await {
-            tracing::debug!(%remote, %error, "could not answer a services read");
         }
-        return;
-    }
-    let mut outcome = match service.settle().await {
-        Ok(Serve::Here(nodes)) => service.reply(&nodes, remote, operator, &frame).await,
-        Ok(Serve::Leader(route)) => Ok(forward(route.as_ref(), &frame, operator).await),
-        Err(refusal) => Ok(refusal.to_frame(request_id)),
-    };
-    // The leadership moved between the settle and the forward (this server
-    // taking it over, or the leader losing it): a node's own calls are
-    // idempotent (a registration, a heartbeat, a report of its
-    // allocations), so one is settled again, once, and served where the
-    // leader is now, rather than refused for an election that has ended.
-    if matches!(&outcome, Ok(reply) if is_no_leader(reply)) && is_node_call(&frame) {
-        outcome = match service.settle().await {
-            Ok(Serve::Here(nodes)) => service.reply(&nodes, remote, operator, &frame).await,
-            Ok(Serve::Leader(route)) => Ok(forward(route.as_ref(), &frame, operator).await),
-            Err(refusal) => Ok(refusal.to_frame(request_id)),
-        };
-    }
-    let reply = match outcome {
-        Ok(reply) => reply,
-        Err(Failure::Malformed(error)) => {
-            return refuse_malformed(service, remote, &mut send, &mut recv, request_id, &error.to_string()).await;
+        Ok(request) => {
+            let why = format!("{} queries: a read carries at most {MAX_SERVICE_QUERIES}", request.queries.len());
+            return refuse_malformed(service, remote, &mut send, &mut recv, request_id, &why).await;
         }
-        Err(Failure::Refused(error)) => service.refusal(remote, &error).to_frame(request_id),
+        Err(error) => {
+            return refuse_malformed(service, remote, &mut send, &mut recv, request_id, &error.to_string()).await
+        }
     };
     if let Err(error) = write_last_frame(&mut send, &reply).await {
-        tracing::debug!(%remote, %error, "could not answer a client call");
+        tracing::debug!(%remote, %error, "could not answer a services read");
+    }
+}
+
+impl Service {
+    /// Serves one call of a call stream: here while this server leads (or
+    /// is the only one), at the leader otherwise; its reply frame, or the
+    /// request's flaw.
+    async fn serve_call(&self, remote: SocketAddr, operator: bool, frame: &Frame) -> Result<Frame, MessageError> {
+        let request_id = frame.request_id;
+        let mut outcome = match self.settle().await {
+            Ok(Serve::Here(nodes)) => self.reply(&nodes, remote, operator, frame).await,
+            Ok(Serve::Leader(route)) => Ok(forward(route.as_ref(), frame, operator).await),
+            Err(refusal) => Ok(refusal.to_frame(request_id)),
+        };
+        // The leadership moved between the settle and the forward (this
+        // server taking it over, or the leader losing it): a node's own
+        // calls are idempotent (a registration, a heartbeat, a report of
+        // its allocations), so one is settled again, once, and served where
+        // the leader is now, rather than refused for an election that has
+        // ended.
+        if matches!(&outcome, Ok(reply) if is_no_leader(reply)) && is_node_call(frame) {
+            outcome = match self.settle().await {
+                Ok(Serve::Here(nodes)) => self.reply(&nodes, remote, operator, frame).await,
+                Ok(Serve::Leader(route)) => Ok(forward(route.as_ref(), frame, operator).await),
+                Err(refusal) => Ok(refusal.to_frame(request_id)),
+            };
+        }
+        match outcome {
+            Ok(reply) => Ok(reply),
+            Err(Failure::Malformed(error)) => Err(error),
+            Err(Failure::Refused(error)) => Ok(self.refusal(remote, &error).to_frame(request_id)),
+        }
     }
 }
 

@@ -431,3 +431,34 @@ async fn a_services_read_blocks_until_a_registration_and_refuses_strangers() {
     setup.listener.close().await;
     setup.server.shutdown();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_in_flight_together_on_one_connection_are_each_answered() {
+    let setup = start();
+    let endpoints = ClientEndpoints::bind(1, &setup.client_tls).expect("client endpoint");
+    let connection = bounded("connect", endpoints.connect(setup.addr)).await.expect("connects");
+    let nodes: Vec<_> = (0..20).map(engine::testing::node).collect();
+    for node in &nodes {
+        bounded("register", connection.register(node.clone())).await.expect("registers");
+    }
+    // Heartbeats of every node and a wrong secret, all in flight at once
+    // on the connection's call stream: each caller gets its own answer.
+    let mut calls = tokio::task::JoinSet::new();
+    for (index, node) in nodes.iter().enumerate() {
+        let connection = connection.clone();
+        let (id, secret) = (node.id, if index == 7 { Uuid::from_u128(7) } else { node.secret_id });
+        calls.spawn(async move { (index, connection.heartbeat(id, secret, NodeStatus::Ready).await) });
+    }
+    let mut answered = 0;
+    while let Some(joined) = bounded("the heartbeats", calls.join_next()).await {
+        let (index, answer) = joined.expect("the call ran");
+        match index {
+            7 => assert_eq!(answer.expect_err("a wrong secret").refusal(), Some(RefusalCode::WrongSecret)),
+            _ => assert_eq!(answer.expect("beats").status, NodeStatus::Ready),
+        }
+        answered += 1;
+    }
+    assert_eq!(answered, nodes.len());
+    setup.listener.close().await;
+    setup.server.shutdown();
+}
