@@ -9,12 +9,14 @@ use std::time::Duration;
 
 use quinn::{IdleTimeout, TransportConfig, VarInt};
 
-/// Streams a client may have open at once towards a server. A client has
-/// its allocation watch and at most a few calls in flight (a heartbeat, an
-/// alloc update, a re-registration); quinn allocates state for every stream
-/// a peer *may* open when the connection is made, so the default of 100
+/// Streams a client may have open at once towards a server: its call
+/// stream, its allocation watch and a services read (`crate::calls`), a
+/// call stream it is replacing, and room for an agent of an earlier build,
+/// which opens a stream per call (a heartbeat, an alloc update, a
+/// re-registration in flight). quinn allocates state for every stream a
+/// peer *may* open when the connection is made, so the default of 100
 /// would cost 10,000 × 100 stream entries for nothing.
-pub const MAX_CLIENT_STREAMS: u32 = 16;
+pub const MAX_CLIENT_STREAMS: u32 = 8;
 
 /// Calls a server may have open at once towards an agent, on the agent's
 /// connection (`crate::agent_call`): a few followed logs and a stat or
