@@ -648,8 +648,7 @@ impl Writer {
                 let mut locations = Vec::with_capacity(entries.len());
                 for (index, bytes) in entries {
                     let offset = self.active_len + self.buffer.len() as u64;
-                    let len = u32::try_from(Record::entry_len(bytes))
-                        .map_err(|_| LogError::Refused(format!("entry {index} is larger than 4 GiB")))?;
+                    let len = u32::try_from(Record::entry_len(bytes)).expect("checked by check_follows");
                     self.put(Record::Entry { index: *index, bytes });
                     locations.push(Location { segment: self.active.first, offset, len });
                 }
@@ -685,10 +684,14 @@ impl Writer {
         Ok(())
     }
 
-    /// Refuses entries that do not follow the last one, or each other.
+    /// Refuses entries that do not follow the last one, or each other, or
+    /// do not fit a record, before any of them is encoded.
     fn check_follows(&self, entries: &[(u64, Vec<u8>)]) -> Result<(), LogError> {
         let mut expected = self.range.map(|range| range.last + 1);
-        for (index, _) in entries {
+        for (index, bytes) in entries {
+            if u32::try_from(Record::entry_len(bytes)).is_err() {
+                return Err(LogError::Refused(format!("entry {index} is larger than a record holds (4 GiB)")));
+            }
             if expected.is_some_and(|expected| expected != *index) {
                 let after =
                     self.range.map_or("the entry before it".to_string(), |range| format!("entry {}", range.last));
