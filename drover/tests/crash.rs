@@ -484,32 +484,36 @@ async fn a_server_whose_log_is_missing_or_emptied_refuses_to_start() {
     server.terminate().await;
 
     let raft = data_dir.join("server").join("raft");
-    let log = raft.join("log.redb");
+    let log = raft.join("wal");
     let snapshots: Vec<PathBuf> = std::fs::read_dir(raft.join("snapshots"))
         .expect("the snapshot directory")
         .map(|entry| entry.expect("an entry").path())
         .collect();
     assert!(!snapshots.is_empty(), "--snapshot-every 8 took a snapshot");
-    for file in snapshots.iter().chain([&log]) {
+    let segments: Vec<PathBuf> =
+        std::fs::read_dir(&log).expect("the log").map(|entry| entry.expect("an entry").path()).collect();
+    assert!(!segments.is_empty(), "the log has segments");
+    for file in snapshots.iter().chain(&segments) {
         assert_eq!(mode(file), 0o600, "{}", file.display());
     }
-    for directory in [data_dir.join("server"), raft.clone(), raft.join("snapshots")] {
+    for directory in [data_dir.join("server"), raft.clone(), raft.join("snapshots"), log.clone()] {
         assert_eq!(mode(&directory), 0o700, "{}", directory.display());
     }
     for key in ["drover-agent-ca-key.pem", "global-server-drover-key.pem", "global-cli-drover-key.pem"] {
         assert_eq!(mode(&certs.file(key)), 0o600, "{key}");
     }
 
-    let moved = dir.join("log.redb.moved");
+    let moved = dir.join("wal.moved");
     std::fs::rename(&log, &moved).expect("moves the log away");
     let error = refused_start(certs, data_dir, &[]).await;
     assert!(error.contains(&format!("the raft log {} is missing", log.display())), "{error}");
     assert!(error.contains("drover operator snapshot restore"), "says how to recover on purpose: {error}");
     assert!(!log.exists(), "a refused start makes no log");
 
-    std::fs::write(&log, b"").expect("an emptied log");
+    std::fs::create_dir(&log).expect("an emptied log: its directory without segments");
     let error = refused_start(certs, data_dir, &[]).await;
-    assert!(error.contains(&format!("the raft log {} is empty (0 bytes)", log.display())), "{error}");
+    assert!(error.contains(&format!("the raft log {} is empty (no segments)", log.display())), "{error}");
+    std::fs::remove_dir(&log).expect("removes the empty log");
 
     std::fs::rename(&moved, &log).expect("puts the log back");
     let server = start_server(certs, data_dir, ports).await;

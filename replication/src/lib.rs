@@ -1,5 +1,5 @@
 //! Drover's durable state on openraft 0.9: the raft type config, the log
-//! store over the `storage` crate's redb log, the state machine over the
+//! store over the `storage` crate's write-ahead log, the state machine over the
 //! engine's store with snapshot files, the engine's command log with group
 //! commit, and a one-voter [`Durable`] server state that opens, recovers
 //! and shuts down in order.
@@ -737,7 +737,9 @@ pub fn restore(dir: &DataDir, file: &std::path::Path) -> Result<SnapshotHeader, 
     let fatal = storage::exit_on_fatal();
     dir.create_dirs().map_err(io_error(format!("creating {}", dir.root().display())))?;
     // Not `open_log`: restoring is how an operator recovers a data dir whose
-    // log is missing or empty, on purpose.
+    // log is missing or empty, on purpose. An older build's log is imported
+    // first, so its vote is kept.
+    dir.import_old_log()?;
     let log = LogFile::open(&dir.log_path(), fatal.clone())?;
     let snapshots = SnapshotDir::open(&dir.snapshot_dir(), fatal)
         .map_err(io_error(format!("opening {}", dir.snapshot_dir().display())))?;

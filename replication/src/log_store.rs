@@ -1,4 +1,4 @@
-//! openraft's log storage over the `storage` crate's redb [`LogFile`].
+//! openraft's log storage over the `storage` crate's write-ahead [`LogFile`].
 //!
 //! Contract (openraft's, `RaftLogStorage`):
 //! 1. An appended entry is readable when `append` returns: it sits in an

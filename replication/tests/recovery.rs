@@ -230,7 +230,7 @@ fn a_missing_or_emptied_log_is_refused_naming_it_and_a_restore_recovers_on_purpo
     let dir = DataDir::new(temp.path());
     let (_, kept) = used_data_dir(&dir);
     let log = dir.log_path();
-    std::fs::remove_file(&log).expect("deletes the log");
+    std::fs::remove_dir_all(&log).expect("deletes the log");
     let before = files(dir.root());
     let error = open_error(&dir).to_string();
     assert!(error.contains(&format!("the raft log {} is missing", log.display())), "{error}");
@@ -238,9 +238,10 @@ fn a_missing_or_emptied_log_is_refused_naming_it_and_a_restore_recovers_on_purpo
     assert!(error.contains("drover operator snapshot restore"), "says how to recover: {error}");
     assert_eq!(files(dir.root()), before, "a refused start changes nothing");
 
-    std::fs::write(&log, b"").expect("an emptied log");
+    std::fs::create_dir(&log).expect("an emptied log: its directory without segments");
     let error = open_error(&dir).to_string();
-    assert!(error.contains(&format!("the raft log {} is empty (0 bytes)", log.display())), "{error}");
+    assert!(error.contains(&format!("the raft log {} is empty (no segments)", log.display())), "{error}");
+    std::fs::remove_dir(&log).expect("a restore starts from no log");
 
     // Recovering on purpose: the newest snapshot becomes the state.
     replication::restore(&dir, &kept[0].path).expect("restores");
@@ -256,7 +257,7 @@ fn putting_a_missing_log_back_recovers_every_write() {
     let dir = DataDir::new(temp.path());
     let (live, _) = used_data_dir(&dir);
     let log = dir.log_path();
-    let moved = temp.path().join("log.redb.moved");
+    let moved = temp.path().join("wal.moved");
     std::fs::rename(&log, &moved).expect("moves the log away");
     open_error(&dir);
     std::fs::rename(&moved, &log).expect("puts it back");
@@ -299,7 +300,11 @@ fn the_log_and_snapshots_are_owner_only() {
     let temp = tempfile::tempdir().expect("a temp dir");
     let dir = DataDir::new(temp.path().join("server"));
     let (_, kept) = used_data_dir(&dir);
-    assert_eq!(mode(&dir.log_path()), 0o600);
+    assert_eq!(mode(&dir.log_path()), 0o700);
+    for segment in std::fs::read_dir(dir.log_path()).expect("the log's segments") {
+        let segment = segment.expect("a segment").path();
+        assert_eq!(mode(&segment), 0o600, "{}", segment.display());
+    }
     for info in &kept {
         assert_eq!(mode(&info.path), 0o600, "{}", info.path.display());
     }

@@ -1,5 +1,5 @@
 //! openraft's own storage conformance suite against Drover's log store
-//! (redb, with its tail of appended entries) and state machine (the
+//! (the write-ahead log, with its tail of appended entries) and state machine (the
 //! engine's store with snapshot files), each built in a fresh directory.
 
 use std::sync::Arc;

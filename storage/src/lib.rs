@@ -1,5 +1,5 @@
 //! Drover's durable files: the raft log, its vote and committed position
-//! in redb ([`LogFile`]), checksummed snapshot files ([`SnapshotDir`]), and
+//! in a segmented write-ahead log ([`LogFile`]), checksummed snapshot files ([`SnapshotDir`]), and
 //! [`write_atomic`] for the small files the other crates keep (identities,
 //! certificates, the agent's records). Every fsync goes through here but
 //! one: `replication` syncs a snapshot it receives from the leader before
@@ -11,7 +11,7 @@
 //! files, and a log that must be there once the data dir was used.
 //!
 //! ```text
-//! DATA_DIR/raft/log.redb            raft log entries, vote, committed and purged positions
+//! DATA_DIR/raft/wal/*.wal           raft log entries, vote, committed and purged positions
 //! DATA_DIR/raft/snapshots/*.snap    the newest two snapshots (the log reaches back to the older)
 //! ```
 //!
@@ -26,7 +26,9 @@
 
 mod data_dir;
 mod log_file;
+mod redb_import;
 mod snapshot_file;
+mod wal_segment;
 
 use std::path::Path;
 use std::sync::Arc;
