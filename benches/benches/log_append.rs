@@ -4,7 +4,7 @@
 //! tmpfs would make the fsync free).
 //!
 //! ```sh
-//! CARGO_TARGET_DIR=target cargo bench -p storage --bench log_append
+//! CARGO_TARGET_DIR=target cargo bench -p benches --bench log_append
 //! ```
 
 use std::sync::Arc;
