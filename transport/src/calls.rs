@@ -4,8 +4,9 @@
 //!
 //! A stream per call costs each call a stream's state on both sides, a
 //! task on the server, and the stream-credit updates the server sends as
-//! streams close; on the heartbeat path of 10,000 clients that was a
-//! quarter of the server's CPU (`docs/transport.md`). On the call stream:
+//! streams close; on the heartbeat path of 10,000 clients the call stream
+//! took the server's CPU per heartbeat from 63 to 42 µs
+//! (`docs/transport.md`). On the call stream:
 //! 1. The client writes request frames, each with a request id of its own;
 //!    it may write the next before the last was answered. One writer task
 //!    owns the send half and writes whatever is queued with one write, so
@@ -15,17 +16,21 @@
 //!    carrying the request's id, in the order the requests came
 //!    (`crate::server`); one reader task hands each answer to its caller.
 //! 3. A stream that fails (reset, connection lost, a frame that cannot be
-//!    read) answers every call waiting on it with the error; the next call
+//!    read) answers every call waiting on it with an error; the next call
 //!    opens a new stream. A call whose caller gave up before its answer
-//!    came abandons the stream the same way: whatever held that answer up
-//!    (a server waiting out an election) holds the stream, and the calls
-//!    after it should not queue behind it.
+//!    came abandons the stream the same way, and the server drops what it
+//!    was serving on it: whatever held that answer up (a server waiting
+//!    out an election) would hold every call queued behind it. The calls
+//!    waiting on it then fail too, worth repeating
+//!    ([`CallError::is_transient`]); an agent has one call out at a time,
+//!    so it only ever abandons its own.
 //! 4. Allocation watches and services reads, which the server holds for
 //!    minutes, keep streams of their own.
 //!
 //! A server of an earlier build answers one call per stream and then
-//! finishes it: each call then opens a new stream (step 3), which is what
-//! that server expects.
+//! finishes it: a call sent on the stream before the client saw it finish
+//! fails, worth repeating, and the next opens a new stream (step 3).
+//! Upgrade servers before agents, as with Nomad.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -82,29 +87,23 @@ impl CallStream {
     }
 
     /// Registers `answer` for `request_id` on the live stream, opening one
-    /// if there is none (or the last one ended).
+    /// if there is none or the last one ended.
     async fn waiting_on(&self, request_id: u64, answer: oneshot::Sender<Frame>) -> Result<Arc<Open>, CallError> {
         let mut current = self.current.lock().await;
-        let mut answer = Some(answer);
-        // A stream may end between the look and the registration: then
-        // once more, on a fresh one.
-        for _ in 0..2 {
-            let open = match current.as_ref().filter(|open| !open.has_ended()) {
-                Some(open) => open.clone(),
-                None => {
-                    let open = self.open().await?;
-                    *current = Some(open.clone());
-                    open
-                }
-            };
+        if let Some(open) = current.as_ref() {
             if let Some(waiting) = open.waiting.lock().as_mut() {
-                waiting.insert(request_id, answer.take().expect("registered once"));
-            }
-            if answer.is_none() {
-                return Ok(open);
+                waiting.insert(request_id, answer);
+                return Ok(open.clone());
             }
         }
-        Err(self.ended())
+        let open = self.open().await?;
+        *current = Some(open.clone());
+        match open.waiting.lock().as_mut() {
+            Some(waiting) => waiting.insert(request_id, answer),
+            // It failed as it opened.
+            None => return Err(self.ended()),
+        };
+        Ok(open)
     }
 
     /// Opens a stream and starts its writer and reader.
@@ -113,8 +112,8 @@ impl CallStream {
         let (outbox, queued) = mpsc::unbounded_channel();
         let (ended, _) = watch::channel(false);
         let open = Arc::new(Open { outbox, waiting: Mutex::new(Some(HashMap::new())), ended });
-        tokio::spawn(write_calls(send, queued, open.clone()));
-        tokio::spawn(read_answers(recv, open.clone()));
+        tokio::spawn(write_calls(send, queued, EndOnDrop(open.clone())));
+        tokio::spawn(read_answers(recv, EndOnDrop(open.clone())));
         Ok(open)
     }
 
@@ -160,21 +159,29 @@ impl Drop for Waiting<'_> {
 }
 
 impl Open {
-    /// Ends the stream: no caller may wait on it any more, those waiting
-    /// get an error (their answer's sender dropped), both tasks stop.
+    /// Ends the stream: no caller may wait on it any more (the taken map
+    /// is the one sign of that callers look at), those waiting get an
+    /// error (their answer's sender dropped), both tasks stop.
     fn end(&self) {
         self.waiting.lock().take();
         self.ended.send_replace(true);
     }
+}
 
-    fn has_ended(&self) -> bool {
-        *self.ended.borrow()
+/// A task's hold on its stream: however the task ends (finished, or
+/// dropped with its runtime), the stream ends with it, so no caller waits
+/// on a stream nobody serves.
+struct EndOnDrop(Arc<Open>);
+
+impl Drop for EndOnDrop {
+    fn drop(&mut self) {
+        self.0.end();
     }
 }
 
 /// The writer task (step 1): everything queued, in one write.
-async fn write_calls(mut send: SendStream, mut queued: mpsc::UnboundedReceiver<Vec<u8>>, open: Arc<Open>) {
-    let mut ended = open.ended.subscribe();
+async fn write_calls(mut send: SendStream, mut queued: mpsc::UnboundedReceiver<Vec<u8>>, open: EndOnDrop) {
+    let mut ended = open.0.ended.subscribe();
     let mut batch = Vec::new();
     loop {
         let first = tokio::select! {
@@ -197,12 +204,11 @@ async fn write_calls(mut send: SendStream, mut queued: mpsc::UnboundedReceiver<V
     }
     // The server needs nothing more of this stream once it ended.
     let _ = send.reset(codes::DONE);
-    open.end();
 }
 
 /// The reader task (step 2).
-async fn read_answers(mut recv: RecvStream, open: Arc<Open>) {
-    let mut ended = open.ended.subscribe();
+async fn read_answers(mut recv: RecvStream, open: EndOnDrop) {
+    let mut ended = open.0.ended.subscribe();
     let mut reader = FrameReader::new(MAX_PAYLOAD);
     loop {
         let next = tokio::select! {
@@ -210,13 +216,12 @@ async fn read_answers(mut recv: RecvStream, open: Arc<Open>) {
             _ = ended.wait_for(|ended| *ended) => break,
         };
         let Ok(Some(frame)) = next else { break };
-        let answer = open.waiting.lock().as_mut().and_then(|waiting| waiting.remove(&frame.request_id));
+        let answer = open.0.waiting.lock().as_mut().and_then(|waiting| waiting.remove(&frame.request_id));
         if let Some(answer) = answer {
             let _ = answer.send(frame);
         }
     }
     let _ = recv.stop(codes::DONE);
-    open.end();
 }
 
 #[cfg(test)]

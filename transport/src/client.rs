@@ -290,6 +290,22 @@ impl ClientConnection {
         Ok(FrameReader::new(MAX_PAYLOAD).next(&mut recv).await?)
     }
 
+    /// Writes raw bytes on a new stream, finishes it, and reads every frame
+    /// the server sends back until it finishes its side: how a client of
+    /// an earlier build calls (one call per stream), and the hook for tests
+    /// of a stream carrying several calls.
+    pub async fn raw_calls(&self, bytes: &[u8]) -> Result<Vec<crate::frame::Frame>, CallError> {
+        let (mut send, mut recv) = self.connection.open_bi().await?;
+        send.write_all(bytes).await.map_err(StreamError::from)?;
+        let _ = send.finish();
+        let mut reader = FrameReader::new(MAX_PAYLOAD);
+        let mut frames = Vec::new();
+        while let Some(frame) = reader.next(&mut recv).await? {
+            frames.push(frame);
+        }
+        Ok(frames)
+    }
+
     /// One call on the connection's call stream: the request, then its answer.
     async fn call<Request: Message, Reply: Message>(&self, request: &Request) -> Result<Reply, CallError> {
         let request_id = self.next_request.fetch_add(1, Ordering::Relaxed);

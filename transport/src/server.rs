@@ -362,10 +362,9 @@ async fn serve_connection(service: Arc<Service>, connection: Connection) {
 
 /// Serves a stream: a watch or a services read, or the calls of a call
 /// stream (`crate::calls`), answered in order, each answer carrying its
-/// request's id. A client of an earlier build sends one call and finishes
-/// its side; every client's stream is finished here once the client
-/// finished its side and every call on it was answered. A frame that
-/// cannot be read closes this stream only.
+/// request's id ([`serve_calls`]). A client of an earlier build sends one
+/// call and finishes its side; every client's stream is finished here once
+/// the client finished its side and every call on it was answered.
 async fn serve_stream(
     service: &Service,
     connection: &Connection,
@@ -375,7 +374,7 @@ async fn serve_stream(
 ) {
     let remote = connection.remote_address();
     let mut reader = FrameReader::new(MAX_REQUEST);
-    let mut frame = match reader.next(&mut recv).await {
+    let frame = match reader.next(&mut recv).await {
         Ok(Some(frame)) => frame,
         Ok(None) => return,
         Err(StreamError::Read(error)) => {
@@ -388,16 +387,40 @@ async fn serve_stream(
         service.counters.calls.fetch_add(1, Ordering::Relaxed);
         return serve_held(service, connection, frame, send, recv).await;
     }
+    serve_calls(service, remote, operator, frame, reader, send, recv).await;
+}
+
+/// Serves the calls of a call stream, `first` and those after it, in
+/// order, until the client finishes its side or the stream fails. A frame
+/// whose message cannot be read is answered with a refusal and the stream
+/// goes on (its framing is intact); bytes that are not a frame close it.
+/// A call whose client stopped the stream (it gave up waiting) is dropped
+/// where it is: node calls are idempotent, and the client repeats it.
+async fn serve_calls(
+    service: &Service,
+    remote: SocketAddr,
+    operator: bool,
+    first: Frame,
+    mut reader: FrameReader,
+    mut send: SendStream,
+    mut recv: RecvStream,
+) {
+    let mut frame = first;
     let mut answer = Vec::new();
     loop {
         service.counters.calls.fetch_add(1, Ordering::Relaxed);
         let request_id = frame.request_id;
-        let reply = match service.serve_call(remote, operator, &frame).await {
-            Ok(reply) => reply,
-            Err(error) => {
-                return refuse_malformed(service, remote, &mut send, &mut recv, request_id, &error.to_string()).await;
-            }
+        let served = tokio::select! {
+            served = service.serve_call(remote, operator, &frame) => served,
+            _ = send.stopped() => return,
         };
+        let reply = served.unwrap_or_else(|error| {
+            service.counters.malformed.fetch_add(1, Ordering::Relaxed);
+            if let Some(held_back) = REFUSALS.admit() {
+                tracing::warn!(%remote, %error, held_back, "refused a malformed client call");
+            }
+            Refusal { code: RefusalCode::Malformed, message: error.to_string() }.to_frame(request_id)
+        });
         answer.clear();
         if let Err(error) = reply.encode(&mut answer) {
             let refusal = Refusal { code: RefusalCode::Internal, message: format!("encoding the reply: {error}") };

@@ -462,3 +462,40 @@ async fn calls_in_flight_together_on_one_connection_are_each_answered() {
     setup.listener.close().await;
     setup.server.shutdown();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_of_one_call_is_answered_and_finished_and_an_unreadable_message_is_refused_on_its_own() {
+    use transport::message::{HeartbeatRequest, NodeReply};
+    let setup = start();
+    let endpoints = ClientEndpoints::bind(1, &setup.client_tls).expect("client endpoint");
+    let connection = bounded("connect", endpoints.connect(setup.addr)).await.expect("connects");
+    let node = engine::testing::node(5);
+    bounded("register", connection.register(node.clone())).await.expect("registers");
+    let heartbeat = |request_id: u64| {
+        let request = HeartbeatRequest { node_id: node.id, secret_id: node.secret_id, status: NodeStatus::Ready };
+        let mut bytes = Vec::new();
+        request.to_frame(request_id).encode(&mut bytes).expect("encodes");
+        bytes
+    };
+
+    // A client of an earlier build: one call, then its side finished. The
+    // answer comes, then the server finishes its side too.
+    let answers = bounded("one call", connection.raw_calls(&heartbeat(41))).await.expect("answered");
+    assert_eq!(answers.len(), 1, "{answers:?}");
+    assert_eq!(answers[0].request_id, 41);
+    assert_eq!(NodeReply::from_frame(&answers[0]).expect("a heartbeat's answer").status, NodeStatus::Ready);
+
+    // A frame whose message cannot be read, then a good call on the same
+    // stream: the first is refused, the second answered.
+    let mut bytes = raw_frame(&MAGIC, VERSION, Kind::Heartbeat as u8, 4, &[0xff, 0xff, 0xff, 0xff]);
+    bytes.extend(heartbeat(43));
+    let answers = bounded("two calls", connection.raw_calls(&bytes)).await.expect("answered");
+    assert_eq!(answers.len(), 2, "{answers:?}");
+    let refusal = Refusal::from_frame(&answers[0]).expect("a refusal");
+    assert_eq!(refusal.code, RefusalCode::Malformed, "{refusal}");
+    assert_eq!(answers[1].request_id, 43);
+    assert_eq!(NodeReply::from_frame(&answers[1]).expect("a heartbeat's answer").status, NodeStatus::Ready);
+    assert_eq!(setup.listener.stats().malformed, 1);
+    setup.listener.close().await;
+    setup.server.shutdown();
+}
