@@ -12,10 +12,10 @@
 
 mod common;
 
-use common::api::until;
+use common::api::{json_of, send, until};
 use common::bounded;
 use common::dev::DevCluster;
-use drover::api::client::{ApiClient, ApiResponse};
+use drover::api::client::ApiClient;
 use serde_json::{json, Value};
 
 const SECOND: u64 = 1_000_000_000;
@@ -31,16 +31,6 @@ fn job(seconds: u32, canary: u64) -> Value {
             "Tasks": [{"Name": "server", "Driver": "raw_exec", "KillTimeout": SECOND,
                 "Config": {"command": "sleep", "args": [seconds.to_string()]},
                 "Resources": {"CPU": 100, "MemoryMB": 64}}]}]}})
-}
-
-async fn send(api: &ApiClient, method: &str, path: &str, body: Option<&Value>) -> ApiResponse {
-    api.request(method, path, body).await.expect("an answer")
-}
-
-async fn json_of(api: &ApiClient, method: &str, path: &str, body: Option<&Value>) -> Value {
-    let answer = send(api, method, path, body).await;
-    assert_eq!(answer.status, 200, "{method} {path}: {}", answer.body);
-    answer.json().expect("JSON")
 }
 
 /// `(status, body)` of a request, for the refusals.

@@ -12,10 +12,10 @@
 
 mod common;
 
-use common::api::until;
+use common::api::{json_of, send, until};
 use common::bounded;
 use common::dev::DevCluster;
-use drover::api::client::{ApiClient, ApiResponse};
+use drover::api::client::ApiClient;
 use serde_json::{json, Value};
 
 fn batch_job(id: &str) -> Value {
@@ -32,16 +32,6 @@ fn service_job(id: &str) -> Value {
                 "Resources": {"CPU": 100, "MemoryMB": 64}}]}]}})
 }
 
-async fn send(api: &ApiClient, method: &str, path: &str, body: Option<&Value>) -> ApiResponse {
-    api.request(method, path, body).await.expect("an answer")
-}
-
-async fn ok_json(api: &ApiClient, method: &str, path: &str, body: Option<&Value>) -> Value {
-    let answer = send(api, method, path, body).await;
-    assert_eq!(answer.status, 200, "{method} {path}: {}", answer.body);
-    answer.json().expect("JSON")
-}
-
 fn ids(list: &Value) -> Vec<String> {
     list.as_array().expect("a list").iter().map(|item| item["ID"].as_str().expect("an id").to_string()).collect()
 }
@@ -51,7 +41,7 @@ async fn a_finished_batch_job_is_collected_by_a_forced_gc() {
     let cluster = DevCluster::start("gc-batch", &[]).await;
     let api = &cluster.api;
     until(api, "/v1/nodes", "the agent registers", |nodes| nodes.as_array().is_some_and(|list| list.len() == 1)).await;
-    ok_json(api, "PUT", "/v1/jobs", Some(&batch_job("report"))).await;
+    json_of(api, "PUT", "/v1/jobs", Some(&batch_job("report"))).await;
     // Dead: its allocation completed and its evals ended.
     let allocs = until(api, "/v1/job/report/allocations", "the allocation completes", |allocs| {
         allocs.as_array().is_some_and(|list| !list.is_empty() && list.iter().all(|a| a["ClientStatus"] == "complete"))
@@ -62,7 +52,7 @@ async fn a_finished_batch_job_is_collected_by_a_forced_gc() {
         evals.as_array().is_some_and(|list| !list.is_empty() && list.iter().all(|eval| eval["Status"] == "complete"))
     })
     .await;
-    assert_eq!(ok_json(api, "GET", "/v1/job/report", None).await["Status"], "dead");
+    assert_eq!(json_of(api, "GET", "/v1/job/report", None).await["Status"], "dead");
 
     let post = send(api, "POST", "/v1/system/gc", None).await;
     assert_eq!(post.status, 405, "PUT only, as Nomad 1.0");
@@ -73,15 +63,15 @@ async fn a_finished_batch_job_is_collected_by_a_forced_gc() {
         assert_eq!(send(api, "GET", &format!("/v1/evaluation/{eval}"), None).await.status, 404, "eval {eval}");
     }
     assert_eq!(send(api, "GET", &format!("/v1/allocation/{alloc_id}"), None).await.status, 404);
-    let left = ok_json(api, "GET", "/v1/evaluations?filter=JobID%20%3D%3D%20%22report%22", None).await;
+    let left = json_of(api, "GET", "/v1/evaluations?filter=JobID%20%3D%3D%20%22report%22", None).await;
     assert_eq!(left, json!([]));
     let summaries = send(api, "PUT", "/v1/system/reconcile/summaries", None).await;
     assert_eq!((summaries.status, summaries.body.as_str()), (200, ""));
 
     // Node purge answers as Nomad's node deregister; nothing ran there any more.
-    let nodes = ok_json(api, "GET", "/v1/nodes", None).await;
+    let nodes = json_of(api, "GET", "/v1/nodes", None).await;
     let node = nodes[0]["ID"].as_str().expect("an id");
-    let purged = ok_json(api, "PUT", &format!("/v1/node/{node}/purge"), None).await;
+    let purged = json_of(api, "PUT", &format!("/v1/node/{node}/purge"), None).await;
     assert_eq!(purged["EvalIDs"], json!([]), "{purged}");
     assert!(
         purged["NodeModifyIndex"].as_u64().is_some_and(|index| index > 0)
@@ -98,7 +88,7 @@ async fn evals_are_deleted_only_while_the_broker_is_paused() {
     let anonymous = ApiClient::new(&http, None, None).expect("client");
     assert_eq!(send(&anonymous, "PUT", "/v1/system/gc", None).await.status, 403, "management only");
     for id in ["web-a", "web-b", "other"] {
-        ok_json(&api, "PUT", "/v1/jobs", Some(&service_job(id))).await;
+        json_of(&api, "PUT", "/v1/jobs", Some(&service_job(id))).await;
     }
     // No node in `nowhere`: each job's eval completes, leaving a blocked one.
     until(&api, "/v1/evaluations", "three blocked evals", |evals| {
@@ -108,7 +98,7 @@ async fn evals_are_deleted_only_while_the_broker_is_paused() {
 
     // The list's filter and pages.
     let blocked_web = "/v1/evaluations?filter=Status%20%3D%3D%20%22blocked%22%20and%20JobID%20contains%20%22web%22";
-    let web = ok_json(&api, "GET", blocked_web, None).await;
+    let web = json_of(&api, "GET", blocked_web, None).await;
     assert_eq!(web.as_array().map(Vec::len), Some(2), "{web}");
     let (mut paged, mut pages, mut token) = (Vec::new(), 0, None::<String>);
     loop {
@@ -121,7 +111,7 @@ async fn evals_are_deleted_only_while_the_broker_is_paused() {
             break;
         }
     }
-    let all = ids(&ok_json(&api, "GET", "/v1/evaluations", None).await);
+    let all = ids(&json_of(&api, "GET", "/v1/evaluations", None).await);
     assert_eq!((paged, pages), (all, 2), "six evals: a page of four, then the last two");
     assert_eq!(send(&api, "GET", "/v1/evaluations?filter=JobID%20%3D", None).await.status, 400);
 
@@ -134,12 +124,12 @@ async fn evals_are_deleted_only_while_the_broker_is_paused() {
 
     let paused = json!({"SchedulerAlgorithm": "binpack", "PauseEvalBroker": true,
         "PreemptionConfig": {"SystemSchedulerEnabled": true}});
-    let written = ok_json(&api, "PUT", "/v1/operator/scheduler/configuration", Some(&paused)).await;
+    let written = json_of(&api, "PUT", "/v1/operator/scheduler/configuration", Some(&paused)).await;
     assert_eq!(written["Updated"], true);
-    let config = ok_json(&api, "GET", "/v1/operator/scheduler/configuration", None).await;
+    let config = json_of(&api, "GET", "/v1/operator/scheduler/configuration", None).await;
     assert_eq!(config["SchedulerConfig"]["PauseEvalBroker"], true, "{config}");
 
-    let deleted = ok_json(&api, "DELETE", "/v1/evaluations", Some(&delete)).await;
+    let deleted = json_of(&api, "DELETE", "/v1/evaluations", Some(&delete)).await;
     assert_eq!(deleted["Count"], 1);
     let gone = web[0]["ID"].as_str().expect("an id");
     assert_eq!(send(&api, "GET", &format!("/v1/evaluation/{gone}"), None).await.status, 404);
@@ -149,11 +139,11 @@ async fn evals_are_deleted_only_while_the_broker_is_paused() {
     assert!(listed.contains("other") && !listed.contains("web-"), "{listed}");
     let out = cli(&http, &secret, &["eval", "delete", "--filter", r#"JobID contains "web""#]).await;
     assert!(out.contains("Successfully deleted 3 evaluations"), "{out}");
-    let left = ok_json(&api, "GET", "/v1/evaluations", None).await;
+    let left = json_of(&api, "GET", "/v1/evaluations", None).await;
     assert_eq!(left.as_array().map(Vec::len), Some(2), "only `other`'s two: {left}");
 
     let resumed = json!({"SchedulerAlgorithm": "binpack", "PauseEvalBroker": false});
-    ok_json(&api, "PUT", "/v1/operator/scheduler/configuration", Some(&resumed)).await;
+    json_of(&api, "PUT", "/v1/operator/scheduler/configuration", Some(&resumed)).await;
     let refused = send(&api, "DELETE", "/v1/evaluations", Some(&json!({"Filter": "JobID == \"other\""}))).await;
     assert_eq!(refused.status, 400, "running again");
 }

@@ -12,8 +12,9 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use common::api::{json_of, send};
 use common::bounded;
-use drover::api::client::{ApiClient, ApiResponse};
+use drover::api::client::ApiClient;
 use drover::server::RunningServer;
 use engine::state::Snapshot;
 use engine::structs::JobKey;
@@ -45,16 +46,6 @@ fn job(count: u32, run_for: &str) -> Value {
         "TaskGroups": [{"Name": "web", "Count": count,
             "Tasks": [{"Name": "server", "Driver": "mock", "Config": {"run_for": run_for},
                 "Resources": {"CPU": 100, "MemoryMB": 64}}]}]}})
-}
-
-async fn send(api: &ApiClient, method: &str, path: &str, body: Option<&Value>) -> ApiResponse {
-    api.request(method, path, body).await.expect("an answer")
-}
-
-async fn json_of(api: &ApiClient, method: &str, path: &str, body: Option<&Value>) -> Value {
-    let answer = send(api, method, path, body).await;
-    assert_eq!(answer.status, 200, "{method} {path}: {}", answer.body);
-    answer.json().expect("JSON")
 }
 
 /// The plan of `job` with its diff.

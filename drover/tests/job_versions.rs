@@ -7,8 +7,9 @@
 
 mod common;
 
+use common::api::{json_of, send};
 use common::bounded;
-use drover::api::client::{ApiClient, ApiResponse};
+use drover::api::client::ApiClient;
 use drover::server::RunningServer;
 use serde_json::{json, Value};
 
@@ -32,16 +33,6 @@ fn job(count: u32) -> Value {
         "TaskGroups": [{"Name": "web", "Count": count,
             "Tasks": [{"Name": "server", "Driver": "mock", "Config": {"run_for": "1h"},
                 "Resources": {"CPU": 100, "MemoryMB": 64}}]}]}})
-}
-
-async fn send(api: &ApiClient, method: &str, path: &str, body: Option<&Value>) -> ApiResponse {
-    api.request(method, path, body).await.expect("an answer")
-}
-
-async fn json_of(api: &ApiClient, method: &str, path: &str, body: Option<&Value>) -> Value {
-    let answer = send(api, method, path, body).await;
-    assert_eq!(answer.status, 200, "{method} {path}: {}", answer.body);
-    answer.json().expect("JSON")
 }
 
 /// `(Version, Stable, Count)` of each version, as `/versions` lists them.

@@ -1,10 +1,22 @@
 //! Reading a server's state through its HTTP API, as Nomad's clients do:
 //! blocking queries until something holds, an allocation, its ports.
 
-use drover::api::client::ApiClient;
+use drover::api::client::{ApiClient, ApiResponse};
 use serde_json::Value;
 
 use super::bounded;
+
+/// `method` on `path` with `body`; the answer, whatever its status.
+pub async fn send(api: &ApiClient, method: &str, path: &str, body: Option<&Value>) -> ApiResponse {
+    api.request(method, path, body).await.expect("an answer")
+}
+
+/// `method` on `path` with `body`, which must answer 200; its JSON.
+pub async fn json_of(api: &ApiClient, method: &str, path: &str, body: Option<&Value>) -> Value {
+    let answer = send(api, method, path, body).await;
+    assert_eq!(answer.status, 200, "{method} {path}: {}", answer.body);
+    answer.json().expect("JSON")
+}
 
 /// Blocks on `path` (a blocking query from `index`) until `done` holds;
 /// the value that made it hold.
