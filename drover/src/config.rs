@@ -20,6 +20,7 @@
 //! max_heartbeats_per_second = 1000.0
 //! heartbeat_grace = "10s"
 //! snapshot_every = 20000      # raft entries between snapshots of the state
+//! event_buffer_size = 100     # event batches kept for /v1/event/stream (0: off)
 //! job_gc_interval = "5m"      # garbage collection runs this often (Nomad's names and defaults)
 //! eval_gc_threshold = "1h"    # terminal evaluations and their allocations
 //! batch_eval_gc_threshold = "24h" # terminal evaluations of batch jobs
@@ -276,6 +277,8 @@ pub struct ServerSection {
     pub heartbeat_grace: Option<Duration>,
     /// Raft entries between snapshots.
     pub snapshot_every: Option<u64>,
+    /// Event batches kept for the event stream (0: off).
+    pub event_buffer_size: Option<usize>,
     /// Form a cluster once this many servers know each other.
     pub bootstrap_expect: Option<usize>,
     /// Server-to-server addresses of other servers (`host:port`).

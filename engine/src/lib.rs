@@ -14,6 +14,7 @@ pub mod acl_endpoint;
 pub mod clock;
 pub mod deployment;
 pub mod eval;
+pub mod events;
 pub mod gc;
 pub mod job_endpoint;
 pub mod job_plan;

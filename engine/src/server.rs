@@ -84,6 +84,9 @@ pub struct ServerConfig {
     pub alloc_updates: BatchConfig,
     /// Garbage collection.
     pub gc: GcConfig,
+    /// Event batches the store keeps for the event stream (Nomad's
+    /// `event_buffer_size`; 0: no events).
+    pub event_buffer_size: usize,
 }
 
 impl Default for ServerConfig {
@@ -98,6 +101,7 @@ impl Default for ServerConfig {
             heartbeat: HeartbeatConfig::default(),
             alloc_updates: BatchConfig::default(),
             gc: GcConfig::default(),
+            event_buffer_size: crate::events::DEFAULT_EVENT_BUFFER,
         }
     }
 }
@@ -162,6 +166,7 @@ impl Core {
     /// as for [`Core::new`] (none: drawn from the operating system).
     pub fn over(config: &ServerConfig, clock: SharedClock, writer: Writer, seed: Option<u64>) -> Core {
         let store = writer.store().clone();
+        store.events().set_capacity(config.event_buffer_size);
         let broker = Arc::new(EvalBroker::new(config.broker.clone(), clock.clone()));
         let blocked = Arc::new(BlockedEvals::new(broker.clone(), clock.clone()));
         let deployments = DeploymentWatcher::new(writer.clone(), clock.clone());

@@ -10,6 +10,7 @@ const LAYERS: &[&str] = &[
     "sync",
     "timing",
     "structs",
+    "events",
     "state",
     "scheduler",
     "job_plan",

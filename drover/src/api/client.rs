@@ -234,15 +234,23 @@ impl ApiStream {
     /// are skipped.
     pub async fn next_frame(&mut self) -> Result<Option<super::fs::StreamFrame>> {
         loop {
-            let mut frames = serde_json::Deserializer::from_slice(&self.pending).into_iter::<super::fs::StreamFrame>();
-            match frames.next() {
-                Some(Ok(frame)) => {
-                    let used = frames.byte_offset();
+            match self.next_value::<super::fs::StreamFrame>().await? {
+                Some(frame) if frame == super::fs::StreamFrame::default() => continue,
+                other => return Ok(other),
+            }
+        }
+    }
+
+    /// The next JSON value of a body of successive values (a stream of
+    /// frames, or newline-delimited JSON); `None` at the body's end.
+    pub async fn next_value<T: DeserializeOwned>(&mut self) -> Result<Option<T>> {
+        loop {
+            let mut values = serde_json::Deserializer::from_slice(&self.pending).into_iter::<T>();
+            match values.next() {
+                Some(Ok(value)) => {
+                    let used = values.byte_offset();
                     self.pending.drain(..used);
-                    if frame != super::fs::StreamFrame::default() {
-                        return Ok(Some(frame));
-                    }
-                    continue;
+                    return Ok(Some(value));
                 }
                 Some(Err(error)) if !error.is_eof() => bail!("a malformed stream frame: {error}"),
                 _ => {}

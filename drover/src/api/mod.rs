@@ -31,6 +31,7 @@ pub mod allocations;
 pub mod client;
 pub mod deployments;
 pub mod evaluations;
+pub mod events;
 pub mod format;
 pub mod fs;
 pub mod hcl;

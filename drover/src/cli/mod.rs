@@ -6,7 +6,7 @@
 //! prints (aligned tables, the eval monitor), with `--json` on every read.
 //! One file per command group, its clap definitions beside the code that
 //! runs them: `job.rs`, `deployment.rs` (with `deployment_monitor.rs`),
-//! `node.rs`, `alloc.rs`, `eval.rs`,
+//! `node.rs`, `alloc.rs`, `eval.rs`, `event.rs`,
 //! `operator.rs`,
 //! `acl.rs`, `service.rs`, `server.rs` (members, workers, `status`),
 //! `tls.rs`. They
@@ -23,6 +23,7 @@ pub mod alloc;
 pub mod deployment;
 pub mod deployment_monitor;
 pub mod eval;
+pub mod event;
 pub mod job;
 pub mod job_plan;
 pub mod node;
@@ -108,6 +109,13 @@ pub enum Top {
         #[command(flatten)]
         api: ApiArgs,
     },
+    /// The event stream: every change to the cluster as it happens.
+    Event {
+        #[command(subcommand)]
+        command: event::EventCommand,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
     /// Cluster operations: the scheduling workers.
     Operator {
         #[command(subcommand)]
@@ -190,6 +198,7 @@ pub fn dispatch(cli: Cli) -> Result<(), Failure> {
         Top::Node { command, api } => node::command(command, &api),
         Top::Alloc { command, api } => alloc::command(command, &api),
         Top::Eval { command, api } => eval::command(command, &api),
+        Top::Event { command, api } => event::command(command, &api),
         Top::Operator { command, api } => operator::command(command, &api),
         Top::Acl { command, api } => acl::command(command, &api),
         Top::Service { command, api } => service::command(command, &api),

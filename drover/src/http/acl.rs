@@ -22,6 +22,12 @@
 //!    grants them, and its stats and checks (`read-job`) namespace `read`; a node's
 //!    stats need `node` `read`, its garbage collection `node` `write`.
 //!
+//! 5. the event stream (`/v1/event/stream`), whatever each of its topics
+//!    needs, checked by its handler (`events.rs`): `Job`, `Evaluation`,
+//!    `Allocation`, `Deployment` and `Service` namespace `read` (Nomad's
+//!    `read-job`), `Node` node `read`, the rest (ACL topics, `*`) a
+//!    management token.
+//!
 //! A request without a token gets the policy named `anonymous` if there
 //! is one (as in Nomad), nothing otherwise. A refusal is 403 with Nomad's
 //! body ("Permission denied", or "ACL token not found"), and is logged
@@ -65,20 +71,31 @@ pub fn routes() -> Router<ApiState> {
 
 /// An area a request needs a level on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Area {
+pub(crate) enum Area {
+    /// Jobs, evaluations, allocations, deployments, services.
     Namespace,
+    /// Nodes.
     Node,
+    /// The agent.
     Agent,
+    /// The operator endpoints.
     Operator,
 }
 
 /// What a request needs (module docs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Need {
+pub(crate) enum Need {
+    /// Nothing: open to all.
     Nothing,
+    /// A known token, whatever it grants.
     AnyToken,
+    /// A management token.
     Management,
+    /// A level on an area.
     Level(Area, AclLevel),
+    /// What each requested topic needs, checked by the handler
+    /// (`/v1/event/stream`): here only a secret naming no token is refused.
+    PerTopic,
 }
 
 fn need(method: &Method, path: &str) -> Need {
@@ -89,6 +106,8 @@ fn need(method: &Method, path: &str) -> Need {
     let open = ["/v1/agent/health", "/v1/regions", "/v1/metrics", "/v1/acl/bootstrap"];
     if open.contains(&path) || path.starts_with("/v1/status/") {
         Need::Nothing
+    } else if path == "/v1/event/stream" {
+        Need::PerTopic
     } else if path == "/v1/acl/token/self" {
         Need::AnyToken
     } else if path.starts_with("/v1/acl/") || path == "/v1/operator/snapshot" || path.starts_with("/v1/system/") {
@@ -169,8 +188,18 @@ fn decide(acl: &AclState, secret: Option<&str>, needed: Need) -> Result<Option<A
             None => return Err((Denied::TokenNotFound, "unknown".to_string())),
         },
     };
-    let allowed = match (&token, needed) {
-        (_, Need::Nothing) => true,
+    if allowed(acl, token.as_ref(), needed) {
+        Ok(token)
+    } else {
+        let accessor = token.as_ref().map_or_else(|| "anonymous".to_string(), |token| token.accessor_id.to_string());
+        Err((Denied::PermissionDenied, accessor))
+    }
+}
+
+/// Whether `token` (none: anonymous) gets `needed` under `acl`.
+pub(crate) fn allowed(acl: &AclState, token: Option<&AclToken>, needed: Need) -> bool {
+    match (token, needed) {
+        (_, Need::Nothing | Need::PerTopic) => true,
         (Some(token), _) if token.token_type == AclTokenType::Management => true,
         (None, Need::AnyToken | Need::Management) | (Some(_), Need::Management) => false,
         (Some(_), Need::AnyToken) => true,
@@ -187,12 +216,6 @@ fn decide(acl: &AclState, secret: Option<&str>, needed: Need) -> Result<Option<A
             };
             granted.allows(level)
         }
-    };
-    if allowed {
-        Ok(token)
-    } else {
-        let accessor = token.as_ref().map_or_else(|| "anonymous".to_string(), |token| token.accessor_id.to_string());
-        Err((Denied::PermissionDenied, accessor))
     }
 }
 

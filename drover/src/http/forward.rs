@@ -1,7 +1,7 @@
 //! Relaying the HTTP API to the leader: a follower sends what it does not
 //! serve itself to the leader ([`kinds::HTTP`]) and relays the answer, but
 //! for what a follower serves itself: its own agent, health and metrics,
-//! the status endpoints, its raft view, reads with `?stale` (Nomad's
+//! the status endpoints, its raft view, the event stream, reads with `?stale` (Nomad's
 //! rule), and the client operations (`/v1/client/` but an allocation's
 //! `checks`, which the servers' state answers), which go to the
 //! server that holds the agent's connection, not to the leader
@@ -32,7 +32,8 @@ fn served_here(request: &Request) -> bool {
     let path = request.uri().path();
     let stale =
         request.uri().query().is_some_and(|query| query.split('&').any(|pair| pair.split('=').next() == Some("stale")));
-    let local = ["/v1/agent/self", "/v1/agent/health", "/v1/metrics"];
+    // Every server keeps the same events: a stream is not relayed.
+    let local = ["/v1/agent/self", "/v1/agent/health", "/v1/metrics", "/v1/event/stream"];
     local.contains(&path)
         || path.starts_with("/v1/status/")
         || path.starts_with("/v1/operator/raft/")

@@ -17,7 +17,7 @@
 //!    JSON whatever their `Content-Type`.
 //!
 //! One file per resource: `jobs.rs`, `job_plan.rs` (plan and validate),
-//! `evals.rs`, `allocs.rs`, `nodes.rs`, `agent.rs` (agent, status,
+//! `evals.rs`, `events.rs` (the event stream), `allocs.rs`, `nodes.rs`, `agent.rs` (agent, status,
 //! workers, search), `operator.rs` (snapshots, raft), `client.rs` and `client_fs.rs` (the client operations, answered
 //! by the agent that runs the allocation), `services.rs` (Nomad-native
 //! service discovery), `deployments.rs` (deployments, their reads and
@@ -37,6 +37,7 @@ pub mod client_fs;
 pub mod deployments;
 pub mod error;
 pub mod evals;
+pub mod events;
 pub mod filter;
 pub mod forward;
 pub mod job_plan;
@@ -126,6 +127,7 @@ pub fn router(state: ApiState) -> Router {
         .merge(jobs::routes())
         .merge(job_plan::routes())
         .merge(evals::routes())
+        .merge(events::routes())
         .merge(allocs::routes())
         .merge(client::routes())
         .merge(client_fs::routes())

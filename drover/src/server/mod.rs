@@ -238,6 +238,8 @@ impl RunningServer {
         peers: Option<Arc<Peers>>,
         nodes: NodeEndpoint,
     ) -> Result<RunningServer, StartError> {
+        // A follower's store keeps events too (a leader's core sets the same).
+        leadership.store().events().set_capacity(options.engine.event_buffer_size);
         let started = RunningServer::listen(options, &leadership, nodes, durable.as_ref(), peers.as_ref());
         let (listener, http) = match started {
             Ok(listeners) => listeners,

@@ -24,7 +24,9 @@
 //!    it changed (only those), then runs the [`ApplyHook`] if one is set
 //!    (the leader's router: evals to the broker or the blocked tracker,
 //!    unblocking on new capacity). Everything that follows a write happens
-//!    there, whoever submitted the write.
+//!    there, whoever submitted the write. Before the hook, on every server,
+//!    the command's events go to the event stream's buffer
+//!    ([`StateStore::events`], `events.rs`).
 //! 5. [`StateStore::snapshot`] is O(1) and never waits for the writer. A
 //!    snapshot never changes under its reader.
 //! 6. Waiting for an index or for a node's allocations to change blocks a
@@ -37,6 +39,7 @@ mod apply;
 mod codec;
 mod command;
 mod deployments;
+mod events;
 mod gc;
 mod job_versions;
 mod persist;
@@ -69,6 +72,7 @@ pub use writer::{CommandLog, LeaderHint, LogError, PendingWrite, Writer};
 
 use watch::NodeWatches;
 
+use crate::events::EventBroker;
 use crate::structs::{AllocId, ComputedClass, EvalId, Evaluation, Job, JobKey, Node, NodeId};
 
 /// Why a command was refused. The state is unchanged.
@@ -340,6 +344,8 @@ pub struct StateStore {
     nodes: NodeWatches,
     waiters: AtomicUsize,
     shutting_down: AtomicBool,
+    /// The newest event batches (`crate::events`), fed by every command.
+    events: Arc<EventBroker>,
 }
 
 impl Default for StateStore {
@@ -359,6 +365,7 @@ impl StateStore {
             nodes: NodeWatches::default(),
             waiters: AtomicUsize::new(0),
             shutting_down: AtomicBool::new(false),
+            events: Arc::new(EventBroker::default()),
         }
     }
 
@@ -424,13 +431,18 @@ impl StateStore {
         let current = self.current.load_full();
         let mut next = Snapshot::clone(&current);
         let mut applied = Applied { index, ..Applied::default() };
+        let pending_events = self.events.is_enabled().then(|| events::Pending::of(&command));
         if let Err(error) = next.apply(index, command, &mut applied) {
             self.publish_unchanged(index);
             return Err(error);
         }
+        let events = pending_events.map(|pending| pending.collect(&current, &next, &applied));
         self.current.store(Arc::new(next));
         self.index_changed.notify(usize::MAX);
         self.nodes.notify(&applied.touched_nodes);
+        if let Some(events) = events {
+            self.events.publish(events);
+        }
         if let Some(hook) = self.hook.load().as_ref() {
             hook.after_apply(&applied);
         }
@@ -498,6 +510,13 @@ impl StateStore {
         self.shutting_down.store(true, Ordering::Release);
         self.index_changed.notify(usize::MAX);
         self.nodes.notify_all();
+        self.events.close();
+    }
+
+    /// The event stream's buffer: a batch per applied command that changed
+    /// something a subscriber sees (`crate::events`).
+    pub fn events(&self) -> &Arc<EventBroker> {
+        &self.events
     }
 
     /// Whether [`StateStore::shutdown`] was called.
@@ -527,6 +546,8 @@ impl Drop for Waiting<'_> {
     }
 }
 
+#[cfg(test)]
+mod events_test;
 #[cfg(test)]
 mod gc_test;
 #[cfg(test)]

@@ -8,20 +8,20 @@ use crate::structs::{
     Resources, TriggerReason,
 };
 
-fn node(n: u128) -> Node {
+pub(super) fn node(n: u128) -> Node {
     Node::new_ready(NodeId::from_u128(n), "dc1", "general", Resources::new(4000, 8192, 100_000))
 }
 
-fn job(id: &str) -> Job {
+pub(super) fn job(id: &str) -> Job {
     Job::new_simple(id, JobType::Service, 2, Resources::new(100, 128, 0))
 }
 
-fn register(store: &StateStore, job: &Job) -> Applied {
+pub(super) fn register(store: &StateStore, job: &Job) -> Applied {
     let eval = Evaluation::for_job(job, TriggerReason::JobRegister, Timestamp(1));
     store.apply(Command::RegisterJob { job: job.clone(), eval: Some(eval) }).expect("register")
 }
 
-fn place(store: &StateStore, job: &Job, node_id: NodeId, index: u32) -> Allocation {
+pub(super) fn place(store: &StateStore, job: &Job, node_id: NodeId, index: u32) -> Allocation {
     place_alloc(store, placement(store, job, node_id, index))
 }
 
@@ -47,7 +47,7 @@ fn place_alloc(store: &StateStore, alloc: Allocation) -> Allocation {
 }
 
 /// `alloc`'s client reports `status` at `time`.
-fn client_reports(alloc: &Allocation, status: ClientStatus, time: u64) -> Command {
+pub(super) fn client_reports(alloc: &Allocation, status: ClientStatus, time: u64) -> Command {
     Command::UpdateAllocsFromClient {
         updates: vec![ClientAllocUpdate {
             alloc_id: alloc.id,

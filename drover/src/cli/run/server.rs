@@ -59,6 +59,10 @@ pub struct ServerArgs {
     /// Raft entries between snapshots of the state (default 20000).
     #[arg(long)]
     pub snapshot_every: Option<u64>,
+    /// Event batches kept for `/v1/event/stream` (Nomad's
+    /// `event_buffer_size`, default 100; 0 turns the event stream off).
+    #[arg(long)]
+    pub event_buffer_size: Option<usize>,
     /// Every HTTP API request needs an ACL token (`acl.enabled`).
     #[arg(long)]
     pub acl_enabled: bool,
@@ -118,6 +122,9 @@ pub fn engine_config(args: &ServerArgs, file: &FileConfig) -> Result<ServerConfi
         config.heartbeat.max_heartbeats_per_second = rate;
     }
     gc_config(&mut config.gc, &file.server)?;
+    if let Some(size) = args.event_buffer_size.or(file.server.event_buffer_size) {
+        config.event_buffer_size = size;
+    }
     Ok(config)
 }
 
