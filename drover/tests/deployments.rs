@@ -39,18 +39,9 @@ async fn refusal(api: &ApiClient, method: &str, path: &str, body: Option<&Value>
     (answer.status, answer.body)
 }
 
-/// Runs the CLI against the cluster.
-async fn cli(cluster: &DevCluster, args: &[&str]) -> std::process::Output {
-    let mut command = common::drover();
-    command.args(args).env("DROVER_ADDR", &cluster.http);
-    bounded("the CLI answers", tokio::task::spawn_blocking(move || command.output().expect("drover runs")))
-        .await
-        .expect("the CLI task")
-}
-
 /// The CLI's stdout, once it succeeded.
 async fn cli_ok(cluster: &DevCluster, args: &[&str]) -> String {
-    let output = cli(cluster, args).await;
+    let output = cluster.cli(args).await;
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     assert!(output.status.success(), "{args:?}: {stdout}\n{}", String::from_utf8_lossy(&output.stderr));
     stdout
@@ -301,7 +292,7 @@ async fn canaries_wait_for_promotion_and_operators_pause_resume_promote_and_fail
     let body = json!({"DeploymentID": unknown, "Pause": true});
     let path = format!("/v1/deployment/pause/{unknown}");
     assert_eq!(refusal(api, "PUT", &path, Some(&body)).await, (500, "deployment not found".into()));
-    let missing = cli(&cluster, &["deployment", "status", "0000"]).await;
+    let missing = cluster.cli(&["deployment", "status", "0000"]).await;
     assert_eq!(missing.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&missing.stderr).contains("matched no deployments"), "{missing:?}");
 

@@ -351,6 +351,14 @@ async fn bad_requests_get_nomads_codes_and_write_nothing() {
     assert_eq!(api.get(unknown).await.expect("answer").status, 404);
     assert_eq!(api.get("/v1/node/00000000-0000-4000-8000-000000000000").await.expect("answer").status, 404);
     assert_eq!(api.get("/v1/nothing/here").await.expect("answer").status, 404);
+    // A Nomad endpoint Drover does not serve is 501 naming it, never 404.
+    let join = send("PUT", "/v1/agent/join?address=10.0.0.1", "").await;
+    assert_eq!(join.status, 501);
+    assert!(join.body.contains("/v1/agent/join") && join.body.contains("add-voter"), "{}", join.body);
+    assert_eq!(send("PUT", "/v1/agent/servers", "").await.status, 501, "a server has no client servers to set");
+    let servers = api.get("/v1/agent/servers").await.expect("answer").json().expect("a list");
+    assert_eq!(servers.as_array().map(Vec::len), Some(1), "{servers}");
+    assert_eq!(api.get("/v1/scaling/policies").await.expect("answer").json().expect("a list"), json!([]));
     assert_eq!(api.get("/v1/jobs?index=x").await.expect("answer").body, "Invalid index");
     assert_eq!(api.get("/v1/jobs?index=1&wait=60").await.expect("answer").body, "Invalid wait time");
     assert_eq!(api.get("/v1/job/nope?purge=maybe").await.expect("answer").status, 404);

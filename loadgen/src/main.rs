@@ -140,6 +140,10 @@ struct Args {
     /// then restart it: with --servers 3 or more.
     #[arg(long, value_parser = humantime::parse_duration)]
     kill_leader_every: Option<Duration>,
+    /// Event batches the server keeps for its event stream (as `drover
+    /// server --event-buffer-size`; 0: events off, to measure their cost).
+    #[arg(long, default_value_t = engine::events::DEFAULT_EVENT_BUFFER)]
+    event_buffer_size: usize,
     /// Internal: run as the spawned server (used by --spawn-server).
     #[arg(long, hide = true)]
     serve_child: bool,
@@ -208,6 +212,7 @@ fn main() -> Result<()> {
             data_dir: args.data_dir.clone().map(|dir| (dir, args.snapshot_every)),
             servers: args.servers,
             kill_leader_every: args.kill_leader_every,
+            event_buffer_size: args.event_buffer_size,
         };
         network::run(network, nodes, jobs, &mut report)?;
     } else {
@@ -230,7 +235,7 @@ fn main() -> Result<()> {
 
 /// The in-process run: an embedded server, clients simulated by a thread.
 fn in_process(args: &Args, workers: usize, nodes: Vec<Node>, jobs: &[Job], report: &mut Report) -> Result<()> {
-    let config = ServerConfig { workers, ..ServerConfig::default() };
+    let config = ServerConfig { workers, event_buffer_size: args.event_buffer_size, ..ServerConfig::default() };
     let durable = match &args.data_dir {
         Some(dir) => {
             let dir = storage::DataDir::new(dir.join("server"));
@@ -284,7 +289,7 @@ fn serve_child(args: &Args) -> Result<()> {
     let (Some(ca), Some(cert), Some(key)) = (&args.ca_file, &args.cert_file, &args.key_file) else {
         bail!("--serve-child needs --ca-file, --cert-file and --key-file");
     };
-    let mut engine = ServerConfig::default();
+    let mut engine = ServerConfig { event_buffer_size: args.event_buffer_size, ..ServerConfig::default() };
     if let Some(workers) = args.workers {
         engine.workers = workers;
     }

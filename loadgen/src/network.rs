@@ -132,6 +132,8 @@ pub struct NetworkArgs {
     pub servers: usize,
     /// Kill the leader this often during the run.
     pub kill_leader_every: Option<Duration>,
+    /// The spawned servers' event buffer (batches; 0: events off).
+    pub event_buffer_size: usize,
 }
 
 /// Heartbeat and handshake latencies, and the heartbeats counted.
@@ -267,6 +269,7 @@ fn spawn_servers(args: &NetworkArgs) -> Result<Cluster> {
     if let Some(path) = &args.flamegraph {
         common.extend(["--flamegraph".into(), path.clone().into()]);
     }
+    common.extend(["--event-buffer-size".into(), args.event_buffer_size.to_string().into()]);
     let clustered = args.servers > 1;
     let snapshot_every = args.data_dir.as_ref().map_or(20_000, |(_, every)| *every);
     let ports: Vec<(u16, u16)> =

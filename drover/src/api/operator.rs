@@ -61,6 +61,12 @@ pub struct SchedulerConfiguration {
     pub preemption_config: PreemptionConfig,
     /// Whether the leader's eval broker hands out nothing.
     pub pause_eval_broker: bool,
+    /// Nomad's memory oversubscription (`memory_max`): always false, and
+    /// refused when set (Drover does not oversubscribe memory).
+    pub memory_oversubscription_enabled: bool,
+    /// Nomad's refusal of job registrations: always false, and refused
+    /// when set.
+    pub reject_job_registration: bool,
     /// Index of the first write.
     pub create_index: u64,
     /// Index of the last write.
@@ -122,6 +128,8 @@ impl From<engine::structs::SchedulerConfiguration> for SchedulerConfiguration {
                 service_scheduler_enabled: preemption.service_scheduler_enabled,
             },
             pause_eval_broker: config.pause_eval_broker,
+            memory_oversubscription_enabled: false,
+            reject_job_registration: false,
             create_index: config.create_index,
             modify_index: config.modify_index,
         }
@@ -129,8 +137,17 @@ impl From<engine::structs::SchedulerConfiguration> for SchedulerConfiguration {
 }
 
 impl SchedulerConfiguration {
-    /// The engine's configuration; an unknown algorithm is refused.
+    /// The engine's configuration; an unknown algorithm, and what Drover
+    /// does not do, are refused.
     pub fn to_engine(&self) -> Result<engine::structs::SchedulerConfiguration, String> {
+        if self.memory_oversubscription_enabled {
+            return Err(
+                "MemoryOversubscriptionEnabled: Drover does not oversubscribe memory (a task's memory_max)".into()
+            );
+        }
+        if self.reject_job_registration {
+            return Err("RejectJobRegistration: Drover cannot refuse job registrations cluster-wide".into());
+        }
         let scheduler_algorithm = match self.scheduler_algorithm.as_str() {
             "" | "binpack" => engine::structs::SchedulerAlgorithm::Binpack,
             "spread" => engine::structs::SchedulerAlgorithm::Spread,

@@ -1,4 +1,6 @@
-//! `drover operator snapshot save` and `drover operator raft info`.
+//! `drover operator snapshot save|restore`, `drover operator raft
+//! info|list-peers|add-voter|remove-peer` and `drover operator scheduler
+//! get-config|set-config|workers`.
 
 use std::path::Path;
 
@@ -7,7 +9,10 @@ use replication::RaftInfo;
 
 use super::{fields, print_json, table};
 use crate::api::client::ApiClient;
-use crate::api::operator::{RaftConfiguration, RaftPeerRemoved, RaftVoterAdded};
+use crate::api::operator::{
+    RaftConfiguration, RaftPeerRemoved, RaftVoterAdded, SchedulerConfiguration, SchedulerConfigurationResponse,
+    SchedulerSetConfigurationResponse,
+};
 use std::path::PathBuf;
 
 use clap::Subcommand;
@@ -183,6 +188,16 @@ pub enum RaftCommand {
 
 #[derive(Debug, Subcommand)]
 pub enum SchedulerCommand {
+    /// The cluster's scheduler configuration (Nomad's `operator scheduler
+    /// get-config`).
+    GetConfig {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Changes the scheduler configuration: what is not given stays as it
+    /// is (Nomad's `operator scheduler set-config`).
+    SetConfig(SetConfigArgs),
     /// Lists the scheduling workers, sets how many run (`set N`), or
     /// pauses or resumes them (`pause [ID]`, `resume [ID]`: one, or all).
     Workers {
@@ -194,6 +209,99 @@ pub enum SchedulerCommand {
         #[arg(long)]
         json: bool,
     },
+}
+
+/// What `drover operator scheduler set-config` changes.
+#[derive(Debug, Default, clap::Args)]
+pub struct SetConfigArgs {
+    /// `binpack` or `spread`.
+    #[arg(long)]
+    pub scheduler_algorithm: Option<String>,
+    /// Whether the eval broker hands out nothing.
+    #[arg(long)]
+    pub pause_eval_broker: Option<bool>,
+    /// Whether service jobs may preempt lower-priority allocations.
+    #[arg(long)]
+    pub preempt_service_scheduler: Option<bool>,
+    /// Whether batch jobs may preempt.
+    #[arg(long)]
+    pub preempt_batch_scheduler: Option<bool>,
+    /// Whether system jobs may preempt.
+    #[arg(long)]
+    pub preempt_system_scheduler: Option<bool>,
+    /// Whether sysbatch jobs may preempt.
+    #[arg(long)]
+    pub preempt_sysbatch_scheduler: Option<bool>,
+    /// Write only if the configuration's modify index is this (check-and-set).
+    #[arg(long)]
+    pub check_index: Option<u64>,
+}
+
+impl SetConfigArgs {
+    /// `config` with what was given changed.
+    fn apply(&self, config: &mut SchedulerConfiguration) {
+        let flags = [
+            (self.pause_eval_broker, &mut config.pause_eval_broker),
+            (self.preempt_service_scheduler, &mut config.preemption_config.service_scheduler_enabled),
+            (self.preempt_batch_scheduler, &mut config.preemption_config.batch_scheduler_enabled),
+            (self.preempt_system_scheduler, &mut config.preemption_config.system_scheduler_enabled),
+            (self.preempt_sysbatch_scheduler, &mut config.preemption_config.sysbatch_scheduler_enabled),
+        ];
+        for (given, field) in flags {
+            if let Some(value) = given {
+                *field = value;
+            }
+        }
+        if let Some(algorithm) = &self.scheduler_algorithm {
+            config.scheduler_algorithm = algorithm.clone();
+        }
+    }
+}
+
+/// `drover operator scheduler get-config`: Nomad's fields.
+pub async fn get_config(api: &ApiClient, json_out: bool) -> Result<i32> {
+    let answer: SchedulerConfigurationResponse = api.query("/v1/operator/scheduler/configuration").await?;
+    if json_out {
+        print_json(&answer.scheduler_config)?;
+        return Ok(0);
+    }
+    let config = &answer.scheduler_config;
+    let preemption = &config.preemption_config;
+    print!(
+        "{}\n{}",
+        fields(&[
+            ("Scheduler Algorithm", config.scheduler_algorithm.clone()),
+            ("Pause Eval Broker", config.pause_eval_broker.to_string()),
+        ]),
+        fields(&[
+            ("Preemption Service Scheduler", preemption.service_scheduler_enabled.to_string()),
+            ("Preemption Batch Scheduler", preemption.batch_scheduler_enabled.to_string()),
+            ("Preemption System Scheduler", preemption.system_scheduler_enabled.to_string()),
+            ("Preemption SysBatch Scheduler", preemption.sysbatch_scheduler_enabled.to_string()),
+        ])
+    );
+    Ok(0)
+}
+
+/// `drover operator scheduler set-config`: reads the configuration,
+/// changes what was given, writes it back (with `?cas=` when
+/// `--check-index` is given); exit 1 when the check-and-set was refused.
+pub async fn set_config(api: &ApiClient, change: &SetConfigArgs) -> Result<i32> {
+    let answer: SchedulerConfigurationResponse = api.query("/v1/operator/scheduler/configuration").await?;
+    let mut config = answer.scheduler_config;
+    change.apply(&mut config);
+    let path = match change.check_index {
+        Some(index) => format!("/v1/operator/scheduler/configuration?cas={index}"),
+        None => "/v1/operator/scheduler/configuration".to_string(),
+    };
+    let written: SchedulerSetConfigurationResponse = api.write("PUT", &path, &config).await?;
+    if written.updated {
+        println!("Scheduler configuration updated!");
+        Ok(0)
+    } else {
+        println!("Scheduler configuration could not be atomically updated, please try again");
+        Ok(1)
+    }
 }
 
 pub fn snapshot(command: SnapshotCommand, api: &ApiArgs) -> Result<(), Failure> {
@@ -222,6 +330,12 @@ pub fn command(command: OperatorCommand, api: &ApiArgs) -> Result<(), Failure> {
     match command {
         OperatorCommand::Snapshot { command } => snapshot(command, api),
         OperatorCommand::Raft { command } => raft(command, api),
+        OperatorCommand::Scheduler { command: SchedulerCommand::GetConfig { json } } => {
+            client_command(api, |client| async move { get_config(&client, json).await })
+        }
+        OperatorCommand::Scheduler { command: SchedulerCommand::SetConfig(change) } => {
+            client_command(api, |client| async move { set_config(&client, &change).await })
+        }
         OperatorCommand::Scheduler { command: SchedulerCommand::Workers { action, count, json } } => {
             let action = match (action.as_deref(), count) {
                 (None, _) => WorkersAction::List,

@@ -1,6 +1,7 @@
 //! The agent and status endpoints (`/v1/agent/self`, `/v1/agent/members`,
 //! `/v1/agent/health`, `/v1/status/leader`, `/v1/status/peers`,
-//! `/v1/regions`), the worker API (`/v1/agent/schedulers[/config]`, in
+//! `/v1/regions`, `/v1/agent/servers`, `/v1/scaling/policies`: none yet),
+//! the worker API (`/v1/agent/schedulers[/config]`, in
 //! snake_case as Nomad has it) and `/v1/search`.
 
 use std::collections::BTreeMap;
@@ -31,6 +32,8 @@ pub fn routes() -> Router<ApiState> {
         .route("/v1/agent/health", get(health))
         .route("/v1/status/leader", get(leader))
         .route("/v1/status/peers", get(peers))
+        .route("/v1/agent/servers", get(peers).put(set_servers).post(set_servers))
+        .route("/v1/scaling/policies", get(scaling_policies))
         .route("/v1/regions", get(regions))
         .route("/v1/agent/schedulers", get(schedulers))
         .route(
@@ -237,6 +240,23 @@ async fn peers(State(state): State<ApiState>, params: Params) -> Reply {
         None => vec![state.agent.rpc_addr.to_string()],
     };
     Reply::json(&peers, params.pretty(), None)
+}
+
+/// `PUT /v1/agent/servers`: Nomad's sets a client agent's servers; a
+/// Drover client agent takes them from its configuration, and this API
+/// is a server's. (`GET` answers the servers' RPC addresses, as
+/// `/v1/status/peers`.)
+async fn set_servers() -> ApiError {
+    ApiError::NotImplemented(
+        "PUT /v1/agent/servers: this is a server; a Drover client agent takes its servers from --servers or \
+         client.servers"
+            .to_string(),
+    )
+}
+
+/// `GET /v1/scaling/policies`: none (Drover has no scaling policies yet).
+async fn scaling_policies(params: Params) -> Reply {
+    Reply::json(&Vec::<serde_json::Value>::new(), params.pretty(), None)
 }
 
 /// `GET /v1/regions`.

@@ -109,9 +109,40 @@ impl From<AclError> for ApiError {
     }
 }
 
-/// An unknown path under the API: 404 with an empty body, as Nomad.
-pub async fn unknown_path() -> Response {
-    StatusCode::NOT_FOUND.into_response()
+/// Nomad's endpoints Drover does not serve yet, by path prefix, each with
+/// what to use instead: answered 501 naming the path, never 404 (which
+/// would read as "no such object").
+const NOT_IMPLEMENTED: [(&str, &str); 17] = [
+    ("/v1/agent/join", "servers form a cluster with --join and `drover operator raft add-voter`"),
+    ("/v1/agent/force-leave", "remove a server with `drover operator raft remove-peer`"),
+    ("/v1/agent/monitor", "read the server's log where it writes it"),
+    ("/v1/agent/keyring", "Drover has no gossip keyring: servers and agents use mutual TLS"),
+    ("/v1/agent/pprof", "profile a server with `loadgen --flamegraph` or perf"),
+    ("/v1/agent/host", "no host data is served"),
+    ("/v1/namespace", "every job is in namespace default"),
+    ("/v1/volume", "no host or CSI volumes"),
+    ("/v1/plugin", "no CSI plugins"),
+    ("/v1/node/pool", "no node pools"),
+    ("/v1/var", "no variables"),
+    ("/v1/acl/role", "no ACL roles: tokens carry policies"),
+    ("/v1/acl/auth-method", "no SSO auth methods"),
+    ("/v1/acl/binding-rule", "no SSO auth methods"),
+    ("/v1/operator/autopilot", "raft membership is managed with `drover operator raft`"),
+    ("/v1/operator/keyring", "no workload identity keyring"),
+    ("/v1/quota", "no quotas (Nomad Enterprise)"),
+];
+
+/// An unknown path under the API: 404 with an empty body, as Nomad; a
+/// Nomad endpoint Drover does not serve yet is 501 naming it.
+pub async fn unknown_path(uri: axum::http::Uri) -> Response {
+    let path = uri.path();
+    match NOT_IMPLEMENTED.iter().find(|(prefix, _)| path.starts_with(prefix)) {
+        Some((_, instead)) => {
+            ApiError::NotImplemented(format!("{path}: Drover does not serve this Nomad endpoint ({instead})"))
+                .into_response()
+        }
+        None => StatusCode::NOT_FOUND.into_response(),
+    }
 }
 
 /// A register's (or a plan's) refusal: validation errors as Nomad's

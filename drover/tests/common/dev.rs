@@ -47,6 +47,15 @@ impl DevCluster {
         DevCluster { children: vec![server, agent], api, http, rpc, dir }
     }
 
+    /// Runs the `drover` CLI against the cluster's HTTP API.
+    pub async fn cli(&self, args: &[&str]) -> std::process::Output {
+        let mut command = super::drover();
+        command.args(args).env("DROVER_ADDR", &self.http);
+        super::bounded("the CLI answers", tokio::task::spawn_blocking(move || command.output().expect("drover runs")))
+            .await
+            .expect("the CLI task")
+    }
+
     /// Starts one more dev agent, named `name`, with its own data dir and
     /// `flags`; its index in `children`.
     pub fn add_agent(&mut self, name: &str, flags: &[&std::ffi::OsStr]) -> usize {
