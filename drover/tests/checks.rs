@@ -14,7 +14,6 @@
 mod common;
 
 use common::api::{alloc_of, allocated_port, until};
-use common::bounded;
 use common::dev::DevCluster;
 use serde_json::{json, Value};
 
@@ -37,16 +36,6 @@ impl DevCluster {
             done(&results)
         })
         .await
-    }
-
-    async fn cli(&self, args: &[&str]) -> String {
-        let mut command = common::drover();
-        command.args(args).env("DROVER_ADDR", &self.http);
-        let output = bounded("the CLI answers", tokio::task::spawn_blocking(move || command.output().expect("runs")))
-            .await
-            .expect("the CLI task");
-        assert!(output.status.success(), "{output:?}");
-        String::from_utf8_lossy(&output.stdout).into_owned()
     }
 }
 
@@ -115,7 +104,7 @@ async fn http_and_script_checks_pass_and_the_allocation_turns_healthy() {
     assert!(health["ModifyIndex"].as_u64().is_some_and(|index| index > 0), "{health}");
     assert!(health["Timestamp"].as_str().is_some_and(|at| at.contains('T')), "RFC 3339: {health}");
 
-    let status = cluster.cli(&["alloc", "status", &id]).await;
+    let status = cluster.cli_ok(&["alloc", "status", &id]).await;
     let health_line = status.lines().find(|line| line.starts_with("Deployment Health"));
     assert!(health_line.is_some_and(|line| line.ends_with("= healthy")), "{status}");
     let table: Vec<&str> = status.lines().skip_while(|line| *line != "Nomad Service Checks:").collect();

@@ -39,14 +39,6 @@ async fn refusal(api: &ApiClient, method: &str, path: &str, body: Option<&Value>
     (answer.status, answer.body)
 }
 
-/// The CLI's stdout, once it succeeded.
-async fn cli_ok(cluster: &DevCluster, args: &[&str]) -> String {
-    let output = cluster.cli(args).await;
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(output.status.success(), "{args:?}: {stdout}\n{}", String::from_utf8_lossy(&output.stderr));
-    stdout
-}
-
 /// Blocks until job `web`'s latest deployment satisfies `done`; it.
 async fn latest_until(api: &ApiClient, what: &str, done: impl Fn(&Value) -> bool) -> Value {
     until(api, "/v1/job/web/deployment", what, |deployment| !deployment.is_null() && done(deployment)).await
@@ -78,7 +70,7 @@ async fn job_run_follows_a_rolling_deployment_to_success_and_the_version_turns_s
     let file = cluster.dir.join("web.json");
     std::fs::write(&file, job(600, 0).to_string()).expect("job file");
 
-    let run = cli_ok(&cluster, &["job", "run", file.to_str().expect("path")]).await;
+    let run = cluster.cli_ok(&["job", "run", file.to_str().expect("path")]).await;
     assert!(run.contains("finished with status \"complete\""), "{run}");
     let monitoring = run.lines().find_map(|line| line.strip_prefix("==> Monitoring deployment \""));
     let short = monitoring.and_then(|rest| rest.strip_suffix('"')).unwrap_or_else(|| panic!("{run}")).to_string();
@@ -139,7 +131,7 @@ async fn job_run_follows_a_rolling_deployment_to_success_and_the_version_turns_s
     assert_eq!(summary["Summary"]["web"]["Running"], 2, "{summary}");
 
     // The CLI's views.
-    let listed = cli_ok(&cluster, &["deployment", "list"]).await;
+    let listed = cluster.cli_ok(&["deployment", "list"]).await;
     assert_eq!(
         words(&listed),
         vec![
@@ -148,7 +140,7 @@ async fn job_run_follows_a_rolling_deployment_to_success_and_the_version_turns_s
         ],
         "{listed}"
     );
-    let status = cli_ok(&cluster, &["deployment", "status", &id[..6]]).await;
+    let status = cluster.cli_ok(&["deployment", "status", &id[..6]]).await;
     let expected_head = format!(
         "ID          = {short}\nJob ID      = web\nJob Version = 0\nStatus      = successful\n\
          Description = Deployment completed successfully\n\nDeployed\n"
@@ -161,21 +153,21 @@ async fn job_run_follows_a_rolling_deployment_to_success_and_the_version_turns_s
         "{status}"
     );
     assert_eq!(table[8][..5], ["web", "2", "2", "2", "0"], "{status}");
-    let full = cli_ok(&cluster, &["deployment", "status", "--verbose", &id]).await;
+    let full = cluster.cli_ok(&["deployment", "status", "--verbose", &id]).await;
     assert!(full.starts_with(&format!("ID          = {id}\n")), "{full}");
-    let as_json: Value = serde_json::from_str(&cli_ok(&cluster, &["deployment", "status", "--json", &id]).await)
+    let as_json: Value = serde_json::from_str(&cluster.cli_ok(&["deployment", "status", "--json", &id]).await)
         .expect("--json prints JSON");
     assert_eq!(as_json, deployment);
-    let job_status = cli_ok(&cluster, &["job", "status", "web"]).await;
+    let job_status = cluster.cli_ok(&["job", "status", "web"]).await;
     let latest = format!(
         "\nLatest Deployment\nID          = {short}\nStatus      = successful\n\
          Description = Deployment completed successfully\n\nDeployed\n"
     );
     assert!(job_status.contains(&latest), "{job_status}");
     assert!(job_status.find(&latest) < job_status.find("\nAllocations\n"), "before the allocations: {job_status}");
-    let latest = cli_ok(&cluster, &["job", "deployments", "--latest", "web"]).await;
+    let latest = cluster.cli_ok(&["job", "deployments", "--latest", "web"]).await;
     assert!(latest.starts_with(&format!("ID          = {short}\nJob ID      = web\n")), "{latest}");
-    let listed = cli_ok(&cluster, &["job", "deployments", "web"]).await;
+    let listed = cluster.cli_ok(&["job", "deployments", "web"]).await;
     assert_eq!(words(&listed)[1][..4], [short.as_str(), "web", "0", "successful"], "{listed}");
 }
 
@@ -202,7 +194,7 @@ async fn canaries_wait_for_promotion_and_operators_pause_resume_promote_and_fail
     let stub = json_of(api, "GET", &format!("/v1/deployment/allocations/{id}"), None).await;
     assert_eq!(stub.as_array().map(Vec::len), Some(1), "only the canary so far: {stub}");
     assert_eq!((id_of(&stub[0]), &stub[0]["DeploymentStatus"]["Canary"]), (canary.clone(), &json!(true)));
-    let status = cli_ok(&cluster, &["deployment", "status", &id]).await;
+    let status = cluster.cli_ok(&["deployment", "status", &id]).await;
     let table = words(&status);
     assert_eq!(table[7][..5], ["Task", "Group", "Promoted", "Desired", "Canaries"], "{status}");
     assert_eq!(table[8][..3], ["web", "false", "2"], "{status}");
@@ -233,7 +225,7 @@ async fn canaries_wait_for_promotion_and_operators_pause_resume_promote_and_fail
         (woken["Status"].as_str(), woken["StatusDescription"].as_str()),
         (Some("paused"), Some("Deployment is paused"))
     );
-    let resumed = cli_ok(&cluster, &["deployment", "resume", "--detach", &id[..8]]).await;
+    let resumed = cluster.cli_ok(&["deployment", "resume", "--detach", &id[..8]]).await;
     assert_eq!(resumed, format!("Deployment \"{id}\" resumed\n"));
     let running = json_of(api, "GET", &format!("/v1/deployment/{id}"), None).await;
     assert_eq!(running["StatusDescription"], "Deployment is running but requires manual promotion");
@@ -257,7 +249,7 @@ async fn canaries_wait_for_promotion_and_operators_pause_resume_promote_and_fail
     assert_eq!(refusal(api, "PUT", &health, Some(&json!({"HealthyAllocationIDs": [canary]}))).await.0, 400);
 
     // The CLI promotes and follows the deployment to its end; the version turns stable.
-    let promoted = cli_ok(&cluster, &["deployment", "promote", &id[..8]]).await;
+    let promoted = cluster.cli_ok(&["deployment", "promote", &id[..8]]).await;
     assert!(promoted.contains(&format!("Deployment \"{}\" successful", &id[..8])), "{promoted}");
     let done = json_of(api, "GET", &format!("/v1/deployment/{id}"), None).await;
     assert_eq!((done["Status"].as_str(), &done["TaskGroups"]["web"]["Promoted"]), (Some("successful"), &json!(true)));
@@ -303,7 +295,7 @@ async fn canaries_wait_for_promotion_and_operators_pause_resume_promote_and_fail
     })
     .await;
     let second_id = id_of(&second);
-    let failed = cli_ok(&cluster, &["deployment", "fail", "--detach", &second_id[..8]]).await;
+    let failed = cluster.cli_ok(&["deployment", "fail", "--detach", &second_id[..8]]).await;
     assert_eq!(failed, format!("Deployment \"{second_id}\" failed\n"));
     let failed = json_of(api, "GET", &format!("/v1/deployment/{second_id}"), None).await;
     assert_eq!(

@@ -56,6 +56,14 @@ impl DevCluster {
             .expect("the CLI task")
     }
 
+    /// The CLI's stdout, once it succeeded.
+    pub async fn cli_ok(&self, args: &[&str]) -> String {
+        let output = self.cli(args).await;
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        assert!(output.status.success(), "{args:?}: {stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+        stdout
+    }
+
     /// Starts one more dev agent, named `name`, with its own data dir and
     /// `flags`; its index in `children`.
     pub fn add_agent(&mut self, name: &str, flags: &[&std::ffi::OsStr]) -> usize {

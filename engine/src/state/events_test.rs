@@ -4,8 +4,11 @@ use crate::clock::Timestamp;
 use crate::events::{Subscription, Topic};
 use crate::structs::{AclPolicy, AclRules, ClientStatus, Evaluation, NodeStatus, TriggerReason};
 
-/// Each batch read so far: its index, and `(topic, type, key)` per event.
-fn read(subscription: &mut Subscription) -> Vec<(u64, Vec<(Topic, &'static str, String)>)> {
+/// `(topic, type, key)` of one event.
+type Seen = (Topic, &'static str, String);
+
+/// Each batch read so far: its index, and what each of its events was.
+fn read(subscription: &mut Subscription) -> Vec<(u64, Vec<Seen>)> {
     let mut batches = Vec::new();
     while let Some(batch) = subscription.try_next().expect("subscribed") {
         let events = batch.events.iter().map(|event| (event.payload.topic(), event.event_type, event.payload.key()));
