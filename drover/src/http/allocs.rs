@@ -10,7 +10,8 @@ use engine::structs::{AllocId, Allocation};
 
 use super::error::ApiError;
 use super::nomad;
-use super::query::{blocking, exact_uuid, matches_uuid_prefix, Params, Reply};
+use super::paging::{NewestFirst, PageQuery};
+use super::query::{blocking, blocking_reply, exact_uuid, matches_uuid_prefix, Params, Reply};
 use super::ApiState;
 
 /// The routes of this file.
@@ -22,22 +23,26 @@ pub fn routes() -> Router<ApiState> {
 }
 
 /// `GET /v1/allocations[?prefix=&namespace=]`: newest first; `namespace=*`
-/// lists every namespace, no namespace means `default`.
+/// lists every namespace, no namespace means `default`; pages and filters
+/// as every list (`paging.rs`).
 async fn list(State(state): State<ApiState>, params: Params) -> Result<Reply, ApiError> {
     let prefix = params.prefix().to_string();
     let namespace = params.namespace().to_string();
-    blocking(
+    let query = PageQuery::of(&params)?;
+    blocking_reply(
         &state,
         &params,
         |snapshot| Ok(snapshot.table_indexes().allocs),
         |snapshot| {
-            let mut allocs: Vec<_> = snapshot
+            let allocs: Vec<_> = snapshot
                 .allocs()
                 .filter(|alloc| namespace == "*" || *alloc.namespace == *namespace)
                 .filter(|alloc| matches_uuid_prefix(&alloc.id.0, &prefix))
                 .collect();
-            allocs.sort_by_key(|alloc| (std::cmp::Reverse(alloc.create_index), alloc.id));
-            Ok(allocs.iter().map(|alloc| nomad::alloc_stub(alloc, snapshot)).collect::<Vec<_>>())
+            let key = |alloc: &&Arc<Allocation>| NewestFirst::of(alloc.create_index, alloc.id.0);
+            let (page, next_token) = query.page(allocs, key, |alloc| nomad::alloc_stub(alloc, snapshot))?;
+            let index = snapshot.table_indexes().allocs;
+            Ok(Reply::json(&page, params.pretty(), Some(index)).with_next_token(next_token))
         },
     )
     .await

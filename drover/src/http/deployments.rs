@@ -37,7 +37,8 @@ use engine::structs::{AllocId, Deployment, DeploymentId, JobKey};
 
 use super::error::ApiError;
 use super::nomad;
-use super::query::{blocking, exact_uuid, matches_uuid_prefix, Params, Reply};
+use super::paging::{NewestFirst, PageQuery};
+use super::query::{blocking, blocking_reply, exact_uuid, matches_uuid_prefix, Params, Reply};
 use super::ApiState;
 use crate::api::deployments::{
     self as api, read_body, DeploymentAllocHealthRequest, DeploymentPauseRequest, DeploymentPromoteRequest,
@@ -68,18 +69,23 @@ fn newest_first<'a>(deployments: impl Iterator<Item = &'a Arc<Deployment>>) -> V
     listed.into_iter().map(|deployment| api::Deployment::from(&**deployment)).collect()
 }
 
-/// `GET /v1/deployments[?prefix=&namespace=]`: `namespace=*` lists every
-/// namespace; a prefix matches ids as Nomad matches them (hyphens and case
-/// ignored).
+/// `GET /v1/deployments[?prefix=&namespace=]`: newest first;
+/// `namespace=*` lists every namespace; a prefix matches ids as Nomad
+/// matches them (hyphens and case ignored); pages and filters as every
+/// list (`paging.rs`).
 async fn list(State(state): State<ApiState>, params: Params) -> Result<Reply, ApiError> {
     let namespace = params.namespace().to_string();
     let prefix = params.prefix().to_string();
-    blocking(&state, &params, deployments_index, |snapshot| {
-        let matching = snapshot
+    let query = PageQuery::of(&params)?;
+    blocking_reply(&state, &params, deployments_index, |snapshot| {
+        let matching: Vec<_> = snapshot
             .deployments()
             .filter(|deployment| namespace == "*" || *deployment.namespace == *namespace)
-            .filter(|deployment| matches_uuid_prefix(&deployment.id.0, &prefix));
-        Ok(newest_first(matching))
+            .filter(|deployment| matches_uuid_prefix(&deployment.id.0, &prefix))
+            .collect();
+        let key = |deployment: &&Arc<Deployment>| NewestFirst::of(deployment.create_index, deployment.id.0);
+        let (page, next_token) = query.page(matching, key, |deployment| api::Deployment::from(&***deployment))?;
+        Ok(Reply::json(&page, params.pretty(), deployments_index(snapshot).ok()).with_next_token(next_token))
     })
     .await
 }

@@ -22,6 +22,7 @@ use engine::structs::{EvalId, Evaluation};
 use super::error::ApiError;
 use super::filter::Filter;
 use super::nomad;
+use super::paging::{NewestFirst, PageQuery};
 use super::query::{blocking, blocking_reply, exact_uuid, matches_uuid_prefix, Params, Reply};
 use super::{on_engine, ApiState};
 use crate::api;
@@ -40,66 +41,28 @@ pub fn routes() -> Router<ApiState> {
 }
 
 /// `GET /v1/evaluations[?prefix=][&filter=][&per_page=][&next_token=]`:
-/// every namespace, newest first (module docs).
+/// every namespace, newest first (module docs, `paging.rs`).
 async fn list(State(state): State<ApiState>, params: Params) -> Result<Reply, ApiError> {
     let prefix = params.prefix().to_string();
-    let filter = params.filter()?;
-    let per_page = params.per_page()?;
-    let start = params.next_token().map(parse_token).transpose()?;
+    let query = PageQuery::of(&params)?;
     blocking_reply(
         &state,
         &params,
         |snapshot| Ok(snapshot.table_indexes().evals),
         |snapshot| {
-            let evals = matching(snapshot, &prefix, filter.as_ref());
-            let from = start.map_or(0, |start| evals.partition_point(|(eval, _)| order(eval) < start));
-            let mut page: Vec<_> = evals.into_iter().skip(from).collect();
-            let next_token = match per_page.filter(|size| page.len() > *size) {
-                Some(size) => page.drain(size..).next().map(|(eval, _)| token(&eval)),
-                None => None,
-            };
-            let answer: Vec<_> = page.into_iter().map(|(_, json)| json).collect();
+            let evals: Vec<_> = snapshot.evals().filter(|eval| matches_uuid_prefix(&eval.id.0, &prefix)).collect();
+            let (page, next_token) =
+                query.page(evals, |eval| key(eval), |eval| api::evaluations::Evaluation::from(&***eval))?;
             let index = snapshot.table_indexes().evals;
-            Ok(Reply::json(&answer, params.pretty(), Some(index)).with_next_token(next_token))
+            Ok(Reply::json(&page, params.pretty(), Some(index)).with_next_token(next_token))
         },
     )
     .await
 }
 
-/// The evaluations with the prefix that pass the filter, newest first,
-/// each with its answer.
-fn matching(
-    snapshot: &Snapshot,
-    prefix: &str,
-    filter: Option<&Filter>,
-) -> Vec<(Arc<Evaluation>, api::evaluations::Evaluation)> {
-    let mut evals: Vec<_> = snapshot.evals().filter(|eval| matches_uuid_prefix(&eval.id.0, prefix)).collect();
-    evals.sort_by_key(|eval| order(eval));
-    let answered = evals.into_iter().map(|eval| (eval.clone(), api::evaluations::Evaluation::from(&**eval)));
-    match filter {
-        None => answered.collect(),
-        Some(filter) => answered
-            .filter(|(_, json)| filter.matches(&serde_json::to_value(json).expect("an eval serializes")))
-            .collect(),
-    }
-}
-
 /// The list's order: newest first, then by id.
-fn order(eval: &Evaluation) -> (std::cmp::Reverse<u64>, EvalId) {
-    (std::cmp::Reverse(eval.create_index), eval.id)
-}
-
-/// An evaluation's page token, `<CreateIndex>.<ID>`.
-fn token(eval: &Evaluation) -> String {
-    format!("{}.{}", eval.create_index, eval.id)
-}
-
-fn parse_token(text: &str) -> Result<(std::cmp::Reverse<u64>, EvalId), ApiError> {
-    let bad = || ApiError::BadRequest(format!("invalid next_token {text:?}"));
-    let (index, id) = text.split_once('.').ok_or_else(bad)?;
-    let index = index.parse::<u64>().map_err(|_| bad())?;
-    let id = uuid::Uuid::parse_str(id).map_err(|_| bad())?;
-    Ok((std::cmp::Reverse(index), EvalId(id)))
+fn key(eval: &Evaluation) -> NewestFirst {
+    NewestFirst::of(eval.create_index, eval.id.0)
 }
 
 /// `DELETE /v1/evaluations` (module docs).
@@ -119,7 +82,11 @@ async fn delete(State(state): State<ApiState>, params: Params, body: Bytes) -> R
             let filter = Filter::parse(&request.filter)
                 .map_err(|error| ApiError::BadRequest(format!("failed to read filter expression: {error}")))?;
             let snapshot = state.leadership.store().snapshot();
-            matching(&snapshot, "", Some(&filter)).into_iter().map(|(eval, _)| eval.id).collect()
+            let matches = |eval: &&Arc<Evaluation>| {
+                let answered = serde_json::to_value(api::evaluations::Evaluation::from(&***eval));
+                filter.matches(&answered.expect("an eval serializes"))
+            };
+            snapshot.evals().filter(matches).map(|eval| eval.id).collect()
         }
     };
     let writer = state.leader()?.writer().clone();

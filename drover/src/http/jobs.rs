@@ -24,7 +24,8 @@ use engine::structs::{Job, JobKey};
 
 use super::error::{register_error, ApiError};
 use super::nomad;
-use super::query::{blocking, Params, Reply};
+use super::paging::{ByNamespacedId, PageQuery};
+use super::query::{blocking, blocking_reply, Params, Reply};
 use super::{on_engine, ApiState};
 use crate::api::evaluations::Evaluation;
 use crate::api::job_diff;
@@ -43,20 +44,23 @@ pub fn routes() -> Router<ApiState> {
         .route("/v1/job/{*rest}", any(job))
 }
 
-/// `GET /v1/jobs[?prefix=&namespace=]`: stubs ordered by id; `namespace=*`
-/// lists every namespace.
+/// `GET /v1/jobs[?prefix=&namespace=]`: stubs ordered by namespace and
+/// id; `namespace=*` lists every namespace; pages and filters as every
+/// list (`paging.rs`).
 async fn list(State(state): State<ApiState>, params: Params) -> Result<Reply, ApiError> {
     let namespace = params.namespace().to_string();
     let prefix = params.prefix().to_string();
+    let query = PageQuery::of(&params)?;
     let index = |snapshot: &Snapshot| Ok(snapshot.table_indexes().jobs.max(snapshot.table_indexes().allocs));
-    blocking(&state, &params, index, |snapshot| {
-        let mut jobs: Vec<&Arc<Job>> = snapshot
+    blocking_reply(&state, &params, index, |snapshot| {
+        let jobs: Vec<&Arc<Job>> = snapshot
             .jobs()
             .filter(|job| namespace == "*" || *job.namespace == *namespace)
             .filter(|job| job.id.starts_with(&prefix))
             .collect();
-        jobs.sort_by(|a, b| (&a.id, &a.namespace).cmp(&(&b.id, &b.namespace)));
-        Ok(jobs.iter().map(|job| nomad::job_stub(job, snapshot)).collect::<Vec<_>>())
+        let key = |job: &&Arc<Job>| ByNamespacedId(job.namespace.to_string(), job.id.to_string());
+        let (page, next_token) = query.page(jobs, key, |job| nomad::job_stub(job, snapshot))?;
+        Ok(Reply::json(&page, params.pretty(), index(snapshot).ok()).with_next_token(next_token))
     })
     .await
 }

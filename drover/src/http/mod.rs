@@ -25,7 +25,8 @@
 //! `acl.rs` (the ACL check in front of them all, tokens and
 //! policies), `forward.rs` (a follower's relay to the leader); `nomad.rs`
 //! builds the answers that read the state beyond their object, `query.rs`
-//! holds the query parameters, blocking queries and the read headers. The
+//! holds the query parameters, blocking queries and the read headers,
+//! `paging.rs` the pages and filters every list takes. The
 //! bodies read and answered are the structs of `crate::api`, and a
 //! submitted job is converted by `crate::api::job_spec`.
 
@@ -46,6 +47,7 @@ pub mod metrics;
 pub mod nodes;
 pub mod nomad;
 pub mod operator;
+pub mod paging;
 pub mod query;
 pub mod services;
 pub mod system;

@@ -9,7 +9,8 @@ use std::sync::Arc;
 use super::acl::Caller;
 use super::error::ApiError;
 use super::nomad;
-use super::query::{blocking, exact_uuid, matches_uuid_prefix, Params, Reply};
+use super::paging::{ById, PageQuery};
+use super::query::{blocking, blocking_reply, exact_uuid, matches_uuid_prefix, Params, Reply};
 use super::{on_engine, ApiState};
 use crate::api::format::parse_bool;
 use crate::api::nodes::{
@@ -41,14 +42,17 @@ pub fn routes() -> Router<ApiState> {
 async fn list(State(state): State<ApiState>, params: Params) -> Result<Reply, ApiError> {
     let prefix = params.prefix().to_string();
     let resources = params.flag("resources")?;
-    blocking(
+    let query = PageQuery::of(&params)?;
+    blocking_reply(
         &state,
         &params,
         |snapshot| Ok(snapshot.table_indexes().nodes),
         |snapshot| {
-            let mut nodes: Vec<_> = snapshot.nodes().filter(|node| matches_uuid_prefix(&node.id.0, &prefix)).collect();
-            nodes.sort_by_key(|node| node.id);
-            Ok(nodes.iter().map(|node| NodeListStub::of(node, resources)).collect::<Vec<_>>())
+            let nodes: Vec<_> = snapshot.nodes().filter(|node| matches_uuid_prefix(&node.id.0, &prefix)).collect();
+            let (page, next_token) =
+                query.page(nodes, |node| ById(node.id.0), |node| NodeListStub::of(node, resources))?;
+            let index = snapshot.table_indexes().nodes;
+            Ok(Reply::json(&page, params.pretty(), Some(index)).with_next_token(next_token))
         },
     )
     .await
