@@ -20,7 +20,7 @@ use regex::Regex;
 use serde_json::Value;
 
 /// A parsed expression.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub enum Filter {
     /// Both hold.
     And(Box<Filter>, Box<Filter>),
@@ -40,7 +40,7 @@ pub enum Filter {
 }
 
 /// What a match checks.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub enum Test {
     /// `==`.
     Equal(String),

@@ -93,6 +93,12 @@ pub struct PageQuery {
 }
 
 impl PageQuery {
+    /// A query for pages of `per_page` (none: one page of everything)
+    /// from `next_token`, of the items `filter` matches.
+    pub fn new(per_page: Option<usize>, next_token: Option<String>, filter: Option<Filter>) -> PageQuery {
+        PageQuery { per_page, next_token, filter }
+    }
+
     /// `per_page`, `next_token` and `filter` of `params`; a malformed one
     /// is refused with Nomad's message.
     pub fn of(params: &Params) -> Result<PageQuery, ApiError> {
@@ -149,11 +155,7 @@ mod tests {
     use super::*;
 
     fn query(per_page: usize, next_token: Option<String>, filter: Option<&str>) -> PageQuery {
-        PageQuery {
-            per_page: Some(per_page),
-            next_token,
-            filter: filter.map(|text| Filter::parse(text).expect("a filter")),
-        }
+        PageQuery::new(Some(per_page), next_token, filter.map(|text| Filter::parse(text).expect("a filter")))
     }
 
     fn key(n: &u64) -> NewestFirst {
