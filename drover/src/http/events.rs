@@ -142,8 +142,15 @@ async fn stream(
         return Err(ApiError::BadRequest("the event stream is off on this server (event_buffer_size = 0)".to_string()));
     }
     let accessor = caller.and_then(|axum::Extension(Caller(token))| token).map(|token| token.accessor_id);
-    let reader =
-        Reader { subscription: events.subscribe(wanted.index), state, wanted, accessor, started: false, ended: false };
+    let reader = Reader {
+        subscription: events.subscribe(wanted.index),
+        state,
+        wanted,
+        accessor,
+        started: false,
+        ended: false,
+        last_sent: tokio::time::Instant::now(),
+    };
     if let Some(refused) = reader.refusal() {
         return Err(refused);
     }
@@ -164,6 +171,8 @@ struct Reader {
     accessor: Option<uuid::Uuid>,
     started: bool,
     ended: bool,
+    /// When the last line was sent: a heartbeat is due `HEARTBEAT` after.
+    last_sent: tokio::time::Instant,
 }
 
 impl Reader {
@@ -188,6 +197,12 @@ impl Reader {
 
     /// The next line to send; `None` once the stream ended.
     async fn next_line(&mut self) -> Option<Bytes> {
+        let line = self.next_frame().await;
+        self.last_sent = tokio::time::Instant::now();
+        line
+    }
+
+    async fn next_frame(&mut self) -> Option<Bytes> {
         if !self.started {
             self.started = true;
             return Some(line(&EventFrame::default()));
@@ -196,7 +211,8 @@ impl Reader {
             return None;
         }
         loop {
-            let batch = match tokio::time::timeout(HEARTBEAT, self.subscription.next()).await {
+            // Batches that match nothing do not put the heartbeat off.
+            let batch = match tokio::time::timeout_at(self.last_sent + HEARTBEAT, self.subscription.next()).await {
                 Err(_quiet) => return Some(line(&EventFrame::default())),
                 Ok(Err(ended)) => return Some(self.end(ended.to_string())),
                 Ok(Ok(batch)) => batch,
