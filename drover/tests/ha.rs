@@ -18,8 +18,9 @@
 //! A deployment waiting for its canary's promotion when the leader dies
 //! is promoted through a survivor and completes under the next leader; a
 //! drain set just before the leader dies reaches its deadline and
-//! completes under the next one; an operator adds a voter and removes it
-//! again.
+//! completes under the next one; a periodic job with a one-minute cron
+//! launches once each minute across a leader kill (three launches, none
+//! missed, none doubled); an operator adds a voter and removes it again.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -678,6 +679,62 @@ async fn a_drain_set_before_the_leader_dies_reaches_its_deadline_and_completes_u
     let list = allocs.as_array().expect("a list");
     let old = list.iter().find(|stub| stub["NodeID"] == drained.as_str()).expect("the drained node's");
     assert_eq!(old["DesiredDescription"], "alloc is being migrated: its node's drain deadline was reached");
+
+    cluster.stop().await;
+}
+
+/// The unix seconds of each launched child of `parent` in `children` (a
+/// job list), in order.
+fn launch_times(children: &serde_json::Value, parent: &str) -> Vec<u64> {
+    let prefix = format!("{parent}/periodic-");
+    let ids = children.as_array().expect("a list").iter().map(|stub| stub["ID"].as_str().expect("an id"));
+    let mut times: Vec<u64> =
+        ids.map(|id| id.strip_prefix(&prefix).and_then(|time| time.parse().ok()).expect("a launch time")).collect();
+    times.sort_unstable();
+    times
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_minute_cron_launches_once_a_minute_across_a_leader_kill() {
+    let mut cluster = AgentsCluster::start("ha-periodic").await;
+    let members = &mut cluster.members;
+    let cron = serde_json::json!({"Job": {"ID": "tick", "Type": "batch", "Datacenters": ["dc1"],
+        "Periodic": {"Spec": "* * * * *"},
+        "TaskGroups": [{"Name": "tick", "Count": 1, "Tasks": [{"Name": "main", "Driver": "mock",
+            "Config": {"run_for": "1ms"}, "Resources": {"CPU": 10, "MemoryMB": 10}}]}]}});
+    write_through(&members[0], "PUT", "/v1/jobs", &cron).await;
+    let parent: serde_json::Value = members[0].api.get("/v1/job/tick?stale").await.expect("job").json().expect("JSON");
+    let registered = parent["SubmitTime"].as_u64().expect("a submit time") / 1_000_000_000;
+    let path = "/v1/jobs?prefix=tick/periodic-&stale";
+    let launched =
+        |count: usize| move |children: &serde_json::Value| children.as_array().is_some_and(|c| c.len() >= count);
+    common::api::until(&members[0].api, path, "the first launch", launched(1)).await;
+
+    // The leader dies after the first launch; the next one launches the
+    // following minutes from the launch record it finds in the state.
+    let leader_address = members[0].leader().await;
+    let leader = members.iter().position(|member| member.rpc.to_string() == leader_address).expect("a leader");
+    println!("killing the leader {} between launches", members[leader].name);
+    members[leader].kill_9();
+    let survivor = &members[(leader + 1) % SERVERS];
+    common::api::until(&survivor.api, path, "the second launch", launched(2)).await;
+    let children = common::api::until(&survivor.api, path, "the third launch", launched(3)).await;
+
+    // Each whole minute from the registration on, once: none missed, none
+    // doubled, and no catch-up launch at another time.
+    let times = launch_times(&children, "tick");
+    let first_minute = (registered / 60 + 1) * 60;
+    let expected: Vec<u64> = (0..times.len() as u64).map(|minute| first_minute + minute * 60).collect();
+    assert_eq!(times, expected, "registered at {registered}");
+    let summary: serde_json::Value =
+        survivor.api.get("/v1/job/tick/summary?stale").await.expect("summary").json().expect("JSON");
+    let children = &summary["Children"];
+    let total = ["Pending", "Running", "Dead"].iter().map(|key| children[key].as_u64().expect("a count")).sum::<u64>();
+    // The parent's summary counts the same children (a list read after it
+    // bounds a launch that came between the reads).
+    let after: serde_json::Value = survivor.api.get(path).await.expect("jobs").json().expect("JSON");
+    let counted = times.len() as u64..=launch_times(&after, "tick").len() as u64;
+    assert!(counted.contains(&total), "{summary}");
 
     cluster.stop().await;
 }

@@ -316,12 +316,18 @@ async fn bad_requests_get_nomads_codes_and_write_nothing() {
     // another job); every sub-path Drover lacks says so, naming it.
     let probe = api.request("PUT", "/v1/job/probe/plan", Some(&cli_job("probe/plan", 1))).await.expect("answer");
     assert_eq!((probe.status, probe.body.as_str()), (400, "Job ID does not match"));
-    for suffix in ["dispatch", "submission", "periodic/force", "actions"] {
+    for suffix in ["submission", "actions"] {
         let path = format!("/v1/job/web/{suffix}");
         let answer = api.send("PUT", &path, hyper::body::Bytes::from("{}")).await.expect("answer");
         assert_eq!(answer.status, 501, "{path}: {}", answer.body);
         assert!(answer.body.contains(&format!("/{suffix} is not implemented")), "{path}: {}", answer.body);
     }
+    // Dispatch and force launch are served (tests/periodic.rs): of a job
+    // that does not exist, Nomad's refusals.
+    let dispatch = api.send("PUT", "/v1/job/web/dispatch", hyper::body::Bytes::from("{}")).await.expect("answer");
+    assert_eq!((dispatch.status, dispatch.body.as_str()), (500, "parameterized job not found"));
+    let force = api.send("PUT", "/v1/job/web/periodic/force", hyper::body::Bytes::new()).await.expect("answer");
+    assert_eq!((force.status, force.body.as_str()), (404, "job not found"));
     // The job versions' sub-paths are served (tests/job_versions.rs): a
     // body naming no job is refused, a write to the versions is no method.
     for suffix in ["revert", "stable"] {
@@ -336,11 +342,10 @@ async fn bad_requests_get_nomads_codes_and_write_nothing() {
     let services = api.get("/v1/job/web/services").await.expect("answer");
     assert_eq!((services.status, services.body.trim()), (404, "job not found"), "as Nomad, for a job it does not know");
     let mut cron = cli_job("cron", 1);
-    cron["Job"]["Type"] = json!("batch");
     cron["Job"]["Periodic"] = json!({"Spec": "*/5 * * * *", "SpecType": "cron", "Enabled": true});
     let refused = api.request("PUT", "/v1/jobs", Some(&cron)).await.expect("answer");
-    assert_eq!(refused.status, 400, "{}", refused.body);
-    assert!(refused.body.contains("Job.Periodic is refused"), "{}", refused.body);
+    assert_eq!(refused.status, 500, "{}", refused.body);
+    assert!(refused.body.contains("Periodic can only be used with \"batch\""), "a periodic service: {}", refused.body);
     let huge = format!("{{\"Job\": {{\"ID\": \"{}\"}}}}", "x".repeat(5 * 1024 * 1024));
     assert_eq!(api.send("PUT", "/v1/jobs", huge.into()).await.expect("answer").status, 413);
 

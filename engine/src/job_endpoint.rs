@@ -7,6 +7,13 @@
 //! revert is a register of the kept version's spec (Nomad's `Job.Revert`):
 //! a new version equal to the old one, with an eval like any register. A
 //! plan is a register's dry run (`job_plan`): nothing is written.
+//!
+//! Periodic and parameterized jobs run nothing themselves: registering or
+//! stopping one writes no eval (Nomad's rule), and `evaluate` refuses
+//! them. A periodic job's children are launched by the leader's
+//! dispatcher (`periodic/`) or forced here; a parameterized job's are
+//! dispatched here (`structs/dispatch.rs` has the rules), an idempotency
+//! token returning the child it made before.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -15,11 +22,12 @@ use serde::Serialize;
 
 use crate::clock::SharedClock;
 use crate::job_plan::{dry_run, JobPlan, JobPlanError};
+use crate::periodic::{child_id, launch_command};
 use crate::state::Writer;
 use crate::state::{Command, StateError};
 use crate::structs::{
-    AllocId, Allocation, ClientStatus, EvalId, Evaluation, Job, JobKey, JobValidationError, TriggerReason,
-    MAX_GROUP_COUNT,
+    derive_dispatched, dispatched_id, AllocId, Allocation, ClientStatus, DispatchCheckError, EvalId, Evaluation, Job,
+    JobKey, JobValidationError, TriggerReason, MAX_GROUP_COUNT,
 };
 
 /// Why a job request was refused. Nothing was written.
@@ -72,6 +80,39 @@ pub enum JobError {
         /// The version the revert expected.
         enforced: u64,
     },
+    /// A submitted job says it was dispatched (Nomad's words).
+    #[error("job can't be submitted with 'Dispatched' set")]
+    DispatchedSubmitted,
+    /// An update would make a job periodic or not (Nomad's words).
+    #[error("{}", if *to_periodic { "cannot update non-periodic job to being periodic" } else { "cannot update periodic job to being non-periodic" })]
+    PeriodicChange {
+        /// Whether the update adds the block.
+        to_periodic: bool,
+    },
+    /// An update would make a job parameterized or not (Nomad's words).
+    #[error("{}", if *to_parameterized { "cannot update non-parameterized job to being parameterized" } else { "cannot update parameterized job to being non-parameterized" })]
+    ParameterizedChange {
+        /// Whether the update adds the block.
+        to_parameterized: bool,
+    },
+    /// `evaluate` of a job that runs nothing itself (Nomad's words).
+    #[error("can't evaluate {0} job")]
+    CannotEvaluate(&'static str),
+    /// A force launch of a job without an active-able schedule (Nomad's words).
+    #[error("can't force launch non-periodic job")]
+    NotPeriodic,
+    /// A dispatch of an unknown job (Nomad's words).
+    #[error("parameterized job not found")]
+    ParameterizedNotFound,
+    /// A dispatch of a job that is not a template (Nomad's words).
+    #[error("Specified job {0:?} is not a parameterized job")]
+    NotParameterized(String),
+    /// A dispatch of a stopped template (Nomad's words).
+    #[error("Specified job {0:?} is stopped")]
+    ParameterizedStopped(String),
+    /// A dispatch's payload or meta do not fit the template.
+    #[error(transparent)]
+    Dispatch(#[from] DispatchCheckError),
     /// The write failed.
     #[error(transparent)]
     State(#[from] StateError),
@@ -80,8 +121,8 @@ pub enum JobError {
 /// What a register, deregister or scale wrote.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct JobWriteResponse {
-    /// The eval created to act on it.
-    pub eval_id: EvalId,
+    /// The eval created to act on it (none for a periodic or parameterized job).
+    pub eval_id: Option<EvalId>,
     /// The index of the write.
     pub index: u64,
     /// The job's version after the write.
@@ -89,6 +130,47 @@ pub struct JobWriteResponse {
     /// The index of the job's last spec change after the write (Nomad's
     /// `JobModifyIndex`).
     pub job_modify_index: u64,
+}
+
+/// What a force launch or a dispatch wrote.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ChildWriteResponse {
+    /// The child job.
+    pub child: JobKey,
+    /// Its eval (none when the child is itself periodic).
+    pub eval_id: Option<EvalId>,
+    /// The index the eval was written at.
+    pub eval_create_index: u64,
+    /// The index the child was created at.
+    pub job_create_index: u64,
+    /// The index of the write.
+    pub index: u64,
+}
+
+/// A dispatch request (Nomad's `JobDispatchRequest`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DispatchRequest {
+    /// The payload, uncompressed.
+    pub payload: Vec<u8>,
+    /// The dispatch's meta.
+    pub meta: BTreeMap<String, String>,
+    /// A repeated dispatch with the same token returns the child made before.
+    pub idempotency_token: String,
+    /// Nomad 1.5's `IdPrefixTemplate`: the child is
+    /// `<parent>/dispatch-<template>-<unix>-<hex>`.
+    pub id_prefix_template: String,
+}
+
+/// The children of a periodic or parameterized job by status (Nomad's
+/// `JobChildrenSummary`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ChildrenSummary {
+    /// Not yet running.
+    pub pending: u64,
+    /// Running.
+    pub running: u64,
+    /// Finished or stopped.
+    pub dead: u64,
 }
 
 /// Allocation counts of one task group.
@@ -123,13 +205,15 @@ impl JobEndpoint {
         JobEndpoint { writer, clock }
     }
 
-    /// Validates and registers (or updates) a job with its eval.
+    /// Validates and registers (or updates) a job with its eval (none for
+    /// a periodic or parameterized job).
     pub fn register(&self, job: Job) -> Result<JobWriteResponse, JobError> {
         job.validate()?;
+        if job.dispatched {
+            return Err(JobError::DispatchedSubmitted);
+        }
         if let Some(existing) = self.writer.store().snapshot().job(&job.key()) {
-            if existing.job_type != job.job_type {
-                return Err(JobError::TypeChange { job: job.key(), from: existing.job_type, to: job.job_type });
-            }
+            update_problem(existing, &job)?;
         }
         self.write_job(job, TriggerReason::JobRegister)
     }
@@ -144,9 +228,9 @@ impl JobEndpoint {
     fn write_job(&self, mut job: Job, trigger: TriggerReason) -> Result<JobWriteResponse, JobError> {
         let now = self.clock.now();
         job.submit_time = now;
-        let eval = Evaluation::for_job(&job, trigger, now);
-        let eval_id = eval.id;
-        let applied = self.writer.write(Command::RegisterJob { job, eval: Some(eval) })?;
+        let eval = job.is_scheduled_directly().then(|| Evaluation::for_job(&job, trigger, now));
+        let eval_id = eval.as_ref().map(|eval| eval.id);
+        let applied = self.writer.write(Command::RegisterJob { job, eval })?;
         let stored = applied.job.as_ref().expect("a registered job is stored");
         Ok(JobWriteResponse {
             eval_id,
@@ -201,9 +285,11 @@ impl JobEndpoint {
     /// Stops a job (or removes it with `purge`); its eval stops the allocations.
     pub fn deregister(&self, key: &JobKey, purge: bool) -> Result<JobWriteResponse, JobError> {
         let job = self.job(key)?;
-        let eval = Evaluation::for_job(&job, TriggerReason::JobDeregister, self.clock.now());
-        let eval_id = eval.id;
-        let applied = self.writer.write(Command::DeregisterJob { job: key.clone(), purge, eval: Some(eval) })?;
+        let eval = job
+            .is_scheduled_directly()
+            .then(|| Evaluation::for_job(&job, TriggerReason::JobDeregister, self.clock.now()));
+        let eval_id = eval.as_ref().map(|eval| eval.id);
+        let applied = self.writer.write(Command::DeregisterJob { job: key.clone(), purge, eval })?;
         let stored = applied.job.as_deref().unwrap_or(&job);
         Ok(JobWriteResponse {
             eval_id,
@@ -217,14 +303,88 @@ impl JobEndpoint {
     /// `job eval`): its allocations are reconciled again.
     pub fn evaluate(&self, key: &JobKey) -> Result<JobWriteResponse, JobError> {
         let job = self.job(key)?;
+        if job.is_periodic() {
+            return Err(JobError::CannotEvaluate("periodic"));
+        }
+        if job.is_parameterized() {
+            return Err(JobError::CannotEvaluate("parameterized"));
+        }
         let eval = Evaluation::for_job(&job, TriggerReason::JobEvaluate, self.clock.now());
         let eval_id = eval.id;
         let applied = self.writer.write(Command::UpsertEvals { evals: vec![eval] })?;
         Ok(JobWriteResponse {
-            eval_id,
+            eval_id: Some(eval_id),
             index: applied.index,
             version: job.version,
             job_modify_index: job.job_modify_index,
+        })
+    }
+
+    /// Launches a periodic job's child now, whatever its schedule and
+    /// `prohibit_overlap` say (Nomad's `Job.PeriodicForce`).
+    pub fn periodic_force(&self, key: &JobKey) -> Result<ChildWriteResponse, JobError> {
+        let job = self.job(key)?;
+        if !job.is_periodic() || job.is_parameterized() {
+            return Err(JobError::NotPeriodic);
+        }
+        let now = self.clock.now();
+        let (command, eval_id) = launch_command(&job, now, now, true);
+        let child = JobKey { namespace: job.namespace.clone(), id: Arc::from(child_id(&job.id, now)) };
+        self.write_child(command, child, eval_id)
+    }
+
+    /// Dispatches a parameterized job (Nomad's `Job.Dispatch`): checks the
+    /// request against the template and registers the child with its eval
+    /// (none when the child is periodic); with an idempotency token a
+    /// child made before with it is returned instead.
+    pub fn dispatch(&self, key: &JobKey, request: DispatchRequest) -> Result<ChildWriteResponse, JobError> {
+        let snapshot = self.writer.store().snapshot();
+        let parent = snapshot.job(key).ok_or(JobError::ParameterizedNotFound)?;
+        let Some(config) = parent.parameterized.as_ref().filter(|_| parent.is_parameterized()) else {
+            return Err(JobError::NotParameterized(key.id.to_string()));
+        };
+        if parent.stop {
+            return Err(JobError::ParameterizedStopped(key.id.to_string()));
+        }
+        config.check_dispatch(&request.payload, &request.meta)?;
+        if !request.idempotency_token.is_empty() {
+            let token = request.idempotency_token.as_str();
+            let earlier = snapshot.job_children(key).find(|child| child.dispatch_idempotency_token == token);
+            if let Some(child) = earlier {
+                let eval = snapshot.evals_by_job(&child.key()).min_by_key(|eval| eval.create_index);
+                return Ok(ChildWriteResponse {
+                    child: child.key(),
+                    eval_id: eval.map(|eval| eval.id),
+                    eval_create_index: eval.map_or(0, |eval| eval.create_index),
+                    job_create_index: child.create_index,
+                    index: snapshot.index(),
+                });
+            }
+        }
+        let now = self.clock.now();
+        let id = dispatched_id(&key.id, &request.id_prefix_template, now, rand::random());
+        let child = derive_dispatched(parent, &id, &request.payload, &request.meta, &request.idempotency_token, now);
+        child.validate()?;
+        let eval = child.is_scheduled_directly().then(|| Evaluation::for_job(&child, TriggerReason::JobRegister, now));
+        let eval_id = eval.as_ref().map(|eval| eval.id);
+        let child_key = child.key();
+        self.write_child(Command::RegisterJob { job: child, eval }, child_key, eval_id)
+    }
+
+    fn write_child(
+        &self,
+        command: Command,
+        child: JobKey,
+        eval_id: Option<EvalId>,
+    ) -> Result<ChildWriteResponse, JobError> {
+        let applied = self.writer.write(command)?;
+        let stored = applied.job.as_ref().expect("a launched child is stored");
+        Ok(ChildWriteResponse {
+            child,
+            eval_id,
+            eval_create_index: if eval_id.is_some() { applied.index } else { 0 },
+            job_create_index: stored.create_index,
+            index: applied.index,
         })
     }
 
@@ -272,6 +432,11 @@ impl JobEndpoint {
         self.writer.store().snapshot().evals_by_job(key).cloned().collect()
     }
 
+    /// The children of a periodic or parameterized job by status.
+    pub fn children(&self, key: &JobKey) -> ChildrenSummary {
+        children_summary(&self.writer.store().snapshot(), key)
+    }
+
     /// Allocation counts per task group.
     pub fn summary(&self, key: &JobKey) -> Result<BTreeMap<String, GroupSummary>, JobError> {
         let job = self.job(key)?;
@@ -301,6 +466,44 @@ impl JobEndpoint {
         }
         Ok(groups)
     }
+}
+
+/// Nomad's rules for an update of `existing` to `job`: the type, and
+/// whether it is periodic, parameterized or dispatched, do not change.
+fn update_problem(existing: &Job, job: &Job) -> Result<(), JobError> {
+    if existing.job_type != job.job_type {
+        return Err(JobError::TypeChange { job: job.key(), from: existing.job_type, to: job.job_type });
+    }
+    if existing.is_periodic() != job.is_periodic() {
+        return Err(JobError::PeriodicChange { to_periodic: job.is_periodic() });
+    }
+    if existing.is_parameterized() != job.is_parameterized() {
+        return Err(JobError::ParameterizedChange { to_parameterized: job.is_parameterized() });
+    }
+    Ok(())
+}
+
+/// The children of `parent` by status, by Nomad's job status rule:
+/// running while an allocation is live (a periodic or parameterized
+/// child, which runs nothing itself, until stopped); dead once stopped or
+/// once everything placed ended; pending otherwise.
+pub fn children_summary(snapshot: &crate::state::Snapshot, parent: &JobKey) -> ChildrenSummary {
+    let mut summary = ChildrenSummary::default();
+    for child in snapshot.job_children(parent) {
+        let key = child.key();
+        let live = snapshot.allocs_by_job(&key).any(|alloc| !alloc.terminal());
+        let outstanding = snapshot.evals_by_job(&key).any(|eval| !eval.status.is_terminal());
+        let placed = snapshot.allocs_by_job(&key).next().is_some();
+        let counter = if live || (!child.stop && !child.is_scheduled_directly()) {
+            &mut summary.running
+        } else if child.stop || (placed && !outstanding) {
+            &mut summary.dead
+        } else {
+            &mut summary.pending
+        };
+        *counter += 1;
+    }
+    summary
 }
 
 #[cfg(test)]

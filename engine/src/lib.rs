@@ -20,6 +20,7 @@ pub mod job_endpoint;
 pub mod job_plan;
 pub mod node;
 pub mod operator_endpoint;
+pub mod periodic;
 pub mod plan;
 pub mod router;
 pub mod scheduler;

@@ -11,7 +11,9 @@
 //!    deleted eval the broker still holds is acked unscheduled by the
 //!    worker that finds it gone);
 //! 6. a written scheduler configuration pauses or resumes the broker
-//!    (`pause_eval_broker`).
+//!    (`pause_eval_broker`);
+//! 7. a registered periodic job wakes the timer thread, whose periodic
+//!    dispatcher computes its next launch.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -54,7 +56,8 @@ impl Router {
                 drains.changed();
             }
             let drain_moved = !applied.touched_nodes.is_empty() && drains.any_draining();
-            if applied.deployments_changed || applied.drains_changed || drain_moved {
+            let periodic = applied.job.as_ref().is_some_and(|job| job.is_periodic());
+            if applied.deployments_changed || applied.drains_changed || drain_moved || periodic {
                 clock.wake_sleepers();
             }
         }
@@ -289,6 +292,7 @@ mod tests {
             "garbage_collect",
             "delete_evals",
             "purge_node",
+            "launch_periodic_job",
         ];
         for kind in kinds {
             let seam = Seam::new();
@@ -444,6 +448,12 @@ mod tests {
                     Command::DeleteEvals { eval_ids: vec![EvalId::from_u128(404)] }
                 }
                 "purge_node" => Command::PurgeNode { node_id: node(0).id, evals: vec![eval], time: Timestamp(3) },
+                "launch_periodic_job" => {
+                    let mut parent = Job::new_simple("cron", JobType::Batch, 1, Resources::new(1, 1, 0));
+                    parent.periodic = Some(crate::structs::PeriodicConfig::cron("@hourly"));
+                    seam.writer.write(Command::RegisterJob { job: parent.clone(), eval: None }).expect("periodic");
+                    crate::periodic::launch_command(&parent, Timestamp(3), Timestamp(3), false).0
+                }
                 other => unreachable!("{other}"),
             };
             let frees_capacity = match &command {
@@ -474,7 +484,8 @@ mod tests {
                 | Command::SetAllocHealth { .. }
                 | Command::GarbageCollect { .. }
                 | Command::DeleteEvals { .. }
-                | Command::PurgeNode { .. } => false,
+                | Command::PurgeNode { .. }
+                | Command::LaunchPeriodicJob { .. } => false,
             };
             // The scheduler configuration, the ACL and service registrations
             // carry no eval; every other kind carries one.

@@ -11,8 +11,8 @@
 //!
 //! The timer thread runs the broker's timers (delayed evals, nack
 //! timeouts), heartbeat expiry, the retry of evals blocked after plan
-//! failures, the deployment watcher, the node drainer and garbage
-//! collection, then sleeps on the clock until the earliest next deadline;
+//! failures, the deployment watcher, the node drainer, garbage
+//! collection and the periodic dispatcher, then sleeps on the clock until the earliest next deadline;
 //! whoever sets an earlier one wakes it (see [`crate::clock`]). Nothing
 //! ticks.
 //!
@@ -49,6 +49,7 @@ use crate::node::endpoint::NodeEndpoint;
 use crate::node::heartbeat::{HeartbeatConfig, HeartbeatStats, Heartbeats};
 use crate::node::update_batch::{BatchConfig, BatchStats, FlusherHandle, UpdateBatcher};
 use crate::operator_endpoint::OperatorEndpoint;
+use crate::periodic::PeriodicDispatcher;
 use crate::plan::apply::{PlanApplier, PlanApplierConfig, PlanApplierHandle, PlanApplierStats};
 use crate::plan::queue::PlanQueue;
 use crate::router::Router;
@@ -153,6 +154,8 @@ pub struct Core {
     pub drainer: Arc<NodeDrainer>,
     /// The garbage collector, run with the timers.
     pub gc: Arc<GarbageCollector>,
+    /// The periodic dispatcher, run with the timers.
+    pub periodic: Arc<PeriodicDispatcher>,
 }
 
 impl Core {
@@ -173,6 +176,7 @@ impl Core {
         let drainer = NodeDrainer::new(writer.clone(), clock.clone());
         let router = Router::new(broker.clone(), blocked.clone()).waking_timers(clock.clone(), drainer.signals());
         let gc = GarbageCollector::new(config.gc.clone(), writer.clone(), clock.clone());
+        let periodic = PeriodicDispatcher::new(writer.clone(), clock.clone());
         let seed = seed.unwrap_or_else(rand::random);
         let heartbeats = Heartbeats::seeded(config.heartbeat.clone(), clock.clone(), seed);
         let reaper = EvalReaper::new(
@@ -183,7 +187,7 @@ impl Core {
             clock.clone(),
             seed.wrapping_add(1),
         );
-        Core { clock, store, writer, broker, blocked, router, heartbeats, reaper, deployments, drainer, gc }
+        Core { clock, store, writer, broker, blocked, router, heartbeats, reaper, deployments, drainer, gc, periodic }
     }
 
     /// Takes over the state as its leader (Nomad's `establishLeadership`):
@@ -232,7 +236,8 @@ impl Core {
 
     /// Runs every timer that is due now: delayed evals and nack timeouts,
     /// missed heartbeats, the retry of evals blocked after plan failures,
-    /// the deployment watcher, the node drainer and garbage collection.
+    /// the deployment watcher, the node drainer, garbage collection and
+    /// the periodic dispatcher.
     pub fn run_timers(&self) -> TimersRun {
         let broker = self.broker.process_timers();
         let missed_heartbeats = self.heartbeats.expire(&self.writer);
@@ -242,6 +247,7 @@ impl Core {
         let deployments = self.deployments.run();
         let drains = self.drainer.run();
         let gc = self.gc.run();
+        let periodic = self.periodic.run();
         let deadlines = [
             broker.next_deadline,
             self.heartbeats.next_deadline(),
@@ -249,6 +255,7 @@ impl Core {
             deployments,
             drains,
             gc,
+            periodic,
         ];
         TimersRun { next_deadline: deadlines.into_iter().flatten().min(), missed_heartbeats }
     }

@@ -19,6 +19,7 @@ const LAYERS: &[&str] = &[
     "router",
     "node",
     "worker",
+    "periodic",
     "job_endpoint",
     "acl_endpoint",
     "operator_endpoint",

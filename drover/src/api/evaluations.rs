@@ -80,6 +80,7 @@ fn nomad_trigger(reason: engine::structs::TriggerReason) -> &'static str {
         DeploymentWatcher => "deployment-watcher",
         RollingUpdate => "rolling-update",
         NodeDrain => "node-drain",
+        PeriodicJob => "periodic-job",
     }
 }
 

@@ -48,8 +48,6 @@ pub fn job_json(file: &str, text: &str) -> Result<Value, HclError> {
 /// `(level, HCL name, JSON name, a block that may repeat)`. Their contents
 /// are kept as free-form maps: `job_spec` only needs to see them set.
 pub const NOT_IMPLEMENTED: &[(&str, &str, &str, bool)] = &[
-    ("job", "periodic", "Periodic", false),
-    ("job", "parameterized", "ParameterizedJob", false),
     ("job", "multiregion", "Multiregion", false),
     ("job", "migrate", "Migrate", false),
     ("job", "ui", "UI", false),
@@ -63,7 +61,6 @@ pub const NOT_IMPLEMENTED: &[(&str, &str, &str, bool)] = &[
     ("task", "artifact", "Artifacts", true),
     ("task", "lifecycle", "Lifecycle", false),
     ("task", "volume_mount", "VolumeMounts", true),
-    ("task", "dispatch_payload", "DispatchPayload", false),
     ("task", "scaling", "ScalingPolicies", true),
     ("task", "csi_plugin", "CSIPluginConfig", false),
     ("task", "identity", "Identities", true),
@@ -223,6 +220,24 @@ impl Reader<'_> {
                 "reschedule" => {
                     job.insert("Reschedule".into(), self.reschedule(inner)?);
                 }
+                "periodic" => {
+                    let attributes = [
+                        ("cron", "Spec", false),
+                        ("crons", "Specs", false),
+                        ("prohibit_overlap", "ProhibitOverlap", false),
+                        ("time_zone", "TimeZone", false),
+                        ("enabled", "Enabled", false),
+                    ];
+                    job.insert("Periodic".into(), self.simple(inner, &attributes)?);
+                }
+                "parameterized" => {
+                    let attributes = [
+                        ("payload", "Payload", false),
+                        ("meta_required", "MetaRequired", false),
+                        ("meta_optional", "MetaOptional", false),
+                    ];
+                    job.insert("ParameterizedJob".into(), self.simple(inner, &attributes)?);
+                }
                 "meta" => {
                     job.insert("Meta".into(), self.map(inner)?);
                 }
@@ -331,6 +346,9 @@ impl Reader<'_> {
                 "affinity" => push(task, "Affinities", self.affinity(inner)?),
                 "service" => push(task, "Services", self.service(inner)?),
                 "template" => push(task, "Templates", self.template(inner)?),
+                "dispatch_payload" => {
+                    task.insert("DispatchPayload".into(), self.simple(inner, &[("file", "File", false)])?);
+                }
                 _ => return Ok(false),
             }
             Ok(true)
@@ -733,12 +751,30 @@ job "example" {
         assert!(!text.contains("ShutdownDelay"), "shutdown_delay is honoured: {text}");
         assert!(!text.contains("MemoryMaxMB"), "memory_max is honoured: {text}");
         assert_eq!(converted.job.task_groups[0].tasks[0].memory_max_mb, 512);
-        let periodic =
-            EXAMPLE.replace("  type = \"service\"", "  type = \"batch\"\n  periodic { crons = [\"@daily\"] }");
-        let json = job_json("example.hcl", &periodic).expect("parses");
+    }
+
+    #[test]
+    fn periodic_parameterized_and_dispatch_payload_blocks_read_as_nomads_json() {
+        let blocks = "  type = \"batch\"\n  periodic {\n    crons = [\"@daily\", \"*/5 * * * *\"]\n    \
+                      prohibit_overlap = true\n    time_zone = \"Europe/Paris\"\n  }\n  parameterized {\n    \
+                      payload = \"required\"\n    meta_required = [\"owner\"]\n  }";
+        let text = EXAMPLE.replace("  type = \"service\"", blocks).replace(
+            "      driver = \"raw_exec\"",
+            "      driver = \"raw_exec\"\n      dispatch_payload { file = \"input.json\" }",
+        );
+        let json = job_json("example.hcl", &text).expect("parses");
+        let job = &json["Job"];
+        assert_eq!(job["Periodic"]["Specs"], json!(["@daily", "*/5 * * * *"]));
+        assert_eq!(job["Periodic"]["ProhibitOverlap"], json!(true));
+        assert_eq!(job["ParameterizedJob"]["MetaRequired"], json!(["owner"]));
+        assert_eq!(job["TaskGroups"][0]["Tasks"][0]["DispatchPayload"], json!({"File": "input.json"}));
         let request: crate::api::job_spec::JobRegisterRequest = serde_json::from_value(json).expect("lenient");
-        let error = crate::api::job_spec::convert_job(request.job.expect("job"), None).expect_err("refused");
-        assert!(error.to_string().contains("Job.Periodic is refused"), "{error}");
+        let converted = crate::api::job_spec::convert_job(request.job.expect("job"), None).expect("converts");
+        let periodic = converted.job.periodic.as_ref().expect("periodic");
+        assert_eq!((periodic.specs.len(), periodic.time_zone.as_str()), (2, "Europe/Paris"));
+        assert_eq!(converted.job.parameterized.as_ref().expect("parameterized").meta_required, ["owner"]);
+        let file = converted.job.task_groups[0].tasks[0].dispatch_payload.as_ref().map(|block| block.file.as_str());
+        assert_eq!(file, Some("input.json"));
     }
 
     #[test]

@@ -13,7 +13,7 @@ use super::job_diff::JobDiff;
 use super::WriteMeta;
 
 /// Go's zero time, as Nomad answers `NextPeriodicLaunch` for a job that is
-/// not periodic (Drover refuses periodic jobs).
+/// not periodic.
 pub const ZERO_TIME: &str = "0001-01-01T00:00:00Z";
 
 /// The body of `PUT /v1/job/:id/plan` and of `PUT /v1/validate/job`,
@@ -190,7 +190,8 @@ pub struct JobPlanResponse {
     pub created_evals: Option<Vec<Evaluation>>,
     /// The diff from the stored job, when asked for.
     pub diff: Option<JobDiff>,
-    /// Go's zero time: Drover runs no periodic jobs.
+    /// When a periodic job would launch next (RFC 3339); Go's zero time
+    /// for any other job.
     pub next_periodic_launch: String,
     /// The fields Drover ignored, one per line.
     pub warnings: String,

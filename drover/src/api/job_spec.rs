@@ -19,6 +19,7 @@ use engine::structs::{HealthCheckMode, HealthPolicy, MigrateStrategy};
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::periodic::{DispatchPayloadSpec, ParameterizedSpec, PeriodicSpec};
 use super::service_spec::{convert_services, ServiceOwner, ServiceSpec};
 pub use super::spec::JobSpecError;
 use super::spec::{is_set, says_something};
@@ -77,8 +78,9 @@ pub struct JobSpec {
     pub affinities: Option<Vec<AffinitySpec>>,
     pub spreads: Option<Vec<SpreadSpec>>,
     pub multiregion: Option<Value>,
-    pub periodic: Option<Value>,
-    pub parameterized_job: Option<Value>,
+    pub periodic: Option<PeriodicSpec>,
+    pub parameterized_job: Option<ParameterizedSpec>,
+    pub dispatched: Option<bool>,
     pub migrate: Option<MigrateSpec>,
     pub payload: Option<Value>,
     #[serde(rename = "UI")]
@@ -158,7 +160,7 @@ pub struct TaskSpec {
     pub artifacts: Option<Value>,
     pub lifecycle: Option<Value>,
     pub volume_mounts: Option<Value>,
-    pub dispatch_payload: Option<Value>,
+    pub dispatch_payload: Option<DispatchPayloadSpec>,
     pub scaling_policies: Option<Value>,
     pub leader: Option<bool>,
     #[serde(rename = "CSIPluginConfig")]
@@ -392,9 +394,8 @@ impl Ignored<'_> {
 
 /// The fields of a job the servers set, which come back when a job read
 /// from `GET /v1/job/:id` is submitted again.
-const JOB_READ_BACK: [&str; 14] = [
+const JOB_READ_BACK: [&str; 13] = [
     "ParentID",
-    "Dispatched",
     "ConsulToken",
     "VaultToken",
     "VaultNamespace",
@@ -445,17 +446,11 @@ pub fn convert_job(api: JobSpec, query_namespace: Option<&str>) -> Result<Conver
              the job would run on nodes outside the pool; nothing was registered"
         )));
     }
-    refuse_if_set(
-        "Job.Periodic",
-        &api.periodic,
-        "Drover does not launch periodic jobs yet, and run without its schedule the job would start at once",
-    )?;
-    refuse_if_set(
-        "Job.ParameterizedJob",
-        &api.parameterized_job,
-        "Drover does not dispatch parameterized jobs yet, and run as a plain job it would start at once \
-         instead of waiting for `job dispatch`",
-    )?;
+    if api.dispatched.unwrap_or(false) {
+        return Err(JobSpecError("job can't be submitted with 'Dispatched' set".to_string()));
+    }
+    let periodic = api.periodic.map(PeriodicSpec::convert);
+    let parameterized = api.parameterized_job.map(ParameterizedSpec::convert).transpose()?;
     let mut ignored = Ignored { warnings: &mut warnings };
     let place = "Job.";
     ignored.check(place, "Multiregion", &api.multiregion);
@@ -519,6 +514,12 @@ pub fn convert_job(api: JobSpec, query_namespace: Option<&str>) -> Result<Conver
         job_modify_index: 0,
         meta: api.meta.unwrap_or_default(),
         submit_time: engine::clock::Timestamp::ZERO,
+        periodic,
+        parameterized,
+        dispatched: false,
+        parent_id: String::new(),
+        payload: Vec::new(),
+        dispatch_idempotency_token: String::new(),
     };
     Ok(Converted { job, warnings })
 }
@@ -803,7 +804,6 @@ fn convert_task(
         ("Vault", &api.vault),
         ("Artifacts", &api.artifacts),
         ("VolumeMounts", &api.volume_mounts),
-        ("DispatchPayload", &api.dispatch_payload),
         ("ScalingPolicies", &api.scaling_policies),
         ("Leader", &api.leader.map(Value::Bool)),
         ("CSIPluginConfig", &api.csi_plugin_config),
@@ -862,6 +862,7 @@ fn convert_task(
     task.services = convert_services(api.services, &service_owner, ignored.warnings)?;
     task.templates = convert_templates(api.templates, &place, ignored.warnings)?;
     task.user = api.user.filter(|user| !user.is_empty());
+    task.dispatch_payload = api.dispatch_payload.map(DispatchPayloadSpec::convert);
     if let Some(restart) = &api.restart_policy {
         // The group's own (as a job read back carries it on every task) is no policy of the task's.
         let policy = restart_policy(Some(restart), group_restart.clone(), &place)?;

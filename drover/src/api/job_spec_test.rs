@@ -172,14 +172,6 @@ fn update_fields_at_nomads_defaults_are_no_news() {
 fn blocks_that_would_change_what_runs_are_refused() {
     let task = json!({"Name": "t", "Driver": "mock"});
     let cases = [
-        (
-            json!({"ID": "cron", "Type": "batch", "Periodic": {"Spec": "*/5 * * * *", "Enabled": true}}),
-            "Job.Periodic is refused",
-        ),
-        (
-            json!({"ID": "work", "Type": "batch", "ParameterizedJob": {"Payload": "required"}}),
-            "Job.ParameterizedJob is refused",
-        ),
         (json!({"ID": "pool", "NodePool": "gpu"}), "Job.NodePool \"gpu\" is refused"),
         (
             json!({"ID": "init", "TaskGroups": [{"Name": "g", "Tasks": [task,
@@ -192,6 +184,27 @@ fn blocks_that_would_change_what_runs_are_refused() {
         assert!(error.to_string().contains(reason), "{error}");
         assert!(error.to_string().contains("nothing was registered"), "{error}");
     }
+}
+
+#[test]
+fn periodic_and_parameterized_blocks_read_with_nomads_defaults() {
+    let task = json!({"Name": "t", "Driver": "mock", "DispatchPayload": {"File": "in.txt"}});
+    let body = json!({"ID": "cron", "Type": "batch", "Datacenters": ["dc1"],
+        "Periodic": {"Spec": "*/5 * * * *", "ProhibitOverlap": true},
+        "TaskGroups": [{"Name": "g", "Tasks": [task]}]});
+    let Converted { job, warnings } = convert_job(serde_json::from_value(body).expect("lenient"), None).expect("ok");
+    assert!(warnings.is_empty(), "{warnings:?}");
+    let periodic = job.periodic.as_ref().expect("periodic");
+    assert_eq!((periodic.enabled, periodic.prohibit_overlap, periodic.time_zone.as_str()), (true, true, "UTC"));
+    assert_eq!(job.task_groups[0].tasks[0].dispatch_payload.as_ref().map(|block| block.file.as_str()), Some("in.txt"));
+    assert_eq!(job.validate(), Ok(()));
+    let parameterized = json!({"ID": "work", "Type": "batch", "ParameterizedJob": {"MetaOptional": ["a"]}});
+    let Converted { job, .. } = convert_job(serde_json::from_value(parameterized).expect("lenient"), None).expect("ok");
+    let block = job.parameterized.expect("parameterized");
+    assert_eq!((block.payload, block.meta_optional), (engine::structs::PayloadRule::Optional, vec!["a".to_string()]));
+    let dispatched = json!({"ID": "work", "Type": "batch", "Dispatched": true});
+    let refused = convert_job(serde_json::from_value(dispatched).expect("lenient"), None).expect_err("refused");
+    assert_eq!(refused.to_string(), "job can't be submitted with 'Dispatched' set");
 }
 
 #[test]

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::format::nanos;
+use super::periodic::{DispatchPayload, ParameterizedJob, Periodic};
 use super::resources::{NetworkResource, Resources};
 use super::{word, WriteMeta};
 
@@ -46,10 +47,12 @@ pub struct Job {
     /// (Drover keeps `MaxParallel` per group).
     pub update: Option<UpdateStrategy>,
     pub multiregion: Option<Value>,
-    pub periodic: Option<Value>,
-    pub parameterized_job: Option<Value>,
+    pub periodic: Option<Periodic>,
+    pub parameterized_job: Option<ParameterizedJob>,
     pub dispatched: bool,
-    pub payload: Option<Value>,
+    /// A dispatched child's payload, snappy-compressed, in base64 (as Nomad).
+    pub payload: Option<String>,
+    pub dispatch_idempotency_token: String,
     pub meta: Option<BTreeMap<String, String>>,
     pub consul_token: String,
     pub vault_token: String,
@@ -128,7 +131,7 @@ pub struct Task {
     pub resources: Resources,
     /// The group's policy (Drover has one per group).
     pub restart_policy: RestartPolicy,
-    pub dispatch_payload: Option<Value>,
+    pub dispatch_payload: Option<DispatchPayload>,
     pub lifecycle: Option<Value>,
     pub meta: Option<BTreeMap<String, String>>,
     /// Nanoseconds.
@@ -413,6 +416,7 @@ impl Task {
             services: none_if_empty(&task.services),
             templates: none_if_empty(&task.templates),
             shutdown_delay: nanos(task.shutdown_delay),
+            dispatch_payload: task.dispatch_payload.as_ref().map(|block| DispatchPayload { file: block.file.clone() }),
             ..Task::default()
         }
     }
@@ -687,7 +691,7 @@ pub struct TaskGroupSummary {
     pub unknown: u64,
 }
 
-/// A parent job's children (`JobChildrenSummary`): Drover's jobs have none.
+/// A periodic or parameterized job's children by status (`JobChildrenSummary`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, rename_all = "PascalCase")]
 #[allow(missing_docs)]

@@ -42,6 +42,7 @@ pub mod jobs;
 pub mod metrics;
 pub mod nodes;
 pub mod operator;
+pub mod periodic;
 pub mod resources;
 pub mod search;
 pub mod service_spec;

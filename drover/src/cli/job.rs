@@ -1,12 +1,16 @@
-//! `drover job run|plan|status|stop|scale|history|revert|deployments|validate`,
-//! printed as Nomad's `nomad job ...` (`plan` in `job_plan.rs`); `job run`
+//! `drover job run|plan|status|stop|scale|history|revert|deployments|dispatch|periodic force|validate`,
+//! printed as Nomad's `nomad job ...` (`plan` in `job_plan.rs`; what
+//! `status` prints of a periodic or parameterized job in `job_parent.rs`); `job run`
 //! and `job revert` follow the deployment of the version they register
 //! (`deployment_monitor.rs`).
 
 use std::collections::BTreeMap;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context, Result};
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine as _;
 use clap::Subcommand;
 use serde_json::{json, Value};
 
@@ -20,6 +24,7 @@ use crate::api::jobs::{
     Job, JobDeregisterResponse, JobListStub, JobRegisterResponse, JobRevertRequest, JobSummary, JobVersionsResponse,
     ScalingRequest,
 };
+use crate::api::periodic::{JobDispatchRequest, JobDispatchResponse, PeriodicForceResponse};
 
 /// Reads a job file: Nomad HCL2 (`.hcl`, `.nomad`), or Nomad's JSON,
 /// `{"Job": {...}}` as `nomad job run -output` writes it, or the bare job
@@ -73,12 +78,21 @@ pub async fn run(api: &ApiClient, path: &Path, detach: bool, check_index: Option
     if !registered.warnings.is_empty() {
         println!("Job Warnings:\n{}\n", registered.warnings);
     }
+    let job_id = body["Job"]["ID"].as_str().unwrap_or_default();
+    if registered.eval_id.is_empty() {
+        // A periodic or parameterized job runs nothing itself (Nomad's words).
+        println!("Job registration successful");
+        let job: Job = api.query(&format!("/v1/job/{job_id}")).await?;
+        for (_, next) in super::job_parent::status_fields(&job) {
+            println!("Approximate next launch time: {next}");
+        }
+        return Ok(0);
+    }
     if detach {
         println!("Job registration successful\nEvaluation ID: {}", registered.eval_id);
         return Ok(0);
     }
     let code = monitor(api, &registered.eval_id).await?;
-    let job_id = body["Job"]["ID"].as_str().unwrap_or_default();
     super::deployment_monitor::follow_registered(api, job_id, registered.job_modify_index, code).await
 }
 
@@ -204,21 +218,24 @@ pub async fn status(api: &ApiClient, id: Option<&str>, json_out: bool) -> Result
         return Ok(0);
     }
     let stopped = if job.stop { " (stopped)" } else { "" };
-    print!(
-        "{}",
-        fields(&[
-            ("ID", job.id.clone()),
-            ("Name", job.name.clone()),
-            ("Submit Date", date(job.submit_time)),
-            ("Type", job.job_type.clone()),
-            ("Priority", job.priority.to_string()),
-            ("Datacenters", job.datacenters.join(",")),
-            ("Namespace", job.namespace.clone()),
-            ("Status", format!("{}{stopped}", job.status)),
-            ("Periodic", "false".to_string()),
-            ("Parameterized", "false".to_string()),
-        ])
-    );
+    let mut lines = vec![
+        ("ID", job.id.clone()),
+        ("Name", job.name.clone()),
+        ("Submit Date", date(job.submit_time)),
+        ("Type", job.job_type.clone()),
+        ("Priority", job.priority.to_string()),
+        ("Datacenters", job.datacenters.join(",")),
+        ("Namespace", job.namespace.clone()),
+        ("Status", format!("{}{stopped}", job.status)),
+        ("Periodic", job.periodic.is_some().to_string()),
+        ("Parameterized", (job.parameterized_job.is_some() && !job.dispatched).to_string()),
+    ];
+    lines.extend(super::job_parent::status_fields(&job));
+    print!("{}", fields(&lines));
+    if job.periodic.is_some() || (job.parameterized_job.is_some() && !job.dispatched) {
+        super::job_parent::print_children(api, &job, &summary).await?;
+        return Ok(0);
+    }
     println!("\nSummary");
     let counts: Vec<Vec<String>> = summary
         .summary
@@ -442,6 +459,29 @@ pub enum JobCommand {
         #[arg(long)]
         verbose: bool,
     },
+    /// Dispatches a parameterized job: a child job with the payload read
+    /// from INPUT (`-`: standard input) and the meta given, then follows
+    /// its evaluation.
+    Dispatch {
+        /// A parameterized job's id or prefix.
+        id: String,
+        /// The payload file, or `-` for standard input.
+        input: Option<PathBuf>,
+        /// A meta key and value, `key=value` (repeatable).
+        #[arg(long = "meta")]
+        meta: Vec<String>,
+        /// A repeated dispatch with the same token returns the job it made.
+        #[arg(long)]
+        idempotency_token: Option<String>,
+        /// Do not follow the evaluation.
+        #[arg(long)]
+        detach: bool,
+    },
+    /// Periodic jobs: `periodic force JOB` launches one now.
+    Periodic {
+        #[command(subcommand)]
+        command: PeriodicCommand,
+    },
     /// Sets how many allocations a task group runs.
     Scale {
         /// The job id.
@@ -449,6 +489,89 @@ pub enum JobCommand {
         /// The group (optional when the job has one) and the count.
         #[arg(num_args = 1..=2, required = true)]
         group_and_count: Vec<String>,
+        /// Do not follow the evaluation.
+        #[arg(long)]
+        detach: bool,
+    },
+}
+
+/// `drover job dispatch`: dispatches a parameterized job with `meta`
+/// (`k=v` each) and the payload read from `input` (`-`: standard input),
+/// then monitors the child's eval unless `detach`.
+pub async fn dispatch(
+    api: &ApiClient,
+    id: &str,
+    input: Option<&Path>,
+    meta: &[String],
+    idempotency_token: Option<&str>,
+    detach: bool,
+) -> Result<i32> {
+    let job_id = resolve(api, id).await?;
+    let payload = match input {
+        None => Vec::new(),
+        Some(path) if path == Path::new("-") => {
+            let mut bytes = Vec::new();
+            std::io::stdin().read_to_end(&mut bytes).context("Error reading input data")?;
+            bytes
+        }
+        Some(path) => std::fs::read(path).with_context(|| format!("Error reading input data {}", path.display()))?,
+    };
+    let mut pairs = BTreeMap::new();
+    for pair in meta {
+        let Some((key, value)) = pair.split_once('=') else {
+            bail!("Error parsing meta value: {pair:?} is not key=value");
+        };
+        pairs.insert(key.to_string(), value.to_string());
+    }
+    let request = JobDispatchRequest {
+        job_id: job_id.clone(),
+        payload: (!payload.is_empty()).then(|| BASE64.encode(&payload)),
+        meta: Some(pairs),
+        ..JobDispatchRequest::default()
+    };
+    let mut path = format!("/v1/job/{job_id}/dispatch");
+    if let Some(token) = idempotency_token.filter(|token| !token.is_empty()) {
+        path.push_str(&format!("?idempotency_token={token}"));
+    }
+    let dispatched: JobDispatchResponse = api.write("PUT", &path, &request).await.context("Failed to dispatch job")?;
+    let mut lines = vec![("Dispatched Job ID", dispatched.dispatched_job_id.clone())];
+    if !dispatched.eval_id.is_empty() {
+        lines.push(("Evaluation ID", short(&dispatched.eval_id)));
+    }
+    print!("{}", fields(&lines));
+    if detach || dispatched.eval_id.is_empty() {
+        return Ok(0);
+    }
+    println!();
+    monitor(api, &dispatched.eval_id).await
+}
+
+/// `drover job periodic force JOB`: launches the periodic job's child now
+/// and monitors its eval unless `detach`.
+pub async fn periodic_force(api: &ApiClient, id: &str, detach: bool) -> Result<i32> {
+    let job_id = resolve(api, id).await?;
+    let forced: PeriodicForceResponse = api
+        .write_empty("PUT", &format!("/v1/job/{job_id}/periodic/force"))
+        .await
+        .context("Error forcing periodic job")?;
+    if detach || forced.eval_id.is_empty() {
+        println!("Force periodic successful");
+        if !forced.eval_id.is_empty() {
+            println!("Evaluation ID: {}", forced.eval_id);
+        }
+        return Ok(0);
+    }
+    monitor(api, &forced.eval_id).await
+}
+
+/// `drover job periodic ...`.
+#[derive(Debug, Subcommand)]
+pub enum PeriodicCommand {
+    /// Launches the periodic job's child now, whatever its schedule and
+    /// `prohibit_overlap`, and follows its evaluation.
+    Force {
+        /// A periodic job's id or prefix.
+        id: String,
         /// Do not follow the evaluation.
         #[arg(long)]
         detach: bool,
@@ -482,6 +605,13 @@ pub fn command(command: JobCommand, api: &ApiArgs) -> Result<(), Failure> {
                 };
                 let count: u32 = count.parse().map_err(|_| anyhow::anyhow!("count {count:?} is not a number"))?;
                 scale(&client, &id, group, count, detach).await
+            }
+            JobCommand::Dispatch { id, input, meta, idempotency_token, detach } => {
+                let token = idempotency_token.as_deref();
+                dispatch(&client, &id, input.as_deref(), &meta, token, detach).await
+            }
+            JobCommand::Periodic { command: PeriodicCommand::Force { id, detach } } => {
+                periodic_force(&client, &id, detach).await
             }
             JobCommand::Validate { path } => validate(&path).map(|()| 0),
         }

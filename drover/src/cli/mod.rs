@@ -25,6 +25,7 @@ pub mod deployment_monitor;
 pub mod eval;
 pub mod event;
 pub mod job;
+pub mod job_parent;
 pub mod job_plan;
 pub mod node;
 pub mod node_drain;
@@ -74,7 +75,7 @@ pub enum Top {
         #[command(subcommand)]
         command: tls::TlsCommand,
     },
-    /// Works with jobs: run, status, stop, scale, validate.
+    /// Works with jobs: run, plan, status, stop, scale, dispatch, periodic force, validate.
     Job {
         #[command(subcommand)]
         command: job::JobCommand,

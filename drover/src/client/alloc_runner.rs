@@ -38,6 +38,7 @@ use tokio::sync::{mpsc, watch};
 use crate::client::alloc_dir::{write_private, AllocDir};
 use crate::client::checks::{self, CheckNews, PlannedCheck};
 use crate::client::clock::now;
+use crate::client::dispatch_payload;
 use crate::client::drivers::{Drivers, HandleState};
 use crate::client::health::{HealthTracker, Verdict};
 use crate::client::services;
@@ -304,10 +305,13 @@ async fn run(
     for (name, (mut state, found)) in tasks {
         let Some(task) = group_tasks(&alloc).into_iter().find(|task| task.name == name) else { continue };
         let runnable = state.state != TaskStatus::Dead;
-        if let Err(error) = &built {
-            let event =
-                TaskEvent::new(TaskEvent::SETUP_FAILURE, now(), format!("building the task directory: {error}"));
-            state.push_event(event);
+        let setup = match &built {
+            Err(error) => Err(format!("building the task directory: {error}")),
+            Ok(()) if runnable => dispatch_payload::write_payload(&dir, &alloc, &task),
+            Ok(()) => Ok(()),
+        };
+        if let Err(error) = setup {
+            state.push_event(TaskEvent::new(TaskEvent::SETUP_FAILURE, now(), error));
             state.state = TaskStatus::Dead;
             state.failed = true;
         } else if runnable {

@@ -84,6 +84,11 @@ fn split(relative: &Path) -> Result<(&Path, &std::ffi::OsStr), BeneathError> {
 /// Writes `text` at `relative` below `root` with `mode` (module docs, 2),
 /// making its directories.
 pub fn write(root: &Path, relative: &Path, text: &str, mode: u32) -> Result<(), BeneathError> {
+    write_bytes(root, relative, text.as_bytes(), mode)
+}
+
+/// Writes `bytes` at `relative` below `root` with `mode`, as [`write`].
+pub fn write_bytes(root: &Path, relative: &Path, bytes: &[u8], mode: u32) -> Result<(), BeneathError> {
     let (parent, name) = split(relative)?;
     let dir = open_dir(root, parent, true)?;
     let temporary = format!(".{}.{:016x}.tmp", name.to_string_lossy(), rand::random::<u64>());
@@ -93,7 +98,7 @@ pub fn write(root: &Path, relative: &Path, text: &str, mode: u32) -> Result<(), 
         // The mode whatever the agent's umask.
         rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode))?;
         let mut file = std::fs::File::from(fd);
-        file.write_all(text.as_bytes())?;
+        file.write_all(bytes)?;
         file.sync_all()?;
         rustix::fs::renameat(&dir, temporary.as_str(), &dir, name)?;
         Ok(())

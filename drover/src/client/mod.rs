@@ -14,7 +14,8 @@
 //!   registrations, `checks.rs` their checks, `health.rs` the
 //!   allocation's health from its tasks and checks; `template.rs` its
 //!   templates (with `template_funcs.rs`), rendered from what
-//!   `service_watch.rs` reads.
+//!   `service_watch.rs` reads; `dispatch_payload.rs` writes a dispatched
+//!   job's payload into the task's directory.
 //! - `ops.rs`: the servers' calls on the agent's connection (logs, files,
 //!   restarts, signals, stats, garbage collection); `fs.rs` reads the
 //!   allocation directories for them, `stats.rs` the host's `/proc`.
@@ -30,6 +31,7 @@ pub mod alloc_runner;
 pub mod beneath;
 pub mod checks;
 pub mod clock;
+pub mod dispatch_payload;
 pub mod drivers;
 pub mod fingerprint;
 pub mod fs;

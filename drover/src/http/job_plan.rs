@@ -64,13 +64,28 @@ pub async fn plan(state: ApiState, params: Params, path_id: String, body: Bytes)
     let (request, converted) = read_plan(&params, &body, &path_id)?;
     let engine = state.leader()?;
     let job = converted.job;
+    let next_launch = next_periodic_launch(&job);
     let planned = on_engine(move || engine.jobs().plan(job)).await?.map_err(|error| match error {
         JobPlanError::Invalid(invalid) => register_error(engine::job_endpoint::JobError::Invalid(invalid)),
         other => ApiError::Internal(other.to_string()),
     })?;
-    let answer = response(&planned, request.diff, &converted.warnings);
+    let mut answer = response(&planned, request.diff, &converted.warnings);
+    answer.next_periodic_launch = next_launch;
     let index = answer.meta.index;
     Ok(Reply::json(&answer, params.pretty(), Some(index)))
+}
+
+/// When a periodic job would launch next, from now (Nomad's
+/// `NextPeriodicLaunch`); Go's zero time for any other job.
+fn next_periodic_launch(job: &engine::structs::Job) -> String {
+    use engine::clock::Clock as _;
+    let now = engine::clock::SystemClock::new().now();
+    let next = job
+        .periodic
+        .as_ref()
+        .filter(|_| job.is_periodic_active())
+        .and_then(|periodic| periodic.next_launch(now).ok().flatten());
+    next.map_or_else(|| ZERO_TIME.to_string(), crate::api::format::date)
 }
 
 /// Step 4.

@@ -7,7 +7,10 @@
 //! 501, naming the path. `/versions`, `/revert` and `/stable` serve the
 //! job versions the state store keeps (`engine/src/state/job_versions.rs`);
 //! `/plan` is a register's dry run (`job_plan.rs`); `/deployments` and
-//! `/deployment` are answered by `deployments.rs`.
+//! `/deployment` are answered by `deployments.rs`. `/periodic/force`
+//! launches a periodic job's child now and `/dispatch` dispatches a
+//! parameterized job (`engine::job_endpoint`), Nomad's refusals answered
+//! as its RPC errors (500, its words).
 //! `/v1/jobs/parse` reads a job file into Nomad's job JSON, as `drover job
 //! run` reads one.
 
@@ -18,7 +21,9 @@ use axum::extract::{Path, State};
 use axum::http::Method;
 use axum::routing::{any, get, put};
 use axum::Router;
-use engine::job_endpoint::{JobError, JobWriteResponse};
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine as _;
+use engine::job_endpoint::{DispatchRequest, JobError, JobWriteResponse};
 use engine::state::Snapshot;
 use engine::structs::{Job, JobKey};
 
@@ -34,7 +39,8 @@ use crate::api::jobs::{
     JobDeregisterResponse, JobRegisterResponse, JobRevertRequest, JobScaleStatusResponse, JobStabilityRequest,
     JobStabilityResponse, JobVersionsResponse, JobsParseRequest, ScalingRequest, TaskGroupScaleStatus,
 };
-use crate::api::WriteMeta;
+use crate::api::periodic::{JobDispatchRequest, JobDispatchResponse, PeriodicForceResponse};
+use crate::api::{id_or_empty, WriteMeta};
 
 /// The routes of this file.
 pub fn routes() -> Router<ApiState> {
@@ -125,6 +131,8 @@ async fn job(
         ("/stable", Method::PUT | Method::POST) => stable(state, params, key, body).await,
         ("/plan", Method::PUT | Method::POST) => super::job_plan::plan(state, params, id, body).await,
         ("/deployments", Method::GET) => super::deployments::job_deployments(&state, &params, key).await,
+        ("/periodic/force", Method::PUT | Method::POST) => periodic_force(state, params, key).await,
+        ("/dispatch", Method::PUT | Method::POST) => dispatch(state, params, key, body).await,
         (suffix, _) if NOT_IMPLEMENTED.contains(&suffix) => {
             Err(ApiError::NotImplemented(format!("/v1/job/<id>{suffix} is not implemented by Drover yet (job {id:?})")))
         }
@@ -155,7 +163,7 @@ pub const SUFFIXES: [&str; 17] = [
 ];
 
 /// The sub-paths of [`SUFFIXES`] Drover does not serve yet (501).
-const NOT_IMPLEMENTED: [&str; 5] = ["/periodic/force", "/submission", "/dispatch", "/actions", "/action"];
+const NOT_IMPLEMENTED: [&str; 3] = ["/submission", "/actions", "/action"];
 
 fn find<'a>(snapshot: &'a Snapshot, key: &JobKey) -> Result<&'a Arc<Job>, ApiError> {
     snapshot.job(key).ok_or_else(|| ApiError::NotFound("job not found".to_string()))
@@ -312,8 +320,8 @@ async fn stable(state: ApiState, params: Params, key: JobKey, body: Bytes) -> Re
 /// The answer to a job write, as Nomad's `JobRegisterResponse`.
 fn write_reply(written: &JobWriteResponse, job_modify_index: u64, warnings: &[String], pretty: bool) -> Reply {
     let body = JobRegisterResponse {
-        eval_id: written.eval_id.to_string(),
-        eval_create_index: written.index,
+        eval_id: id_or_empty(written.eval_id),
+        eval_create_index: if written.eval_id.is_some() { written.index } else { 0 },
         job_modify_index,
         warnings: warnings.join("\n"),
         meta: WriteMeta::at(written.index),
@@ -377,8 +385,8 @@ async fn deregister(state: ApiState, params: Params, key: JobKey) -> Result<Repl
     match on_engine(move || engine.jobs().deregister(&lookup, purge)).await? {
         Ok(written) => {
             let body = JobDeregisterResponse {
-                eval_id: written.eval_id.to_string(),
-                eval_create_index: written.index,
+                eval_id: id_or_empty(written.eval_id),
+                eval_create_index: if written.eval_id.is_some() { written.index } else { 0 },
                 job_modify_index: written.index,
                 meta: WriteMeta::at(written.index),
                 ..JobDeregisterResponse::default()
@@ -415,6 +423,55 @@ async fn scale(state: ApiState, params: Params, key: JobKey, body: Bytes) -> Res
     let target = key.clone();
     let written = on_engine(move || engine.jobs().scale(&target, &group, count)).await??;
     Ok(write_reply(&written, written.index, &[], params.pretty()))
+}
+
+/// `PUT|POST /v1/job/<id>/periodic/force` (no body): Nomad's
+/// `PeriodicForceResponse`.
+async fn periodic_force(state: ApiState, params: Params, key: JobKey) -> Result<Reply, ApiError> {
+    let engine = state.leader()?;
+    let written = on_engine(move || engine.jobs().periodic_force(&key)).await??;
+    let body = PeriodicForceResponse {
+        eval_id: id_or_empty(written.eval_id),
+        eval_create_index: written.eval_create_index,
+        meta: WriteMeta::at(written.index),
+    };
+    Ok(Reply::json(&body, params.pretty(), Some(written.index)))
+}
+
+/// `PUT|POST /v1/job/<id>/dispatch[?idempotency_token=]`, body
+/// `{"Payload": base64, "Meta": {...}}` (a `JobID`, when given, must be
+/// the path's): Nomad's `JobDispatchResponse`.
+async fn dispatch(state: ApiState, params: Params, key: JobKey, body: Bytes) -> Result<Reply, ApiError> {
+    let request: JobDispatchRequest = match body.is_empty() {
+        true => JobDispatchRequest::default(),
+        false => serde_json::from_slice(&body).map_err(|error| ApiError::BadRequest(error.to_string()))?,
+    };
+    if !request.job_id.is_empty() && request.job_id != *key.id {
+        return Err(ApiError::BadRequest("Job ID does not match".to_string()));
+    }
+    let payload = match request.payload.as_deref().filter(|payload| !payload.is_empty()) {
+        Some(encoded) => BASE64
+            .decode(encoded)
+            .map_err(|error| ApiError::BadRequest(format!("Payload is not valid base64: {error}")))?,
+        None => Vec::new(),
+    };
+    let token = params.get("idempotency_token").map(str::to_string).or(request.idempotency_token);
+    let request = DispatchRequest {
+        payload,
+        meta: request.meta.unwrap_or_default(),
+        idempotency_token: token.unwrap_or_default(),
+        id_prefix_template: request.id_prefix_template.unwrap_or_default(),
+    };
+    let engine = state.leader()?;
+    let written = on_engine(move || engine.jobs().dispatch(&key, request)).await??;
+    let body = JobDispatchResponse {
+        dispatched_job_id: written.child.id.to_string(),
+        eval_id: id_or_empty(written.eval_id),
+        eval_create_index: written.eval_create_index,
+        job_create_index: written.job_create_index,
+        meta: WriteMeta::at(written.index),
+    };
+    Ok(Reply::json(&body, params.pretty(), Some(written.index)))
 }
 
 async fn evaluate(state: ApiState, params: Params, key: JobKey) -> Result<Reply, ApiError> {

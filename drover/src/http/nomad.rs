@@ -13,7 +13,10 @@ use crate::api::allocations::{self, AllocationListStub};
 use crate::api::jobs::{
     self, JobChildrenSummary, JobListStub, JobSummary, TaskGroup, TaskGroupSummary, UpdateStrategy,
 };
+use crate::api::periodic::{ParameterizedJob, Periodic};
 use crate::api::word;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine as _;
 
 pub use crate::api::REGION;
 
@@ -33,8 +36,14 @@ pub fn submit_time(job: &Job, snapshot: &Snapshot) -> u64 {
 /// Nomad's job status: `running` while any allocation is live, `pending`
 /// while nothing runs and an eval is outstanding or nothing was placed yet,
 /// `dead` once stopped, or once everything placed has finished.
+///
+/// A periodic or parameterized job runs nothing itself: `running` until
+/// stopped, as in Nomad.
 pub fn job_status(job: &Job, snapshot: &Snapshot) -> &'static str {
     let key = job.key();
+    if !job.is_scheduled_directly() {
+        return if job.stop { "dead" } else { "running" };
+    }
     if snapshot.allocs_by_job(&key).any(|alloc| !alloc.terminal()) {
         return "running";
     }
@@ -83,6 +92,12 @@ pub fn job(job: &Job, snapshot: &Snapshot) -> jobs::Job {
         modify_index: job.modify_index,
         job_modify_index: job.job_modify_index,
         meta: jobs::meta_or_none(&job.meta),
+        parent_id: job.parent_id.clone(),
+        periodic: job.periodic.as_ref().map(Periodic::from),
+        parameterized_job: job.parameterized.as_ref().map(ParameterizedJob::from),
+        dispatched: job.dispatched,
+        payload: (!job.payload.is_empty()).then(|| BASE64.encode(&job.payload)),
+        dispatch_idempotency_token: job.dispatch_idempotency_token.clone(),
         ..jobs::Job::default()
     }
 }
@@ -122,25 +137,35 @@ pub fn job_summary(job: &Job, snapshot: &Snapshot) -> JobSummary {
         job_id: job.id.to_string(),
         namespace: job.namespace.to_string(),
         summary: summary_counts(job, snapshot),
-        children: JobChildrenSummary::default(),
+        children: children(job, snapshot),
         create_index: job.create_index,
         modify_index: job.modify_index,
     }
+}
+
+/// A periodic or parameterized job's children by status (none for others:
+/// only they have children).
+fn children(job: &Job, snapshot: &Snapshot) -> JobChildrenSummary {
+    if job.is_scheduled_directly() {
+        return JobChildrenSummary::default();
+    }
+    let counts = engine::job_endpoint::children_summary(snapshot, &job.key());
+    JobChildrenSummary { pending: counts.pending, running: counts.running, dead: counts.dead }
 }
 
 /// A `JobListStub`.
 pub fn job_stub(job: &Job, snapshot: &Snapshot) -> JobListStub {
     JobListStub {
         id: job.id.to_string(),
-        parent_id: String::new(),
+        parent_id: job.parent_id.clone(),
         name: job.name.clone(),
         namespace: job.namespace.to_string(),
         datacenters: job.datacenters.clone(),
         multiregion: None,
         job_type: word(job.job_type),
         priority: u64::from(job.priority),
-        periodic: false,
-        parameterized_job: false,
+        periodic: job.is_periodic(),
+        parameterized_job: job.is_parameterized(),
         stop: job.stop,
         status: job_status(job, snapshot).to_string(),
         status_description: String::new(),

@@ -157,6 +157,11 @@ impl Snapshot {
                 self.upsert_evals(index, evals, applied);
                 Ok(())
             }
+            Command::LaunchPeriodicJob { parent, child, eval, launch, force } => {
+                self.record_launch(index, &parent, launch, force)?;
+                self.register_with_eval(index, Some(child), eval, applied);
+                Ok(())
+            }
         }
     }
 
@@ -467,6 +472,7 @@ impl Snapshot {
         }
         let job = Arc::new(job);
         self.jobs.insert(job.key(), job.clone());
+        self.track_periodic(index, &job);
         self.record_job_version(&job);
         self.table_indexes.jobs = index;
         job
@@ -479,6 +485,7 @@ impl Snapshot {
         let stored = if purge {
             self.jobs.remove(key);
             self.forget_job_versions(key);
+            self.forget_periodic(key);
             None
         } else if existing.stop {
             Some(existing)

@@ -28,9 +28,11 @@ use crate::structs::Job;
 /// (nodes' drain, groups' `migrate` block, `UpdateNodeDrain`) and garbage
 /// collection (jobs' submit time, nodes' status time and the node status
 /// commands' time, the scheduler configuration's `pause_eval_broker`, and
-/// the `GarbageCollect`, `DeleteEvals` and `PurgeNode` commands). A log of
-/// an older version is refused, never misread.
-pub const FORMAT_VERSION: u8 = 8;
+/// the `GarbageCollect`, `DeleteEvals` and `PurgeNode` commands). 9
+/// (issue 30): jobs' `periodic`, `parameterized`, dispatch fields and
+/// tasks' `dispatch_payload`, and `LaunchPeriodicJob`. A log of an older
+/// version is refused, never misread.
+pub const FORMAT_VERSION: u8 = 9;
 
 /// Why bytes did not decode to a command.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -143,7 +145,7 @@ mod tests {
     fn bad_bytes_get_a_clear_error() {
         let bytes = plan(3).encode();
         assert_eq!(Command::decode(&[]), Err(CodecError::Empty));
-        assert_eq!(Command::decode(&[9, 0]), Err(CodecError::UnknownVersion(9)));
+        assert_eq!(Command::decode(&[10, 0]), Err(CodecError::UnknownVersion(10)));
         assert!(matches!(Command::decode(&bytes[..bytes.len() / 2]), Err(CodecError::Malformed(_))));
         let mut longer = bytes.clone();
         longer.push(0);

@@ -324,6 +324,25 @@ pub enum Command {
         /// When.
         time: Timestamp,
     },
+    /// Launch a periodic job's child (`periodic/`): the child job, its
+    /// eval and the parent's launch record, in one command, so a new
+    /// leader neither misses nor repeats it. Refused with
+    /// [`super::StateError::NotPeriodic`] when the parent is unknown or
+    /// not periodic, and, unless `force`, with
+    /// [`super::StateError::LaunchedAlready`] when `launch` is not after
+    /// the recorded launch. (A new variant at the end: older logs still read.)
+    LaunchPeriodicJob {
+        /// The parent.
+        parent: JobKey,
+        /// The child (`<parent>/periodic-<unix seconds of launch>`).
+        child: Job,
+        /// The child's eval (none when the child is itself periodic).
+        eval: Option<Evaluation>,
+        /// The launch time recorded for the parent.
+        launch: Timestamp,
+        /// An operator's force launch: taken whatever the record says.
+        force: bool,
+    },
 }
 
 impl Command {

@@ -64,6 +64,8 @@ impl Pending {
                 Pending { nodes: vec![*node_id], allocs_of_nodes: vec![*node_id], ..typed("NodeDeregistration") }
             }
             Command::RegisterJob { job, .. } => Pending { jobs: vec![job.key()], ..typed("JobRegistered") },
+            // Nomad registers a periodic job's child as any job.
+            Command::LaunchPeriodicJob { child, .. } => Pending { jobs: vec![child.key()], ..typed("JobRegistered") },
             Command::DeregisterJob { job, .. } => Pending { jobs: vec![job.clone()], ..typed("JobDeregistered") },
             Command::UpsertEvals { .. } => typed("EvaluationUpdated"),
             Command::UpdateAllocsFromClient { updates, .. } => {

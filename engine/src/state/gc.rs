@@ -159,6 +159,7 @@ impl Snapshot {
             applied.collected.jobs += 1;
         }
         self.forget_job_versions(key);
+        self.forget_periodic(key);
         self.table_indexes.jobs = index;
     }
 

@@ -42,6 +42,7 @@ mod deployments;
 mod events;
 mod gc;
 mod job_versions;
+mod periodic;
 mod persist;
 mod services;
 mod snapshot;
@@ -63,6 +64,7 @@ pub use codec::{CodecError, FORMAT_VERSION};
 pub use command::{ClientAllocUpdate, Command};
 pub use gc::{alloc_finished, job_is_dead, Collected, Collection, NODE_PURGED};
 pub use job_versions::JOB_TRACKED_VERSIONS;
+pub use periodic::PeriodicLaunch;
 pub use persist::{PersistError, MAX_RECORD, SNAPSHOT_FORMAT_VERSION};
 pub use services::{ServiceDump, ServiceListing};
 pub use snapshot::{NodeList, Snapshot, StateDump, TableIndexes};
@@ -236,6 +238,20 @@ pub enum StateError {
         alloc_id: AllocId,
         /// The client status it ended with.
         status: crate::structs::ClientStatus,
+    },
+    /// A periodic launch names a job that is not periodic (Nomad's words).
+    #[error("can't force launch non-periodic job")]
+    NotPeriodic(JobKey),
+    /// A scheduled periodic launch at or before the one recorded: another
+    /// leader launched it already (`periodic.rs`).
+    #[error("job {job} was launched at {recorded:?} already, not before {launch:?}")]
+    LaunchedAlready {
+        /// The parent job.
+        job: JobKey,
+        /// The launch asked for.
+        launch: crate::clock::Timestamp,
+        /// The launch recorded.
+        recorded: crate::clock::Timestamp,
     },
 }
 

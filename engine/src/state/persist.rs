@@ -37,6 +37,7 @@ use imbl::Vector;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use super::periodic::PeriodicLaunch;
 use super::snapshot::{index_add, Snapshot, TableIndexes};
 use crate::structs::job_refs::{decoding_jobs, encoding_jobs, JobTable};
 use crate::structs::{
@@ -55,8 +56,10 @@ use crate::structs::{
 /// header's table index of deployments, and their section; 8: nodes'
 /// drain and groups' `migrate` block, jobs' submit time, nodes' status
 /// time and the scheduler configuration's `pause_eval_broker`, as the log
-/// format's version 8).
-pub const SNAPSHOT_FORMAT_VERSION: u8 = 8;
+/// format's version 8; 9: jobs' periodic, parameterized and dispatch
+/// fields and tasks' `dispatch_payload`, as the log format's version 9,
+/// and the section of periodic launch records).
+pub const SNAPSHOT_FORMAT_VERSION: u8 = 9;
 
 /// The longest record a decoder accepts (a group of one node's allocations
 /// is the largest record; a million would be far below this).
@@ -79,8 +82,10 @@ mod tag {
     pub const JOB_HISTORY: u8 = 10;
     /// Deployments, grouped by job in creation order.
     pub const DEPLOYMENTS: u8 = 11;
+    /// Periodic launch records.
+    pub const PERIODIC_LAUNCHES: u8 = 12;
     /// The last tag this build knows.
-    pub const LAST: u8 = DEPLOYMENTS;
+    pub const LAST: u8 = PERIODIC_LAUNCHES;
 }
 
 /// Why bytes did not decode to a snapshot.
@@ -162,7 +167,8 @@ impl Snapshot {
         writer.section(tag::JOB_HISTORY, self.job_versions.len(), history)?;
         let deployments =
             self.deployments_by_job.iter().map(|(job, ids)| (job, rows(ids, |id| self.deployments.get(id))));
-        writer.section(tag::DEPLOYMENTS, self.deployments_by_job.len(), deployments)
+        writer.section(tag::DEPLOYMENTS, self.deployments_by_job.len(), deployments)?;
+        writer.section(tag::PERIODIC_LAUNCHES, self.periodic_launches.len(), self.periodic_launches.values())
     }
 
     /// Reads a snapshot written by [`Snapshot::encode`], rebuilding its
@@ -243,6 +249,10 @@ impl Snapshot {
                         }
                         self.deployments.insert(deployment.id, Arc::new(deployment));
                     }
+                }
+                tag::PERIODIC_LAUNCHES => {
+                    let launch: PeriodicLaunch = reader.record()?;
+                    self.periodic_launches.insert(launch.job.clone(), launch);
                 }
                 _ => unreachable!("next_section accepts only known tags"),
             }

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use imbl::{OrdSet, Vector};
 use serde::{Deserialize, Serialize};
 
+use super::periodic::PeriodicLaunch;
 use super::services::{ServiceDump, ServiceTables};
 use super::table::Table;
 use crate::structs::{
@@ -48,6 +49,8 @@ pub struct Snapshot {
     pub(super) deployments: Table<DeploymentId, Arc<Deployment>>,
     pub(super) deployments_by_job: Table<JobKey, Vector<DeploymentId>>,
     pub(super) active_deployments: OrdSet<DeploymentId>,
+    /// The last launch of each periodic job (`periodic.rs`).
+    pub(super) periodic_launches: Table<JobKey, PeriodicLaunch>,
     pub(super) table_indexes: TableIndexes,
 }
 
@@ -141,6 +144,7 @@ impl Default for Snapshot {
             deployments: Table::with_depth(3),
             deployments_by_job: Table::with_depth(3),
             active_deployments: OrdSet::new(),
+            periodic_launches: Table::with_depth(1),
             table_indexes: TableIndexes::default(),
         }
     }
@@ -353,6 +357,8 @@ pub struct StateDump {
     pub deployments: Vec<Deployment>,
     /// Each job's deployments in creation order.
     pub deployments_by_job: Vec<(JobKey, Vec<DeploymentId>)>,
+    /// Periodic launch records by job.
+    pub periodic_launches: Vec<PeriodicLaunch>,
 }
 
 impl Snapshot {
@@ -392,6 +398,10 @@ impl Snapshot {
                 .map(|(_, deployment)| deployment)
                 .collect(),
             deployments_by_job: sorted(&self.deployments_by_job, |ids| ids.iter().copied().collect()),
+            periodic_launches: sorted(&self.periodic_launches, PeriodicLaunch::clone)
+                .into_iter()
+                .map(|(_, launch)| launch)
+                .collect(),
         }
     }
 }

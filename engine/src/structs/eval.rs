@@ -71,6 +71,8 @@ pub enum TriggerReason {
     /// A node the job has allocations on drains: they move, or its drain
     /// moved on (a replacement turned healthy, the deadline came).
     NodeDrain,
+    /// A periodic job launched this child (Nomad's `periodic-job`).
+    PeriodicJob,
 }
 
 /// A request to reconcile one job (or one node, for system jobs) against the

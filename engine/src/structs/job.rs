@@ -9,10 +9,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::clock::Timestamp;
 
+use super::dispatch::{DispatchPayloadConfig, ParameterizedJobConfig};
 #[cfg(doc)]
 use super::docker_config::DockerConfig;
 use super::docker_config::{docker_port_problems, DOCKER};
 use super::duration::{serde_duration, serde_opt_duration};
+use super::periodic::PeriodicConfig;
 use super::service::group_service_problems;
 use super::task_config::{task_settings_problems, ConfigValue, LogConfig, DEFAULT_KILL_SIGNAL};
 #[cfg(doc)]
@@ -359,6 +361,10 @@ pub struct Task {
     /// directory before it starts and again when their data changes.
     #[serde(default)]
     pub templates: Vec<Template>,
+    /// Where the client writes a dispatched job's payload (Nomad's
+    /// `dispatch_payload`), under the task's `local/` directory.
+    #[serde(default)]
+    pub dispatch_payload: Option<DispatchPayloadConfig>,
 }
 
 fn default_kill_timeout() -> Duration {
@@ -386,6 +392,7 @@ impl Task {
             services: Vec::new(),
             shutdown_delay: Duration::ZERO,
             templates: Vec::new(),
+            dispatch_payload: None,
         }
     }
 
@@ -590,6 +597,27 @@ pub struct Job {
     /// and comparing specs ignores it. Job GC counts its threshold from here.
     #[serde(default)]
     pub submit_time: Timestamp,
+    /// Its `periodic` block: children are launched on its schedule
+    /// (`periodic/`); registering it runs nothing itself.
+    #[serde(default)]
+    pub periodic: Option<PeriodicConfig>,
+    /// Its `parameterized` block: children are dispatched (`dispatch.rs`);
+    /// registering it runs nothing itself. A dispatched child keeps it.
+    #[serde(default)]
+    pub parameterized: Option<ParameterizedJobConfig>,
+    /// A child made by a dispatch (Nomad's `Dispatched`); never submitted.
+    #[serde(default)]
+    pub dispatched: bool,
+    /// The periodic or parameterized job this one was launched from
+    /// (Nomad's `ParentID`); empty for a job a user submitted.
+    #[serde(default)]
+    pub parent_id: String,
+    /// A dispatched child's payload, snappy-compressed (Nomad's `Payload`).
+    #[serde(default)]
+    pub payload: Vec<u8>,
+    /// The idempotency token of the dispatch that made it.
+    #[serde(default)]
+    pub dispatch_idempotency_token: String,
 }
 
 fn default_namespace() -> Arc<str> {
@@ -641,6 +669,36 @@ impl Job {
     /// The job's namespaced key.
     pub fn key(&self) -> JobKey {
         JobKey { namespace: self.namespace.clone(), id: self.id.clone() }
+    }
+
+    /// Whether it has a `periodic` block (Nomad's `IsPeriodic`).
+    pub fn is_periodic(&self) -> bool {
+        self.periodic.is_some()
+    }
+
+    /// Whether its schedule launches children now (Nomad's
+    /// `IsPeriodicActive`): periodic, enabled, not stopped, and not a
+    /// parameterized template (its dispatched children are the periodic ones).
+    pub fn is_periodic_active(&self) -> bool {
+        self.periodic.as_ref().is_some_and(|periodic| periodic.enabled) && !self.stop && !self.is_parameterized()
+    }
+
+    /// Whether it is a parameterized template, not a dispatched child
+    /// (Nomad's `IsParameterized`).
+    pub fn is_parameterized(&self) -> bool {
+        self.parameterized.is_some() && !self.dispatched
+    }
+
+    /// Whether a register or a deregister writes an eval for it: not for
+    /// the periodic and parameterized parents, which run nothing themselves.
+    pub fn is_scheduled_directly(&self) -> bool {
+        !self.is_periodic() && !self.is_parameterized()
+    }
+
+    /// The parent's key of a launched or dispatched child.
+    pub fn parent_key(&self) -> Option<JobKey> {
+        (!self.parent_id.is_empty())
+            .then(|| JobKey { namespace: self.namespace.clone(), id: Arc::from(self.parent_id.as_str()) })
     }
 
     /// The group named `name`.
@@ -729,6 +787,19 @@ impl Job {
         }
         spread::duplicate_problems(&self.spreads, &BTreeSet::new(), "job", problems);
         meta_problems(&self.meta, "job", problems);
+        if let Some(periodic) = &self.periodic {
+            if !self.job_type.is_batch_like() {
+                problems.push("Periodic can only be used with \"batch\" or \"sysbatch\" scheduler".to_string());
+            }
+            periodic.problems(problems);
+        }
+        if let Some(parameterized) = &self.parameterized {
+            if !self.job_type.is_batch_like() {
+                problems
+                    .push("Parameterized job can only be used with \"batch\" or \"sysbatch\" scheduler".to_string());
+            }
+            parameterized.problems(problems);
+        }
     }
 
     fn group_problems(&self, group: &TaskGroup, problems: &mut Vec<String>) {
@@ -837,6 +908,9 @@ impl Job {
             }
             meta_problems(&task.meta, &task_place, problems);
             task_template_problems(task, &task_place, problems);
+            if let Some(problem) = task.dispatch_payload.as_ref().and_then(DispatchPayloadConfig::problem) {
+                problems.push(format!("{task_place}: {problem}"));
+            }
         }
     }
 
@@ -882,6 +956,12 @@ impl Job {
             job_modify_index: 0,
             meta: BTreeMap::new(),
             submit_time: Timestamp::ZERO,
+            periodic: None,
+            parameterized: None,
+            dispatched: false,
+            parent_id: String::new(),
+            payload: Vec::new(),
+            dispatch_idempotency_token: String::new(),
         }
     }
 }

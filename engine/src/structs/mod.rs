@@ -13,6 +13,7 @@ mod affinity;
 mod alloc;
 mod constraint;
 mod deployment;
+mod dispatch;
 mod docker_config;
 mod duration;
 mod eval;
@@ -22,6 +23,7 @@ mod job;
 pub mod job_refs;
 mod network;
 mod node;
+mod periodic;
 mod plan;
 mod resources;
 mod scheduler_config;
@@ -39,6 +41,10 @@ pub use constraint::{
     constraint_syntax_problem, set_contains, version_matches, Constraint, ConstraintOperand, Version,
 };
 pub use deployment::{deployment_description, Deployment, DeploymentGroup, DeploymentStatus, DeploymentStatusUpdate};
+pub use dispatch::{
+    compress_payload, decompress_payload, derive_dispatched, dispatched_id, DispatchCheckError, DispatchPayloadConfig,
+    ParameterizedJobConfig, PayloadRule, DISPATCH_PAYLOAD_SIZE_LIMIT,
+};
 pub use docker_config::{
     DockerAuth, DockerConfig, DockerLogging, DockerMount, MountKind, DEFAULT_IMAGE_PULL_TIMEOUT, DOCKER,
 };
@@ -58,6 +64,7 @@ pub use node::{
     ComputedClass, DrainDeadline, DrainMetadata, DrainStatus, DrainStrategy, Node, NodeDrain, NodeEligibility,
     NodeStatus,
 };
+pub use periodic::{PeriodicConfig, PeriodicError, DEFAULT_TIME_ZONE, SPEC_TYPE_CRON};
 pub use plan::{Plan, PlanResult};
 pub use resources::Resources;
 pub use scheduler_config::{PreemptionConfig, SchedulerAlgorithm, SchedulerConfiguration};
