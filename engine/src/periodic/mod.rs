@@ -77,18 +77,8 @@ pub fn child_id(parent: &str, launch: Timestamp) -> String {
 /// The child of `parent` launched at `launch` (Nomad's `deriveJob`): a
 /// copy without the `periodic` block, named for its launch, submitted at `now`.
 pub fn derive_child(parent: &Job, launch: Timestamp, now: Timestamp) -> Job {
-    let mut child = parent.clone();
-    let id = child_id(&parent.id, launch);
-    child.id = Arc::from(id.as_str());
-    child.name = id;
-    child.parent_id = parent.id.to_string();
+    let mut child = parent.child(&child_id(&parent.id, launch), now);
     child.periodic = None;
-    child.version = 0;
-    child.stable = false;
-    child.create_index = 0;
-    child.modify_index = 0;
-    child.job_modify_index = 0;
-    child.submit_time = now;
     child
 }
 

@@ -2,7 +2,7 @@ use super::store_test::{client_reports, job, node, place, register};
 use super::*;
 use crate::clock::Timestamp;
 use crate::events::{Subscription, Topic};
-use crate::structs::{AclPolicy, AclRules, ClientStatus, Evaluation, NodeStatus, TriggerReason};
+use crate::structs::{AclPolicy, AclRules, Allocation, ClientStatus, Evaluation, Job, Node, NodeStatus, TriggerReason};
 
 /// `(topic, type, key)` of one event.
 type Seen = (Topic, &'static str, String);
@@ -15,6 +15,17 @@ fn read(subscription: &mut Subscription) -> Vec<(u64, Vec<Seen>)> {
         batches.push((batch.index, events.collect()));
     }
     batches
+}
+
+/// A store with one node, job `web` and one allocation of it placed there.
+fn web_placed() -> (StateStore, Node, Job, Allocation) {
+    let store = StateStore::new();
+    let node = node(1);
+    store.apply(Command::UpsertNode { node: node.clone(), evals: vec![] }).expect("node");
+    let web = job("web");
+    register(&store, &web);
+    let alloc = place(&store, &web, node.id, 0);
+    (store, node, web, alloc)
 }
 
 #[test]
@@ -46,12 +57,7 @@ fn a_job_its_eval_and_its_allocations_arrive_in_index_order_with_nomads_types() 
 
 #[test]
 fn what_a_command_names_but_leaves_alone_yields_nothing() {
-    let store = StateStore::new();
-    let node = node(1);
-    store.apply(Command::UpsertNode { node: node.clone(), evals: vec![] }).expect("node");
-    let web = job("web");
-    register(&store, &web);
-    let alloc = place(&store, &web, node.id, 0);
+    let (store, _node, web, alloc) = web_placed();
     let mut subscription = store.events().subscribe(store.latest_index() + 1);
 
     // Job stability has no event type in Nomad.
@@ -75,12 +81,7 @@ fn what_a_command_names_but_leaves_alone_yields_nothing() {
 
 #[test]
 fn removals_carry_the_object_as_it_was() {
-    let store = StateStore::new();
-    let node = node(1);
-    store.apply(Command::UpsertNode { node: node.clone(), evals: vec![] }).expect("node");
-    let web = job("web");
-    register(&store, &web);
-    let alloc = place(&store, &web, node.id, 0);
+    let (store, node, web, alloc) = web_placed();
     let policy = AclPolicy {
         name: "readers".into(),
         description: String::new(),

@@ -14,7 +14,6 @@
 //!    in Nomad's order and words.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -180,20 +179,11 @@ pub fn derive_dispatched(
     idempotency_token: &str,
     now: Timestamp,
 ) -> Job {
-    let mut child = parent.clone();
-    child.id = Arc::from(id);
-    child.name = id.to_string();
-    child.parent_id = parent.id.to_string();
+    let mut child = parent.child(id, now);
     child.dispatched = true;
     child.meta.extend(meta.iter().map(|(key, value)| (key.clone(), value.clone())));
     child.payload = compress_payload(payload);
     child.dispatch_idempotency_token = idempotency_token.to_string();
-    child.version = 0;
-    child.stable = false;
-    child.create_index = 0;
-    child.modify_index = 0;
-    child.job_modify_index = 0;
-    child.submit_time = now;
     child
 }
 

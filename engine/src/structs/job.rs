@@ -666,6 +666,23 @@ pub fn path_name_problem(name: &str) -> Option<&'static str> {
 }
 
 impl Job {
+    /// A child of this job (a periodic launch, a dispatch) named `id`: a
+    /// copy that records its parent, new as a job is (version 0, no
+    /// indexes, not stable), submitted at `now`.
+    pub fn child(&self, id: &str, now: Timestamp) -> Job {
+        let mut child = self.clone();
+        child.id = Arc::from(id);
+        child.name = id.to_string();
+        child.parent_id = self.id.to_string();
+        child.version = 0;
+        child.stable = false;
+        child.create_index = 0;
+        child.modify_index = 0;
+        child.job_modify_index = 0;
+        child.submit_time = now;
+        child
+    }
+
     /// The job's namespaced key.
     pub fn key(&self) -> JobKey {
         JobKey { namespace: self.namespace.clone(), id: self.id.clone() }
