@@ -87,7 +87,7 @@ pub fn write(root: &Path, relative: &Path, text: &str, mode: u32) -> Result<(), 
     write_bytes(root, relative, text.as_bytes(), mode)
 }
 
-/// Writes `bytes` at `relative` below `root` with `mode`, as [`write`].
+/// Writes `bytes` at `relative` below `root` with `mode`, as [`write()`].
 pub fn write_bytes(root: &Path, relative: &Path, bytes: &[u8], mode: u32) -> Result<(), BeneathError> {
     let (parent, name) = split(relative)?;
     let dir = open_dir(root, parent, true)?;
