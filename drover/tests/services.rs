@@ -196,6 +196,17 @@ async fn the_services_api_answers_as_nomad_does() {
     assert_eq!(json_of(api, "/v1/service/web?namespace=*").await, web_json);
     assert_eq!(json_of(api, "/v1/service/nope").await, json!([]));
 
+    // Pages of a service's registrations, in the list's order, and a filter.
+    let first = get(api, "/v1/service/web?per_page=1").await;
+    let token = first.next_token.clone().expect("a next page");
+    let second = get(api, &format!("/v1/service/web?per_page=1&next_token={token}")).await;
+    assert_eq!(second.next_token, None, "the last page");
+    let mut paged = first.json().expect("a page").as_array().expect("a list").clone();
+    paged.extend(second.json().expect("a page").as_array().expect("a list").iter().cloned());
+    assert_eq!(Value::from(paged), web_json);
+    let filtered = json_of(api, &format!("/v1/service/web?filter=AllocID%20%3D%3D%20%22{}%22", web0.id)).await;
+    assert_eq!(filtered.as_array().map(Vec::len), Some(1), "web0's registration: {filtered}");
+
     // The tag filter.
     let tagged = json_of(api, "/v1/service/web?tag=a").await;
     assert_eq!(tagged.as_array().map(Vec::len), Some(1));

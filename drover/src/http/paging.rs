@@ -1,6 +1,7 @@
 //! Lists that scale (Nomad 1.3+'s `?per_page=`, `?next_token=` and
 //! `?filter=`), the same for every list: jobs, allocations, evaluations,
-//! nodes, deployments.
+//! nodes, deployments, services (their namespaces) and a service's
+//! registrations.
 //!
 //! 1. A list has an order given by a key unique per item ([`PageKey`]);
 //!    a token is a key written as text.
@@ -68,7 +69,21 @@ impl PageKey for ById {
     }
 }
 
-/// By namespace, then id: jobs. The token is `<Namespace>.<ID>` (a
+/// By name: namespaces (the services list). The token is the name.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ByName(pub String);
+
+impl PageKey for ByName {
+    fn parse(token: &str) -> Option<Self> {
+        Some(ByName(token.to_string()))
+    }
+
+    fn token(&self) -> String {
+        self.0.clone()
+    }
+}
+
+/// By namespace, then id: jobs, service registrations. The token is `<Namespace>.<ID>` (a
 /// namespace's name has no dot).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct ByNamespacedId(pub String, pub String);

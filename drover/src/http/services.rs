@@ -23,7 +23,8 @@ use engine::state::{Command, Snapshot, StateError};
 use engine::structs::{AllocId, JobKey, ServiceRegistration};
 
 use super::error::ApiError;
-use super::query::{blocking, exact_uuid, Params, Reply};
+use super::paging::{ByName, ByNamespacedId, PageQuery};
+use super::query::{blocking, blocking_reply, exact_uuid, Params, Reply};
 use super::ApiState;
 use crate::api::allocations::CheckQueryResult;
 use crate::api::services::{self as api, ServiceRegistrationListStub, ServiceRegistrationStub};
@@ -52,20 +53,25 @@ fn answer<'a>(registrations: impl Iterator<Item = &'a Arc<ServiceRegistration>>)
 /// `GET /v1/services[?namespace=]`: per namespace (sorted), its service
 /// names (sorted) with the union of their tags; `namespace=*` lists every
 /// namespace; a namespace without services is left out, so none is `[]`.
+/// Pages (of namespaces) and filters as every list (`paging.rs`).
 async fn list(State(state): State<ApiState>, params: Params) -> Result<Reply, ApiError> {
     let namespace = params.namespace().to_string();
-    blocking(&state, &params, services_index, |snapshot| {
-        let listed = snapshot.service_names().into_iter().filter(|(of, _)| namespace == "*" || **of == *namespace);
-        let stubs: Vec<ServiceRegistrationListStub> = listed
-            .map(|(of, listings)| ServiceRegistrationListStub {
-                namespace: of.to_string(),
-                services: listings
-                    .into_iter()
-                    .map(|listing| ServiceRegistrationStub { service_name: listing.service_name, tags: listing.tags })
-                    .collect(),
-            })
-            .collect();
-        Ok(stubs)
+    let query = PageQuery::of(&params)?;
+    blocking_reply(&state, &params, services_index, |snapshot| {
+        let listed: Vec<_> =
+            snapshot.service_names().into_iter().filter(|(of, _)| namespace == "*" || **of == *namespace).collect();
+        let stub = |(of, listings): &(Arc<str>, Vec<engine::state::ServiceListing>)| ServiceRegistrationListStub {
+            namespace: of.to_string(),
+            services: listings
+                .iter()
+                .map(|listing| ServiceRegistrationStub {
+                    service_name: listing.service_name.clone(),
+                    tags: listing.tags.clone(),
+                })
+                .collect(),
+        };
+        let (page, next_token) = query.page(listed, |(of, _)| ByName(of.to_string()), stub)?;
+        Ok(Reply::json(&page, params.pretty(), services_index(snapshot).ok()).with_next_token(next_token))
     })
     .await
 }
@@ -103,17 +109,23 @@ async fn read(state: &ApiState, params: &Params, name: &str) -> Result<Reply, Ap
     }
     let namespace = params.namespace().to_string();
     let tag = params.get("tag").filter(|tag| !tag.is_empty()).map(str::to_string);
-    blocking(state, params, services_index, |snapshot| {
-        if namespace != "*" {
-            return Ok(answer(snapshot.service_registrations_by_name(&namespace, name, tag.as_deref())));
-        }
-        let mut every: Vec<&Arc<ServiceRegistration>> = snapshot
-            .service_registrations()
-            .filter(|registration| registration.service_name == name)
-            .filter(|registration| tag.as_ref().is_none_or(|tag| registration.tags.contains(tag)))
-            .collect();
-        every.sort_by(|a, b| (&a.namespace, &a.id).cmp(&(&b.namespace, &b.id)));
-        Ok(answer(every.into_iter()))
+    let query = PageQuery::of(params)?;
+    blocking_reply(state, params, services_index, |snapshot| {
+        let registrations: Vec<&Arc<ServiceRegistration>> = if namespace == "*" {
+            let of_name = |registration: &&Arc<ServiceRegistration>| registration.service_name == name;
+            let tagged = |registration: &&Arc<ServiceRegistration>| {
+                tag.as_ref().is_none_or(|tag| registration.tags.contains(tag))
+            };
+            snapshot.service_registrations().filter(of_name).filter(tagged).collect()
+        } else {
+            snapshot.service_registrations_by_name(&namespace, name, tag.as_deref()).collect()
+        };
+        let key = |registration: &&Arc<ServiceRegistration>| {
+            ByNamespacedId(registration.namespace.to_string(), registration.id.clone())
+        };
+        let (page, next_token) =
+            query.page(registrations, key, |registration| api::ServiceRegistration::from(&***registration))?;
+        Ok(Reply::json(&page, params.pretty(), services_index(snapshot).ok()).with_next_token(next_token))
     })
     .await
 }
