@@ -108,20 +108,17 @@ pub struct PageQuery {
 }
 
 impl PageQuery {
-    /// A query for pages of `per_page` (none: one page of everything)
-    /// from `next_token`, of the items `filter` matches.
+    /// A query for pages of `per_page` (none or 0: one page of
+    /// everything, as Nomad) from `next_token`, of the items `filter`
+    /// matches.
     pub fn new(per_page: Option<usize>, next_token: Option<String>, filter: Option<Filter>) -> PageQuery {
-        PageQuery { per_page, next_token, filter }
+        PageQuery { per_page: per_page.filter(|size| *size > 0), next_token, filter }
     }
 
     /// `per_page`, `next_token` and `filter` of `params`; a malformed one
     /// is refused with Nomad's message.
     pub fn of(params: &Params) -> Result<PageQuery, ApiError> {
-        Ok(PageQuery {
-            per_page: params.per_page()?,
-            next_token: params.next_token().map(str::to_string),
-            filter: params.filter()?,
-        })
+        Ok(PageQuery::new(params.per_page()?, params.next_token().map(str::to_string), params.filter()?))
     }
 
     /// The page of `items` (any order) this query names: the answers, and
