@@ -24,6 +24,10 @@
 //!    happened already (another leader's) is passed over;
 //! 5. returns the earliest next launch, the timer thread's deadline. The
 //!    router wakes the timer thread when a periodic job is registered.
+//!
+//! A run looks only when the jobs table moved (a launch, a new or changed
+//! job) or a launch is due; otherwise it answers the deadline it knows,
+//! so the timer thread's other timers do not recompute every schedule.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -110,25 +114,43 @@ struct Tracked {
     floor: Timestamp,
 }
 
+/// What the dispatcher knows as of its last look.
+#[derive(Debug, Default)]
+struct Looked {
+    tracked: HashMap<JobKey, Tracked>,
+    /// The jobs table's index at the last look: launches, new and changed
+    /// periodic jobs all write it, so while it stands only a due launch
+    /// needs a look.
+    jobs_index: u64,
+    /// The earliest next launch, as of that look.
+    next_deadline: Option<Timestamp>,
+}
+
 /// The leader's periodic dispatcher; see the module docs.
 #[derive(Debug)]
 pub struct PeriodicDispatcher {
     writer: Writer,
     clock: SharedClock,
-    tracked: Mutex<HashMap<JobKey, Tracked>>,
+    looked: Mutex<Looked>,
 }
 
 impl PeriodicDispatcher {
     /// A dispatcher launching through `writer`, for a server that starts leading.
     pub fn new(writer: Writer, clock: SharedClock) -> Arc<Self> {
-        Arc::new(PeriodicDispatcher { writer, clock, tracked: Mutex::new(HashMap::new()) })
+        Arc::new(PeriodicDispatcher { writer, clock, looked: Mutex::new(Looked::default()) })
     }
 
     /// Launches what is due (module docs) and returns the next launch time.
     pub fn run(&self) -> Option<Timestamp> {
-        let mut tracked = self.tracked.lock();
+        let mut looked = self.looked.lock();
         let snapshot = self.writer.store().snapshot();
         let now = self.clock.now();
+        let jobs_index = snapshot.table_indexes().jobs;
+        let due = looked.next_deadline.is_some_and(|at| at <= now);
+        if jobs_index == looked.jobs_index && !due {
+            return looked.next_deadline;
+        }
+        let Looked { tracked, .. } = &mut *looked;
         let mut deadline: Option<Timestamp> = None;
         let mut seen = std::collections::HashSet::new();
         for record in snapshot.periodic_launches() {
@@ -158,6 +180,10 @@ impl PeriodicDispatcher {
             };
         }
         tracked.retain(|key, _| seen.contains(key));
+        // The launches just written moved the jobs index: the next run
+        // looks once more, finds nothing due, and settles.
+        looked.jobs_index = jobs_index;
+        looked.next_deadline = deadline;
         deadline
     }
 
