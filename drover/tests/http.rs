@@ -442,10 +442,10 @@ async fn acl_tokens_and_policies_guard_every_endpoint() {
         management.request("PUT", "/v1/acl/policy/deployer", Some(&writer_rules)).await.expect("answer").status,
         200
     );
-    let bad = json!({"Rules": "namespace \"default\" { capabilities = [\"submit-job\"] }"});
+    let bad = json!({"Rules": "namespace \"default\" { capabilities = [\"submit-jobs\"] }"});
     let bad = management.request("PUT", "/v1/acl/policy/bad", Some(&bad)).await.expect("answer");
     assert_eq!(bad.status, 400);
-    assert!(bad.body.contains("capabilities"), "{}", bad.body);
+    assert!(bad.body.contains("unknown capability \"submit-jobs\""), "{}", bad.body);
 
     let create = |policies: Value| {
         let management = &management;
@@ -542,11 +542,12 @@ async fn token_for(management: &ApiClient, name: &str, rules: &str) -> String {
 }
 
 /// A rule for `default` is not escaped by naming another namespace (the
-/// query's or the job's), and the servers serve a task's logs (read by its
-/// agent over its connection) only to a token with `read-logs`
-/// (namespace `write`).
+/// query's or the job's: 400 for one that does not exist, 403 for a job's
+/// namespace the token has no rule for, as Nomad checks the token first),
+/// and the servers serve a task's logs (read by its agent over its
+/// connection) only to a token with `read-logs` (namespace `write`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn namespaces_other_than_default_are_refused_and_task_logs_need_read_logs() {
+async fn namespaces_that_do_not_exist_are_refused_and_task_logs_need_read_logs() {
     transport::install_crypto_provider();
     let server = start_server_with("acl-logs", &["--acl-enabled"]).await;
     let address = format!("http://{}", anonymous_address(&server));
@@ -565,7 +566,10 @@ async fn namespaces_other_than_default_are_refused_and_task_logs_need_read_logs(
     let mut in_body = cli_job("escape", 1);
     in_body["Job"]["Namespace"] = json!("prod");
     let refused = writer.request("PUT", "/v1/jobs", Some(&in_body)).await.expect("answer");
+    assert_eq!(refused.status, 403, "{}", refused.body);
+    let refused = management.request("PUT", "/v1/jobs", Some(&in_body)).await.expect("answer");
     assert_eq!(refused.status, 400, "{}", refused.body);
+    assert!(refused.body.contains("nonexistent namespace \"prod\""), "{}", refused.body);
     assert_eq!(writer.get("/v1/jobs?namespace=prod").await.expect("answer").status, 400);
     let refused = writer.request("DELETE", "/v1/job/escape?namespace=*", None).await.expect("answer");
     assert_eq!(refused.status, 400, "a write names one namespace: {}", refused.body);

@@ -5,7 +5,8 @@
 //! stability and revert too), deployments (read, paused, resumed, promoted,
 //! failed, an allocation's health set), evals, nodes (drained, made
 //! eligible, evaluated), periodic jobs (forced) and parameterized jobs
-//! (dispatched), allocations, the event stream, and the client endpoints (logs, files, stats, signal,
+//! (dispatched), namespaces (made, read, a job run in one, deleted),
+//! allocations, the event stream, and the client endpoints (logs, files, stats, signal,
 //! restart, stop, gc) the server answers through the agent; and a Nomad
 //! job file with `driver = "docker"` run as `nomad job run` runs it
 //! (`/v1/jobs/parse`, register, the task's events, its HTTP answer on the
@@ -206,6 +207,16 @@ fn python_nomad_forces_a_periodic_job_and_dispatches_a_parameterized_one() {
     let dir = std::env::temp_dir().join(format!("drover-python-nomad-periodic-{}", std::process::id()));
     let (mut children, http) = dev_cluster(&dir);
     let stdout = run_script(&mut children, "nomad_periodic.py", &http, &[]);
+    assert!(stdout.contains("checks passed"), "{stdout}");
+    drop(children);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn python_nomad_makes_namespaces_and_runs_a_job_in_one() {
+    let dir = std::env::temp_dir().join(format!("drover-python-nomad-namespaces-{}", std::process::id()));
+    let (mut children, http) = dev_cluster(&dir);
+    let stdout = run_script(&mut children, "nomad_namespaces.py", &http, &[]);
     assert!(stdout.contains("checks passed"), "{stdout}");
     drop(children);
     let _ = std::fs::remove_dir_all(&dir);

@@ -80,6 +80,14 @@ pub enum JobError {
         /// The version the revert expected.
         enforced: u64,
     },
+    /// The job names a namespace that does not exist (Nomad's words).
+    #[error("job {job:?} is in nonexistent namespace {namespace:?}")]
+    UnknownNamespace {
+        /// The job's id.
+        job: String,
+        /// Its namespace.
+        namespace: String,
+    },
     /// A submitted job says it was dispatched (Nomad's words).
     #[error("job can't be submitted with 'Dispatched' set")]
     DispatchedSubmitted,
@@ -212,7 +220,11 @@ impl JobEndpoint {
         if job.dispatched {
             return Err(JobError::DispatchedSubmitted);
         }
-        if let Some(existing) = self.writer.store().snapshot().job(&job.key()) {
+        let snapshot = self.writer.store().snapshot();
+        if !snapshot.has_namespace(&job.namespace) {
+            return Err(JobError::UnknownNamespace { job: job.id.to_string(), namespace: job.namespace.to_string() });
+        }
+        if let Some(existing) = snapshot.job(&job.key()) {
             update_problem(existing, &job)?;
         }
         self.write_job(job, TriggerReason::JobRegister)

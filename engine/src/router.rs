@@ -168,6 +168,10 @@ mod tests {
         }
     }
 
+    fn namespace(name: &str) -> crate::structs::Namespace {
+        crate::structs::Namespace { name: name.to_string(), ..crate::structs::Namespace::default() }
+    }
+
     fn acl_policy(name: &str) -> crate::structs::AclPolicy {
         crate::structs::AclPolicy {
             name: name.to_string(),
@@ -293,6 +297,8 @@ mod tests {
             "delete_evals",
             "purge_node",
             "launch_periodic_job",
+            "upsert_namespaces",
+            "delete_namespaces",
         ];
         for kind in kinds {
             let seam = Seam::new();
@@ -454,6 +460,12 @@ mod tests {
                     seam.writer.write(Command::RegisterJob { job: parent.clone(), eval: None }).expect("periodic");
                     crate::periodic::launch_command(&parent, Timestamp(3), Timestamp(3), false).0
                 }
+                "upsert_namespaces" => Command::UpsertNamespaces { namespaces: vec![namespace("web")] },
+                "delete_namespaces" => {
+                    let upsert = Command::UpsertNamespaces { namespaces: vec![namespace("old")] };
+                    seam.writer.write(upsert).expect("namespace");
+                    Command::DeleteNamespaces { names: vec!["old".into()] }
+                }
                 other => unreachable!("{other}"),
             };
             let frees_capacity = match &command {
@@ -485,7 +497,9 @@ mod tests {
                 | Command::GarbageCollect { .. }
                 | Command::DeleteEvals { .. }
                 | Command::PurgeNode { .. }
-                | Command::LaunchPeriodicJob { .. } => false,
+                | Command::LaunchPeriodicJob { .. }
+                | Command::UpsertNamespaces { .. }
+                | Command::DeleteNamespaces { .. } => false,
             };
             // The scheduler configuration, the ACL and service registrations
             // carry no eval; every other kind carries one.
@@ -504,6 +518,8 @@ mod tests {
                     | Command::SetJobStability { .. }
                     | Command::GarbageCollect { .. }
                     | Command::DeleteEvals { .. }
+                    | Command::UpsertNamespaces { .. }
+                    | Command::DeleteNamespaces { .. }
             );
             let parked = seam.park_blocked(if kind == "upsert_node" { node(1).id } else { node(0).id });
             let ready_before = seam.ready();

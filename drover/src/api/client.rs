@@ -18,6 +18,19 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
 
+/// Percent-encodes what a query value may not hold as it is.
+pub fn query_value(value: &str) -> String {
+    value
+        .bytes()
+        .map(|byte| match byte {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b':' | b'*' => {
+                char::from(byte).to_string()
+            }
+            other => format!("%{other:02X}"),
+        })
+        .collect()
+}
+
 /// Where the API is and how to reach it.
 #[derive(Clone, Debug)]
 pub struct ApiClient {
@@ -26,6 +39,8 @@ pub struct ApiClient {
     port: u16,
     token: Option<String>,
     tls: Option<Arc<rustls::ClientConfig>>,
+    /// Sent as `?namespace=` on every request that names none.
+    namespace: Option<String>,
 }
 
 /// An answer: status, the `X-Nomad-Index` header, the body.
@@ -83,7 +98,25 @@ impl ApiClient {
             (false, _) => None,
             (true, ca) => Some(client_tls(ca)?),
         };
-        Ok(ApiClient { https, host, port, token, tls })
+        Ok(ApiClient { https, host, port, token, tls, namespace: None })
+    }
+
+    /// The same client, naming `namespace` on every request whose path
+    /// names none (Nomad's `-namespace` and `NOMAD_NAMESPACE`).
+    pub fn with_namespace(mut self, namespace: Option<String>) -> ApiClient {
+        self.namespace = namespace.filter(|namespace| !namespace.is_empty());
+        self
+    }
+
+    /// `path` with the client's namespace, unless it names one.
+    fn in_namespace(&self, path: &str) -> String {
+        let Some(namespace) = &self.namespace else { return path.to_string() };
+        let query = path.split_once('?').map_or("", |(_, query)| query);
+        if query.split('&').any(|pair| pair.starts_with("namespace=")) {
+            return path.to_string();
+        }
+        let separator = if path.contains('?') { '&' } else { '?' };
+        format!("{path}{separator}namespace={}", query_value(namespace))
     }
 
     /// `GET path`.
@@ -128,7 +161,7 @@ impl ApiClient {
         let stream = tokio::net::TcpStream::connect((self.host.as_str(), self.port))
             .await
             .with_context(|| format!("connecting to {}:{}", self.host, self.port))?;
-        let mut request = Request::builder().method(method).uri(path).header("host", &self.host);
+        let mut request = Request::builder().method(method).uri(self.in_namespace(path)).header("host", &self.host);
         if let Some(token) = &self.token {
             request = request.header("x-nomad-token", token);
         }
@@ -154,7 +187,7 @@ impl ApiClient {
         let stream = tokio::net::TcpStream::connect((self.host.as_str(), self.port))
             .await
             .with_context(|| format!("connecting to {}:{}", self.host, self.port))?;
-        let mut request = Request::builder().method("GET").uri(path).header("host", &self.host);
+        let mut request = Request::builder().method("GET").uri(self.in_namespace(path)).header("host", &self.host);
         if let Some(token) = &self.token {
             request = request.header("x-nomad-token", token);
         }

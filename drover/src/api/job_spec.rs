@@ -24,7 +24,7 @@ use super::service_spec::{convert_services, ServiceOwner, ServiceSpec};
 pub use super::spec::JobSpecError;
 use super::spec::{is_set, says_something};
 use super::template_spec::{convert_templates, TemplateSpec};
-use super::{known_namespace, REGION};
+use super::{EveryNamespace, REGION};
 
 /// Nomad's default task resources, for what a task leaves out.
 const DEFAULT_CPU: u64 = 100;
@@ -489,7 +489,9 @@ pub fn convert_job(api: JobSpec, query_namespace: Option<&str>) -> Result<Conver
     let query_namespace = query_namespace.filter(|namespace| !namespace.is_empty());
     let body_namespace = api.namespace.filter(|namespace| !namespace.is_empty());
     for namespace in query_namespace.iter().copied().chain(body_namespace.as_deref()) {
-        known_namespace(namespace, false)?;
+        if namespace == "*" {
+            return Err(EveryNamespace.into());
+        }
     }
     let namespace = query_namespace
         .map(str::to_string)

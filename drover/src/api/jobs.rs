@@ -19,6 +19,28 @@ use super::periodic::{DispatchPayload, ParameterizedJob, Periodic};
 use super::resources::{NetworkResource, Resources};
 use super::{word, WriteMeta};
 
+/// Every sub-path of `/v1/job/<id>` Nomad has; the longest first, so
+/// `/periodic/force` is not read as a job id ending in `/periodic`.
+pub const JOB_SUFFIXES: [&str; 17] = [
+    "/periodic/force",
+    "/allocations",
+    "/evaluations",
+    "/deployments",
+    "/deployment",
+    "/submission",
+    "/evaluate",
+    "/dispatch",
+    "/versions",
+    "/services",
+    "/summary",
+    "/actions",
+    "/revert",
+    "/stable",
+    "/action",
+    "/scale",
+    "/plan",
+];
+
 /// A job (`GET /v1/job/:id`, and `Allocation.Job`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, rename_all = "PascalCase")]

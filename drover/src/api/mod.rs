@@ -40,6 +40,7 @@ pub mod job_plan;
 pub mod job_spec;
 pub mod jobs;
 pub mod metrics;
+pub mod namespaces;
 pub mod nodes;
 pub mod operator;
 pub mod periodic;
@@ -57,29 +58,11 @@ use serde::{Deserialize, Serialize};
 /// The region Drover serves (one region).
 pub const REGION: &str = "global";
 
-/// Why a namespace was refused ([`known_namespace`]).
+/// A job's namespace, which names one: `*` is refused (whether it exists
+/// is the state's to say).
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
-pub enum NamespaceError {
-    /// `*` on a write, which needs one namespace.
-    #[error("namespace \"*\" names every namespace: a write needs one")]
-    EveryOnWrite,
-    /// Any namespace but `default`.
-    #[error("namespace {0:?} does not exist: Drover has one namespace, \"default\"")]
-    Unknown(String),
-}
-
-/// Refuses a namespace other than `default` (and `*`, every namespace,
-/// on reads, as Nomad): Drover has one namespace until namespaces exist,
-/// and an ACL rule for `default` must not be escaped by naming another.
-/// Nomad refuses a job in a namespace that does not exist the same way.
-pub fn known_namespace(namespace: &str, read: bool) -> Result<(), NamespaceError> {
-    match namespace {
-        engine::structs::DEFAULT_NAMESPACE => Ok(()),
-        "*" if read => Ok(()),
-        "*" => Err(NamespaceError::EveryOnWrite),
-        other => Err(NamespaceError::Unknown(other.to_string())),
-    }
-}
+#[error("namespace \"*\" names every namespace: a job needs one")]
+pub struct EveryNamespace;
 
 /// What a write's answer carries besides its result (Nomad's
 /// `WriteMeta`/`QueryMeta` as the server writes them in the body).

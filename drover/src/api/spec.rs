@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use super::NamespaceError;
+use super::EveryNamespace;
 
 /// Why a submitted job was refused: what is wrong, and where (the API
 /// answers it with 400).
@@ -18,8 +18,8 @@ impl JobSpecError {
     }
 }
 
-impl From<NamespaceError> for JobSpecError {
-    fn from(error: NamespaceError) -> Self {
+impl From<EveryNamespace> for JobSpecError {
+    fn from(error: EveryNamespace) -> Self {
         JobSpecError(error.to_string())
     }
 }

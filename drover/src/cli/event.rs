@@ -11,7 +11,7 @@ use anyhow::{bail, Result};
 use clap::Subcommand;
 
 use super::{client_command, ApiArgs, Failure};
-use crate::api::client::ApiClient;
+use crate::api::client::{query_value, ApiClient};
 use crate::api::events::EventFrame;
 
 /// `drover event ...`.
@@ -28,9 +28,6 @@ pub enum EventCommand {
         /// Start at this index (0: the oldest event the server keeps).
         #[arg(long, default_value_t = 0)]
         index: u64,
-        /// The namespace (`*`: all).
-        #[arg(long, default_value = "default")]
-        namespace: String,
         /// Print each frame as JSON.
         #[arg(long)]
         json: bool,
@@ -40,36 +37,24 @@ pub enum EventCommand {
 /// Runs `command`.
 pub fn command(command: EventCommand, api: &ApiArgs) -> Result<(), Failure> {
     match command {
-        EventCommand::Stream { topics, index, namespace, json } => {
-            client_command(api, |client| async move { stream(&client, &topics, index, &namespace, json).await })
+        EventCommand::Stream { topics, index, json } => {
+            client_command(api, |client| async move { stream(&client, &topics, index, json).await })
         }
     }
 }
 
-/// The request's path and query.
-fn path_of(topics: &[String], index: u64, namespace: &str) -> String {
-    let mut path = format!("/v1/event/stream?index={index}&namespace={}", encode(namespace));
+/// The request's path and query (the namespace is the client's,
+/// `--namespace`).
+fn path_of(topics: &[String], index: u64) -> String {
+    let mut path = format!("/v1/event/stream?index={index}");
     for topic in topics {
-        path.push_str(&format!("&topic={}", encode(topic)));
+        path.push_str(&format!("&topic={}", query_value(topic)));
     }
     path
 }
 
-/// Percent-encodes what a query value may not hold as it is.
-fn encode(value: &str) -> String {
-    value
-        .bytes()
-        .map(|byte| match byte {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b':' | b'*' => {
-                char::from(byte).to_string()
-            }
-            other => format!("%{other:02X}"),
-        })
-        .collect()
-}
-
-async fn stream(api: &ApiClient, topics: &[String], index: u64, namespace: &str, json: bool) -> Result<i32> {
-    let mut stream = api.stream(&path_of(topics, index, namespace)).await?.ok().await?;
+async fn stream(api: &ApiClient, topics: &[String], index: u64, json: bool) -> Result<i32> {
+    let mut stream = api.stream(&path_of(topics, index)).await?.ok().await?;
     let mut out = std::io::stdout().lock();
     while let Some(frame) = stream.next_value::<EventFrame>().await? {
         if let Some(error) = &frame.error {
@@ -95,10 +80,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn topics_and_namespace_are_sent_as_query_values() {
+    fn topics_are_sent_as_query_values() {
         assert_eq!(
-            path_of(&["Job:web app".to_string(), "Node".to_string()], 7, "*"),
-            "/v1/event/stream?index=7&namespace=*&topic=Job:web%20app&topic=Node"
+            path_of(&["Job:web app".to_string(), "Node".to_string()], 7),
+            "/v1/event/stream?index=7&topic=Job:web%20app&topic=Node"
         );
     }
 }

@@ -27,6 +27,7 @@ pub mod event;
 pub mod job;
 pub mod job_parent;
 pub mod job_plan;
+pub mod namespace;
 pub mod node;
 pub mod node_drain;
 pub mod operator;
@@ -131,6 +132,13 @@ pub enum Top {
         #[command(flatten)]
         api: ApiArgs,
     },
+    /// Namespaces: list, status, apply, delete.
+    Namespace {
+        #[command(subcommand)]
+        command: namespace::NamespaceCommand,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
     /// ACL tokens and policies (with `acl.enabled` on the servers).
     Acl {
         #[command(subcommand)]
@@ -202,6 +210,7 @@ pub fn dispatch(cli: Cli) -> Result<(), Failure> {
         Top::Event { command, api } => event::command(command, &api),
         Top::Operator { command, api } => operator::command(command, &api),
         Top::Acl { command, api } => acl::command(command, &api),
+        Top::Namespace { command, api } => namespace::command(command, &api),
         Top::Service { command, api } => service::command(command, &api),
         Top::Status { prefix, json, api } => {
             client_command(&api, |client| async move { server::status(&client, prefix.as_deref(), json).await })
@@ -237,6 +246,10 @@ pub struct ApiArgs {
     /// The cluster CA certificate, for HTTPS (`DROVER_CACERT`).
     #[arg(long, global = true)]
     pub ca_cert: Option<PathBuf>,
+    /// The namespace requests name (`DROVER_NAMESPACE` or
+    /// `NOMAD_NAMESPACE`; none: `default`; `*` on a list: all).
+    #[arg(long, global = true)]
+    pub namespace: Option<String>,
 }
 
 fn env_or(primary: &str, nomad: &str) -> Option<String> {
@@ -257,7 +270,8 @@ impl ApiArgs {
             Some(path) => Some(std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?),
             None => None,
         };
-        ApiClient::new(&address, token, ca_pem.as_deref())
+        let namespace = self.namespace.clone().or_else(|| env_or("DROVER_NAMESPACE", "NOMAD_NAMESPACE"));
+        Ok(ApiClient::new(&address, token, ca_pem.as_deref())?.with_namespace(namespace))
     }
 }
 

@@ -1,57 +1,25 @@
-//! ACL: the check in front of every endpoint, and Nomad's `/v1/acl/`
-//! endpoints (bootstrap, policies, tokens).
-//!
-//! With `acl.enabled`, a request carries its token's secret in
-//! `X-Nomad-Token` (or `Authorization: Bearer`). What each path needs:
-//! 1. nothing: `/v1/acl/bootstrap` (done once), `/v1/agent/health`,
-//!    `/v1/status/*`, `/v1/regions`, `/v1/metrics` (load balancers and
-//!    scrapers carry no token, as with Nomad);
-//! 2. a management token: the rest of `/v1/acl/`, `/v1/operator/snapshot`,
-//!    `/v1/system/*` (forced garbage collection) and `DELETE
-//!    /v1/evaluations` (Nomad's eval delete);
-//! 3. otherwise a level on one area ([`AclRules`]): `read` for GET (and
-//!    `/v1/search`, `/v1/jobs/parse`: Nomad's `parse-job`, and
-//!    `/v1/validate/job`: its `read-job`), `write`
-//!    for the rest; nodes need `node`, the agent and
-//!    workers `agent`, `/v1/operator/*` `operator`, everything else
-//!    (jobs, evaluations, allocations) `namespace "default"`;
-//! 4. but for the client operations, which need Nomad's capabilities
-//!    whatever the method: an allocation's logs (`read-logs`) and files
-//!    (`read-fs`), its restart, signal and stop (`alloc-lifecycle`) and
-//!    its garbage collection (`submit-job`) need namespace `write`, which
-//!    grants them, and its stats and checks (`read-job`) namespace `read`; a node's
-//!    stats need `node` `read`, its garbage collection `node` `write`.
-//!
-//! 5. the event stream (`/v1/event/stream`), whatever each of its topics
-//!    needs, checked by its handler (`events.rs`): `Job`, `Evaluation`,
-//!    `Allocation`, `Deployment` and `Service` namespace `read` (Nomad's
-//!    `read-job`), `Node` node `read`, the rest (ACL topics, `*`) a
-//!    management token.
-//!
-//! A request without a token gets the policy named `anonymous` if there
-//! is one (as in Nomad), nothing otherwise. A refusal is 403 with Nomad's
-//! body ("Permission denied", or "ACL token not found"), and is logged
-//! with the method, path and the token's accessor id, never its secret.
+//! Nomad's `/v1/acl/` endpoints (bootstrap, policies, tokens) and the
+//! policies' rules. The check in front of every endpoint is `access.rs`.
 //!
 //! Policies are Nomad's HCL rules, for the areas Drover has:
-//! `namespace "default" { policy = "read" }` (or `"*"`), `node { ... }`,
-//! `agent { ... }`, `operator { ... }`, each `deny`, `read` or `write`.
-//! Anything else (capabilities lists, other blocks) is refused with what
-//! it was, never silently ignored. The rules are read when the policy is
-//! written; the state keeps both the text and what it grants.
+//! `namespace "<name or glob>" { policy = "..." capabilities = [...] }`
+//! (`policy`: `deny`, `read`, `write` or `scale`; capabilities by Nomad's
+//! names, `submit-job`, `read-logs`, ...; the two together grant both),
+//! `node { policy = ... }`, `agent { ... }`, `operator { ... }`, each
+//! `deny`, `read` or `write`. Anything else (`quota`, `host_volume`,
+//! `plugin`, `variables` blocks, an unknown capability) is refused with
+//! what it was, never silently ignored. The rules are read when the policy
+//! is written; the state keeps both the text and what it grants.
 
 use axum::body::Bytes;
-use axum::extract::{Path, Request, State};
-use axum::http::Method;
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
+use axum::extract::{Path, State};
 use axum::routing::{get, post};
 use axum::Router;
 use engine::acl_endpoint::{AclEndpoint, AclError, TokenChange};
-use engine::structs::{AclLevel, AclPolicy, AclRules, AclState, AclToken, AclTokenType};
+use engine::structs::{namespace_name_problem, AclLevel, AclPolicy, AclRules, AclToken, AclTokenType, Capabilities};
 use serde_json::Value;
-use transport::log_limit::RateLimited;
 
+use super::access::Caller;
 use super::error::ApiError;
 use super::query::{Params, Reply};
 use super::ApiState;
@@ -67,184 +35,6 @@ pub fn routes() -> Router<ApiState> {
         .route("/v1/acl/token", post(create_token).put(create_token))
         .route("/v1/acl/token/self", get(token_self))
         .route("/v1/acl/token/{accessor}", get(token).put(update_token).post(update_token).delete(delete_token))
-}
-
-/// An area a request needs a level on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Area {
-    /// Jobs, evaluations, allocations, deployments, services.
-    Namespace,
-    /// Nodes.
-    Node,
-    /// The agent.
-    Agent,
-    /// The operator endpoints.
-    Operator,
-}
-
-/// What a request needs (module docs).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Need {
-    /// Nothing: open to all.
-    Nothing,
-    /// A known token, whatever it grants.
-    AnyToken,
-    /// A management token.
-    Management,
-    /// A level on an area.
-    Level(Area, AclLevel),
-    /// What each requested topic needs, checked by the handler
-    /// (`/v1/event/stream`): here only a secret naming no token is refused.
-    PerTopic,
-}
-
-fn need(method: &Method, path: &str) -> Need {
-    if let Some(needed) = client_operation_need(path) {
-        return needed;
-    }
-    let level = if method == Method::GET || method == Method::HEAD { AclLevel::Read } else { AclLevel::Write };
-    let open = ["/v1/agent/health", "/v1/regions", "/v1/metrics", "/v1/acl/bootstrap"];
-    if open.contains(&path) || path.starts_with("/v1/status/") {
-        Need::Nothing
-    } else if path == "/v1/event/stream" {
-        Need::PerTopic
-    } else if path == "/v1/acl/token/self" {
-        Need::AnyToken
-    } else if path.starts_with("/v1/acl/") || path == "/v1/operator/snapshot" || path.starts_with("/v1/system/") {
-        Need::Management
-    } else if path == "/v1/evaluations" && method == Method::DELETE {
-        // Nomad's eval delete is an operator's tool of last resort.
-        Need::Management
-    } else if path.starts_with("/v1/operator/") {
-        Need::Level(Area::Operator, level)
-    } else if path.starts_with("/v1/agent/") {
-        Need::Level(Area::Agent, level)
-    } else if path == "/v1/nodes" || path.starts_with("/v1/node/") {
-        Need::Level(Area::Node, level)
-    } else if path == "/v1/search" || path == "/v1/jobs/parse" || path == "/v1/validate/job" {
-        // Nomad's `parse-job` and `read-job`, which its `read` policy grants.
-        Need::Level(Area::Namespace, AclLevel::Read)
-    } else {
-        Need::Level(Area::Namespace, level)
-    }
-}
-
-/// What a client operation needs, whatever its method (module docs, 4).
-fn client_operation_need(path: &str) -> Option<Need> {
-    let namespace = |level| Some(Need::Level(Area::Namespace, level));
-    if path.starts_with("/v1/client/fs/") {
-        return namespace(AclLevel::Write);
-    }
-    if let Some(rest) = path.strip_prefix("/v1/client/allocation/") {
-        return match rest.rsplit_once('/').map(|(_, operation)| operation) {
-            Some("stats" | "checks") => namespace(AclLevel::Read),
-            _ => namespace(AclLevel::Write),
-        };
-    }
-    match path {
-        "/v1/client/stats" => Some(Need::Level(Area::Node, AclLevel::Read)),
-        "/v1/client/gc" => Some(Need::Level(Area::Node, AclLevel::Write)),
-        _ if path.starts_with("/v1/client/") => namespace(AclLevel::Write),
-        _ if path.starts_with("/v1/allocation/") && path.ends_with("/stop") => namespace(AclLevel::Write),
-        _ => None,
-    }
-}
-
-/// Who a request is: its token (none: anonymous).
-#[derive(Clone, Debug)]
-pub struct Caller(pub Option<AclToken>);
-
-/// Why a request was refused.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Denied {
-    /// The secret names no token (Nomad's "ACL token not found").
-    TokenNotFound,
-    /// The token (or the anonymous policy) does not grant what is needed.
-    PermissionDenied,
-}
-
-impl Denied {
-    /// Nomad's answer body.
-    pub fn message(self) -> &'static str {
-        match self {
-            Denied::TokenNotFound => "ACL token not found",
-            Denied::PermissionDenied => "Permission denied",
-        }
-    }
-}
-
-/// Refused requests are logged at most this often (unauthenticated
-/// traffic can cause them at will).
-static REFUSED: RateLimited = RateLimited::new(std::time::Duration::from_secs(10));
-
-/// Decides whether `secret` (none: anonymous) gets `needed` under `acl`:
-/// the caller's token (none for anonymous), or why not with who asked.
-fn decide(acl: &AclState, secret: Option<&str>, needed: Need) -> Result<Option<AclToken>, (Denied, String)> {
-    let token = match secret {
-        None => None,
-        Some(secret) => match uuid::Uuid::parse_str(secret).ok().and_then(|secret| acl.token_by_secret(&secret)) {
-            Some(token) => Some(token.clone()),
-            None if needed == Need::Nothing => None,
-            None => return Err((Denied::TokenNotFound, "unknown".to_string())),
-        },
-    };
-    if allowed(acl, token.as_ref(), needed) {
-        Ok(token)
-    } else {
-        let accessor = token.as_ref().map_or_else(|| "anonymous".to_string(), |token| token.accessor_id.to_string());
-        Err((Denied::PermissionDenied, accessor))
-    }
-}
-
-/// Whether `token` (none: anonymous) gets `needed` under `acl`.
-pub(crate) fn allowed(acl: &AclState, token: Option<&AclToken>, needed: Need) -> bool {
-    match (token, needed) {
-        (_, Need::Nothing | Need::PerTopic) => true,
-        (Some(token), _) if token.token_type == AclTokenType::Management => true,
-        (None, Need::AnyToken | Need::Management) | (Some(_), Need::Management) => false,
-        (Some(_), Need::AnyToken) => true,
-        (token, Need::Level(area, level)) => {
-            let rules = match token {
-                Some(token) => acl.rules_of(token),
-                None => acl.policies.get("anonymous").map(|policy| policy.rules).unwrap_or_default(),
-            };
-            let granted = match area {
-                Area::Namespace => rules.namespace,
-                Area::Node => rules.node,
-                Area::Agent => rules.agent,
-                Area::Operator => rules.operator,
-            };
-            granted.allows(level)
-        }
-    }
-}
-
-/// The ACL check (module docs); a no-op when ACLs are off.
-pub async fn authorize(State(state): State<ApiState>, mut request: Request, next: Next) -> Response {
-    if !state.acl_enabled {
-        return next.run(request).await;
-    }
-    let method = request.method().clone();
-    let path = request.uri().path().to_string();
-    let needed = need(&method, &path);
-    let snapshot = state.leadership.store().snapshot();
-    match decide(snapshot.acl(), crate::api::secret_of(request.headers()).as_deref(), needed) {
-        Ok(token) => {
-            request.extensions_mut().insert(Caller(token));
-            next.run(request).await
-        }
-        Err((denied, accessor)) => {
-            if let Some(held_back) = REFUSED.admit() {
-                tracing::warn!(%method, %path, %accessor, need = ?needed, held_back, "request refused: {}", denied.message());
-            }
-            match denied {
-                Denied::TokenNotFound => {
-                    (axum::http::StatusCode::FORBIDDEN, Denied::TokenNotFound.message()).into_response()
-                }
-                Denied::PermissionDenied => ApiError::Forbidden.into_response(),
-            }
-        }
-    }
 }
 
 /// Runs `call` on the leader's ACL endpoint, on the blocking pool.
@@ -429,63 +219,84 @@ pub fn parse_rules(text: &str) -> Result<AclRules, RulesError> {
         return Err(RulesError(format!("unexpected attribute {:?} at the top of the rules", attribute.key.as_str())));
     }
     for block in body.blocks() {
-        let area = match block.identifier.as_str() {
+        match block.identifier.as_str() {
             "namespace" => {
-                let label = block.labels.first().map(|label| label.as_str().to_string());
-                match label.as_deref() {
-                    Some("default" | "*") => &mut rules.namespace,
-                    Some(other) => {
-                        return Err(RulesError(format!(
-                            "namespace {other:?}: Drover has one namespace, \"default\" (or \"*\")"
-                        )))
-                    }
-                    None => {
-                        return Err(RulesError(
-                            "a namespace block needs its name: namespace \"default\" { ... }".to_string(),
-                        ))
-                    }
-                }
+                let (pattern, capabilities) = namespace_rule(block)?;
+                let merged = rules.namespaces.get(&pattern).map_or(capabilities, |had| had.combine(capabilities));
+                rules.namespaces.insert(pattern, merged);
             }
-            "node" => &mut rules.node,
-            "agent" => &mut rules.agent,
-            "operator" => &mut rules.operator,
+            "node" => rules.node = rules.node.combine(area_level(block)?),
+            "agent" => rules.agent = rules.agent.combine(area_level(block)?),
+            "operator" => rules.operator = rules.operator.combine(area_level(block)?),
             other => {
                 return Err(RulesError(format!(
                     "block {other:?} is not supported by Drover (namespace, node, agent, operator)"
                 )))
             }
-        };
-        let mut level = None;
-        for attribute in block.body.attributes() {
-            match (attribute.key.as_str(), &attribute.expr) {
-                ("policy", hcl::Expression::String(text)) => {
-                    level = Some(match text.as_str() {
-                        "deny" => AclLevel::Deny,
-                        "read" => AclLevel::Read,
-                        "write" => AclLevel::Write,
-                        other => {
-                            return Err(RulesError(format!(
-                                "{}: policy {other:?} is not deny, read or write",
-                                block.identifier
-                            )))
-                        }
-                    });
-                }
-                ("capabilities", _) => {
-                    return Err(RulesError(format!(
-                        "{}: capabilities lists are not supported by Drover; use policy = \"read\" or \"write\"",
-                        block.identifier
-                    )))
-                }
-                (key, _) => return Err(RulesError(format!("{}: unexpected attribute {key:?}", block.identifier))),
-            }
         }
-        let level = level.ok_or_else(|| {
-            RulesError(format!("{}: needs policy = \"deny\", \"read\" or \"write\"", block.identifier))
-        })?;
-        *area = area.combine(level);
     }
     Ok(rules)
+}
+
+/// A `namespace "<name or glob>" { policy, capabilities }` block.
+fn namespace_rule(block: &hcl::Block) -> Result<(String, Capabilities), RulesError> {
+    let pattern = match block.labels.as_slice() {
+        [label] => label.as_str().to_string(),
+        _ => return Err(RulesError("a namespace block needs one name: namespace \"default\" { ... }".to_string())),
+    };
+    let literal = pattern.replace('*', "");
+    if !literal.is_empty() {
+        if let Some(problem) = namespace_name_problem(&literal) {
+            return Err(RulesError(format!("namespace {pattern:?}: {problem} (besides '*')")));
+        }
+    }
+    if let Some(inner) = block.body.blocks().next() {
+        return Err(RulesError(format!(
+            "namespace {pattern:?}: block {:?} is not supported by Drover (it has no variables or volumes)",
+            inner.identifier.as_str()
+        )));
+    }
+    let mut granted = None;
+    for attribute in block.body.attributes() {
+        let capabilities = match (attribute.key.as_str(), &attribute.expr) {
+            ("policy", hcl::Expression::String(policy)) => Capabilities::of_policy(policy).ok_or_else(|| {
+                RulesError(format!("namespace {pattern:?}: policy {policy:?} is not deny, read, write or scale"))
+            })?,
+            ("capabilities", hcl::Expression::Array(names)) => {
+                names.iter().try_fold(Capabilities::NONE, |all, name| match name {
+                    hcl::Expression::String(name) => Capabilities::named(name)
+                        .map(|one| all.combine(one))
+                        .ok_or_else(|| RulesError(format!("namespace {pattern:?}: unknown capability {name:?}"))),
+                    other => Err(RulesError(format!("namespace {pattern:?}: capability {other} is not a string"))),
+                })?
+            }
+            (key, _) => return Err(RulesError(format!("namespace {pattern:?}: unexpected attribute {key:?}"))),
+        };
+        granted = Some(granted.map_or(capabilities, |had: Capabilities| had.combine(capabilities)));
+    }
+    let granted =
+        granted.ok_or_else(|| RulesError(format!("namespace {pattern:?}: needs a policy or a capabilities list")))?;
+    Ok((pattern, granted))
+}
+
+/// The `policy` of a `node`, `agent` or `operator` block.
+fn area_level(block: &hcl::Block) -> Result<AclLevel, RulesError> {
+    let area = block.identifier.as_str();
+    let mut level = None;
+    for attribute in block.body.attributes() {
+        match (attribute.key.as_str(), &attribute.expr) {
+            ("policy", hcl::Expression::String(text)) => {
+                level = Some(match text.as_str() {
+                    "deny" => AclLevel::Deny,
+                    "read" => AclLevel::Read,
+                    "write" => AclLevel::Write,
+                    other => return Err(RulesError(format!("{area}: policy {other:?} is not deny, read or write"))),
+                });
+            }
+            (key, _) => return Err(RulesError(format!("{area}: unexpected attribute {key:?}"))),
+        }
+    }
+    level.ok_or_else(|| RulesError(format!("{area}: needs policy = \"deny\", \"read\" or \"write\"")))
 }
 
 #[cfg(test)]
@@ -493,65 +304,59 @@ mod tests {
     use super::*;
 
     #[test]
-    fn rules_read_nomads_policy_blocks_and_refuse_what_drover_lacks() {
+    fn rules_read_nomads_policy_blocks() {
         let rules = parse_rules(
             "namespace \"default\" {\n  policy = \"write\"\n}\nnode {\n  policy = \"read\"\n}\nagent { policy = \"deny\" }",
         )
         .expect("valid");
-        assert_eq!(rules.namespace, AclLevel::Write);
+        assert!(rules.in_namespace("default").allows(Capabilities::SUBMIT_JOB));
         assert_eq!(rules.node, AclLevel::Read);
         assert_eq!(rules.agent, AclLevel::Deny);
         assert_eq!(rules.operator, AclLevel::None);
-        let refused = parse_rules("namespace \"default\" { capabilities = [\"submit-job\"] }").expect_err("refused");
-        assert!(refused.to_string().contains("capabilities"), "{refused}");
-        assert!(parse_rules("quota { policy = \"read\" }").expect_err("refused").to_string().contains("quota"));
-        assert!(parse_rules("namespace \"prod\" { policy = \"read\" }")
-            .expect_err("refused")
-            .to_string()
-            .contains("prod"));
-        assert!(parse_rules("node { policy = \"scale\" }").expect_err("refused").to_string().contains("scale"));
+        assert!(!rules.in_namespace("prod").any(), "a rule for default grants nothing in prod");
+    }
+
+    #[test]
+    fn namespace_rules_take_globs_and_capabilities_lists() {
+        let rules = parse_rules(
+            r#"
+            namespace "team-*" { policy = "read" }
+            namespace "team-a" {
+              policy       = "read"
+              capabilities = ["submit-job", "alloc-lifecycle"]
+            }
+            namespace "ops" { capabilities = ["read-logs"] }
+            namespace "secret" { policy = "deny" }
+            namespace "secret" { capabilities = ["read-job"] }
+            "#,
+        )
+        .expect("valid");
+        let team_a = rules.in_namespace("team-a");
+        assert!(team_a.allows(Capabilities::SUBMIT_JOB | Capabilities::ALLOC_LIFECYCLE | Capabilities::READ_JOB));
+        assert!(!team_a.allows(Capabilities::READ_LOGS));
+        assert!(rules.in_namespace("team-b").allows(Capabilities::LIST_JOBS));
+        assert!(!rules.in_namespace("team-b").allows(Capabilities::SUBMIT_JOB));
+        let ops = rules.in_namespace("ops");
+        assert!(ops.allows(Capabilities::READ_LOGS) && !ops.allows(Capabilities::READ_JOB));
+        assert!(!rules.in_namespace("secret").any(), "deny in one block of a name wins over the other");
+        assert!(!rules.in_namespace("default").any());
+    }
+
+    #[test]
+    fn rules_refuse_what_drover_lacks_or_does_not_know() {
+        let refused = |text: &str, word: &str| {
+            let error = parse_rules(text).expect_err(text).to_string();
+            assert!(error.contains(word), "{text}: {error}");
+        };
+        refused("namespace \"default\" { capabilities = [\"submit-jobs\"] }", "submit-jobs");
+        refused("namespace \"default\" { policy = \"list\" }", "list");
+        refused("namespace \"a/b\" { policy = \"read\" }", "a/b");
+        refused("namespace { policy = \"read\" }", "one name");
+        refused("namespace \"x\" { }", "needs a policy");
+        refused("namespace \"x\" { variables { path \"*\" { capabilities = [\"read\"] } } }", "variables");
+        refused("quota { policy = \"read\" }", "quota");
+        refused("node { policy = \"scale\" }", "scale");
+        refused("node { capabilities = [\"read\"] }", "capabilities");
         assert!(parse_rules("node {").is_err());
-    }
-
-    #[test]
-    fn each_path_needs_what_the_module_docs_say() {
-        assert_eq!(need(&Method::GET, "/v1/jobs"), Need::Level(Area::Namespace, AclLevel::Read));
-        assert_eq!(need(&Method::PUT, "/v1/jobs"), Need::Level(Area::Namespace, AclLevel::Write));
-        assert_eq!(need(&Method::DELETE, "/v1/job/web"), Need::Level(Area::Namespace, AclLevel::Write));
-        // Job versions: `read-job` to list them, `submit-job` to revert or mark one.
-        assert_eq!(need(&Method::GET, "/v1/job/web/versions"), Need::Level(Area::Namespace, AclLevel::Read));
-        assert_eq!(need(&Method::POST, "/v1/job/web/revert"), Need::Level(Area::Namespace, AclLevel::Write));
-        assert_eq!(need(&Method::PUT, "/v1/job/web/stable"), Need::Level(Area::Namespace, AclLevel::Write));
-        assert_eq!(need(&Method::POST, "/v1/search"), Need::Level(Area::Namespace, AclLevel::Read));
-        assert_eq!(need(&Method::PUT, "/v1/jobs/parse"), Need::Level(Area::Namespace, AclLevel::Read));
-        assert_eq!(need(&Method::GET, "/v1/node/abc"), Need::Level(Area::Node, AclLevel::Read));
-        assert_eq!(need(&Method::PUT, "/v1/agent/schedulers/config"), Need::Level(Area::Agent, AclLevel::Write));
-        assert_eq!(need(&Method::GET, "/v1/operator/raft/info"), Need::Level(Area::Operator, AclLevel::Read));
-        assert_eq!(need(&Method::GET, "/v1/operator/snapshot"), Need::Management);
-        assert_eq!(need(&Method::GET, "/v1/acl/tokens"), Need::Management);
-        assert_eq!(need(&Method::PUT, "/v1/system/gc"), Need::Management);
-        assert_eq!(need(&Method::DELETE, "/v1/evaluations"), Need::Management);
-        assert_eq!(need(&Method::GET, "/v1/evaluations"), Need::Level(Area::Namespace, AclLevel::Read));
-        assert_eq!(need(&Method::PUT, "/v1/node/abc/purge"), Need::Level(Area::Node, AclLevel::Write));
-        assert_eq!(need(&Method::GET, "/v1/acl/token/self"), Need::AnyToken);
-        assert_eq!(need(&Method::POST, "/v1/acl/bootstrap"), Need::Nothing);
-        assert_eq!(need(&Method::GET, "/v1/status/leader"), Need::Nothing);
-        assert_eq!(need(&Method::GET, "/v1/metrics"), Need::Nothing);
-    }
-
-    #[test]
-    fn client_operations_need_nomads_capabilities_whatever_the_method() {
-        let namespace = |level| Need::Level(Area::Namespace, level);
-        for path in ["/v1/client/fs/logs/a", "/v1/client/fs/cat/a", "/v1/client/fs/ls/a", "/v1/client/fs/stream/a"] {
-            assert_eq!(need(&Method::GET, path), namespace(AclLevel::Write), "{path}: read-logs, read-fs");
-        }
-        for path in ["/v1/client/allocation/a/restart", "/v1/client/allocation/a/signal", "/v1/allocation/a/stop"] {
-            assert_eq!(need(&Method::POST, path), namespace(AclLevel::Write), "{path}: alloc-lifecycle");
-        }
-        assert_eq!(need(&Method::GET, "/v1/client/allocation/a/gc"), namespace(AclLevel::Write), "submit-job");
-        assert_eq!(need(&Method::GET, "/v1/client/allocation/a/stats"), namespace(AclLevel::Read), "read-job");
-        assert_eq!(need(&Method::GET, "/v1/client/stats"), Need::Level(Area::Node, AclLevel::Read));
-        assert_eq!(need(&Method::GET, "/v1/client/gc"), Need::Level(Area::Node, AclLevel::Write));
-        assert_eq!(need(&Method::GET, "/v1/allocation/a"), namespace(AclLevel::Read));
     }
 }

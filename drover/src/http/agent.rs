@@ -10,9 +10,10 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::routing::{get, post};
 use axum::Router;
-use engine::structs::JobType;
+use engine::structs::{AclLevel, Capabilities, JobType};
 use engine::worker::{WorkerActivity, WorkerStatus};
 
+use super::access::{Access, Area};
 use super::error::ApiError;
 use super::query::{blocking, matches_uuid_prefix, Params, Reply};
 use super::ApiState;
@@ -390,8 +391,16 @@ const SEARCH_LIMIT: usize = 20;
 
 /// `PUT /v1/search`: ids starting with a prefix, per context (`jobs`,
 /// `evals`, `allocs`, `nodes`; `deployment` always empty), for
-/// `nomad status <prefix>`.
-async fn search(State(state): State<ApiState>, params: Params, body: Bytes) -> Result<Reply, ApiError> {
+/// `nomad status <prefix>`. Of the namespace the body (or the query)
+/// names, `*` for all, and only what the caller's token may list: jobs
+/// (`list-jobs`), evaluations and allocations (`read-job`), nodes (`node`
+/// `read`).
+async fn search(
+    State(state): State<ApiState>,
+    axum::Extension(access): axum::Extension<Access>,
+    params: Params,
+    body: Bytes,
+) -> Result<Reply, ApiError> {
     let request: SearchRequest =
         serde_json::from_slice(&body).map_err(|error| ApiError::BadRequest(error.to_string()))?;
     let contexts = ["jobs", "evals", "allocs", "nodes", "deployment"];
@@ -402,8 +411,15 @@ async fn search(State(state): State<ApiState>, params: Params, body: Bytes) -> R
     };
     let namespace =
         request.namespace.clone().filter(|ns| !ns.is_empty()).unwrap_or_else(|| params.namespace().to_string());
-    super::query::known_namespace(&namespace, true)?;
+    super::query::known_namespace(&state.leadership.store().snapshot(), &namespace, true)?;
+    if namespace != "*" {
+        access.check(&namespace, Capabilities::LIST_JOBS)?;
+    }
     let prefix = request.prefix.clone();
+    let nodes_readable = access.level(Area::Node, AclLevel::Read);
+    let of = move |object_namespace: &str, capability| {
+        (namespace == "*" || namespace == object_namespace) && access.may(object_namespace, capability)
+    };
     blocking(
         &state,
         &params,
@@ -415,19 +431,22 @@ async fn search(State(state): State<ApiState>, params: Params, body: Bytes) -> R
                 let mut ids: Vec<String> = match *context {
                     "jobs" => snapshot
                         .jobs()
-                        .filter(|job| *job.namespace == *namespace && job.id.starts_with(&prefix))
+                        .filter(|job| job.id.starts_with(&prefix) && of(&job.namespace, Capabilities::LIST_JOBS))
                         .map(|job| job.id.to_string())
                         .collect(),
                     "evals" => snapshot
                         .evals()
                         .filter(|eval| matches_uuid_prefix(&eval.id.0, &prefix))
+                        .filter(|eval| of(&eval.namespace, Capabilities::READ_JOB))
                         .map(|eval| eval.id.to_string())
                         .collect(),
                     "allocs" => snapshot
                         .allocs()
                         .filter(|alloc| matches_uuid_prefix(&alloc.id.0, &prefix))
+                        .filter(|alloc| of(&alloc.namespace, Capabilities::READ_JOB))
                         .map(|alloc| alloc.id.to_string())
                         .collect(),
+                    "nodes" if !nodes_readable => Vec::new(),
                     "nodes" => snapshot
                         .nodes()
                         .filter(|node| matches_uuid_prefix(&node.id.0, &prefix))

@@ -2,11 +2,14 @@
 
 use axum::extract::{Path, State};
 use axum::routing::{get, post};
+use axum::Extension;
 use axum::Router;
 use std::sync::Arc;
 
 use engine::state::Snapshot;
-use engine::structs::{AllocId, Allocation};
+use engine::structs::{AllocId, Allocation, Capabilities};
+
+use super::access::Access;
 
 use super::error::ApiError;
 use super::nomad;
@@ -25,9 +28,13 @@ pub fn routes() -> Router<ApiState> {
 /// `GET /v1/allocations[?prefix=&namespace=]`: newest first; `namespace=*`
 /// lists every namespace, no namespace means `default`; pages and filters
 /// as every list (`paging.rs`).
-async fn list(State(state): State<ApiState>, params: Params) -> Result<Reply, ApiError> {
+async fn list(
+    State(state): State<ApiState>,
+    Extension(access): Extension<Access>,
+    params: Params,
+) -> Result<Reply, ApiError> {
     let prefix = params.prefix().to_string();
-    let namespace = params.namespace().to_string();
+    let scope = access.scope(params.namespace(), Capabilities::READ_JOB);
     let query = PageQuery::of(&params)?;
     blocking_reply(
         &state,
@@ -36,7 +43,7 @@ async fn list(State(state): State<ApiState>, params: Params) -> Result<Reply, Ap
         |snapshot| {
             let allocs: Vec<_> = snapshot
                 .allocs()
-                .filter(|alloc| namespace == "*" || *alloc.namespace == *namespace)
+                .filter(|alloc| scope.admits(&alloc.namespace))
                 .filter(|alloc| matches_uuid_prefix(&alloc.id.0, &prefix))
                 .collect();
             let key = |alloc: &&Arc<Allocation>| NewestFirst::of(alloc.create_index, alloc.id.0);

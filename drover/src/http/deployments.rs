@@ -33,8 +33,9 @@ use axum::routing::{any, get, post};
 use axum::Router;
 use engine::deployment::endpoint::{DeploymentError, DeploymentUpdateResponse};
 use engine::state::{Snapshot, StateError};
-use engine::structs::{AllocId, Deployment, DeploymentId, JobKey};
+use engine::structs::{AllocId, Capabilities, Deployment, DeploymentId, JobKey};
 
+use super::access::Access;
 use super::error::ApiError;
 use super::nomad;
 use super::paging::{NewestFirst, PageQuery};
@@ -73,14 +74,18 @@ fn newest_first<'a>(deployments: impl Iterator<Item = &'a Arc<Deployment>>) -> V
 /// `namespace=*` lists every namespace; a prefix matches ids as Nomad
 /// matches them (hyphens and case ignored); pages and filters as every
 /// list (`paging.rs`).
-async fn list(State(state): State<ApiState>, params: Params) -> Result<Reply, ApiError> {
-    let namespace = params.namespace().to_string();
+async fn list(
+    State(state): State<ApiState>,
+    axum::Extension(access): axum::Extension<Access>,
+    params: Params,
+) -> Result<Reply, ApiError> {
+    let scope = access.scope(params.namespace(), Capabilities::READ_JOB);
     let prefix = params.prefix().to_string();
     let query = PageQuery::of(&params)?;
     blocking_reply(&state, &params, deployments_index, |snapshot| {
         let matching: Vec<_> = snapshot
             .deployments()
-            .filter(|deployment| namespace == "*" || *deployment.namespace == *namespace)
+            .filter(|deployment| scope.admits(&deployment.namespace))
             .filter(|deployment| matches_uuid_prefix(&deployment.id.0, &prefix))
             .collect();
         let key = |deployment: &&Arc<Deployment>| NewestFirst::of(deployment.create_index, deployment.id.0);

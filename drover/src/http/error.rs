@@ -75,7 +75,9 @@ impl From<JobError> for ApiError {
             JobError::UnknownAlloc(_) | JobError::State(StateError::UnknownAlloc(_)) => {
                 ApiError::NotFound("alloc not found".to_string())
             }
-            JobError::UnknownGroup { .. } => ApiError::BadRequest(error.to_string()),
+            JobError::UnknownGroup { .. }
+            | JobError::UnknownNamespace { .. }
+            | JobError::State(StateError::UnknownNamespace(_)) => ApiError::BadRequest(error.to_string()),
             JobError::State(error @ (StateError::ShuttingDown | StateError::Log(_))) => error.into(),
             other => ApiError::Internal(other.to_string()),
         }
@@ -90,7 +92,12 @@ impl From<StateError> for ApiError {
                 ApiError::NotLeader(LogError::NotLeader { leader }.to_string())
             }
             StateError::Log(LogError::Stopped { reason }) => ApiError::LogStopped(reason),
-            StateError::EvalBrokerNotPaused | StateError::NodeDraining(_) => ApiError::BadRequest(error.to_string()),
+            StateError::EvalBrokerNotPaused
+            | StateError::NodeDraining(_)
+            | StateError::InvalidNamespace(_)
+            | StateError::DefaultNamespace
+            | StateError::NamespaceInUse { .. } => ApiError::BadRequest(error.to_string()),
+            StateError::UnknownNamespace(_) => ApiError::NotFound(error.to_string()),
             other => ApiError::Internal(other.to_string()),
         }
     }
@@ -112,14 +119,13 @@ impl From<AclError> for ApiError {
 /// Nomad's endpoints Drover does not serve yet, by path prefix, each with
 /// what to use instead: answered 501 naming the path, never 404 (which
 /// would read as "no such object").
-const NOT_IMPLEMENTED: [(&str, &str); 17] = [
+const NOT_IMPLEMENTED: [(&str, &str); 16] = [
     ("/v1/agent/join", "servers form a cluster with --join and `drover operator raft add-voter`"),
     ("/v1/agent/force-leave", "remove a server with `drover operator raft remove-peer`"),
     ("/v1/agent/monitor", "read the server's log where it writes it"),
     ("/v1/agent/keyring", "Drover has no gossip keyring: servers and agents use mutual TLS"),
     ("/v1/agent/pprof", "profile a server with `loadgen --flamegraph` or perf"),
     ("/v1/agent/host", "no host data is served"),
-    ("/v1/namespace", "every job is in namespace default"),
     ("/v1/volume", "no host or CSI volumes"),
     ("/v1/plugin", "no CSI plugins"),
     ("/v1/node/pool", "no node pools"),

@@ -13,11 +13,14 @@
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::routing::get;
+use axum::Extension;
 use axum::Router;
 use std::sync::Arc;
 
 use engine::state::{Command, Snapshot, StateError};
-use engine::structs::{EvalId, Evaluation};
+use engine::structs::{Capabilities, EvalId, Evaluation};
+
+use super::access::Access;
 
 use super::error::ApiError;
 use super::filter::Filter;
@@ -41,16 +44,24 @@ pub fn routes() -> Router<ApiState> {
 }
 
 /// `GET /v1/evaluations[?prefix=][&filter=][&per_page=][&next_token=]`:
-/// every namespace, newest first (module docs, `paging.rs`).
-async fn list(State(state): State<ApiState>, params: Params) -> Result<Reply, ApiError> {
+/// of the namespace named (`*`: all) as the caller's token may read them, newest first (module docs, `paging.rs`).
+async fn list(
+    State(state): State<ApiState>,
+    Extension(access): Extension<Access>,
+    params: Params,
+) -> Result<Reply, ApiError> {
     let prefix = params.prefix().to_string();
+    let scope = access.scope(params.namespace(), Capabilities::READ_JOB);
     let query = PageQuery::of(&params)?;
     blocking_reply(
         &state,
         &params,
         |snapshot| Ok(snapshot.table_indexes().evals),
         |snapshot| {
-            let evals: Vec<_> = snapshot.evals().filter(|eval| matches_uuid_prefix(&eval.id.0, &prefix)).collect();
+            let evals: Vec<_> = snapshot
+                .evals()
+                .filter(|eval| scope.admits(&eval.namespace) && matches_uuid_prefix(&eval.id.0, &prefix))
+                .collect();
             let (page, next_token) =
                 query.page(evals, |eval| key(eval), |eval| api::evaluations::Evaluation::from(&***eval))?;
             let index = snapshot.table_indexes().evals;

@@ -10,8 +10,12 @@
 //!    matches an event's key or one of its filter keys (its job, its
 //!    deployment, a service's name).
 //! 2. Each topic is checked against the caller's token before anything is
-//!    streamed (`acl.rs`, 5); a refusal is 403. An unknown topic is
-//!    refused with 400 instead of never matching.
+//!    streamed; a refusal is 403. `Job`, `Evaluation`, `Allocation`,
+//!    `Deployment` and `Service` need `read-job` in the namespace named
+//!    (with `*`, each event is sent only if the token may read its
+//!    namespace), `Node` needs node `read`, the ACL topics and `*` a
+//!    management token. An unknown topic is refused with 400 instead of
+//!    never matching.
 //! 3. The first line is `{}`; then one line per index with matching
 //!    events; `{}` again after 30 s without one. An event that two of the
 //!    requested keys match is sent once (Nomad sends it twice).
@@ -32,10 +36,10 @@ use axum::routing::get;
 use axum::Router;
 use engine::events::{Event as EngineEvent, EventBatch, Payload, Subscription, Topic};
 use engine::state::Snapshot;
-use engine::structs::{AclLevel, DEFAULT_NAMESPACE};
+use engine::structs::{AclLevel, Capabilities, DEFAULT_NAMESPACE};
 use serde_json::{json, Value};
 
-use super::acl::{allowed, Area, Caller, Need};
+use super::access::{allowed, Access, Area, Caller, Need};
 use super::error::ApiError;
 use super::{nomad, ApiState};
 use crate::api::events::{Event, EventFrame};
@@ -83,7 +87,7 @@ impl Wanted {
     fn needs(&self) -> impl Iterator<Item = Need> + '_ {
         self.topics.iter().map(|(topic, _)| match topic {
             Some(Topic::Job | Topic::Evaluation | Topic::Allocation | Topic::Deployment | Topic::Service) => {
-                Need::Level(Area::Namespace, AclLevel::Read)
+                Need::InNamespace(Capabilities::READ_JOB)
             }
             Some(Topic::Node) => Need::Level(Area::Node, AclLevel::Read),
             Some(Topic::AclToken | Topic::AclPolicy) | None => Need::Management,
@@ -142,11 +146,12 @@ async fn stream(
         return Err(ApiError::BadRequest("the event stream is off on this server (event_buffer_size = 0)".to_string()));
     }
     let accessor = caller.and_then(|axum::Extension(Caller(token))| token).map(|token| token.accessor_id);
-    let reader = Reader {
+    let mut reader = Reader {
         subscription: events.subscribe(wanted.index),
         state,
         wanted,
         accessor,
+        access: Access::everything(),
         started: false,
         ended: false,
         last_sent: tokio::time::Instant::now(),
@@ -169,6 +174,8 @@ struct Reader {
     wanted: Wanted,
     /// The caller's token (none: anonymous, or ACLs off).
     accessor: Option<uuid::Uuid>,
+    /// What it grants, as of the last [`Reader::refusal`].
+    access: Access,
     started: bool,
     ended: bool,
     /// When the last line was sent: a heartbeat is due `HEARTBEAT` after.
@@ -177,8 +184,9 @@ struct Reader {
 
 impl Reader {
     /// Why the caller may not read what it asked for, as the state's ACLs
-    /// stand now; `None` when it may (or ACLs are off).
-    fn refusal(&self) -> Option<ApiError> {
+    /// stand now; `None` when it may (or ACLs are off). Takes what the
+    /// token grants now for the events that follow.
+    fn refusal(&mut self) -> Option<ApiError> {
         if !self.state.acl_enabled {
             return None;
         }
@@ -191,7 +199,9 @@ impl Reader {
             },
             None => None,
         };
-        let permitted = self.wanted.needs().all(|needed| allowed(acl, token, needed));
+        self.access = Access::of(acl, token);
+        let namespace = &self.wanted.namespace;
+        let permitted = self.wanted.needs().all(|needed| allowed(&self.access, token, &needed, namespace, &snapshot));
         (!permitted).then_some(ApiError::Forbidden)
     }
 
@@ -239,7 +249,14 @@ impl Reader {
 
     /// The events of `batch` this subscriber asked for, if any.
     fn frame(&self, batch: &EventBatch) -> Option<EventFrame> {
-        let mut wanted = batch.events.iter().filter(|event| self.wanted.wants(&event.payload)).peekable();
+        let readable = |payload: &Payload| {
+            payload.namespace().is_none_or(|namespace| self.access.may(namespace, Capabilities::READ_JOB))
+        };
+        let mut wanted = batch
+            .events
+            .iter()
+            .filter(|event| self.wanted.wants(&event.payload) && readable(&event.payload))
+            .peekable();
         wanted.peek()?;
         let snapshot = self.state.leadership.store().snapshot();
         let events = wanted.map(|event| event_json(event, batch.index, &snapshot)).collect();

@@ -23,6 +23,9 @@ use axum::Router;
 use engine::job_plan::{JobPlan, JobPlanError};
 use engine::scheduler::reconcile::needs_destructive_update;
 
+use engine::structs::Capabilities;
+
+use super::access::Access;
 use super::error::{register_error, ApiError};
 use super::nomad;
 use super::query::{Params, Reply};
@@ -60,13 +63,21 @@ fn read_plan(params: &Params, body: &Bytes, path_id: &str) -> Result<(JobPlanReq
 }
 
 /// `PUT|POST /v1/job/<id>/plan`; see the module docs.
-pub async fn plan(state: ApiState, params: Params, path_id: String, body: Bytes) -> Result<Reply, ApiError> {
+pub async fn plan(
+    state: ApiState,
+    access: &Access,
+    params: Params,
+    path_id: String,
+    body: Bytes,
+) -> Result<Reply, ApiError> {
     let (request, converted) = read_plan(&params, &body, &path_id)?;
+    access.check(&converted.job.namespace, Capabilities::SUBMIT_JOB)?;
     let engine = state.leader()?;
     let job = converted.job;
     let next_launch = next_periodic_launch(&job);
     let planned = on_engine(move || engine.jobs().plan(job)).await?.map_err(|error| match error {
         JobPlanError::Invalid(invalid) => register_error(engine::job_endpoint::JobError::Invalid(invalid)),
+        refused @ JobPlanError::UnknownNamespace { .. } => ApiError::BadRequest(refused.to_string()),
         other => ApiError::Internal(other.to_string()),
     })?;
     let mut answer = response(&planned, request.diff, &converted.warnings);
@@ -152,14 +163,21 @@ fn plan_diff(planned: &JobPlan, updates: &BTreeMap<String, DesiredUpdates>) -> O
 
 /// `PUT|POST /v1/validate/job`: the job read and checked as a register
 /// would, answered 200 with its problems (Nomad's `JobValidateResponse`);
-/// a body without a job is 400 `Job must be specified`.
-async fn validate(params: Params, body: Bytes) -> Result<Reply, ApiError> {
+/// a body without a job is 400 `Job must be specified`; the caller's
+/// token needs `read-job` in the namespace named.
+async fn validate(
+    axum::Extension(access): axum::Extension<Access>,
+    params: Params,
+    body: Bytes,
+) -> Result<Reply, ApiError> {
     if body.is_empty() {
         return Err(ApiError::BadRequest("Request body is empty".to_string()));
     }
     let request = JobPlanRequest::from_body(&body).map_err(ApiError::BadRequest)?;
     let job = request.job.ok_or_else(|| ApiError::BadRequest("Job must be specified".to_string()))?;
     let namespace = params.get("namespace").map(str::to_string).or(request.namespace);
+    let named = namespace.as_deref().filter(|named| !named.is_empty() && *named != "*");
+    access.check(named.unwrap_or(engine::structs::DEFAULT_NAMESPACE), Capabilities::READ_JOB)?;
     let checked = serde_json::from_value::<JobSpec>(job)
         .map_err(|error| vec![error.to_string()])
         .and_then(|spec| job_spec::convert_job(spec, namespace.as_deref()).map_err(|error| vec![error.to_string()]))

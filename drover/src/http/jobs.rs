@@ -1,5 +1,5 @@
 //! `/v1/jobs` and `/v1/job/<id>[/<suffix>]`. As in Nomad, the job id is
-//! what comes before a known suffix ([`SUFFIXES`]: every sub-path Nomad
+//! what comes before a known suffix ([`JOB_SUFFIXES`]: every sub-path Nomad
 //! has), so ids may hold `/`, and a job whose id ends in a suffix (`a/plan`)
 //! is reached by its suffix's handler, never registered under another id
 //! (a register's body must name the id of its path; so must a revert's and
@@ -25,8 +25,9 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use engine::job_endpoint::{DispatchRequest, JobError, JobWriteResponse};
 use engine::state::Snapshot;
-use engine::structs::{Job, JobKey};
+use engine::structs::{Capabilities, Job, JobKey};
 
+use super::access::Access;
 use super::error::{register_error, ApiError};
 use super::nomad;
 use super::paging::{ByNamespacedId, PageQuery};
@@ -37,7 +38,7 @@ use crate::api::job_diff;
 use crate::api::job_spec::{self, JobRegisterRequest};
 use crate::api::jobs::{
     JobDeregisterResponse, JobRegisterResponse, JobRevertRequest, JobScaleStatusResponse, JobStabilityRequest,
-    JobStabilityResponse, JobVersionsResponse, JobsParseRequest, ScalingRequest, TaskGroupScaleStatus,
+    JobStabilityResponse, JobVersionsResponse, JobsParseRequest, ScalingRequest, TaskGroupScaleStatus, JOB_SUFFIXES,
 };
 use crate::api::periodic::{JobDispatchRequest, JobDispatchResponse, PeriodicForceResponse};
 use crate::api::{id_or_empty, WriteMeta};
@@ -53,15 +54,19 @@ pub fn routes() -> Router<ApiState> {
 /// `GET /v1/jobs[?prefix=&namespace=]`: stubs ordered by namespace and
 /// id; `namespace=*` lists every namespace; pages and filters as every
 /// list (`paging.rs`).
-async fn list(State(state): State<ApiState>, params: Params) -> Result<Reply, ApiError> {
-    let namespace = params.namespace().to_string();
+async fn list(
+    State(state): State<ApiState>,
+    axum::Extension(access): axum::Extension<Access>,
+    params: Params,
+) -> Result<Reply, ApiError> {
+    let scope = access.scope(params.namespace(), Capabilities::LIST_JOBS);
     let prefix = params.prefix().to_string();
     let query = PageQuery::of(&params)?;
     let index = |snapshot: &Snapshot| Ok(snapshot.table_indexes().jobs.max(snapshot.table_indexes().allocs));
     blocking_reply(&state, &params, index, |snapshot| {
         let jobs: Vec<&Arc<Job>> = snapshot
             .jobs()
-            .filter(|job| namespace == "*" || *job.namespace == *namespace)
+            .filter(|job| scope.admits(&job.namespace))
             .filter(|job| job.id.starts_with(&prefix))
             .collect();
         let key = |job: &&Arc<Job>| ByNamespacedId(job.namespace.to_string(), job.id.to_string());
@@ -72,8 +77,13 @@ async fn list(State(state): State<ApiState>, params: Params) -> Result<Reply, Ap
 }
 
 /// `PUT|POST /v1/jobs`: register (or update) a job from Nomad's JSON.
-async fn register(State(state): State<ApiState>, params: Params, body: Bytes) -> Result<Reply, ApiError> {
-    register_job(state, params, body, None).await
+async fn register(
+    State(state): State<ApiState>,
+    axum::Extension(access): axum::Extension<Access>,
+    params: Params,
+    body: Bytes,
+) -> Result<Reply, ApiError> {
+    register_job(state, &access, params, body, None).await
 }
 
 /// `PUT|POST /v1/jobs/parse`: the job file in the body's `JobHCL`, read
@@ -104,19 +114,20 @@ async fn parse(params: Params, body: Bytes) -> Result<Reply, ApiError> {
 /// What `job` does for `/v1/job/<rest>` by method and suffix.
 async fn job(
     State(state): State<ApiState>,
+    axum::Extension(access): axum::Extension<Access>,
     method: Method,
     Path(rest): Path<String>,
     params: Params,
     body: Bytes,
 ) -> Result<Reply, ApiError> {
-    let (id, suffix) = SUFFIXES
+    let (id, suffix) = JOB_SUFFIXES
         .iter()
         .find_map(|suffix| rest.strip_suffix(suffix).map(|id| (id.to_string(), *suffix)))
         .unwrap_or((rest.clone(), ""));
     let key = JobKey { namespace: Arc::from(params.namespace()), id: Arc::from(id.as_str()) };
     match (suffix, method) {
         ("", Method::GET) => read(&state, &params, key).await,
-        ("", Method::PUT | Method::POST) => register_job(state, params, body, Some(id)).await,
+        ("", Method::PUT | Method::POST) => register_job(state, &access, params, body, Some(id)).await,
         ("", Method::DELETE) => deregister(state, params, key).await,
         ("/allocations", Method::GET) => allocations(&state, &params, key).await,
         ("/evaluations", Method::GET) => evaluations(&state, &params, key).await,
@@ -129,7 +140,7 @@ async fn job(
         ("/versions", Method::GET) => versions(&state, &params, key).await,
         ("/revert", Method::PUT | Method::POST) => revert(state, params, key, body).await,
         ("/stable", Method::PUT | Method::POST) => stable(state, params, key, body).await,
-        ("/plan", Method::PUT | Method::POST) => super::job_plan::plan(state, params, id, body).await,
+        ("/plan", Method::PUT | Method::POST) => super::job_plan::plan(state, &access, params, id, body).await,
         ("/deployments", Method::GET) => super::deployments::job_deployments(&state, &params, key).await,
         ("/periodic/force", Method::PUT | Method::POST) => periodic_force(state, params, key).await,
         ("/dispatch", Method::PUT | Method::POST) => dispatch(state, params, key, body).await,
@@ -140,29 +151,7 @@ async fn job(
     }
 }
 
-/// Every sub-path of `/v1/job/<id>` Nomad has; the longest first, so
-/// `/periodic/force` is not read as a job id ending in `/periodic`.
-pub const SUFFIXES: [&str; 17] = [
-    "/periodic/force",
-    "/allocations",
-    "/evaluations",
-    "/deployments",
-    "/deployment",
-    "/submission",
-    "/evaluate",
-    "/dispatch",
-    "/versions",
-    "/services",
-    "/summary",
-    "/actions",
-    "/revert",
-    "/stable",
-    "/action",
-    "/scale",
-    "/plan",
-];
-
-/// The sub-paths of [`SUFFIXES`] Drover does not serve yet (501).
+/// The sub-paths of [`JOB_SUFFIXES`] Drover does not serve yet (501).
 const NOT_IMPLEMENTED: [&str; 3] = ["/submission", "/actions", "/action"];
 
 fn find<'a>(snapshot: &'a Snapshot, key: &JobKey) -> Result<&'a Arc<Job>, ApiError> {
@@ -329,8 +318,11 @@ fn write_reply(written: &JobWriteResponse, job_modify_index: u64, warnings: &[St
     Reply::json(&body, pretty, Some(written.index))
 }
 
+/// Registers the job of a `PUT /v1/jobs` or `/v1/job/<id>`, if the
+/// caller's token may submit jobs in its namespace.
 async fn register_job(
     state: ApiState,
+    access: &Access,
     params: Params,
     body: Bytes,
     path_id: Option<String>,
@@ -349,6 +341,7 @@ async fn register_job(
             return Err(ApiError::BadRequest("Job ID does not match name".to_string()));
         }
     }
+    access.check(&converted.job.namespace, Capabilities::SUBMIT_JOB)?;
     let key = converted.job.key();
     if request.enforce_index.unwrap_or(false) {
         enforce_index(&state.leadership.store().snapshot(), &key, request.job_modify_index.unwrap_or(0))?;

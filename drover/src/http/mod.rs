@@ -30,6 +30,7 @@
 //! bodies read and answered are the structs of `crate::api`, and a
 //! submitted job is converted by `crate::api::job_spec`.
 
+pub mod access;
 pub mod acl;
 pub mod agent;
 pub mod allocs;
@@ -44,6 +45,7 @@ pub mod forward;
 pub mod job_plan;
 pub mod jobs;
 pub mod metrics;
+pub mod namespaces;
 pub mod nodes;
 pub mod nomad;
 pub mod operator;
@@ -141,10 +143,11 @@ pub fn router(state: ApiState) -> Router {
         .merge(services::routes())
         .merge(deployments::routes())
         .merge(system::routes())
+        .merge(namespaces::routes())
         .fallback(error::unknown_path)
-        .layer(axum::middleware::from_fn_with_state(state.clone(), acl::authorize))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), access::authorize))
         .layer(axum::middleware::from_fn_with_state(state.clone(), forward::forward_http))
-        .layer(axum::middleware::from_fn(query::check_namespace))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), query::check_namespace))
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .layer(axum::middleware::from_fn(refuse_oversized))
         .with_state(state)

@@ -6,7 +6,7 @@ use axum::routing::{get, post};
 use axum::Router;
 use std::sync::Arc;
 
-use super::acl::Caller;
+use super::access::{Access, Caller};
 use super::error::ApiError;
 use super::nomad;
 use super::paging::{ById, PageQuery};
@@ -21,7 +21,7 @@ use crate::api::WriteMeta;
 use engine::node::endpoint::{DrainRequest, NodeWrite};
 use engine::node::NodeError;
 use engine::state::Snapshot;
-use engine::structs::{DrainDeadline, Node, NodeEligibility, NodeId};
+use engine::structs::{Capabilities, DrainDeadline, Node, NodeEligibility, NodeId};
 
 /// The routes of this file.
 pub fn routes() -> Router<ApiState> {
@@ -74,13 +74,23 @@ async fn read(State(state): State<ApiState>, Path(id): Path<String>, params: Par
 }
 
 /// `GET /v1/node/<id>/allocations`: full allocations, as the CLI reads them.
-async fn allocations(State(state): State<ApiState>, Path(id): Path<String>, params: Params) -> Result<Reply, ApiError> {
+/// Of every namespace, those the caller's token may read, as Nomad.
+async fn allocations(
+    State(state): State<ApiState>,
+    axum::Extension(access): axum::Extension<Access>,
+    Path(id): Path<String>,
+    params: Params,
+) -> Result<Reply, ApiError> {
     let id = NodeId(exact_uuid(&id, "node")?);
+    let scope = access.scope("*", Capabilities::READ_JOB);
     blocking(
         &state,
         &params,
         |snapshot| Ok(snapshot.table_indexes().allocs),
-        |snapshot| Ok(snapshot.allocs_by_node(id).map(|alloc| nomad::alloc(alloc, snapshot)).collect::<Vec<_>>()),
+        |snapshot| {
+            let readable = snapshot.allocs_by_node(id).filter(|alloc| scope.admits(&alloc.namespace));
+            Ok(readable.map(|alloc| nomad::alloc(alloc, snapshot)).collect::<Vec<_>>())
+        },
     )
     .await
 }

@@ -26,21 +26,36 @@ use crate::api::format::{parse_bool, parse_go_duration};
 /// The longest (and the default) blocking wait.
 pub const MAX_WAIT: Duration = Duration::from_secs(300);
 
-/// [`crate::api::known_namespace`], refused with 400.
-pub fn known_namespace(namespace: &str, read: bool) -> Result<(), ApiError> {
-    crate::api::known_namespace(namespace, read).map_err(|refused| ApiError::BadRequest(refused.to_string()))
+/// Refuses with 400 a namespace that does not exist in `snapshot` (and
+/// `*`, every namespace, unless on a read, as Nomad).
+pub fn known_namespace(snapshot: &Snapshot, namespace: &str, read: bool) -> Result<(), ApiError> {
+    match namespace {
+        "*" if read => Ok(()),
+        "*" => Err(ApiError::BadRequest("namespace \"*\" names every namespace: a write needs one".to_string())),
+        _ if snapshot.has_namespace(namespace) => Ok(()),
+        _ => Err(ApiError::BadRequest(format!("namespace {namespace:?} does not exist"))),
+    }
 }
 
-/// The `?namespace=` check in front of every endpoint ([`known_namespace`]).
-pub async fn check_namespace(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+/// The `?namespace=` check in front of every endpoint ([`known_namespace`]),
+/// but those of the namespaces themselves.
+pub async fn check_namespace(
+    axum::extract::State(state): axum::extract::State<ApiState>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let path = request.uri().path();
     // A search is a read sent as a PUT or POST.
     let read = request.method() == axum::http::Method::GET
         || request.method() == axum::http::Method::HEAD
-        || request.uri().path() == "/v1/search";
-    if let Ok(Query(params)) = Query::<BTreeMap<String, String>>::try_from_uri(request.uri()) {
-        if let Some(namespace) = params.get("namespace").filter(|namespace| !namespace.is_empty()) {
-            if let Err(refused) = known_namespace(namespace, read) {
-                return refused.into_response();
+        || path == "/v1/search";
+    if !path.starts_with("/v1/namespace") {
+        if let Ok(Query(params)) = Query::<BTreeMap<String, String>>::try_from_uri(request.uri()) {
+            if let Some(namespace) = params.get("namespace").filter(|namespace| !namespace.is_empty()) {
+                let snapshot = state.leadership.store().snapshot();
+                if let Err(refused) = known_namespace(&snapshot, namespace, read) {
+                    return refused.into_response();
+                }
             }
         }
     }

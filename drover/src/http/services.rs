@@ -20,8 +20,9 @@ use axum::http::Method;
 use axum::routing::{any, get};
 use axum::Router;
 use engine::state::{Command, Snapshot, StateError};
-use engine::structs::{AllocId, JobKey, ServiceRegistration};
+use engine::structs::{AllocId, Capabilities, JobKey, ServiceRegistration};
 
+use super::access::Access;
 use super::error::ApiError;
 use super::paging::{ByName, ByNamespacedId, PageQuery};
 use super::query::{blocking, blocking_reply, exact_uuid, Params, Reply};
@@ -54,12 +55,15 @@ fn answer<'a>(registrations: impl Iterator<Item = &'a Arc<ServiceRegistration>>)
 /// names (sorted) with the union of their tags; `namespace=*` lists every
 /// namespace; a namespace without services is left out, so none is `[]`.
 /// Pages (of namespaces) and filters as every list (`paging.rs`).
-async fn list(State(state): State<ApiState>, params: Params) -> Result<Reply, ApiError> {
-    let namespace = params.namespace().to_string();
+async fn list(
+    State(state): State<ApiState>,
+    axum::Extension(access): axum::Extension<Access>,
+    params: Params,
+) -> Result<Reply, ApiError> {
+    let scope = access.scope(params.namespace(), Capabilities::READ_JOB);
     let query = PageQuery::of(&params)?;
     blocking_reply(&state, &params, services_index, |snapshot| {
-        let listed: Vec<_> =
-            snapshot.service_names().into_iter().filter(|(of, _)| namespace == "*" || **of == *namespace).collect();
+        let listed: Vec<_> = snapshot.service_names().into_iter().filter(|(of, _)| scope.admits(of)).collect();
         let stub = |(of, listings): &(Arc<str>, Vec<engine::state::ServiceListing>)| ServiceRegistrationListStub {
             namespace: of.to_string(),
             services: listings
@@ -86,13 +90,14 @@ async fn missing_name() -> ApiError {
 async fn service(
     State(state): State<ApiState>,
     method: Method,
+    axum::Extension(access): axum::Extension<Access>,
     Path(rest): Path<String>,
     params: Params,
 ) -> Result<Reply, ApiError> {
     let segments: Vec<&str> = rest.split('/').collect();
     match (segments.as_slice(), method) {
         ([""], _) => Err(missing_name().await),
-        ([name], Method::GET) => read(&state, &params, name).await,
+        ([name], Method::GET) => read(&state, &params, &access, name).await,
         ([_name, id], Method::DELETE) if !id.is_empty() => delete(&state, &params, id).await,
         ([_] | [_, _], _) => Err(ApiError::MethodNotAllowed),
         _ => Err(ApiError::BadRequest("invalid URI".to_string())),
@@ -102,12 +107,13 @@ async fn service(
 /// `GET /v1/service/<name>[?tag=&namespace=]`: the service's
 /// registrations sorted by id (by namespace, then id, with `*`), `[]` when
 /// none; `?choose=` is refused (module docs).
-async fn read(state: &ApiState, params: &Params, name: &str) -> Result<Reply, ApiError> {
+async fn read(state: &ApiState, params: &Params, access: &Access, name: &str) -> Result<Reply, ApiError> {
     if params.get("choose").is_some() {
         let refused = "failed to choose services: the choose parameter is not supported by Drover";
         return Err(ApiError::BadRequest(refused.to_string()));
     }
     let namespace = params.namespace().to_string();
+    let scope = access.scope(&namespace, Capabilities::READ_JOB);
     let tag = params.get("tag").filter(|tag| !tag.is_empty()).map(str::to_string);
     let query = PageQuery::of(params)?;
     blocking_reply(state, params, services_index, |snapshot| {
@@ -116,7 +122,8 @@ async fn read(state: &ApiState, params: &Params, name: &str) -> Result<Reply, Ap
             let tagged = |registration: &&Arc<ServiceRegistration>| {
                 tag.as_ref().is_none_or(|tag| registration.tags.contains(tag))
             };
-            snapshot.service_registrations().filter(of_name).filter(tagged).collect()
+            let readable = |registration: &&Arc<ServiceRegistration>| scope.admits(&registration.namespace);
+            snapshot.service_registrations().filter(of_name).filter(tagged).filter(readable).collect()
         } else {
             snapshot.service_registrations_by_name(&namespace, name, tag.as_deref()).collect()
         };

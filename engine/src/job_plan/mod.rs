@@ -59,6 +59,14 @@ pub enum JobPlanError {
         /// The type submitted.
         to: JobType,
     },
+    /// The job names a namespace that does not exist (Nomad's words).
+    #[error("job {job:?} is in nonexistent namespace {namespace:?}")]
+    UnknownNamespace {
+        /// The job's id.
+        job: String,
+        /// Its namespace.
+        namespace: String,
+    },
     /// The scheduler gave up on the dry run.
     #[error("the scheduler failed the dry run: {0}")]
     Scheduler(#[from] SchedulerError),
@@ -97,6 +105,9 @@ impl JobPlan {
 /// Plans `job` against `snapshot` at `now`; see the module docs.
 pub fn dry_run(snapshot: Arc<Snapshot>, job: Job, now: Timestamp) -> Result<JobPlan, JobPlanError> {
     job.validate()?;
+    if !snapshot.has_namespace(&job.namespace) {
+        return Err(JobPlanError::UnknownNamespace { job: job.id.to_string(), namespace: job.namespace.to_string() });
+    }
     let current = snapshot.job(&job.key()).cloned();
     if let Some(current) = &current {
         if current.job_type != job.job_type {

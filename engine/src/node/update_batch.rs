@@ -123,13 +123,26 @@ fn decides_health(snapshot: &Snapshot, alloc: &Allocation, update: &ClientAllocU
     changed && active
 }
 
-/// Whether `update` brings a new health verdict on the replacement of an
-/// allocation that migrated off a draining node: the drain's next one may go.
+/// Whether `update` brings a new health verdict on an allocation of a job
+/// that a drain moves: the replacement of an allocation that migrated off
+/// a draining node, or any allocation of a job that still has allocations
+/// to move off one (a replacement whose link to the migrated allocation was
+/// lost, as when the plan applier refused its first placement on a node
+/// drained meanwhile and a retry placed it afresh). Either way the drain's
+/// next migration may go, and only an eval lets it.
 fn paces_a_drain(snapshot: &Snapshot, alloc: &Allocation, update: &ClientAllocUpdate) -> bool {
     let Some(health) = &update.health else { return false };
     let changed = alloc.health.as_ref().is_none_or(|stored| stored.healthy != health.healthy);
+    if !changed {
+        return false;
+    }
     let previous = alloc.previous_allocation.and_then(|id| snapshot.alloc(id));
-    changed && previous.is_some_and(|previous| previous.desired_description == stop_reason::MIGRATING)
+    if previous.is_some_and(|previous| previous.desired_description == stop_reason::MIGRATING) {
+        return true;
+    }
+    let on_draining_node =
+        |other: &Allocation| snapshot.node(other.node_id).is_some_and(|node| node.drain.strategy.is_some());
+    snapshot.allocs_by_job(&alloc.job_key()).any(|other| !other.server_terminal() && on_draining_node(other))
 }
 
 /// This submission's part of a written batch: its first refused update, or
@@ -351,7 +364,7 @@ mod tests {
     use super::*;
     use crate::clock::{ManualClock, Timestamp};
     use crate::state::StateStore;
-    use crate::structs::{Allocation, EvalId, Job, JobType, NodeStatus, Resources};
+    use crate::structs::{AllocHealth, Allocation, EvalId, Job, JobType, NodeStatus, Resources};
     use crate::testing::node;
 
     /// A writer over a store with two nodes and `per_node` pending allocations on each.
@@ -477,5 +490,30 @@ mod tests {
             panic!("an alloc update command")
         };
         assert!(evals.is_empty(), "a plain running report needs no scheduling");
+    }
+
+    #[test]
+    fn a_health_verdict_while_the_job_has_allocations_on_a_draining_node_paces_the_drain() {
+        let (writer, clock, allocs) = fixture(1);
+        let mut healthy = running(&allocs[1]);
+        healthy.health = Some(AllocHealth { healthy: true, timestamp: Timestamp(2), modify_index: 0 });
+        let evals_of = |update: &ClientAllocUpdate| {
+            let snapshot = writer.store().snapshot();
+            let Command::UpdateAllocsFromClient { evals, .. } = batch_command(&snapshot, vec![update.clone()], &clock)
+            else {
+                panic!("an alloc update command")
+            };
+            evals.iter().map(|eval| eval.triggered_by).collect::<Vec<_>>()
+        };
+        assert!(evals_of(&healthy).is_empty(), "no drain: a verdict outside a deployment needs no scheduling");
+        let drain = crate::structs::DrainStrategy {
+            deadline: crate::structs::DrainDeadline::None,
+            ignore_system_jobs: false,
+            started_at: Timestamp(2),
+        };
+        writer.write(Command::drain_node(allocs[0].node_id, drain, vec![], Timestamp(2))).expect("drains");
+        // allocs[1] has no link to a migrated allocation (a retry placed it
+        // afresh), yet its job still has allocs[0] to move off the drain.
+        assert_eq!(evals_of(&healthy), [TriggerReason::NodeDrain]);
     }
 }

@@ -11,8 +11,8 @@ use super::{Applied, CapacityChange, StateError};
 use crate::clock::Timestamp;
 use crate::structs::{
     AclPolicy, AclToken, AllocHealth, AllocId, Allocation, ClientStatus, DesiredStatus, DrainMetadata, DrainStatus,
-    DrainStrategy, EvalId, Evaluation, Job, JobKey, Node, NodeEligibility, NodeId, NodeStatus, Resources,
-    SchedulerConfiguration,
+    DrainStrategy, EvalId, Evaluation, Job, JobKey, Namespace, Node, NodeEligibility, NodeId, NodeStatus, Resources,
+    SchedulerConfiguration, DEFAULT_NAMESPACE,
 };
 
 impl Snapshot {
@@ -57,6 +57,9 @@ impl Snapshot {
                 Ok(())
             }
             Command::RegisterJob { job, eval } => {
+                if !self.has_namespace(&job.namespace) {
+                    return Err(StateError::UnknownNamespace(job.namespace.to_string()));
+                }
                 let job = self.register_job(index, job);
                 self.upsert_evals(index, eval.into_iter().map(|eval| with_job_index(eval, &job)).collect(), applied);
                 applied.job = Some(job);
@@ -162,7 +165,46 @@ impl Snapshot {
                 self.register_with_eval(index, Some(child), eval, applied);
                 Ok(())
             }
+            Command::UpsertNamespaces { namespaces } => self.upsert_namespaces(index, namespaces),
+            Command::DeleteNamespaces { names } => self.delete_namespaces(index, &names),
         }
+    }
+
+    /// Writes namespaces ([`Command::UpsertNamespaces`]).
+    fn upsert_namespaces(&mut self, index: u64, namespaces: Vec<Namespace>) -> Result<(), StateError> {
+        if let Some(problem) = namespaces.iter().find_map(Namespace::problem) {
+            return Err(StateError::InvalidNamespace(problem));
+        }
+        let stored = Arc::make_mut(&mut self.namespaces);
+        for mut namespace in namespaces {
+            namespace.create_index = stored.get(&namespace.name).map_or(index, |old| old.create_index);
+            namespace.modify_index = index;
+            stored.insert(namespace.name.clone(), namespace);
+        }
+        self.table_indexes.namespaces = index;
+        Ok(())
+    }
+
+    /// Deletes namespaces ([`Command::DeleteNamespaces`]).
+    fn delete_namespaces(&mut self, index: u64, names: &[String]) -> Result<(), StateError> {
+        for name in names {
+            if name == DEFAULT_NAMESPACE {
+                return Err(StateError::DefaultNamespace);
+            }
+            if !self.namespaces.contains_key(name) {
+                return Err(StateError::UnknownNamespace(name.clone()));
+            }
+            let jobs = self.jobs.values().filter(|job| *job.namespace == **name).count();
+            if jobs > 0 {
+                return Err(StateError::NamespaceInUse { name: name.clone(), jobs });
+            }
+        }
+        let stored = Arc::make_mut(&mut self.namespaces);
+        for name in names {
+            stored.remove(name);
+        }
+        self.table_indexes.namespaces = index;
+        Ok(())
     }
 
     /// Registers a job (when given) and writes the eval, which takes the

@@ -30,9 +30,10 @@ use crate::structs::Job;
 /// commands' time, the scheduler configuration's `pause_eval_broker`, and
 /// the `GarbageCollect`, `DeleteEvals` and `PurgeNode` commands). 9
 /// (issue 30): jobs' `periodic`, `parameterized`, dispatch fields and
-/// tasks' `dispatch_payload`, and `LaunchPeriodicJob`. A log of an older
-/// version is refused, never misread.
-pub const FORMAT_VERSION: u8 = 9;
+/// tasks' `dispatch_payload`, and `LaunchPeriodicJob`. 10 (issue 30's
+/// namespaces): ACL rules with namespace capabilities, and the namespace
+/// commands. A log of an older version is refused, never misread.
+pub const FORMAT_VERSION: u8 = 10;
 
 /// Why bytes did not decode to a command.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -145,7 +146,8 @@ mod tests {
     fn bad_bytes_get_a_clear_error() {
         let bytes = plan(3).encode();
         assert_eq!(Command::decode(&[]), Err(CodecError::Empty));
-        assert_eq!(Command::decode(&[10, 0]), Err(CodecError::UnknownVersion(10)));
+        let next = FORMAT_VERSION + 1;
+        assert_eq!(Command::decode(&[next, 0]), Err(CodecError::UnknownVersion(next)));
         assert!(matches!(Command::decode(&bytes[..bytes.len() / 2]), Err(CodecError::Malformed(_))));
         let mut longer = bytes.clone();
         longer.push(0);

@@ -12,8 +12,8 @@ use super::gc::Collection;
 use crate::clock::Timestamp;
 use crate::structs::{
     AclPolicy, AclToken, AllocHealth, AllocId, Allocation, CheckResult, ClientStatus, Deployment, DeploymentId,
-    DeploymentStatusUpdate, DrainStrategy, EvalId, Evaluation, Job, JobKey, Node, NodeEligibility, NodeId, NodeStatus,
-    PlanResult, SchedulerConfiguration, ServiceRegistration, TaskState, TriggerReason,
+    DeploymentStatusUpdate, DrainStrategy, EvalId, Evaluation, Job, JobKey, Namespace, Node, NodeEligibility, NodeId,
+    NodeStatus, PlanResult, SchedulerConfiguration, ServiceRegistration, TaskState, TriggerReason,
 };
 
 /// One write to the state store.
@@ -342,6 +342,22 @@ pub enum Command {
         launch: Timestamp,
         /// An operator's force launch: taken whatever the record says.
         force: bool,
+    },
+    /// Create or replace namespaces, by name (each keeps its create index).
+    /// Refused whole with [`super::StateError::InvalidNamespace`] when one
+    /// is not a valid namespace. (New variants at the end: older logs
+    /// still read.)
+    UpsertNamespaces {
+        /// The namespaces (their indexes are set by the store).
+        namespaces: Vec<Namespace>,
+    },
+    /// Delete namespaces. Refused whole for `default`
+    /// ([`super::StateError::DefaultNamespace`]), a namespace that does not
+    /// exist, or one that still holds jobs
+    /// ([`super::StateError::NamespaceInUse`]).
+    DeleteNamespaces {
+        /// Their names.
+        names: Vec<String>,
     },
 }
 

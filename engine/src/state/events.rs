@@ -130,9 +130,12 @@ impl Pending {
             Command::GarbageCollect { collection } => {
                 Pending { nodes: collection.nodes.clone(), ..typed("NodeDeregistration") }
             }
-            Command::SetJobStability { .. } | Command::SetSchedulerConfig { .. } | Command::DeleteEvals { .. } => {
-                Pending::default()
-            }
+            // Nomad's stream has no topic for these.
+            Command::SetJobStability { .. }
+            | Command::SetSchedulerConfig { .. }
+            | Command::DeleteEvals { .. }
+            | Command::UpsertNamespaces { .. }
+            | Command::DeleteNamespaces { .. } => Pending::default(),
         }
     }
 

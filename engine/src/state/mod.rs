@@ -154,6 +154,24 @@ pub enum StateError {
     /// Two tokens would share a secret.
     #[error("ACL token {0}: its secret is another token's")]
     DuplicateAclSecret(uuid::Uuid),
+    /// The command names a namespace that does not exist (a job's, or one
+    /// to delete).
+    #[error("namespace {0:?} does not exist")]
+    UnknownNamespace(String),
+    /// A namespace that cannot be written, and why.
+    #[error("{0}")]
+    InvalidNamespace(String),
+    /// `default` cannot be deleted (Nomad's words).
+    #[error("default namespace can not be deleted")]
+    DefaultNamespace,
+    /// A namespace to delete still holds jobs.
+    #[error("namespace {name:?} has {jobs} jobs; stop and purge them first (`drover job stop -purge`)")]
+    NamespaceInUse {
+        /// The namespace.
+        name: String,
+        /// How many jobs it holds.
+        jobs: usize,
+    },
     /// The command log did not take the write (this server does not lead,
     /// or the log stopped); it was not acknowledged.
     #[error(transparent)]
@@ -566,6 +584,8 @@ impl Drop for Waiting<'_> {
 mod events_test;
 #[cfg(test)]
 mod gc_test;
+#[cfg(test)]
+mod namespaces_test;
 #[cfg(test)]
 mod replay_test;
 #[cfg(test)]

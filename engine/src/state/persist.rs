@@ -41,7 +41,7 @@ use super::periodic::PeriodicLaunch;
 use super::snapshot::{index_add, Snapshot, TableIndexes};
 use crate::structs::job_refs::{decoding_jobs, encoding_jobs, JobTable};
 use crate::structs::{
-    AllocId, Allocation, ComputedClass, Deployment, Evaluation, Job, JobKey, Node, NodeId, Resources,
+    AllocId, Allocation, ComputedClass, Deployment, Evaluation, Job, JobKey, Namespace, Node, NodeId, Resources,
 };
 
 /// The version byte of today's snapshot format (2: the records of issue 24's
@@ -58,8 +58,10 @@ use crate::structs::{
 /// time and the scheduler configuration's `pause_eval_broker`, as the log
 /// format's version 8; 9: jobs' periodic, parameterized and dispatch
 /// fields and tasks' `dispatch_payload`, as the log format's version 9,
-/// and the section of periodic launch records).
-pub const SNAPSHOT_FORMAT_VERSION: u8 = 9;
+/// and the section of periodic launch records; 10: ACL rules with
+/// namespace capabilities, as the log format's version 10, the header's
+/// table index of namespaces, and their section).
+pub const SNAPSHOT_FORMAT_VERSION: u8 = 10;
 
 /// The longest record a decoder accepts (a group of one node's allocations
 /// is the largest record; a million would be far below this).
@@ -84,8 +86,10 @@ mod tag {
     pub const DEPLOYMENTS: u8 = 11;
     /// Periodic launch records.
     pub const PERIODIC_LAUNCHES: u8 = 12;
+    /// The namespaces written.
+    pub const NAMESPACES: u8 = 13;
     /// The last tag this build knows.
-    pub const LAST: u8 = PERIODIC_LAUNCHES;
+    pub const LAST: u8 = NAMESPACES;
 }
 
 /// Why bytes did not decode to a snapshot.
@@ -168,7 +172,8 @@ impl Snapshot {
         let deployments =
             self.deployments_by_job.iter().map(|(job, ids)| (job, rows(ids, |id| self.deployments.get(id))));
         writer.section(tag::DEPLOYMENTS, self.deployments_by_job.len(), deployments)?;
-        writer.section(tag::PERIODIC_LAUNCHES, self.periodic_launches.len(), self.periodic_launches.values())
+        writer.section(tag::PERIODIC_LAUNCHES, self.periodic_launches.len(), self.periodic_launches.values())?;
+        writer.section(tag::NAMESPACES, self.namespaces.len(), self.namespaces.values())
     }
 
     /// Reads a snapshot written by [`Snapshot::encode`], rebuilding its
@@ -253,6 +258,10 @@ impl Snapshot {
                 tag::PERIODIC_LAUNCHES => {
                     let launch: PeriodicLaunch = reader.record()?;
                     self.periodic_launches.insert(launch.job.clone(), launch);
+                }
+                tag::NAMESPACES => {
+                    let namespace: Namespace = reader.record()?;
+                    Arc::make_mut(&mut self.namespaces).insert(namespace.name.clone(), namespace);
                 }
                 _ => unreachable!("next_section accepts only known tags"),
             }

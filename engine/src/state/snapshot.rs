@@ -14,8 +14,8 @@ use super::periodic::PeriodicLaunch;
 use super::services::{ServiceDump, ServiceTables};
 use super::table::Table;
 use crate::structs::{
-    AclState, AllocId, Allocation, ComputedClass, Deployment, DeploymentId, EvalId, Evaluation, Job, JobKey, Node,
-    NodeId, PortSet, Resources, SchedulerConfiguration,
+    AclState, AllocId, Allocation, ComputedClass, Deployment, DeploymentId, EvalId, Evaluation, Job, JobKey, Namespace,
+    Node, NodeId, PortSet, Resources, SchedulerConfiguration, DEFAULT_NAMESPACE,
 };
 
 /// The state at one index.
@@ -42,6 +42,9 @@ pub struct Snapshot {
     pub(super) scheduler_config: Option<SchedulerConfiguration>,
     /// ACL tokens and policies (small: a write copies them).
     pub(super) acl: Arc<AclState>,
+    /// The namespaces written (small: a write copies them); `default`
+    /// exists without being written.
+    pub(super) namespaces: Arc<std::collections::BTreeMap<String, Namespace>>,
     /// Service registrations and their lookups.
     pub(super) services: ServiceTables,
     /// Deployments (`deployments.rs`), each job's in creation order, and
@@ -120,6 +123,9 @@ pub struct TableIndexes {
     /// Last write to deployments.
     #[serde(default)]
     pub deployments: u64,
+    /// Last write to namespaces.
+    #[serde(default)]
+    pub namespaces: u64,
 }
 
 impl Default for Snapshot {
@@ -140,6 +146,7 @@ impl Default for Snapshot {
             node_ports: Table::with_depth(3),
             scheduler_config: None,
             acl: Arc::default(),
+            namespaces: Arc::default(),
             services: ServiceTables::default(),
             deployments: Table::with_depth(3),
             deployments_by_job: Table::with_depth(3),
@@ -209,6 +216,30 @@ impl Snapshot {
     /// The ACL tokens and policies.
     pub fn acl(&self) -> &AclState {
         &self.acl
+    }
+
+    /// The namespace `name`, if it exists (`default` always does).
+    pub fn namespace(&self, name: &str) -> Option<Namespace> {
+        match self.namespaces.get(name) {
+            Some(namespace) => Some(namespace.clone()),
+            None if name == DEFAULT_NAMESPACE => Some(Namespace::implicit_default()),
+            None => None,
+        }
+    }
+
+    /// Whether the namespace `name` exists.
+    pub fn has_namespace(&self, name: &str) -> bool {
+        name == DEFAULT_NAMESPACE || self.namespaces.contains_key(name)
+    }
+
+    /// Every namespace, `default` included, by name.
+    pub fn namespaces(&self) -> Vec<Namespace> {
+        let mut all: Vec<Namespace> = self.namespaces.values().cloned().collect();
+        if !self.namespaces.contains_key(DEFAULT_NAMESPACE) {
+            let at = all.partition_point(|namespace| namespace.name.as_str() < DEFAULT_NAMESPACE);
+            all.insert(at, Namespace::implicit_default());
+        }
+        all
     }
 
     /// Ports held twice on one node, or held although the node reserves
@@ -351,6 +382,8 @@ pub struct StateDump {
     pub scheduler_config: Option<SchedulerConfiguration>,
     /// ACL tokens and policies.
     pub acl: AclState,
+    /// The namespaces written, by name.
+    pub namespaces: Vec<Namespace>,
     /// Service registrations and their lookups.
     pub services: ServiceDump,
     /// Deployments by id.
@@ -392,6 +425,7 @@ impl Snapshot {
             node_ports: sorted(&self.node_ports, |ports| ports.iter().collect()),
             scheduler_config: self.scheduler_config,
             acl: AclState::clone(&self.acl),
+            namespaces: self.namespaces.values().cloned().collect(),
             services: self.services.dump(),
             deployments: sorted(&self.deployments, |deployment| Deployment::clone(deployment))
                 .into_iter()

@@ -77,7 +77,7 @@ fn each_command_applies_at_the_next_index() {
     assert_eq!((stored.create_index, stored.job_modify_index, stored.version), (2, 2, 0));
     assert_eq!(
         snapshot.table_indexes(),
-        TableIndexes { nodes: 1, jobs: 2, allocs: 0, evals: 2, services: 0, deployments: 0 }
+        TableIndexes { nodes: 1, jobs: 2, allocs: 0, evals: 2, services: 0, deployments: 0, namespaces: 0 }
     );
 }
 

@@ -772,14 +772,9 @@ impl Job {
             // Slashes stay allowed: Nomad's dispatched and periodic children are `parent/...`.
             problems.push(format!("job id {:?} cannot be \".\" or \"..\"", self.id));
         }
-        if self.namespace.trim().is_empty() {
-            problems.push("namespace is empty".to_string());
-        } else if *self.namespace != *DEFAULT_NAMESPACE {
-            // One namespace until namespaces exist: ACL rules name it.
-            problems.push(format!(
-                "namespace {:?} does not exist: Drover has one namespace, {DEFAULT_NAMESPACE:?}",
-                self.namespace
-            ));
+        // Whether it exists is the state's to say (the job endpoint and the store).
+        if let Some(problem) = super::namespace_name_problem(&self.namespace) {
+            problems.push(problem);
         }
         if !(1..=100).contains(&self.priority) {
             problems.push(format!("priority {} is outside 1..=100", self.priority));

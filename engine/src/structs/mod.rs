@@ -21,6 +21,7 @@ mod health;
 mod ids;
 mod job;
 pub mod job_refs;
+mod namespace;
 mod network;
 mod node;
 mod periodic;
@@ -34,7 +35,7 @@ mod task_config;
 mod task_state;
 mod template;
 
-pub use acl::{AclLevel, AclPolicy, AclRules, AclState, AclToken, AclTokenType};
+pub use acl::{glob_matches, AclLevel, AclPolicy, AclRules, AclState, AclToken, AclTokenType, Capabilities};
 pub use affinity::Affinity;
 pub use alloc::{AllocMetric, AllocState, Allocation, ClientStatus, DesiredStatus, RescheduleEvent};
 pub use constraint::{
@@ -56,6 +57,7 @@ pub use job::{
     DelayFunction, Job, JobType, JobValidationError, MigrateStrategy, ReconcileStrategy, ReschedulePolicy, RestartMode,
     RestartPolicy, Task, TaskGroup, UpdateStrategy, DEFAULT_NAMESPACE, MAX_GROUP_COUNT,
 };
+pub use namespace::{namespace_name_problem, Namespace, MAX_NAMESPACE_DESCRIPTION_LEN, MAX_NAMESPACE_NAME_LEN};
 pub use network::{
     port_env, AllocatedPort, HostNetwork, NetworkResource, NodeNetwork, Port, PortListError, PortSet,
     DEFAULT_MAX_DYNAMIC_PORT, DEFAULT_MIN_DYNAMIC_PORT, NOMAD_ENV_PREFIX,
