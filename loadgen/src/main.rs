@@ -13,6 +13,7 @@
 #![forbid(unsafe_code)]
 
 mod network;
+mod plot;
 mod report;
 
 use std::io::IsTerminal;
@@ -140,6 +141,11 @@ struct Args {
     /// then restart it: with --servers 3 or more.
     #[arg(long, value_parser = humantime::parse_duration)]
     kill_leader_every: Option<Duration>,
+    /// Draw the run as an SVG here (QUIC modes): placements and heartbeats
+    /// per second, heartbeat RTT percentiles, the server's CPU and memory,
+    /// the clients away, with the leader kills and the storm marked.
+    #[arg(long)]
+    plot: Option<std::path::PathBuf>,
     /// Event batches the server keeps for its event stream (as `drover
     /// server --event-buffer-size`; 0: events off, to measure their cost).
     #[arg(long, default_value_t = engine::events::DEFAULT_EVENT_BUFFER)]
@@ -173,6 +179,9 @@ fn main() -> Result<()> {
         bail!("--kill-leader-every needs --servers 3 or more (a cluster that survives losing its leader)");
     }
     let quic = args.spawn_server || args.server.is_some();
+    if args.plot.is_some() && !quic {
+        bail!("--plot draws a run over QUIC: add --spawn-server (or --server)");
+    }
     let workers = args.workers.unwrap_or_else(|| ServerConfig::default().workers);
     // The spawned server samples itself (`serve_child`).
     let profiler = if quic { None } else { start_profiler(&args.flamegraph)? };
@@ -213,6 +222,7 @@ fn main() -> Result<()> {
             servers: args.servers,
             kill_leader_every: args.kill_leader_every,
             event_buffer_size: args.event_buffer_size,
+            plot: args.plot.clone(),
         };
         network::run(network, nodes, jobs, &mut report)?;
     } else {

@@ -18,10 +18,13 @@
 //! run, measures how long until a new leader answers (its leader services
 //! restored), and restarts the killed server on its data dir, to rejoin as
 //! a follower.
+//!
+//! `--plot PATH.svg`: one sample a second from the clients' start to the
+//! end (`plot.rs`), the leader kills, the storm and the phases marked.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -37,6 +40,7 @@ use transport::client::{ClientConnection, ClientEndpoints};
 use transport::message::ClusterReport;
 use transport::tls::{CertificateAuthority, Role, TlsMaterial};
 
+use crate::plot::{Sample, Timeline};
 use crate::report::{self, Millis, Report};
 
 /// How long flapping clients stay away: ranges with weights.
@@ -134,6 +138,8 @@ pub struct NetworkArgs {
     pub kill_leader_every: Option<Duration>,
     /// The spawned servers' event buffer (batches; 0: events off).
     pub event_buffer_size: usize,
+    /// Draw the run's timeline here (SVG).
+    pub plot: Option<PathBuf>,
 }
 
 /// Heartbeat and handshake latencies, and the heartbeats counted.
@@ -141,12 +147,18 @@ struct Observer {
     heartbeat_rtt_us: Mutex<Histogram<u64>>,
     handshake_us: Mutex<Histogram<u64>>,
     heartbeats: AtomicU64,
+    /// The run's timeline, with `--plot`.
+    timeline: Option<Arc<Timeline>>,
 }
 
 impl AgentObserver for Observer {
     fn heartbeat(&self, rtt: Duration) {
         self.heartbeats.fetch_add(1, Ordering::Relaxed);
-        self.heartbeat_rtt_us.lock().saturating_record(rtt.as_micros() as u64);
+        let rtt_us = rtt.as_micros() as u64;
+        self.heartbeat_rtt_us.lock().saturating_record(rtt_us);
+        if let Some(timeline) = &self.timeline {
+            timeline.heartbeat(rtt_us);
+        }
     }
 
     fn connected(&self, took: Duration) {
@@ -439,7 +451,13 @@ struct Failovers {
 /// Every `every` during the run: finds the leader (the server that answers
 /// the report), kills it, waits until a new leader answers, and restarts
 /// the killed server on its data dir.
-async fn kill_leaders(cluster: &Cluster, operator: &Operator, every: Duration, run: Duration) -> Result<Failovers> {
+async fn kill_leaders(
+    cluster: &Cluster,
+    operator: &Operator,
+    phases: &Phases<'_>,
+    every: Duration,
+    run: Duration,
+) -> Result<Failovers> {
     let mut failovers = Failovers::default();
     let started = Instant::now();
     while started.elapsed() + every <= run {
@@ -458,6 +476,7 @@ async fn kill_leaders(cluster: &Cluster, operator: &Operator, every: Duration, r
         }
         let killed = Instant::now();
         spawned[victim].kill_9();
+        phases.mark("leader killed");
         let new_leader = loop {
             let report = operator.progress().await?;
             if !report.leader.is_empty() && report.leader != leader {
@@ -466,6 +485,7 @@ async fn kill_leaders(cluster: &Cluster, operator: &Operator, every: Duration, r
             tokio::time::sleep(Duration::from_millis(50)).await;
         };
         let took = killed.elapsed();
+        phases.mark(format!("new leader {:.1}s", took.as_secs_f64()));
         eprintln!("  kill-leader: {new_leader} leads after {took:.2?}; restarting {leader}");
         failovers.elections += 1;
         failovers.failover_ms.push(took.as_secs_f64() * 1000.0);
@@ -510,12 +530,109 @@ async fn drive(
     report: &mut Report,
 ) -> Result<()> {
     let operator = Operator::connect(ClientEndpoints::bind(1, &cluster.operator)?, cluster.addrs.clone()).await?;
-    let endpoints = Arc::new(ClientEndpoints::bind(args.endpoints, &cluster.client)?);
+    let timeline = args.plot.as_ref().map(|_| Arc::new(Timeline::new()));
     let observer = Arc::new(Observer {
         heartbeat_rtt_us: Mutex::new(Histogram::new_with_bounds(1, 600_000_000, 3).expect("bounds")),
         handshake_us: Mutex::new(Histogram::new_with_bounds(1, 600_000_000, 3).expect("bounds")),
         heartbeats: AtomicU64::new(0),
+        timeline: timeline.clone(),
     });
+    let phases = Phases { timeline: timeline.as_deref(), away: AtomicU64::new(0) };
+    let done = AtomicBool::new(false);
+    let run = async {
+        let outcome = run_clients(args, cluster, &operator, &observer, &phases, nodes, jobs, report).await;
+        done.store(true, Ordering::Relaxed);
+        outcome
+    };
+    let sampling = async {
+        if let Some(timeline) = &timeline {
+            sample_every_second(timeline, &operator, &observer, &phases.away, &done).await;
+        }
+    };
+    let (outcome, ()) = tokio::join!(run, sampling);
+    operator.close().await;
+    if let (Some(timeline), Some(path)) = (&timeline, &args.plot) {
+        let title = format!(
+            "loadgen: {} clients, {} server(s){}{}",
+            report.nodes,
+            cluster.addrs.len(),
+            args.kill_leader_every.map_or(String::new(), |every| format!(", leader killed every {every:?}")),
+            if args.flap_rate > 0.0 { format!(", {}/min flapping", args.flap_rate) } else { String::new() },
+        );
+        timeline.draw(path, &title)?;
+        eprintln!("the run's timeline is drawn in {}", path.display());
+    }
+    outcome
+}
+
+/// What the phases of a run leave for the timeline: its marks, and how
+/// many clients are dropped on purpose now.
+struct Phases<'a> {
+    timeline: Option<&'a Timeline>,
+    away: AtomicU64,
+}
+
+impl Phases<'_> {
+    fn mark(&self, what: impl Into<String>) {
+        if let Some(timeline) = self.timeline {
+            timeline.mark(what);
+        }
+    }
+}
+
+/// One [`Sample`] a second until `done`: the server's progress report
+/// (allocations by status, CPU, memory, its address: a new leader's CPU
+/// clock is not compared with the old one's), the heartbeats and their
+/// round trips since the last sample, the clients away.
+async fn sample_every_second(
+    timeline: &Timeline,
+    operator: &Operator,
+    observer: &Observer,
+    away: &AtomicU64,
+    done: &AtomicBool,
+) {
+    let mut last: Option<(f64, u64, u64, u64, String)> = None;
+    while !done.load(Ordering::Relaxed) {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let Ok(report) = operator.progress().await else { continue };
+        let at = timeline.now();
+        let allocs = report.allocs_pending
+            + report.allocs_running
+            + report.allocs_unknown
+            + report.allocs_lost
+            + report.allocs_complete
+            + report.allocs_failed;
+        let beats = observer.heartbeats.load(Ordering::Relaxed);
+        if let Some((then, allocs_then, beats_then, cpu_then, leader)) = &last {
+            let secs = (at - then).max(1e-3);
+            timeline.push(Sample {
+                at,
+                placements_per_sec: allocs.saturating_sub(*allocs_then) as f64 / secs,
+                heartbeats_per_sec: beats.saturating_sub(*beats_then) as f64 / secs,
+                rtt_ms: timeline.take_rtt(),
+                server_cores: (*leader == report.leader)
+                    .then(|| report.cpu_millis.saturating_sub(*cpu_then) as f64 / 1000.0 / secs),
+                server_rss_mib: report.rss_bytes as f64 / (1024.0 * 1024.0),
+                clients_away: away.load(Ordering::Relaxed),
+            });
+        }
+        last = Some((at, allocs, beats, report.cpu_millis, report.leader));
+    }
+}
+
+/// The clients, the workload, the run and the report (module docs).
+#[allow(clippy::too_many_arguments)]
+async fn run_clients(
+    args: &NetworkArgs,
+    cluster: &Cluster,
+    operator: &Operator,
+    observer: &Arc<Observer>,
+    phases: &Phases<'_>,
+    nodes: Vec<Node>,
+    jobs: Vec<Job>,
+    report: &mut Report,
+) -> Result<()> {
+    let endpoints = Arc::new(ClientEndpoints::bind(args.endpoints, &cluster.client)?);
     let (stop, stopped) = watch::channel(false);
     let n_nodes = nodes.len();
     let started = Instant::now();
@@ -535,7 +652,7 @@ async fn drive(
         let stopped = stopped.clone();
         tasks.push(tokio::spawn(async move { agent.run(stopped).await }));
     }
-    let ready = wait_for(&operator, "every node ready", args.timeout, |cluster| {
+    let ready = wait_for(operator, "every node ready", args.timeout, |cluster| {
         (cluster.nodes_ready as usize >= n_nodes).then_some(())
     })
     .await;
@@ -547,6 +664,7 @@ async fn drive(
     eprintln!("{n_nodes} clients connected and ready in {:.2?}", started.elapsed());
 
     // Node agents first (system jobs), then the workloads, as a real cluster.
+    phases.mark("placing");
     let placing = Instant::now();
     let (agents, workloads): (Vec<Job>, Vec<Job>) = jobs.into_iter().partition(|job| job.job_type.is_system_like());
     for batch in [agents, workloads] {
@@ -554,10 +672,11 @@ async fn drive(
             let id = job.id.clone();
             operator.submit_job(&job).await.with_context(|| format!("registering {id}"))?;
         }
-        wait_for(&operator, "every allocation placed and running", args.timeout, converged).await?;
+        wait_for(operator, "every allocation placed and running", args.timeout, converged).await?;
     }
     let placed_in = placing.elapsed();
     eprintln!("  placed and running in {placed_in:.2?}");
+    phases.mark("run");
     let after_placement = operator.report().await?;
     report.record(&after_placement, placed_in);
     let loadgen_cpu_before = drover::server::process_cpu_millis();
@@ -570,11 +689,11 @@ async fn drive(
 
     let killing = async {
         match args.kill_leader_every {
-            Some(every) => kill_leaders(cluster, &operator, every, args.duration).await.map(Some),
+            Some(every) => kill_leaders(cluster, operator, phases, every, args.duration).await.map(Some),
             None => Ok(None),
         }
     };
-    let (storm, failovers) = tokio::join!(flap(args, &mut clients, &operator), killing);
+    let (storm, failovers) = tokio::join!(flap(args, &mut clients, operator, phases), killing);
     let (storm, failovers) = (storm?, failovers?);
     let heartbeats = observer.heartbeats.load(Ordering::Relaxed) - beats_before;
     let run_secs = run_started.elapsed().as_secs_f64();
@@ -583,8 +702,9 @@ async fn drive(
     for client in &clients {
         let _ = client.link.send(true);
     }
+    phases.mark("end");
     let settled = Instant::now();
-    wait_for(&operator, "the cluster converged after the run", args.timeout, |cluster| {
+    wait_for(operator, "the cluster converged after the run", args.timeout, |cluster| {
         (converged(cluster).is_some() && cluster.nodes_ready as usize == n_nodes).then_some(())
     })
     .await?;
@@ -637,7 +757,6 @@ async fn drive(
         let _ = task.await;
     }
     endpoints.close().await;
-    operator.close().await;
     Ok(())
 }
 
@@ -701,6 +820,7 @@ async fn flap(
     args: &NetworkArgs,
     clients: &mut [Client],
     operator: &Operator,
+    phases: &Phases<'_>,
 ) -> Result<Option<(u64, Option<Duration>)>> {
     let mut rng = SmallRng::seed_from_u64(7);
     let tick = Duration::from_millis(100);
@@ -736,6 +856,7 @@ async fn flap(
                     dropped += 1;
                 }
                 eprintln!("  storm: {dropped} clients dropped at once, back in {:?}", storm.away);
+                phases.mark(format!("storm: {dropped} away"));
                 storm_state = Some((dropped, back));
             }
             if let Some((dropped, back)) = storm_state {
@@ -746,6 +867,8 @@ async fn flap(
                         client.back_at = None;
                         let _ = client.link.send(true);
                     }
+                    phases.mark("storm back");
+                    phases.away.store(0, Ordering::Relaxed);
                     let n = clients.len() as u64;
                     let converged = wait_for(operator, "convergence after the storm", args.timeout, |cluster| {
                         (converged(cluster).is_some() && cluster.nodes_ready == n).then_some(())
@@ -757,8 +880,9 @@ async fn flap(
                 }
             }
         }
+        let away = clients.iter().filter(|client| client.back_at.is_some()).count();
+        phases.away.store(away as u64, Ordering::Relaxed);
         if last_line.elapsed() > Duration::from_secs(5) {
-            let away = clients.iter().filter(|client| client.back_at.is_some()).count();
             eprintln!("  flapping: {away} clients away, {:.0?} of {:?}", started.elapsed(), args.duration);
             last_line = Instant::now();
         }

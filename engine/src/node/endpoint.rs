@@ -423,6 +423,8 @@ impl NodeEndpoint {
         updates: Vec<ClientAllocUpdate>,
     ) -> Result<PendingAllocUpdate, NodeError> {
         self.check_updates(node_id, &updates)?;
+        // The node is alive: its heartbeat may be waiting on this update.
+        self.heartbeats.extend(node_id);
         let pending = match &self.batcher {
             Some(batcher) => batcher.submit(updates)?,
             None => {

@@ -10,7 +10,13 @@
 //!    `failover_heartbeat_ttl` ([`HeartbeatTimers::initialize`]), so clients
 //!    that were heartbeating a previous leader are not all marked down
 //!    before they find the new one.
-//! 3. [`HeartbeatTimers::expire`] returns the nodes whose deadline passed
+//! 3. Any other call a node makes (an allocation update) is a sign of life
+//!    too ([`HeartbeatTimers::extend`]): the node's deadline moves to at
+//!    least `now + TTL before jitter + heartbeat_grace`, never earlier. An
+//!    agent has one call out at a time, so a heartbeat that comes due while
+//!    its allocation update waits on a slow write (a durable server's
+//!    fsync) goes out late; the update it waits on says the node is alive.
+//! 4. [`HeartbeatTimers::expire`] returns the nodes whose deadline passed
 //!    and forgets them; [`Heartbeats::expire`] writes one
 //!    [`Command::MissHeartbeat`] per node, which marks it `down` or
 //!    `disconnected` and creates evals for the jobs with allocations there.
@@ -185,7 +191,7 @@ fn tick_of(at: Timestamp) -> u64 {
     at.0 / TICK.as_nanos() as u64
 }
 
-/// The deterministic heartbeat timers (module docs, steps 1-3).
+/// The deterministic heartbeat timers (module docs, steps 1-4).
 #[derive(Debug)]
 pub struct HeartbeatTimers {
     config: HeartbeatConfig,
@@ -227,6 +233,20 @@ impl HeartbeatTimers {
         self.wheel.set(node_id, deadline);
         self.resets += 1;
         (ttl, deadline)
+    }
+
+    /// Takes another call from `node_id` at `now` as a sign of life (module
+    /// docs, 3): its deadline becomes at least `now` + the TTL before
+    /// jitter + the grace, and never earlier; the new deadline, if it
+    /// moved. A node without a deadline (down, or never heard from) is left
+    /// alone: only a heartbeat starts one.
+    pub fn extend(&mut self, node_id: NodeId, now: Timestamp) -> Option<Timestamp> {
+        let current = self.wheel.deadline(node_id)?;
+        let at_least = now.plus(self.base_ttl(self.wheel.len()) + self.config.heartbeat_grace);
+        (at_least > current).then(|| {
+            self.wheel.set(node_id, at_least);
+            at_least
+        })
     }
 
     /// The TTL before jitter for a cluster of `n_nodes` live nodes.
@@ -327,8 +347,15 @@ impl Heartbeats {
         self.timers.lock().stats()
     }
 
+    /// [`HeartbeatTimers::extend`] now.
+    pub fn extend(&self, node_id: NodeId) {
+        if let Some(deadline) = self.timers.lock().extend(node_id, self.clock.now()) {
+            self.clock.deadline_set(deadline);
+        }
+    }
+
     /// Marks every node whose deadline passed as having missed its
-    /// heartbeat (module docs, step 3); returns how many were marked.
+    /// heartbeat (module docs, step 4); returns how many were marked.
     pub fn expire(&self, writer: &Writer) -> usize {
         let expired = self.timers.lock().expire(self.clock.now());
         expired.into_iter().filter(|node_id| self.miss(writer, *node_id)).count()
@@ -337,7 +364,14 @@ impl Heartbeats {
     /// Writes one missed heartbeat. The evals are computed before the write;
     /// a job placed on the node in between gets its eval right after, and
     /// none can be placed once the node has left (the store refuses it).
+    /// A node heard from since its deadline passed (a heartbeat gave it a
+    /// deadline again while the nodes before it in this sweep were written,
+    /// each a durable write) was answered as live, and is not marked.
     fn miss(&self, writer: &Writer, node_id: NodeId) -> bool {
+        if self.timers.lock().deadline(node_id).is_some() {
+            tracing::debug!(%node_id, "a node heard from after its deadline passed is not marked");
+            return false;
+        }
         let now = self.clock.now();
         let evals = node_evals(&writer.store().snapshot(), node_id, now);
         let covered: BTreeSet<_> = evals.iter().map(Evaluation::job_key).collect();
@@ -400,6 +434,25 @@ mod tests {
         timers.reset(node_id, later);
         assert!(timers.expire(later.plus(19 * SECOND)).is_empty());
         assert_eq!(timers.expire(later.plus(31 * SECOND)), vec![node_id]);
+    }
+
+    #[test]
+    fn another_call_extends_a_deadline_but_never_shortens_or_starts_one() {
+        let mut timers = timers();
+        let (node_id, unheard) = (NodeId::from_u128(1), NodeId::from_u128(2));
+        let ttl = timers.reset(node_id, Timestamp::ZERO);
+        let deadline = Timestamp::ZERO.plus(ttl + 10 * SECOND);
+        assert_eq!(timers.extend(node_id, Timestamp::ZERO), None, "no later than the heartbeat's");
+        assert_eq!(timers.deadline(node_id), Some(deadline));
+        // An allocation update just before the deadline: a heartbeat stuck
+        // behind it still has a TTL and the grace to arrive.
+        let late = Timestamp(deadline.0 - 1);
+        let extended = timers.extend(node_id, late).expect("later than the heartbeat's");
+        assert_eq!(extended, late.plus(timers.base_ttl(1) + 10 * SECOND));
+        assert!(timers.expire(deadline.plus(TICK)).is_empty());
+        assert_eq!(timers.expire(extended.plus(TICK)), vec![node_id]);
+        assert_eq!(timers.extend(unheard, Timestamp::ZERO), None, "only a heartbeat starts a deadline");
+        assert_eq!(timers.extend(node_id, extended.plus(SECOND)), None, "an expired node is not revived");
     }
 
     #[test]
@@ -473,5 +526,31 @@ mod tests {
         assert_eq!(timers.stats().active_timers, 2, "a down node has no deadline");
         assert!(timers.expire(Timestamp::ZERO.plus(299 * SECOND)).is_empty());
         assert_eq!(timers.expire(Timestamp::ZERO.plus(300 * SECOND)).len(), 2);
+    }
+
+    #[test]
+    fn a_node_heard_from_after_its_deadline_passed_is_not_marked() {
+        use crate::clock::Clock;
+        let clock = crate::clock::ManualClock::new(Timestamp::ZERO);
+        let store = Arc::new(StateStore::new());
+        let writer = Writer::direct(store.clone());
+        for n in 0..2 {
+            store.apply(Command::UpsertNode { node: node(n), evals: vec![] }).expect("node");
+        }
+        let heartbeats = Heartbeats::seeded(HeartbeatConfig::default(), clock.clone(), 7);
+        let (late, silent) = (node(0).id, node(1).id);
+        heartbeats.reset(late);
+        heartbeats.reset(silent);
+        clock.advance(100 * SECOND);
+        // The sweep takes both off the wheel; before it writes the first
+        // node's miss, the other one's late heartbeat arrives (answered live).
+        let expired = heartbeats.timers.lock().expire(clock.now());
+        assert_eq!(expired.len(), 2);
+        heartbeats.reset(late);
+        let marked: Vec<NodeId> = expired.into_iter().filter(|node_id| heartbeats.miss(&writer, *node_id)).collect();
+        assert_eq!(marked, vec![silent]);
+        let snapshot = store.snapshot();
+        assert_eq!(snapshot.node(late).expect("late").status, crate::structs::NodeStatus::Ready);
+        assert_ne!(snapshot.node(silent).expect("silent").status, crate::structs::NodeStatus::Ready);
     }
 }
