@@ -20,6 +20,9 @@
 //!    and forgets them; [`Heartbeats::expire`] writes one
 //!    [`Command::MissHeartbeat`] per node, which marks it `down` or
 //!    `disconnected` and creates evals for the jobs with allocations there.
+//!    A sweep submits all its commands before it waits on any (a durable
+//!    log writes them in one batch), and leaves out a node a heartbeat gave
+//!    a deadline again since it expired.
 //!
 //! The timers are a hashed timing wheel: a reset is O(1) (two hash lookups
 //! and a swap-remove), whatever the number of nodes; no thread or task per
@@ -38,9 +41,8 @@ use serde::{Deserialize, Serialize};
 
 use super::transitions::node_evals;
 use crate::clock::{SharedClock, Timestamp};
-use crate::state::Writer;
-use crate::state::{Command, Snapshot, StateError};
-use crate::structs::{Evaluation, NodeId};
+use crate::state::{Command, PendingWrite, Snapshot, StateError, Writer};
+use crate::structs::{Evaluation, JobKey, NodeId};
 
 /// Width of one wheel slot. Expiry is noticed within one slot of the deadline.
 const TICK: Duration = Duration::from_millis(50);
@@ -358,32 +360,60 @@ impl Heartbeats {
     /// heartbeat (module docs, step 4); returns how many were marked.
     pub fn expire(&self, writer: &Writer) -> usize {
         let expired = self.timers.lock().expire(self.clock.now());
-        expired.into_iter().filter(|node_id| self.miss(writer, *node_id)).count()
+        self.miss(writer, expired)
     }
 
-    /// Writes one missed heartbeat. The evals are computed before the write;
-    /// a job placed on the node in between gets its eval right after, and
-    /// none can be placed once the node has left (the store refuses it).
-    /// A node heard from since its deadline passed (a heartbeat gave it a
-    /// deadline again while the nodes before it in this sweep were written,
-    /// each a durable write) was answered as live, and is not marked.
-    fn miss(&self, writer: &Writer, node_id: NodeId) -> bool {
-        if self.timers.lock().deadline(node_id).is_some() {
-            tracing::debug!(%node_id, "a node heard from after its deadline passed is not marked");
-            return false;
+    /// Writes the missed heartbeats of `expired`, one command each, all
+    /// submitted before any is waited on: a durable log writes them
+    /// together (one batch, one fsync), not one fsync after another, so a
+    /// sweep of many nodes takes about as long as one write. The evals are
+    /// computed before the writes; a job placed on a node in between gets
+    /// its eval right after, and none can be placed once the node has left
+    /// (the store refuses it). A node heard from since its deadline passed
+    /// (a heartbeat gave it a deadline again) was answered as live, and is
+    /// not marked. Returns how many were marked.
+    fn miss(&self, writer: &Writer, expired: Vec<NodeId>) -> usize {
+        if expired.is_empty() {
+            return 0;
         }
         let now = self.clock.now();
-        let evals = node_evals(&writer.store().snapshot(), node_id, now);
-        let covered: BTreeSet<_> = evals.iter().map(Evaluation::job_key).collect();
-        let applied = match writer.write(Command::MissHeartbeat { node_id, evals, time: now }) {
-            Ok(applied) => applied,
-            // It left or was removed since its deadline was set: nothing to do.
-            Err(StateError::NodeNotConnected { .. } | StateError::UnknownNode(_)) => return false,
-            Err(error) => {
-                tracing::warn!(%node_id, %error, "could not mark a node that missed its heartbeat");
-                return false;
-            }
-        };
+        let snapshot = writer.store().snapshot();
+        let submitted: Vec<(NodeId, BTreeSet<JobKey>, PendingWrite)> = expired
+            .into_iter()
+            .filter(|node_id| {
+                let heard = self.timers.lock().deadline(*node_id).is_some();
+                if heard {
+                    tracing::debug!(%node_id, "a node heard from after its deadline passed is not marked");
+                }
+                !heard
+            })
+            .map(|node_id| {
+                let evals = node_evals(&snapshot, node_id, now);
+                let covered = evals.iter().map(Evaluation::job_key).collect();
+                (node_id, covered, writer.submit(Command::MissHeartbeat { node_id, evals, time: now }))
+            })
+            .collect();
+        submitted
+            .into_iter()
+            .filter_map(|(node_id, covered, pending)| match pending.wait() {
+                Ok(applied) => {
+                    self.late_evals(writer, node_id, &covered, now);
+                    tracing::debug!(%node_id, index = applied.index, "node missed its heartbeat");
+                    Some(node_id)
+                }
+                // It left or was removed since its deadline was set: nothing to do.
+                Err(StateError::NodeNotConnected { .. } | StateError::UnknownNode(_)) => None,
+                Err(error) => {
+                    tracing::warn!(%node_id, %error, "could not mark a node that missed its heartbeat");
+                    None
+                }
+            })
+            .count()
+    }
+
+    /// Evals for the jobs placed on a marked node after its evals were
+    /// computed (`covered`: the jobs that had one).
+    fn late_evals(&self, writer: &Writer, node_id: NodeId, covered: &BTreeSet<JobKey>, now: Timestamp) {
         let late: Vec<Evaluation> = node_evals(&writer.store().snapshot(), node_id, now)
             .into_iter()
             .filter(|eval| !covered.contains(&eval.job_key()))
@@ -393,8 +423,6 @@ impl Heartbeats {
                 tracing::warn!(%node_id, %error, "could not create evals for a node that missed its heartbeat");
             }
         }
-        tracing::debug!(%node_id, index = applied.index, "node missed its heartbeat");
-        true
     }
 }
 
@@ -547,10 +575,63 @@ mod tests {
         let expired = heartbeats.timers.lock().expire(clock.now());
         assert_eq!(expired.len(), 2);
         heartbeats.reset(late);
-        let marked: Vec<NodeId> = expired.into_iter().filter(|node_id| heartbeats.miss(&writer, *node_id)).collect();
-        assert_eq!(marked, vec![silent]);
+        assert_eq!(heartbeats.miss(&writer, expired), 1);
         let snapshot = store.snapshot();
         assert_eq!(snapshot.node(late).expect("late").status, crate::structs::NodeStatus::Ready);
         assert_ne!(snapshot.node(silent).expect("silent").status, crate::structs::NodeStatus::Ready);
+    }
+
+    /// A command in [`HeldLog`], and where its answer goes.
+    type Held = (Command, std::sync::mpsc::Sender<Result<crate::state::Applied, StateError>>);
+
+    /// A log that holds every command until the test releases them, as a
+    /// durable log holds writes until its fsync.
+    #[derive(Debug)]
+    struct HeldLog {
+        store: Arc<StateStore>,
+        held: Mutex<Vec<Held>>,
+        arrived: parking_lot::Condvar,
+    }
+
+    impl crate::state::CommandLog for HeldLog {
+        fn submit(&self, command: Command) -> PendingWrite {
+            let (answer, answered) = std::sync::mpsc::channel();
+            self.held.lock().push((command, answer));
+            self.arrived.notify_all();
+            PendingWrite::waiting(async move { answered.recv().unwrap_or(Err(StateError::ShuttingDown)) })
+        }
+    }
+
+    #[test]
+    fn a_sweep_submits_every_miss_before_it_waits_on_any() {
+        let clock = crate::clock::ManualClock::new(Timestamp::ZERO);
+        let store = Arc::new(StateStore::new());
+        for n in 0..3 {
+            store.apply(Command::UpsertNode { node: node(n), evals: vec![] }).expect("node");
+        }
+        let log = Arc::new(HeldLog { store: store.clone(), held: Mutex::new(Vec::new()), arrived: Default::default() });
+        let writer = Writer::through(log.clone(), store.clone());
+        let heartbeats = Heartbeats::seeded(HeartbeatConfig::default(), clock.clone(), 7);
+        for n in 0..3 {
+            heartbeats.reset(node(n).id);
+        }
+        clock.advance(100 * SECOND);
+        let sweep = std::thread::spawn({
+            let heartbeats = heartbeats.clone();
+            move || heartbeats.expire(&writer)
+        });
+        let mut held = log.held.lock();
+        while held.len() < 3 {
+            log.arrived.wait(&mut held);
+        }
+        // All three are in the log together while none is written yet:
+        // one batch for a durable log, not three fsyncs one after another.
+        assert!(store.snapshot().nodes().all(|node| node.status == crate::structs::NodeStatus::Ready));
+        for (command, answer) in held.drain(..) {
+            let _ = answer.send(log.store.apply(command));
+        }
+        drop(held);
+        assert_eq!(sweep.join().expect("the sweep"), 3);
+        assert!(store.snapshot().nodes().all(|node| node.status != crate::structs::NodeStatus::Ready));
     }
 }
