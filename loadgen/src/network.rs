@@ -557,10 +557,18 @@ async fn drive(
             report.nodes,
             cluster.addrs.len(),
             args.kill_leader_every.map_or(String::new(), |every| format!(", leader killed every {every:?}")),
-            if args.flap_rate > 0.0 { format!(", {}/min flapping", args.flap_rate) } else { String::new() },
+            if args.flap_rate > 0.0 {
+                format!(", {}% of clients/min flapping", args.flap_rate * 100.0)
+            } else {
+                String::new()
+            },
         );
-        timeline.draw(path, &title)?;
-        eprintln!("the run's timeline is drawn in {}", path.display());
+        // A run that failed says why first; its timeline is drawn all the same.
+        match (timeline.draw(path, &title), &outcome) {
+            (Ok(()), _) => eprintln!("the run's timeline is drawn in {}", path.display()),
+            (Err(error), Ok(())) => return Err(error),
+            (Err(error), Err(_)) => eprintln!("{error:#}"),
+        }
     }
     outcome
 }
@@ -868,7 +876,8 @@ async fn flap(
                         let _ = client.link.send(true);
                     }
                     phases.mark("storm back");
-                    phases.away.store(0, Ordering::Relaxed);
+                    let away = clients.iter().filter(|client| client.back_at.is_some()).count();
+                    phases.away.store(away as u64, Ordering::Relaxed);
                     let n = clients.len() as u64;
                     let converged = wait_for(operator, "convergence after the storm", args.timeout, |cluster| {
                         (converged(cluster).is_some() && cluster.nodes_ready == n).then_some(())
