@@ -146,8 +146,10 @@ pub fn router(state: ApiState) -> Router {
         .merge(namespaces::routes())
         .fallback(error::unknown_path)
         .layer(axum::middleware::from_fn_with_state(state.clone(), access::authorize))
-        .layer(axum::middleware::from_fn_with_state(state.clone(), forward::forward_http))
+        // On the server that serves the request (after a follower forwards
+        // it), so a namespace just made on the leader is known there.
         .layer(axum::middleware::from_fn_with_state(state.clone(), query::check_namespace))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), forward::forward_http))
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .layer(axum::middleware::from_fn(refuse_oversized))
         .with_state(state)
