@@ -239,7 +239,6 @@ async fn lists_of_every_namespace_show_each_token_its_own() {
                 .iter()
                 .map(|item| item["Namespace"].as_str().expect("a namespace").to_string())
                 .collect();
-            names.dedup();
             names.sort();
             names.dedup();
             names

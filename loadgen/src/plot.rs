@@ -107,12 +107,12 @@ impl Timeline {
         let root = root.titled(title, ("sans-serif", 22)).map_err(plot_error)?;
         let panels = root.split_evenly((5, 1));
 
-        let rates = |pick: fn(&Sample) -> f64| samples.iter().map(move |sample| (sample.at, pick(sample)));
+        let over_time = |pick: fn(&Sample) -> f64| samples.iter().map(move |sample| (sample.at, pick(sample)));
         let top =
             samples.iter().map(|sample| sample.placements_per_sec.max(sample.heartbeats_per_sec)).fold(1.0, f64::max);
         let series: [Series; 2] = [
-            ("placements/s", rates(|sample| sample.placements_per_sec).collect(), BLUE),
-            ("heartbeats/s", rates(|sample| sample.heartbeats_per_sec).collect(), GREEN),
+            ("placements/s", over_time(|sample| sample.placements_per_sec).collect(), BLUE),
+            ("heartbeats/s", over_time(|sample| sample.heartbeats_per_sec).collect(), GREEN),
         ];
         chart(&panels[0], "per second", end, top * 1.1, &series, &marks)?;
 
@@ -130,11 +130,11 @@ impl Timeline {
         chart(&panels[2], "server CPU, cores", end, top * 1.1, &series, &marks)?;
 
         let top = samples.iter().map(|sample| sample.server_rss_mib).fold(1.0, f64::max);
-        let series: [Series; 1] = [("server RSS MiB", rates(|sample| sample.server_rss_mib).collect(), CYAN)];
+        let series: [Series; 1] = [("server RSS MiB", over_time(|sample| sample.server_rss_mib).collect(), CYAN)];
         chart(&panels[3], "server resident memory, MiB", end, top * 1.1, &series, &marks)?;
 
         let top = samples.iter().map(|sample| sample.clients_away as f64).fold(1.0, f64::max);
-        let series: [Series; 1] = [("clients away", rates(|sample| sample.clients_away as f64).collect(), BLACK)];
+        let series: [Series; 1] = [("clients away", over_time(|sample| sample.clients_away as f64).collect(), BLACK)];
         chart(&panels[4], "clients dropped on purpose", end, top * 1.1, &series, &marks)?;
         root.present().map_err(plot_error)?;
         Ok(())

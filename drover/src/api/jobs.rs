@@ -41,6 +41,12 @@ pub const JOB_SUFFIXES: [&str; 17] = [
     "/plan",
 ];
 
+/// What follows `/v1/job/` split into the job id and the sub-path of
+/// [`JOB_SUFFIXES`] it ends with (`""`: the job itself).
+pub fn split_job_path(rest: &str) -> (&str, &'static str) {
+    JOB_SUFFIXES.iter().find_map(|suffix| rest.strip_suffix(suffix).map(|id| (id, *suffix))).unwrap_or((rest, ""))
+}
+
 /// A job (`GET /v1/job/:id`, and `Allocation.Job`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, rename_all = "PascalCase")]

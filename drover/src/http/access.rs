@@ -159,8 +159,7 @@ fn job_need(method: &Method, path: &str) -> Option<Need> {
             Need::InBody(Capabilities::SUBMIT_JOB)
         });
     }
-    let rest = path.strip_prefix("/v1/job/")?;
-    let suffix = crate::api::jobs::JOB_SUFFIXES.iter().find(|suffix| rest.ends_with(**suffix)).copied().unwrap_or("");
+    let (_, suffix) = crate::api::jobs::split_job_path(path.strip_prefix("/v1/job/")?);
     let capability = match (suffix, reads) {
         ("" | "/plan", false) if method != Method::DELETE => return Some(Need::InBody(Capabilities::SUBMIT_JOB)),
         ("/scale", true) => Capabilities::READ_JOB_SCALING,
@@ -376,9 +375,7 @@ fn object_namespace(snapshot: &Snapshot, object: &Object) -> Option<String> {
 
 /// The namespace a request names: `?namespace=`, `default` when absent.
 fn request_namespace(request: &Request) -> String {
-    let params = axum::extract::Query::<std::collections::BTreeMap<String, String>>::try_from_uri(request.uri());
-    let named = params.ok().and_then(|axum::extract::Query(mut params)| params.remove("namespace"));
-    named.filter(|namespace| !namespace.is_empty()).unwrap_or_else(|| DEFAULT_NAMESPACE.to_string())
+    super::query::named_namespace(request.uri()).unwrap_or_else(|| DEFAULT_NAMESPACE.to_string())
 }
 
 /// The ACL check (module docs); with ACLs off, every request gets

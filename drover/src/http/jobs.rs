@@ -37,8 +37,9 @@ use crate::api::evaluations::Evaluation;
 use crate::api::job_diff;
 use crate::api::job_spec::{self, JobRegisterRequest};
 use crate::api::jobs::{
-    JobDeregisterResponse, JobRegisterResponse, JobRevertRequest, JobScaleStatusResponse, JobStabilityRequest,
-    JobStabilityResponse, JobVersionsResponse, JobsParseRequest, ScalingRequest, TaskGroupScaleStatus, JOB_SUFFIXES,
+    split_job_path, JobDeregisterResponse, JobRegisterResponse, JobRevertRequest, JobScaleStatusResponse,
+    JobStabilityRequest, JobStabilityResponse, JobVersionsResponse, JobsParseRequest, ScalingRequest,
+    TaskGroupScaleStatus,
 };
 use crate::api::periodic::{JobDispatchRequest, JobDispatchResponse, PeriodicForceResponse};
 use crate::api::{id_or_empty, WriteMeta};
@@ -120,10 +121,8 @@ async fn job(
     params: Params,
     body: Bytes,
 ) -> Result<Reply, ApiError> {
-    let (id, suffix) = JOB_SUFFIXES
-        .iter()
-        .find_map(|suffix| rest.strip_suffix(suffix).map(|id| (id.to_string(), *suffix)))
-        .unwrap_or((rest.clone(), ""));
+    let (id, suffix) = split_job_path(&rest);
+    let id = id.to_string();
     let key = JobKey { namespace: Arc::from(params.namespace()), id: Arc::from(id.as_str()) };
     match (suffix, method) {
         ("", Method::GET) => read(&state, &params, key).await,

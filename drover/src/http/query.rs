@@ -37,6 +37,12 @@ pub fn known_namespace(snapshot: &Snapshot, namespace: &str, read: bool) -> Resu
     }
 }
 
+/// The namespace `uri` names in `?namespace=`, if any (empty is none).
+pub fn named_namespace(uri: &axum::http::Uri) -> Option<String> {
+    let Query(mut params) = Query::<BTreeMap<String, String>>::try_from_uri(uri).ok()?;
+    params.remove("namespace").filter(|namespace| !namespace.is_empty())
+}
+
 /// The `?namespace=` check in front of every endpoint ([`known_namespace`]),
 /// but those of the namespaces themselves.
 pub async fn check_namespace(
@@ -50,12 +56,10 @@ pub async fn check_namespace(
         || request.method() == axum::http::Method::HEAD
         || path == "/v1/search";
     if !path.starts_with("/v1/namespace") {
-        if let Ok(Query(params)) = Query::<BTreeMap<String, String>>::try_from_uri(request.uri()) {
-            if let Some(namespace) = params.get("namespace").filter(|namespace| !namespace.is_empty()) {
-                let snapshot = state.leadership.store().snapshot();
-                if let Err(refused) = known_namespace(&snapshot, namespace, read) {
-                    return refused.into_response();
-                }
+        if let Some(namespace) = named_namespace(request.uri()) {
+            let snapshot = state.leadership.store().snapshot();
+            if let Err(refused) = known_namespace(&snapshot, &namespace, read) {
+                return refused.into_response();
             }
         }
     }

@@ -622,7 +622,10 @@ mod tests {
         });
         let mut held = log.held.lock();
         while held.len() < 3 {
-            log.arrived.wait(&mut held);
+            // A watchdog, not a wait for time: a sweep that waits on one miss
+            // before it submits the next never gets all three here.
+            let waited = log.arrived.wait_for(&mut held, 10 * SECOND);
+            assert!(!waited.timed_out(), "the sweep waited on a miss before submitting the others");
         }
         // All three are in the log together while none is written yet:
         // one batch for a durable log, not three fsyncs one after another.

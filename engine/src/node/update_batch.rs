@@ -140,6 +140,11 @@ fn paces_a_drain(snapshot: &Snapshot, alloc: &Allocation, update: &ClientAllocUp
     if previous.is_some_and(|previous| previous.desired_description == stop_reason::MIGRATING) {
         return true;
     }
+    // A draining node is ineligible: with every node schedulable, none drains
+    // (O(1), so the placements of a cluster without drains scan nothing).
+    if snapshot.schedulable_nodes().len() == snapshot.node_count() {
+        return false;
+    }
     let on_draining_node =
         |other: &Allocation| snapshot.node(other.node_id).is_some_and(|node| node.drain.strategy.is_some());
     snapshot.allocs_by_job(&alloc.job_key()).any(|other| !other.server_terminal() && on_draining_node(other))
