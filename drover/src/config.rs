@@ -28,6 +28,14 @@
 //! node_gc_threshold = "24h"   # down nodes
 //! deployment_gc_threshold = "1h" # finished deployments
 //!
+//! [server.storm_guard]        # calm under mass heartbeat loss (Drover's own block)
+//! enabled = true
+//! cluster_share = 0.2         # this share of all nodes missing or late on heartbeats
+//! datacenter_share = 0.3      # or this share of one datacenter's turns it on
+//! min_nodes = 10              # scopes with fewer nodes are not judged
+//! window = "60s"              # how long a missed heartbeat counts
+//! release_rate = 20.0         # held nodes whose replacements are placed per second
+//!
 //! [client]
 //! servers = ["10.0.0.5:4647"]
 //! name = "web-1"              # the node's name (default: the host name)
@@ -303,6 +311,28 @@ pub struct ServerSection {
     /// Age of finished deployments to collect.
     #[serde(default, with = "duration_text")]
     pub deployment_gc_threshold: Option<Duration>,
+    /// The storm guard.
+    #[serde(default)]
+    pub storm_guard: StormGuardSection,
+}
+
+/// `[server.storm_guard]` (`engine::node::storm`).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StormGuardSection {
+    /// Whether the guard runs.
+    pub enabled: Option<bool>,
+    /// Share of all nodes in trouble that turns it on.
+    pub cluster_share: Option<f64>,
+    /// Share of one datacenter's nodes in trouble that turns it on.
+    pub datacenter_share: Option<f64>,
+    /// The fewest nodes a scope needs to be judged.
+    pub min_nodes: Option<usize>,
+    /// How long a missed heartbeat counts.
+    #[serde(default, with = "duration_text")]
+    pub window: Option<Duration>,
+    /// Held nodes whose replacements are released per second.
+    pub release_rate: Option<f64>,
 }
 
 /// `[client]`.

@@ -320,9 +320,12 @@ mod tests {
                         time: Timestamp::ZERO,
                     }
                 }
-                "miss_heartbeat" => {
-                    Command::MissHeartbeat { node_id: node(0).id, evals: vec![eval], time: Timestamp::ZERO }
-                }
+                "miss_heartbeat" => Command::MissHeartbeat {
+                    node_id: node(0).id,
+                    evals: vec![eval],
+                    time: Timestamp::ZERO,
+                    release_at: None,
+                },
                 "update_node_eligibility" => {
                     let off = NodeEligibility::Ineligible;
                     let ineligible =

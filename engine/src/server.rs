@@ -47,6 +47,7 @@ use crate::job_endpoint::JobEndpoint;
 use crate::node::drainer::NodeDrainer;
 use crate::node::endpoint::NodeEndpoint;
 use crate::node::heartbeat::{HeartbeatConfig, HeartbeatStats, Heartbeats};
+use crate::node::storm::StormStats;
 use crate::node::update_batch::{BatchConfig, BatchStats, FlusherHandle, UpdateBatcher};
 use crate::operator_endpoint::OperatorEndpoint;
 use crate::periodic::PeriodicDispatcher;
@@ -124,6 +125,8 @@ pub struct ServerStats {
     pub plan_queue_depth: usize,
     /// Heartbeat timers.
     pub heartbeats: HeartbeatStats,
+    /// The storm guard.
+    pub storm_guard: StormStats,
     /// Client alloc update batches.
     pub alloc_updates: BatchStats,
 }
@@ -414,6 +417,7 @@ impl Server {
             workers: self.workers.stats(),
             plan_queue_depth: self.plan_queue.depth(),
             heartbeats: self.core.heartbeats.stats(),
+            storm_guard: self.core.heartbeats.storm_stats(),
             alloc_updates: self.batcher.stats(),
         }
     }

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use engine::node::storm::StormStats;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 use transport::message::ClusterReport;
@@ -66,6 +67,8 @@ pub struct NetworkReport {
     pub convergence_after_storm_ms: Option<f64>,
     /// Clients never dropped on purpose that the servers marked away.
     pub wrongly_marked_down: u64,
+    /// What the storm guard did (the last leader's).
+    pub storm_guard: StormStats,
     /// Allocations clients saw marked unknown.
     pub allocs_unknown: u64,
     /// Allocations marked lost (the end state).
@@ -204,6 +207,7 @@ impl Report {
         net.handshakes_refused = cluster.listener.handshakes_refused;
         net.server_rss_bytes = cluster.rss_bytes;
         net.server_peak_rss_bytes = cluster.peak_rss_bytes;
+        net.storm_guard = cluster.engine.storm_guard.clone();
     }
 
     /// Checks the end state: no node oversubscribed, no port used twice on
@@ -219,6 +223,9 @@ impl Report {
         }
         for collision in &audit.port_collisions {
             self.invariant_violations.push(format!("port used twice on a node (or reserved): {collision}"));
+        }
+        for alloc in &audit.originals_stopped_unreplaced {
+            self.invariant_violations.push(format!("original stopped with no replacement running: {alloc}"));
         }
         for job in &cluster.jobs {
             if job.live != job.desired {
@@ -300,6 +307,19 @@ impl Report {
                 None => {}
             }
             println!("  wrongly marked away        {}", n.wrongly_marked_down);
+            let g = &n.storm_guard;
+            if g.activations > 0 {
+                println!(
+                    "  storm guard                on {} time(s), held {:.1} s, {} nodes held, \
+                     replacements released one node per {:.0} ms{}",
+                    g.activations,
+                    g.held_millis as f64 / 1000.0,
+                    g.nodes_held,
+                    g.release_interval_micros as f64 / 1000.0,
+                    if g.on { " (still on)" } else { "" }
+                );
+                println!("  storm guard's reason       {}", g.reason);
+            }
             if n.servers > 1 {
                 println!("  servers                    {}", n.servers);
                 println!("  (engine counters, server CPU and RSS are the last leader's, since it took over)");

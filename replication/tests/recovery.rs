@@ -79,7 +79,7 @@ fn command(rng: &mut SmallRng, snapshot: &Snapshot, step: u64) -> Command {
             };
             Command::UpdateAllocsFromClient { updates: vec![update], evals: vec![], time }
         }
-        6 => Command::MissHeartbeat { node_id, evals: vec![], time: Timestamp::ZERO },
+        6 => Command::MissHeartbeat { node_id, evals: vec![], time: Timestamp::ZERO, release_at: None },
         _ => Command::UpdateNodeStatus { node_id, status: NodeStatus::Ready, evals: vec![], time: Timestamp::ZERO },
     }
 }

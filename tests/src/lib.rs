@@ -24,7 +24,12 @@ pub struct Cluster {
 impl Cluster {
     /// A cluster whose ids and heartbeat jitter come from `seed`.
     pub fn new(seed: u64) -> Self {
-        Cluster { server: SteppedServer::new(seed, HeartbeatConfig::default()) }
+        Cluster::with_heartbeat(seed, HeartbeatConfig::default())
+    }
+
+    /// [`Cluster::new`] with these heartbeat (and storm guard) settings.
+    pub fn with_heartbeat(seed: u64, heartbeat: HeartbeatConfig) -> Self {
+        Cluster { server: SteppedServer::new(seed, heartbeat) }
     }
 
     /// Node `n` with `cpu` MHz, as its client describes it.

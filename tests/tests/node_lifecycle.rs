@@ -1,7 +1,8 @@
 //! The node lifecycle on a stepped server (`docs/node-lifecycle.md`):
 //! down or disconnected, the strict reconnect steps, disconnect expiry, a
 //! second disconnect, a job stopped meanwhile, system jobs on a flapping
-//! node, and heartbeats of 10,000 nodes.
+//! node, and heartbeats of 10,000 nodes (which, all silent, the storm
+//! guard holds).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -316,8 +317,11 @@ fn ten_thousand_nodes_heartbeat_with_jitter_spread_across_the_ttl() {
     let busy = per_second.iter().filter(|count| **count > 0).count();
     assert!(busy >= 10, "{per_second:?}");
     assert!(per_second.iter().all(|count| *count <= 1_300), "{per_second:?}");
+    // All of them at once is a storm: the guard holds every one
+    // disconnected rather than marking it down (`storm_guard.rs`).
     let snapshot = cluster.snapshot();
-    assert!(snapshot.nodes().all(|node| node.status == NodeStatus::Down));
+    assert!(snapshot.nodes().all(|node| node.status == NodeStatus::Disconnected && node.hold.is_some()));
+    assert_eq!(cluster.server.heartbeats().storm_stats().nodes_held, 10_000);
 }
 
 #[test]
@@ -367,10 +371,13 @@ fn a_server_taking_over_existing_state_gives_every_live_node_the_failover_ttl() 
     };
     wait_for(&|snapshot| live_allocs(snapshot, &job).len() == 1);
 
-    // Past the failover TTL, silent nodes are marked.
+    // Past the failover TTL, silent nodes are marked: held disconnected by
+    // the storm guard (this server never heard from them), not down.
     clock.set(start.plus(failover + Duration::from_secs(1)));
     wait_for(&|snapshot| {
-        nodes[..2].iter().all(|id| snapshot.node(*id).is_some_and(|node| node.status == NodeStatus::Down))
+        nodes[..2].iter().all(|id| {
+            snapshot.node(*id).is_some_and(|node| node.status == NodeStatus::Disconnected && node.hold.is_some())
+        })
     });
     server.shutdown();
 }

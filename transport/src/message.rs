@@ -479,6 +479,9 @@ pub struct ClusterAudit {
     /// Ports held twice on one node by live allocations, or held although
     /// the node reserves them, as `node: port`.
     pub port_collisions: Vec<String>,
+    /// Originals stopped for their replacement (storm guard, reconnect)
+    /// whose slot has no running allocation, as `job/name`: none should be.
+    pub originals_stopped_unreplaced: Vec<String>,
     /// Eval latency (creation to completion) of completed evals, in
     /// microseconds: p50, p90, p99, max.
     pub eval_latency_us: [u64; 4],

@@ -1,5 +1,5 @@
 //! `/v1/jobs` and `/v1/job/<id>[/<suffix>]`. As in Nomad, the job id is
-//! what comes before a known suffix ([`JOB_SUFFIXES`]: every sub-path Nomad
+//! what comes before a known suffix ([`JOB_SUFFIXES`](crate::api::jobs::JOB_SUFFIXES): every sub-path Nomad
 //! has), so ids may hold `/`, and a job whose id ends in a suffix (`a/plan`)
 //! is reached by its suffix's handler, never registered under another id
 //! (a register's body must name the id of its path; so must a revert's and
@@ -150,7 +150,7 @@ async fn job(
     }
 }
 
-/// The sub-paths of [`JOB_SUFFIXES`] Drover does not serve yet (501).
+/// The sub-paths of [`JOB_SUFFIXES`](crate::api::jobs::JOB_SUFFIXES) Drover does not serve yet (501).
 const NOT_IMPLEMENTED: [&str; 3] = ["/submission", "/actions", "/action"];
 
 fn find<'a>(snapshot: &'a Snapshot, key: &JobKey) -> Result<&'a Arc<Job>, ApiError> {

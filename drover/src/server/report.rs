@@ -147,10 +147,31 @@ fn audit(snapshot: &Snapshot) -> ClusterAudit {
             .collect(),
         port_collisions: snapshot.port_collisions().into_iter().map(|(node, port)| format!("{node}: {port}")).collect(),
         eval_latency_us: eval_latency(snapshot),
+        originals_stopped_unreplaced: originals_stopped_unreplaced(snapshot),
         ..ClusterAudit::default()
     };
     record_largest_plan(snapshot, &mut audit);
     audit
+}
+
+/// Originals the servers stopped for their replacement (a node the storm
+/// guard held, or a reconnect that kept the replacement) whose slot has no
+/// running allocation: each would be an original stopped before its
+/// replacement ran, as `job/name`.
+fn originals_stopped_unreplaced(snapshot: &Snapshot) -> Vec<String> {
+    let running: hashbrown::HashSet<(&str, &str, &str)> = snapshot
+        .allocs()
+        .filter(|alloc| !alloc.terminal() && alloc.client_status == ClientStatus::Running)
+        .map(|alloc| (&*alloc.namespace, &*alloc.job_id, alloc.name.as_str()))
+        .collect();
+    let for_replacement = [stop_reason::HELD_REPLACED, stop_reason::REPLACEMENT_KEPT];
+    snapshot
+        .allocs()
+        .filter(|alloc| alloc.desired_status == DesiredStatus::Stop)
+        .filter(|alloc| for_replacement.contains(&alloc.desired_description.as_str()))
+        .filter(|alloc| !running.contains(&(&*alloc.namespace, &*alloc.job_id, alloc.name.as_str())))
+        .map(|alloc| format!("{}/{}", alloc.job_id, alloc.name))
+        .collect()
 }
 
 /// Eval latency percentiles (creation to completion): p50, p90, p99, max.

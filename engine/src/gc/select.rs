@@ -91,7 +91,9 @@ pub fn select(snapshot: &Snapshot, now: Timestamp, thresholds: &GcThresholds) ->
     collection.deployments = selector.deployments(&gone);
     collection.nodes = snapshot
         .nodes()
-        .filter(|node| node.status == NodeStatus::Down && older(now, node.status_updated_at, thresholds.node))
+        // A node the storm guard held and that never came back is collected as a down one.
+        .filter(|node| node.status == NodeStatus::Down || node.hold.is_some())
+        .filter(|node| older(now, node.status_updated_at, thresholds.node))
         .filter(|node| snapshot.allocs_by_node(node.id).all(|alloc| alloc.terminal()))
         .map(|node| node.id)
         .collect();

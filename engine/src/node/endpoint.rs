@@ -144,6 +144,8 @@ enum StatusChange {
     /// The status changes: the command to write (boxed: a change is rare,
     /// the unchanged heartbeat is the hot path).
     Write(Box<Command>),
+    /// The node's missed heartbeat is being written: ask again once it is.
+    Marking,
 }
 
 /// A node's allocations and the index they are current at.
@@ -198,14 +200,24 @@ impl NodeEndpoint {
     pub fn register(&self, node: Node) -> Result<NodeResponse, NodeError> {
         let node_id = node.id;
         let applied = self.writer.write(self.registration(node)?)?;
-        self.answer(node_id, applied.index)
+        loop {
+            match self.answer(node_id, applied.index)? {
+                Some(response) => return Ok(response),
+                None => self.heartbeats.wait_marked(node_id),
+            }
+        }
     }
 
     /// [`NodeEndpoint::register`], awaited.
     pub async fn register_async(&self, node: Node) -> Result<NodeResponse, NodeError> {
         let node_id = node.id;
         let applied = self.writer.submit(self.registration(node)?).await?;
-        self.answer(node_id, applied.index)
+        loop {
+            match self.answer(node_id, applied.index)? {
+                Some(response) => return Ok(response),
+                None => self.heartbeats.marked(node_id).await,
+            }
+        }
     }
 
     /// The registration's one command: the node, and the node's evals
@@ -339,22 +351,36 @@ impl NodeEndpoint {
     /// The heartbeat and status change (step 2), blocking this thread until
     /// any change is written. A heartbeat that changes nothing writes nothing.
     pub fn update_status(&self, node_id: NodeId, asked: NodeStatus) -> Result<NodeResponse, NodeError> {
-        match self.status_change(node_id, asked)? {
-            StatusChange::None(response) => Ok(response),
-            StatusChange::Write(command) => {
-                let applied = self.writer.write(*command)?;
-                self.answer(node_id, applied.index)
+        loop {
+            let answer = match self.status_change(node_id, asked)? {
+                StatusChange::None(response) => Some(response),
+                StatusChange::Marking => None,
+                StatusChange::Write(command) => {
+                    let applied = self.writer.write(*command)?;
+                    self.answer(node_id, applied.index)?
+                }
+            };
+            match answer {
+                Some(response) => return Ok(response),
+                None => self.heartbeats.wait_marked(node_id),
             }
         }
     }
 
     /// [`NodeEndpoint::update_status`], awaited.
     pub async fn update_status_async(&self, node_id: NodeId, asked: NodeStatus) -> Result<NodeResponse, NodeError> {
-        match self.status_change(node_id, asked)? {
-            StatusChange::None(response) => Ok(response),
-            StatusChange::Write(command) => {
-                let applied = self.writer.submit(*command).await?;
-                self.answer(node_id, applied.index)
+        loop {
+            let answer = match self.status_change(node_id, asked)? {
+                StatusChange::None(response) => Some(response),
+                StatusChange::Marking => None,
+                StatusChange::Write(command) => {
+                    let applied = self.writer.submit(*command).await?;
+                    self.answer(node_id, applied.index)?
+                }
+            };
+            match answer {
+                Some(response) => return Ok(response),
+                None => self.heartbeats.marked(node_id).await,
             }
         }
     }
@@ -369,7 +395,7 @@ impl NodeEndpoint {
         let node = snapshot.node(node_id).ok_or(NodeError::UnknownNode(node_id))?;
         let status = next_status(&snapshot, node, asked);
         if status == node.status {
-            let heartbeat_ttl = self.heartbeat(node);
+            let Some(heartbeat_ttl) = self.heartbeat(node) else { return Ok(StatusChange::Marking) };
             return Ok(StatusChange::None(NodeResponse { index: snapshot.index(), status, heartbeat_ttl }));
         }
         let evals = if needs_evals(node.status, status) {
@@ -381,21 +407,23 @@ impl NodeEndpoint {
         Ok(StatusChange::Write(Box::new(Command::UpdateNodeStatus { node_id, status, evals, time })))
     }
 
-    /// The answer after a write at `index`: the node's status now and its TTL.
-    fn answer(&self, node_id: NodeId, index: u64) -> Result<NodeResponse, NodeError> {
+    /// The answer after a write at `index`: the node's status now and its
+    /// TTL (`None`: its missed heartbeat is being written; ask again after).
+    fn answer(&self, node_id: NodeId, index: u64) -> Result<Option<NodeResponse>, NodeError> {
         let snapshot = self.writer.store().snapshot();
         let node = snapshot.node(node_id).ok_or(NodeError::UnknownNode(node_id))?;
-        let heartbeat_ttl = self.heartbeat(node);
-        Ok(NodeResponse { index, status: node.status, heartbeat_ttl })
+        Ok(self.heartbeat(node).map(|heartbeat_ttl| NodeResponse { index, status: node.status, heartbeat_ttl }))
     }
 
-    /// Moves a live node's deadline, or forgets a down one's.
-    fn heartbeat(&self, node: &Node) -> Duration {
+    /// Moves a live node's deadline, or forgets a down one's; `None` while
+    /// a missed heartbeat of the node is being written (`heartbeat` module
+    /// docs, 4): the node is read again once it is.
+    fn heartbeat(&self, node: &Node) -> Option<Duration> {
         if node.status.is_terminal_for_scheduling() {
             self.heartbeats.remove(node.id);
-            Duration::ZERO
+            Some(Duration::ZERO)
         } else {
-            self.heartbeats.reset(node.id)
+            self.heartbeats.reset_unless_marking(node.id)
         }
     }
 

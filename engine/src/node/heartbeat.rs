@@ -23,6 +23,11 @@
 //!    A sweep submits all its commands before it waits on any (a durable
 //!    log writes them in one batch), and leaves out a node a heartbeat gave
 //!    a deadline again since it expired.
+//! 5. Before it writes, the sweep asks the storm guard ([`super::storm`])
+//!    whether a large share of the nodes is in trouble; while it is, or
+//!    for a node not heard from since the failover TTL (2), the node is
+//!    held `disconnected` with a release time for its replacements
+//!    instead of marked `down`.
 //!
 //! The timers are a hashed timing wheel: a reset is O(1) (two hash lookups
 //! and a swap-remove), whatever the number of nodes; no thread or task per
@@ -33,16 +38,18 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hashbrown::HashMap;
+use event_listener::{Event, Listener};
+use hashbrown::{HashMap, HashSet};
 use parking_lot::Mutex;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
+use super::storm::{Census, StormConfig, StormGuard, StormStats};
 use super::transitions::node_evals;
 use crate::clock::{SharedClock, Timestamp};
 use crate::state::{Command, PendingWrite, Snapshot, StateError, Writer};
-use crate::structs::{Evaluation, JobKey, NodeId};
+use crate::structs::{Evaluation, JobKey, Node, NodeId, NodeStatus};
 
 /// Width of one wheel slot. Expiry is noticed within one slot of the deadline.
 const TICK: Duration = Duration::from_millis(50);
@@ -60,6 +67,8 @@ pub struct HeartbeatConfig {
     pub heartbeat_grace: Duration,
     /// The TTL every known node gets when a server starts leading.
     pub failover_heartbeat_ttl: Duration,
+    /// The storm guard (module docs, 5).
+    pub storm: StormConfig,
 }
 
 impl Default for HeartbeatConfig {
@@ -71,6 +80,7 @@ impl Default for HeartbeatConfig {
             max_heartbeats_per_second: 1_000.0,
             heartbeat_grace: Duration::from_secs(10),
             failover_heartbeat_ttl: Duration::from_secs(5 * 60),
+            storm: StormConfig::default(),
         }
     }
 }
@@ -133,6 +143,18 @@ impl TimerWheel {
             self.entries.get_mut(moved).expect("every slot member has an entry").position = entry.position;
         }
         true
+    }
+
+    /// The nodes whose deadline is after `now` and at or before `by`.
+    fn due_by(&self, now: Timestamp, by: Timestamp) -> Vec<NodeId> {
+        let ticks = (tick_of(by).saturating_sub(self.swept_tick) as usize).min(SLOTS) as u64;
+        (1..=ticks)
+            .flat_map(|step| &self.slots[((self.swept_tick + step) % SLOTS as u64) as usize])
+            .filter(|node_id| {
+                self.entries.get(*node_id).is_some_and(|entry| entry.deadline > now && entry.deadline <= by)
+            })
+            .copied()
+            .collect()
     }
 
     /// Removes and returns the nodes whose deadline is at or before `now`.
@@ -201,17 +223,25 @@ pub struct HeartbeatTimers {
     rng: SmallRng,
     resets: u64,
     expirations: u64,
+    /// Nodes on the failover TTL, not heard from since (module docs, 5).
+    unheard: HashSet<NodeId>,
+    /// Nodes whose missed heartbeat is being written.
+    marking: HashSet<NodeId>,
+    guard: StormGuard,
 }
 
 impl HeartbeatTimers {
     /// Empty timers; `seed` drives the jitter.
     pub fn new(config: HeartbeatConfig, now: Timestamp, seed: u64) -> Self {
         HeartbeatTimers {
+            guard: StormGuard::new(config.storm.clone()),
             config,
             wheel: TimerWheel::new(now),
             rng: SmallRng::seed_from_u64(seed),
             resets: 0,
             expirations: 0,
+            unheard: HashSet::new(),
+            marking: HashSet::new(),
         }
     }
 
@@ -234,7 +264,37 @@ impl HeartbeatTimers {
         let deadline = now.plus(ttl + self.config.heartbeat_grace);
         self.wheel.set(node_id, deadline);
         self.resets += 1;
+        self.heard(node_id);
         (ttl, deadline)
+    }
+
+    /// [`HeartbeatTimers::reset`], unless the node's missed heartbeat is
+    /// being written (`None`).
+    #[inline]
+    fn reset_unless_marking(&mut self, node_id: NodeId, now: Timestamp) -> Option<(Duration, Timestamp)> {
+        if !self.marking.is_empty() && self.marking.contains(&node_id) {
+            return None;
+        }
+        Some(self.reset_until(node_id, now))
+    }
+
+    /// Whether a node whose deadline passed is to be marked: not when it
+    /// was heard from since (it has a deadline again); if so, its missed
+    /// heartbeat is being written until [`Heartbeats::end_marking`].
+    fn begin_marking(&mut self, node_id: NodeId) -> bool {
+        let marking = self.wheel.deadline(node_id).is_none();
+        if marking {
+            self.marking.insert(node_id);
+        }
+        marking
+    }
+
+    /// `node_id` was heard from: it is no longer on the failover TTL.
+    #[inline]
+    fn heard(&mut self, node_id: NodeId) {
+        if !self.unheard.is_empty() {
+            self.unheard.remove(&node_id);
+        }
     }
 
     /// Takes another call from `node_id` at `now` as a sign of life (module
@@ -244,6 +304,7 @@ impl HeartbeatTimers {
     /// alone: only a heartbeat starts one.
     pub fn extend(&mut self, node_id: NodeId, now: Timestamp) -> Option<Timestamp> {
         let current = self.wheel.deadline(node_id)?;
+        self.heard(node_id);
         let at_least = now.plus(self.base_ttl(self.wheel.len()) + self.config.heartbeat_grace);
         (at_least > current).then(|| {
             self.wheel.set(node_id, at_least);
@@ -262,12 +323,14 @@ impl HeartbeatTimers {
         let deadline = now.plus(self.config.failover_heartbeat_ttl);
         for node in snapshot.nodes().filter(|node| !node.status.is_terminal_for_scheduling()) {
             self.wheel.set(node.id, deadline);
+            self.unheard.insert(node.id);
         }
     }
 
     /// Forgets a node's deadline (it went down, or was removed).
     pub fn remove(&mut self, node_id: NodeId) {
         self.wheel.remove(node_id);
+        self.unheard.remove(&node_id);
     }
 
     /// When the server gives up on `node_id`, if it has a deadline.
@@ -291,6 +354,41 @@ impl HeartbeatTimers {
     pub fn stats(&self) -> HeartbeatStats {
         HeartbeatStats { active_timers: self.wheel.len(), resets: self.resets, expirations: self.expirations }
     }
+
+    /// The nodes late at `now`: past their TTL, inside the grace (`storm` module docs, 1).
+    pub fn late(&self, now: Timestamp) -> Vec<NodeId> {
+        self.wheel.due_by(now, now.plus(self.config.heartbeat_grace))
+    }
+
+    /// The storm guard's judgement of `census` at `now` (`is_live`: whether
+    /// a node is back), for the nodes `expired` (the census's missing
+    /// ones): each one's release time when it is to be held (module docs, 5).
+    pub fn judge(
+        &mut self,
+        now: Timestamp,
+        census: &Census<'_>,
+        expired: &[NodeId],
+        is_live: impl Fn(NodeId) -> bool,
+    ) -> Vec<Option<Timestamp>> {
+        let on = self.guard.judge(now, census, is_live);
+        expired
+            .iter()
+            .map(|node_id| {
+                let unheard = self.unheard.remove(node_id) && self.config.storm.enabled;
+                (on || unheard).then(|| self.guard.hold(now))
+            })
+            .collect()
+    }
+
+    /// Whether the storm guard is on.
+    pub fn storm_guard_on(&self) -> bool {
+        self.guard.is_on()
+    }
+
+    /// The storm guard's counters at `now`.
+    pub fn storm_stats(&self, now: Timestamp) -> StormStats {
+        self.guard.stats(now)
+    }
 }
 
 /// The server's heartbeat timers, shared by the node endpoint (resets) and
@@ -299,6 +397,8 @@ impl HeartbeatTimers {
 pub struct Heartbeats {
     timers: Mutex<HeartbeatTimers>,
     clock: SharedClock,
+    /// Notified when a node's missed heartbeat is written.
+    marked: Event,
 }
 
 impl Heartbeats {
@@ -309,7 +409,8 @@ impl Heartbeats {
 
     /// Timers with a fixed jitter seed, for simulations.
     pub fn seeded(config: HeartbeatConfig, clock: SharedClock, seed: u64) -> Arc<Self> {
-        Arc::new(Heartbeats { timers: Mutex::new(HeartbeatTimers::new(config, clock.now(), seed)), clock })
+        let timers = Mutex::new(HeartbeatTimers::new(config, clock.now(), seed));
+        Arc::new(Heartbeats { timers, clock, marked: Event::new() })
     }
 
     /// Takes a heartbeat now; returns the node's TTL.
@@ -356,11 +457,45 @@ impl Heartbeats {
         }
     }
 
+    /// The storm guard's counters.
+    pub fn storm_stats(&self) -> StormStats {
+        self.timers.lock().storm_stats(self.clock.now())
+    }
+
     /// Marks every node whose deadline passed as having missed its
     /// heartbeat (module docs, step 4); returns how many were marked.
     pub fn expire(&self, writer: &Writer) -> usize {
-        let expired = self.timers.lock().expire(self.clock.now());
-        self.miss(writer, expired)
+        let (expired, judging) = {
+            let mut timers = self.timers.lock();
+            let expired = timers.expire(self.clock.now());
+            let judging = timers.config.storm.enabled && (!expired.is_empty() || timers.storm_guard_on());
+            (expired, judging)
+        };
+        if !judging {
+            return self.miss(writer, expired, Vec::new());
+        }
+        let holds = self.judge(&writer.store().snapshot(), &expired);
+        self.miss(writer, expired, holds)
+    }
+
+    /// The storm guard's judgement of the nodes `expired` now (module
+    /// docs, 5): the census is counted from `snapshot` and the timers'
+    /// late nodes, outside the timers' lock.
+    fn judge(&self, snapshot: &Snapshot, expired: &[NodeId]) -> Vec<Option<Timestamp>> {
+        let now = self.clock.now();
+        let late = self.timers.lock().late(now);
+        let datacenter = |node_id: NodeId| snapshot.node(node_id).map(|node| &*node.datacenter);
+        let mut census = Census {
+            missing: expired.iter().filter_map(|id| Some((*id, datacenter(*id)?))).collect(),
+            late: late.iter().filter_map(|id| datacenter(*id)).collect(),
+            live: HashMap::new(),
+        };
+        let live = |node: &Node| matches!(node.status, NodeStatus::Ready | NodeStatus::Initializing);
+        for node in snapshot.nodes().filter(|node| live(node)) {
+            *census.live.entry(&*node.datacenter).or_default() += 1;
+        }
+        let is_live = |node_id: NodeId| snapshot.node(node_id).is_some_and(|node| live(node));
+        self.timers.lock().judge(now, &census, expired, is_live)
     }
 
     /// Writes the missed heartbeats of `expired`, one command each, all
@@ -371,31 +506,38 @@ impl Heartbeats {
     /// its eval right after, and none can be placed once the node has left
     /// (the store refuses it). A node heard from since its deadline passed
     /// (a heartbeat gave it a deadline again) was answered as live, and is
-    /// not marked. Returns how many were marked.
-    fn miss(&self, writer: &Writer, expired: Vec<NodeId>) -> usize {
+    /// not marked; a heartbeat that comes while the node's command is
+    /// being written waits for it ([`Heartbeats::reset_unless_marking`]),
+    /// so it is never answered as live and then marked. A node with a
+    /// release time in `holds` (same order; empty: none) is held by the
+    /// storm guard. Returns how many were marked.
+    fn miss(&self, writer: &Writer, expired: Vec<NodeId>, holds: Vec<Option<Timestamp>>) -> usize {
         if expired.is_empty() {
             return 0;
         }
         let now = self.clock.now();
         let snapshot = writer.store().snapshot();
+        let holds = holds.into_iter().chain(std::iter::repeat(None));
         let submitted: Vec<(NodeId, BTreeSet<JobKey>, PendingWrite)> = expired
             .into_iter()
-            .filter(|node_id| {
-                let heard = self.timers.lock().deadline(*node_id).is_some();
+            .zip(holds)
+            .filter(|(node_id, _)| {
+                let heard = !self.timers.lock().begin_marking(*node_id);
                 if heard {
                     tracing::debug!(%node_id, "a node heard from after its deadline passed is not marked");
                 }
                 !heard
             })
-            .map(|node_id| {
+            .map(|(node_id, release_at)| {
                 let evals = node_evals(&snapshot, node_id, now);
                 let covered = evals.iter().map(Evaluation::job_key).collect();
-                (node_id, covered, writer.submit(Command::MissHeartbeat { node_id, evals, time: now }))
+                let command = Command::MissHeartbeat { node_id, evals, time: now, release_at };
+                (node_id, covered, writer.submit(command))
             })
             .collect();
         submitted
             .into_iter()
-            .filter_map(|(node_id, covered, pending)| match pending.wait() {
+            .filter_map(|(node_id, covered, pending)| match self.end_marking(node_id, pending.wait()) {
                 Ok(applied) => {
                     self.late_evals(writer, node_id, &covered, now);
                     tracing::debug!(%node_id, index = applied.index, "node missed its heartbeat");
@@ -409,6 +551,47 @@ impl Heartbeats {
                 }
             })
             .count()
+    }
+
+    /// The write of `node_id`'s missed heartbeat is done (`outcome`): a
+    /// heartbeat waiting for it goes on.
+    fn end_marking<T>(&self, node_id: NodeId, outcome: T) -> T {
+        self.timers.lock().marking.remove(&node_id);
+        self.marked.notify(usize::MAX);
+        outcome
+    }
+
+    /// [`Heartbeats::reset`], unless a missed heartbeat of the node is
+    /// being written (`None`): the caller waits for it
+    /// ([`Heartbeats::wait_marked`]) and reads the node again, so a
+    /// heartbeat never answers `ready` for a node about to be marked.
+    #[inline]
+    pub fn reset_unless_marking(&self, node_id: NodeId) -> Option<Duration> {
+        let (ttl, deadline) = self.timers.lock().reset_unless_marking(node_id, self.clock.now())?;
+        self.clock.deadline_set(deadline);
+        Some(ttl)
+    }
+
+    /// Blocks until no missed heartbeat of `node_id` is being written.
+    pub fn wait_marked(&self, node_id: NodeId) {
+        while self.timers.lock().marking.contains(&node_id) {
+            let listener = self.marked.listen();
+            if !self.timers.lock().marking.contains(&node_id) {
+                return;
+            }
+            listener.wait();
+        }
+    }
+
+    /// [`Heartbeats::wait_marked`], awaited.
+    pub async fn marked(&self, node_id: NodeId) {
+        while self.timers.lock().marking.contains(&node_id) {
+            let listener = self.marked.listen();
+            if !self.timers.lock().marking.contains(&node_id) {
+                return;
+            }
+            listener.await;
+        }
     }
 
     /// Evals for the jobs placed on a marked node after its evals were
@@ -544,7 +727,7 @@ mod tests {
         store
             .apply(Command::UpdateNodeStatus {
                 node_id: down,
-                status: crate::structs::NodeStatus::Down,
+                status: NodeStatus::Down,
                 evals: vec![],
                 time: Timestamp::ZERO,
             })
@@ -575,10 +758,10 @@ mod tests {
         let expired = heartbeats.timers.lock().expire(clock.now());
         assert_eq!(expired.len(), 2);
         heartbeats.reset(late);
-        assert_eq!(heartbeats.miss(&writer, expired), 1);
+        assert_eq!(heartbeats.miss(&writer, expired, Vec::new()), 1);
         let snapshot = store.snapshot();
-        assert_eq!(snapshot.node(late).expect("late").status, crate::structs::NodeStatus::Ready);
-        assert_ne!(snapshot.node(silent).expect("silent").status, crate::structs::NodeStatus::Ready);
+        assert_eq!(snapshot.node(late).expect("late").status, NodeStatus::Ready);
+        assert_ne!(snapshot.node(silent).expect("silent").status, NodeStatus::Ready);
     }
 
     /// A command in [`HeldLog`], and where its answer goes.
@@ -629,12 +812,50 @@ mod tests {
         }
         // All three are in the log together while none is written yet:
         // one batch for a durable log, not three fsyncs one after another.
-        assert!(store.snapshot().nodes().all(|node| node.status == crate::structs::NodeStatus::Ready));
+        assert!(store.snapshot().nodes().all(|node| node.status == NodeStatus::Ready));
         for (command, answer) in held.drain(..) {
             let _ = answer.send(log.store.apply(command));
         }
         drop(held);
         assert_eq!(sweep.join().expect("the sweep"), 3);
-        assert!(store.snapshot().nodes().all(|node| node.status != crate::structs::NodeStatus::Ready));
+        assert!(store.snapshot().nodes().all(|node| node.status != NodeStatus::Ready));
+    }
+
+    #[test]
+    fn a_heartbeat_while_its_nodes_miss_is_written_waits_for_it() {
+        let clock = crate::clock::ManualClock::new(Timestamp::ZERO);
+        let store = Arc::new(StateStore::new());
+        store.apply(Command::UpsertNode { node: node(0), evals: vec![] }).expect("node");
+        let node_id = node(0).id;
+        let log = Arc::new(HeldLog { store: store.clone(), held: Mutex::new(Vec::new()), arrived: Default::default() });
+        let writer = Writer::through(log.clone(), store.clone());
+        let heartbeats = Heartbeats::seeded(HeartbeatConfig::default(), clock.clone(), 7);
+        heartbeats.reset(node_id);
+        clock.advance(100 * SECOND);
+        let sweep = std::thread::spawn({
+            let heartbeats = heartbeats.clone();
+            move || heartbeats.expire(&writer)
+        });
+        let mut held = log.held.lock();
+        while held.is_empty() {
+            let waited = log.arrived.wait_for(&mut held, 10 * SECOND);
+            assert!(!waited.timed_out(), "the sweep never submitted the miss");
+        }
+        // The miss is in the log, not yet written: a heartbeat now is not
+        // answered (the node still reads ready, and would be marked after).
+        assert_eq!(heartbeats.reset_unless_marking(node_id), None);
+        let waiting = std::thread::spawn({
+            let heartbeats = heartbeats.clone();
+            move || heartbeats.wait_marked(node_id)
+        });
+        for (command, answer) in held.drain(..) {
+            let _ = answer.send(log.store.apply(command));
+        }
+        drop(held);
+        assert_eq!(sweep.join().expect("the sweep"), 1);
+        waiting.join().expect("the heartbeat goes on once the miss is written");
+        // Read again, the node is down: the endpoint answers that, not ready.
+        assert_eq!(store.snapshot().node(node_id).expect("node").status, NodeStatus::Down);
+        assert!(heartbeats.reset_unless_marking(node_id).is_some());
     }
 }

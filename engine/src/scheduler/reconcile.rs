@@ -30,12 +30,21 @@
 //!    stopped; only the client's report decides its reconnect (step 4). Its
 //!    node accepts no placement meanwhile (only `ready` nodes do, and an
 //!    `initializing` node becomes ready only after the report).
+//!    Running allocations on a node the storm guard holds (`node::storm`)
+//!    are marked `unknown` and keep their slots until the hold's release time
+//!    (and, in a group with `stop_after_client_disconnect`, until that
+//!    long after the node was held: its client stops them by then);
+//!    then each gets a replacement, and is stopped as lost only once a
+//!    live allocation of its slot runs (a follow-up eval every
+//!    [`HOLD_RECHECK`] until then), so no original stops before its
+//!    replacement runs.
 //! 4. Reconnecting allocations (the servers marked them `unknown`, their
 //!    node is back and the client has reported them since) are settled: one
 //!    allocation per slot is kept: a replacement that runs a newer job
 //!    version, else the one the group's `disconnect { reconcile }` picks
 //!    (best score, the default; keep the original; keep the replacement;
-//!    longest running); the others are stopped. A kept original gets an
+//!    longest running), though a running original is never stopped for a
+//!    replacement that does not run yet; the others are stopped. A kept original gets an
 //!    `AllocState` entry recording the reconnect, so later evals treat it as
 //!    settled. (A reconnecting allocation that failed is client-terminal and
 //!    handled as a failure; one the servers already stopped is not touched.)
@@ -87,6 +96,10 @@ use crate::structs::{
     ReconcileStrategy, ReschedulePolicy, Task, TaskGroup, UpdateStrategy,
 };
 
+/// How often a group with allocations on a held node whose replacements do
+/// not run yet is evaluated again (module docs, step 3).
+pub const HOLD_RECHECK: Duration = Duration::from_secs(5);
+
 /// Why an allocation is stopped: the descriptions both schedulers record
 /// (Nomad's `allocNotNeeded`, `allocLost`, `allocUpdating` and kin).
 pub mod stop_reason {
@@ -100,6 +113,9 @@ pub mod stop_reason {
     /// `disconnect { reconcile }` strategy.
     pub const REPLACEMENT_KEPT: &str =
         "alloc not needed: its replacement was kept as the group's reconcile strategy says";
+    /// An original on a node the storm guard holds, stopped once its
+    /// replacement runs.
+    pub const HELD_REPLACED: &str = "alloc is lost: its node is held disconnected and its replacement runs";
     /// A replacement stopped because its original reconnected.
     pub const ORIGINAL_RECONNECTED: &str = "alloc not needed as the original allocation reconnected";
     /// A duplicate of a slot another live allocation holds.
@@ -215,6 +231,16 @@ pub enum Taint {
     AwaitingReport,
     /// `unknown`, its node is back and the client reported it: settle it.
     Reconnecting,
+    /// Its node missed its heartbeat while the storm guard was on and is
+    /// held `disconnected` (`node::storm`): marked `unknown`, its slot kept
+    /// until the hold's release, then replaced; stopped only once the
+    /// replacement runs.
+    Held {
+        /// When its node was held.
+        since: Timestamp,
+        /// When its replacement may be placed.
+        release_at: Timestamp,
+    },
 }
 
 /// Classifies a live allocation by its node at `now`. `node` is `None`
@@ -226,6 +252,13 @@ pub fn taint_of(alloc: &Allocation, node: Option<&Node>, now: Timestamp) -> Tain
     let Some(node) = node else { return Taint::Lost };
     let window = disconnect_window(alloc);
     let expired = window.and_then(|window| alloc.disconnect_expires_at(window)).is_some_and(|at| at <= now);
+    // A held node's running (or already `unknown`) allocations wait; one
+    // that never started is lost as on any disconnected node.
+    if let (NodeStatus::Disconnected, Some(hold)) = (node.status, node.hold) {
+        if alloc.client_status == ClientStatus::Running || alloc.needs_reconnect() {
+            return Taint::Held { since: hold.since, release_at: hold.release_at };
+        }
+    }
     match node.status {
         NodeStatus::Down => Taint::Lost,
         NodeStatus::Disconnected => match window {
@@ -324,6 +357,7 @@ impl Reconciler<'_> {
         let mut kept: BTreeSet<u32> = BTreeSet::new();
         let mut canaries: Vec<&Arc<Allocation>> = Vec::new();
         let mut migrating: Vec<&Arc<Allocation>> = Vec::new();
+        let mut released: Vec<&Arc<Allocation>> = Vec::new();
         let places_before = out.place.len();
         for alloc in allocs.iter().copied() {
             let index = alloc.index().unwrap_or(u32::MAX);
@@ -365,6 +399,23 @@ impl Reconciler<'_> {
                     replace_unknown(group, &group_name, index, alloc, &mut replacements, &mut kept)
                 }
                 Taint::Reconnecting => reconnecting.push(alloc),
+                Taint::Held { since, release_at } => {
+                    if alloc.client_status == ClientStatus::Running && !alloc.needs_reconnect() {
+                        out.disconnecting.push(alloc.clone());
+                    }
+                    // Its client stops it on its own that long after it
+                    // lost the servers: the replacement waits as long.
+                    let release_at = match group.stop_after_client_disconnect {
+                        Some(wait) => release_at.max(since.plus(wait)),
+                        None => release_at,
+                    };
+                    if self.now < release_at {
+                        kept.insert(index);
+                        out.follow_up_no_later_than(release_at);
+                    } else {
+                        released.push(alloc);
+                    }
+                }
                 Taint::Untainted
                     if node.is_some_and(Node::is_draining) && (!alloc.canary || rollout.keeps_canary(alloc)) =>
                 {
@@ -390,6 +441,7 @@ impl Reconciler<'_> {
             }
         }
         self.reconnect(job, group, reconnecting, &mut held, out);
+        self.release_held(group, &group_name, released, &held, &mut replacements, &mut kept, out);
         // The disruption budget: how many available allocations this eval
         // may stop voluntarily (module docs, step 7).
         let available = held.values().flatten().chain(&canaries).chain(&migrating).filter(|alloc| is_available(alloc));
@@ -475,6 +527,42 @@ impl Reconciler<'_> {
         }
     }
 
+    /// The allocations of held nodes whose release came (module docs, step
+    /// 3): one whose slot has a running allocation is stopped as lost (its
+    /// replacement runs); one whose slot has a live allocation not running
+    /// yet waits for it; one whose slot has none gets a replacement. Until
+    /// each is settled the group is evaluated again every [`HOLD_RECHECK`].
+    #[allow(clippy::too_many_arguments)]
+    fn release_held(
+        &self,
+        group: &TaskGroup,
+        group_name: &Arc<str>,
+        released: Vec<&Arc<Allocation>>,
+        held: &BTreeMap<u32, Vec<&Arc<Allocation>>>,
+        replacements: &mut Vec<PlaceRequest>,
+        kept: &mut BTreeSet<u32>,
+        out: &mut Reconciled,
+    ) {
+        for original in released {
+            let index = original.index().unwrap_or(u32::MAX);
+            let slot = held.get(&index).map_or(&[][..], Vec::as_slice);
+            if slot.iter().any(|alloc| alloc.client_status == ClientStatus::Running) {
+                out.stop.push(StopRequest {
+                    alloc: original.clone(),
+                    description: stop_reason::HELD_REPLACED,
+                    client_status: Some(ClientStatus::Lost),
+                });
+                continue;
+            }
+            if slot.is_empty() {
+                replace_unknown(group, group_name, index, original, replacements, kept);
+            }
+            if group.replace_on_disconnect {
+                out.follow_up_no_later_than(self.now.plus(HOLD_RECHECK));
+            }
+        }
+    }
+
     /// Settles reconnecting allocations (module docs, step 4).
     fn reconnect<'b>(
         &self,
@@ -495,6 +583,7 @@ impl Reconciler<'_> {
                 _ => live
                     .first()
                     .copied()
+                    .filter(|replacement| runs_if_original_runs(original, replacement))
                     .filter(|replacement| keeps_replacement(group.reconcile, original, replacement))
                     .map(|replacement| (replacement, stop_reason::REPLACEMENT_KEPT)),
             };
@@ -877,6 +966,13 @@ fn replace_unknown(
     } else {
         kept.insert(index);
     }
+}
+
+/// Whether `replacement` runs, or `original` does not: a running original
+/// is never stopped for a replacement that has not started (module docs,
+/// step 4).
+fn runs_if_original_runs(original: &Allocation, replacement: &Allocation) -> bool {
+    original.client_status != ClientStatus::Running || replacement.client_status == ClientStatus::Running
 }
 
 /// Whether a slot keeps `replacement` over its reconnecting `original`

@@ -553,7 +553,7 @@ fn a_reblocked_eval_that_marks_allocations_unknown_still_schedules_their_expiry(
     }
     let away = live[0].node_id;
     h.store
-        .apply(Command::MissHeartbeat { node_id: away, evals: vec![], time: Timestamp::ZERO })
+        .apply(Command::MissHeartbeat { node_id: away, evals: vec![], time: Timestamp::ZERO, release_at: None })
         .expect("missed heartbeat");
     assert_eq!(h.store.snapshot().node(away).expect("node").status, NodeStatus::Disconnected);
     // The job's blocked eval runs: it marks the allocation unknown, cannot place a replacement, and is reblocked.
@@ -581,7 +581,7 @@ fn an_unconfirmed_system_allocation_on_a_node_that_is_back_is_left_alone_and_not
     }
     let away = NodeId::from_u128(1);
     h.store
-        .apply(Command::MissHeartbeat { node_id: away, evals: vec![], time: Timestamp::ZERO })
+        .apply(Command::MissHeartbeat { node_id: away, evals: vec![], time: Timestamp::ZERO, release_at: None })
         .expect("missed heartbeat");
     let eval = new_eval(&h, &job, TriggerReason::NodeUpdate);
     h.process(&eval).expect("marks it unknown");

@@ -149,6 +149,12 @@ impl<'a> SystemScheduler<'a> {
                     }
                 }
                 (_, Taint::Unknown) => {}
+                // A system allocation belongs to its node: held, it waits for it.
+                (Some(_), Taint::Held { .. }) => {
+                    if alloc.client_status == ClientStatus::Running && !alloc.needs_reconnect() {
+                        self.mark_unknown(&mut plan, eval, alloc);
+                    }
+                }
                 (Some(_), Taint::AwaitingReport) => {
                     self.awaiting.insert((alloc.node_id, alloc.task_group.clone()));
                 }

@@ -11,8 +11,8 @@ use super::{Applied, CapacityChange, StateError};
 use crate::clock::Timestamp;
 use crate::structs::{
     AclPolicy, AclToken, AllocHealth, AllocId, Allocation, ClientStatus, DesiredStatus, DrainMetadata, DrainStatus,
-    DrainStrategy, EvalId, Evaluation, Job, JobKey, Namespace, Node, NodeEligibility, NodeId, NodeStatus, Resources,
-    SchedulerConfiguration, DEFAULT_NAMESPACE,
+    DrainStrategy, EvalId, Evaluation, Job, JobKey, Namespace, Node, NodeEligibility, NodeHold, NodeId, NodeStatus,
+    Resources, SchedulerConfiguration, DEFAULT_NAMESPACE,
 };
 
 impl Snapshot {
@@ -38,9 +38,12 @@ impl Snapshot {
                 self.upsert_evals(index, evals, applied);
                 Ok(())
             }
-            Command::MissHeartbeat { node_id, evals, time } => {
-                let status = self.status_after_missed_heartbeat(node_id)?;
+            Command::MissHeartbeat { node_id, evals, time, release_at } => {
+                let status = self.status_after_missed_heartbeat(node_id, release_at.is_some())?;
                 self.update_node_status(index, node_id, status, time, true, applied)?;
+                if let Some(release_at) = release_at {
+                    self.hold_node(node_id, NodeHold { since: time, release_at });
+                }
                 self.upsert_evals(index, evals, applied);
                 Ok(())
             }
@@ -342,6 +345,7 @@ impl Snapshot {
                 node.last_alloc_update_index = existing.last_alloc_update_index;
                 node.status_updated_at = existing.status_updated_at;
                 node.allocs_removed_index = existing.allocs_removed_index;
+                node.hold = existing.hold;
                 if existing.computed_class != node.computed_class {
                     index_remove(&mut self.nodes_by_class, &existing.computed_class, &node.id);
                     index_add(&mut self.nodes_by_class, node.computed_class, node.id);
@@ -377,6 +381,7 @@ impl Snapshot {
         let mut node = Node::clone(existing);
         if node.status != status {
             node.status_updated_at = time;
+            node.hold = None;
         }
         node.status = status;
         node.modify_index = index;
@@ -396,17 +401,30 @@ impl Snapshot {
         Ok(())
     }
 
-    /// `disconnected` when a live allocation on the node tolerates it, else `down`.
-    fn status_after_missed_heartbeat(&self, node_id: NodeId) -> Result<NodeStatus, StateError> {
+    /// `disconnected` when the storm guard holds the node or a live
+    /// allocation on it tolerates it, else `down`.
+    fn status_after_missed_heartbeat(&self, node_id: NodeId, held: bool) -> Result<NodeStatus, StateError> {
         let node = self.nodes.get(&node_id).ok_or(StateError::UnknownNode(node_id))?;
         if node.status.is_terminal_for_scheduling() {
             return Err(StateError::NodeNotConnected { node_id, status: node.status });
+        }
+        if held {
+            return Ok(NodeStatus::Disconnected);
         }
         let tolerates = |alloc: &Allocation| {
             alloc.job.group(&alloc.task_group).is_some_and(|group| group.max_client_disconnect.is_some())
         };
         let disconnect = self.allocs_by_node(node_id).any(|alloc| !alloc.terminal() && tolerates(alloc));
         Ok(if disconnect { NodeStatus::Disconnected } else { NodeStatus::Down })
+    }
+
+    /// Records the storm guard's hold on a node just marked `disconnected`.
+    fn hold_node(&mut self, node_id: NodeId, hold: NodeHold) {
+        if let Some(existing) = self.nodes.get(&node_id) {
+            let mut node = Node::clone(existing);
+            node.hold = Some(hold);
+            self.put_node(node);
+        }
     }
 
     fn update_node_eligibility(

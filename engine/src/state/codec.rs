@@ -32,8 +32,9 @@ use crate::structs::Job;
 /// (issue 30): jobs' `periodic`, `parameterized`, dispatch fields and
 /// tasks' `dispatch_payload`, and `LaunchPeriodicJob`. 10 (issue 30's
 /// namespaces): ACL rules with namespace capabilities, and the namespace
-/// commands. A log of an older version is refused, never misread.
-pub const FORMAT_VERSION: u8 = 10;
+/// commands. 11 (issue 29): nodes' storm-guard hold, and `MissHeartbeat`'s
+/// `release_at`. A log of an older version is refused, never misread.
+pub const FORMAT_VERSION: u8 = 11;
 
 /// Why bytes did not decode to a command.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

@@ -43,10 +43,10 @@ pub enum Command {
         time: Timestamp,
     },
     /// A live (ready or initializing) node missed its heartbeat. The writer
-    /// marks it `disconnected` when any of its live allocations' groups has
-    /// `max_client_disconnect`, else `down`, and records this command's
-    /// index as its last missed heartbeat. Refused for a node that is
-    /// already down or disconnected.
+    /// marks it `disconnected` when the storm guard holds it (`release_at`)
+    /// or any of its live allocations' groups has `max_client_disconnect`,
+    /// else `down`, and records this command's index as its last missed
+    /// heartbeat. Refused for a node that is already down or disconnected.
     MissHeartbeat {
         /// The node.
         node_id: NodeId,
@@ -54,6 +54,9 @@ pub enum Command {
         evals: Vec<Evaluation>,
         /// When: the node's `status_updated_at`.
         time: Timestamp,
+        /// Held by the storm guard: when its allocations' replacements may
+        /// be placed ([`crate::structs::NodeHold`]).
+        release_at: Option<Timestamp>,
     },
     /// Mark a node eligible or ineligible for new placements.
     UpdateNodeEligibility {

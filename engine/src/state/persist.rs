@@ -60,8 +60,9 @@ use crate::structs::{
 /// fields and tasks' `dispatch_payload`, as the log format's version 9,
 /// and the section of periodic launch records; 10: ACL rules with
 /// namespace capabilities, as the log format's version 10, the header's
-/// table index of namespaces, and their section).
-pub const SNAPSHOT_FORMAT_VERSION: u8 = 10;
+/// table index of namespaces, and their section; 11: nodes' storm-guard
+/// hold, as the log format's version 11).
+pub const SNAPSHOT_FORMAT_VERSION: u8 = 11;
 
 /// The longest record a decoder accepts (a group of one node's allocations
 /// is the largest record; a million would be far below this).

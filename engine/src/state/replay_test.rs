@@ -159,6 +159,7 @@ fn command(op: &Op, snapshot: &Snapshot, step: u64) -> Command {
             node_id: node_id(n),
             evals: vec![eval_for(&job_key(1), EvalStatus::Pending)],
             time: Timestamp::ZERO,
+            release_at: None,
         },
         Op::Eligibility { n, eligible } => {
             let eligibility = if eligible { NodeEligibility::Eligible } else { NodeEligibility::Ineligible };

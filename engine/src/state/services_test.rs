@@ -296,7 +296,12 @@ fn a_node_marked_down_loses_its_registrations_and_a_disconnected_one_keeps_them(
     upsert(&store, vec![service_registration(&on_1, "web", 1), service_registration(&on_2, "tolerant", 2)]);
 
     let missed = store
-        .apply(Command::MissHeartbeat { node_id: NodeId::from_u128(2), evals: vec![], time: Timestamp::ZERO })
+        .apply(Command::MissHeartbeat {
+            node_id: NodeId::from_u128(2),
+            evals: vec![],
+            time: Timestamp::ZERO,
+            release_at: None,
+        })
         .expect("missed");
     let snapshot = store.snapshot();
     assert_eq!(snapshot.node(NodeId::from_u128(2)).expect("node").status, NodeStatus::Disconnected);
@@ -315,8 +320,12 @@ fn a_node_marked_down_loses_its_registrations_and_a_disconnected_one_keeps_them(
     assert_eq!(snapshot.table_indexes().services, down.index, "in the same command");
     assert_eq!(snapshot.service_registration_count(), 1, "the other node's stay");
 
-    let gone =
-        store.apply(Command::MissHeartbeat { node_id: NodeId::from_u128(1), evals: vec![], time: Timestamp::ZERO });
+    let gone = store.apply(Command::MissHeartbeat {
+        node_id: NodeId::from_u128(1),
+        evals: vec![],
+        time: Timestamp::ZERO,
+        release_at: None,
+    });
     assert!(gone.is_err(), "a down node misses no heartbeat");
 }
 
@@ -326,7 +335,12 @@ fn a_node_that_misses_its_heartbeat_without_tolerance_goes_down_and_loses_them()
     let alloc = running(&store, "web", 1);
     upsert(&store, vec![service_registration(&alloc, "web", 1)]);
     let missed = store
-        .apply(Command::MissHeartbeat { node_id: NodeId::from_u128(1), evals: vec![], time: Timestamp::ZERO })
+        .apply(Command::MissHeartbeat {
+            node_id: NodeId::from_u128(1),
+            evals: vec![],
+            time: Timestamp::ZERO,
+            release_at: None,
+        })
         .expect("missed");
     let snapshot = store.snapshot();
     assert_eq!(snapshot.node(NodeId::from_u128(1)).expect("node").status, NodeStatus::Down);

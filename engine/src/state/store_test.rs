@@ -362,7 +362,12 @@ fn register_keeps_the_status_of_a_known_node() {
     let store = StateStore::new();
     store.apply(Command::UpsertNode { node: node(1), evals: vec![] }).expect("node");
     store
-        .apply(Command::MissHeartbeat { node_id: NodeId::from_u128(1), evals: vec![], time: Timestamp::ZERO })
+        .apply(Command::MissHeartbeat {
+            node_id: NodeId::from_u128(1),
+            evals: vec![],
+            time: Timestamp::ZERO,
+            release_at: None,
+        })
         .expect("missed heartbeat");
     let missed_at = store.latest_index();
     let mut again = node(1);

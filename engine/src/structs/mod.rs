@@ -64,7 +64,7 @@ pub use network::{
 };
 pub use node::{
     ComputedClass, DrainDeadline, DrainMetadata, DrainStatus, DrainStrategy, Node, NodeDrain, NodeEligibility,
-    NodeStatus,
+    NodeHold, NodeStatus,
 };
 pub use periodic::{PeriodicConfig, PeriodicError, DEFAULT_TIME_ZONE, SPEC_TYPE_CRON};
 pub use plan::{Plan, PlanResult};

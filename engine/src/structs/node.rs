@@ -102,6 +102,24 @@ pub struct Node {
     /// then too, so its client learns they are gone.
     #[serde(default)]
     pub allocs_removed_index: u64,
+    /// The storm guard's hold (`node::storm`): set when the node missed
+    /// its heartbeat while a large share of the cluster did, and held
+    /// `disconnected` instead of `down`; cleared by its next status change.
+    #[serde(default)]
+    pub hold: Option<NodeHold>,
+}
+
+/// A node the storm guard holds `disconnected` (`node::storm`): its
+/// allocations keep their slots until `release_at`, when their
+/// replacements may be placed; an original is stopped only once its
+/// replacement runs, or settled against it when the node comes back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeHold {
+    /// When the node missed its heartbeat and was held.
+    pub since: Timestamp,
+    /// When its allocations' replacements may be placed: the guard spaces
+    /// the nodes it holds by its release rate.
+    pub release_at: Timestamp,
 }
 
 /// A node's drain (Nomad's `DrainStrategy` and `LastDrain`).
@@ -314,6 +332,7 @@ impl Node {
             drain: NodeDrain::default(),
             status_updated_at: Timestamp::ZERO,
             allocs_removed_index: 0,
+            hold: None,
         };
         node.computed_class = node.compute_class();
         node

@@ -5,6 +5,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use clap::Args;
+use engine::node::storm::StormConfig;
 use engine::server::ServerConfig;
 use engine::structs::JobType;
 
@@ -12,7 +13,7 @@ use super::agent::hostname;
 use super::dev::dev_server_tls;
 use super::{config_error, file_config, init_logs, raise_open_files_limit, tls_files, Common};
 use crate::cli::Failure;
-use crate::config::{FileConfig, ServerSection};
+use crate::config::{FileConfig, ServerSection, StormGuardSection};
 use crate::server::{ClusterOptions, DurableOptions, HttpOptions, ServerOptions};
 
 #[derive(Debug, Args)]
@@ -121,6 +122,7 @@ pub fn engine_config(args: &ServerArgs, file: &FileConfig) -> Result<ServerConfi
         }
         config.heartbeat.max_heartbeats_per_second = rate;
     }
+    storm_guard_config(&mut config.heartbeat.storm, &file.server.storm_guard)?;
     gc_config(&mut config.gc, &file.server)?;
     if let Some(size) = args.event_buffer_size.or(file.server.event_buffer_size) {
         config.event_buffer_size = size;
@@ -257,4 +259,39 @@ pub fn cluster_options(
         join,
         hold: crate::server::leadership::HOLD,
     }))
+}
+
+/// `[server.storm_guard]` over the defaults, refused whole when it makes no sense.
+fn storm_guard_config(config: &mut StormConfig, section: &StormGuardSection) -> Result<(), Failure> {
+    config.enabled = section.enabled.unwrap_or(config.enabled);
+    config.cluster_share = section.cluster_share.unwrap_or(config.cluster_share);
+    config.datacenter_share = section.datacenter_share.unwrap_or(config.datacenter_share);
+    config.min_nodes = section.min_nodes.unwrap_or(config.min_nodes);
+    config.window = section.window.unwrap_or(config.window);
+    config.release_per_second = section.release_rate.unwrap_or(config.release_per_second);
+    config.validate().map_err(|message| config_error("server.storm_guard", message))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    #[test]
+    fn the_storm_guard_table_is_read_and_settings_that_make_no_sense_are_refused() {
+        let text = "[server.storm_guard]\ncluster_share = 0.5\nrelease_rate = 5.0\nwindow = \"2m\"\n";
+        let file = FileConfig::parse(text, Path::new("a.toml")).expect("valid");
+        let mut config = StormConfig::default();
+        storm_guard_config(&mut config, &file.server.storm_guard).expect("sensible");
+        assert_eq!((config.cluster_share, config.release_per_second), (0.5, 5.0));
+        assert_eq!((config.window, config.enabled), (Duration::from_secs(120), true));
+        let text = "[server.storm_guard]\ndatacenter_share = 2.0\n";
+        let file = FileConfig::parse(text, Path::new("a.toml")).expect("parses");
+        let refused = storm_guard_config(&mut StormConfig::default(), &file.server.storm_guard).expect_err("over 1");
+        let shown = format!("{refused:?}");
+        assert!(shown.contains("server.storm_guard") && shown.contains("datacenter_share must be"), "{shown}");
+        let unknown = FileConfig::parse("[server.storm_guard]\nrate = 1\n", Path::new("a.toml"));
+        assert!(unknown.expect_err("unknown key").to_string().contains("rate"));
+    }
 }
