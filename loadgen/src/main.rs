@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::Parser;
 use engine::clock::SystemClock;
+use engine::node::storm::StormConfig;
 use engine::server::{Server, ServerConfig};
 use engine::state::{ClientAllocUpdate, Snapshot};
 use engine::structs::{
@@ -150,6 +151,14 @@ struct Args {
     /// server --event-buffer-size`; 0: events off, to measure their cost).
     #[arg(long, default_value_t = engine::events::DEFAULT_EVENT_BUFFER)]
     event_buffer_size: usize,
+    /// Run the spawned servers without the storm guard (to compare: nodes
+    /// that miss their heartbeat are marked down at once, as in Nomad).
+    #[arg(long)]
+    no_storm_guard: bool,
+    /// Held nodes whose replacements the spawned servers' storm guard
+    /// releases per second (`[server.storm_guard] release_rate`).
+    #[arg(long, default_value_t = StormConfig::default().release_per_second)]
+    storm_release_rate: f64,
     /// Internal: run as the spawned server (used by --spawn-server).
     #[arg(long, hide = true)]
     serve_child: bool,
@@ -223,6 +232,7 @@ fn main() -> Result<()> {
             kill_leader_every: args.kill_leader_every,
             event_buffer_size: args.event_buffer_size,
             plot: args.plot.clone(),
+            storm_guard: (!args.no_storm_guard).then_some(args.storm_release_rate),
         };
         network::run(network, nodes, jobs, &mut report)?;
     } else {
@@ -303,6 +313,9 @@ fn serve_child(args: &Args) -> Result<()> {
     if let Some(workers) = args.workers {
         engine.workers = workers;
     }
+    engine.heartbeat.storm.enabled = !args.no_storm_guard;
+    engine.heartbeat.storm.release_per_second = args.storm_release_rate;
+    engine.heartbeat.storm.validate().map_err(|message| anyhow::anyhow!("--storm-release-rate: {message}"))?;
     let cluster = (args.servers > 1).then(|| drover::server::ClusterOptions {
         name: format!("loadgen-server-{}", args.peer_port.unwrap_or(0)),
         peer_bind: std::net::SocketAddr::from(([127, 0, 0, 1], args.peer_port.unwrap_or(0))),

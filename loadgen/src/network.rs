@@ -138,6 +138,8 @@ pub struct NetworkArgs {
     pub kill_leader_every: Option<Duration>,
     /// The spawned servers' event buffer (batches; 0: events off).
     pub event_buffer_size: usize,
+    /// The spawned servers' storm guard release rate (`None`: no guard).
+    pub storm_guard: Option<f64>,
     /// Draw the run's timeline here (SVG).
     pub plot: Option<PathBuf>,
 }
@@ -282,6 +284,10 @@ fn spawn_servers(args: &NetworkArgs) -> Result<Cluster> {
         common.extend(["--flamegraph".into(), path.clone().into()]);
     }
     common.extend(["--event-buffer-size".into(), args.event_buffer_size.to_string().into()]);
+    match args.storm_guard {
+        Some(rate) => common.extend(["--storm-release-rate".into(), rate.to_string().into()]),
+        None => common.push("--no-storm-guard".into()),
+    }
     let clustered = args.servers > 1;
     let snapshot_every = args.data_dir.as_ref().map_or(20_000, |(_, every)| *every);
     let ports: Vec<(u16, u16)> =

@@ -2,8 +2,10 @@
 //! the nodes fall silent at once; they are held `disconnected`, not
 //! `down`; their replacements are placed no faster than the release rate;
 //! no original is stopped before its replacement runs; a node that comes
-//! back before its release keeps what it ran. A single silent node in a
-//! calm cluster is still marked `down`.
+//! back before its release keeps what it ran, and one back after it keeps
+//! its original over a replacement that has not started; a system
+//! allocation waits for its node's release, then is lost. A single silent
+//! node in a calm cluster is still marked `down`.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -129,7 +131,8 @@ fn a_held_node_back_before_its_release_keeps_what_it_ran() {
         silent.iter().max_by_key(|node_id| snapshot.node(**node_id).and_then(|node| node.hold).map(|h| h.release_at));
     let last = *last.expect("a node");
     assert!(snapshot.node(last).and_then(|node| node.hold).is_some_and(|hold| hold.release_at > cluster.server.now()));
-    assert!(snapshot.allocs_by_node(last).all(|alloc| alloc.client_status == ClientStatus::Unknown));
+    // Not released yet: nothing was done to what it runs.
+    assert!(snapshot.allocs_by_node(last).all(|alloc| alloc.client_status == ClientStatus::Running));
 
     // It comes back: the reconnect steps, then it runs its original again and no replacement is placed for it.
     cluster.heartbeat(last).expect("heartbeat");
@@ -167,4 +170,70 @@ fn one_silent_node_in_a_calm_cluster_is_marked_down() {
     let lost = snapshot.allocs_by_node(busy[0]).next().expect("alloc").clone();
     assert_eq!(lost.desired_description, stop_reason::LOST);
     assert_eq!(live_allocs(&snapshot, &job).len(), 10, "replaced at once, as without the guard");
+}
+
+#[test]
+fn a_released_node_back_before_its_replacement_runs_keeps_its_original() {
+    let mut cluster = guarded(14);
+    let (job, silent, alive) = cluster_with_job(&mut cluster);
+    cluster.miss_heartbeat(silent[0], &alive);
+    // Time passes; the replacements placed on release never start (their
+    // nodes do not report them).
+    let mut found = None;
+    for _ in 0..30 {
+        cluster.pass_time(Duration::from_secs(1), &alive);
+        let snapshot = cluster.snapshot();
+        found = live_allocs(&snapshot, &job).into_iter().find_map(|replacement| {
+            let original = snapshot.alloc(replacement.previous_allocation?)?.clone();
+            (replacement.client_status == ClientStatus::Pending).then_some((original, replacement))
+        });
+        if found.is_some() {
+            break;
+        }
+    }
+    let (original, replacement) = found.expect("a replacement placed on a node's release");
+    assert_eq!(original.client_status, ClientStatus::Unknown, "marked unknown on release");
+
+    // Its node comes back: the original runs, the replacement does not: the original stays.
+    let home = original.node_id;
+    cluster.heartbeat(home).expect("heartbeat");
+    cluster.report(home).expect("resync");
+    cluster.heartbeat(home).expect("ready");
+    cluster.settle();
+    let snapshot = cluster.snapshot();
+    let original = snapshot.alloc(original.id).expect("original").clone();
+    assert_eq!((original.desired_status, original.client_status), (DesiredStatus::Run, ClientStatus::Running));
+    let replacement = snapshot.alloc(replacement.id).expect("replacement").clone();
+    assert_eq!(replacement.desired_status, DesiredStatus::Stop);
+    assert_eq!(replacement.desired_description, stop_reason::ORIGINAL_RECONNECTED);
+}
+
+#[test]
+fn a_system_allocation_on_a_held_node_waits_for_its_release_then_is_lost() {
+    let mut cluster = guarded(15);
+    let (_, silent, alive) = cluster_with_job(&mut cluster);
+    let system = Job::new_simple("agent", JobType::System, 1, Resources::new(100, 64, 0));
+    cluster.register_job(&system);
+    for node_id in silent.iter().chain(&alive) {
+        cluster.report(*node_id).expect("runs");
+    }
+    cluster.miss_heartbeat(silent[0], &alive);
+    let held = |cluster: &Cluster| {
+        let snapshot = cluster.snapshot();
+        silent.iter().filter_map(|id| Some((snapshot.node(*id)?.hold?.release_at, *id))).collect::<Vec<_>>()
+    };
+    while held(&cluster).len() < silent.len() {
+        cluster.pass_time(Duration::from_secs(1), &alive);
+    }
+    // The node released last.
+    let (release_at, home) = held(&cluster).into_iter().max().expect("held nodes");
+    assert!(release_at > cluster.server.now());
+    let on_home = |cluster: &Cluster| {
+        cluster.snapshot().allocs_by_job(&system.key()).find(|alloc| alloc.node_id == home).cloned().expect("alloc")
+    };
+    let kept = on_home(&cluster);
+    assert_eq!((kept.desired_status, kept.client_status), (DesiredStatus::Run, ClientStatus::Running));
+    cluster.pass_time(release_at.since(cluster.server.now()) + Duration::from_secs(1), &alive);
+    let lost = on_home(&cluster);
+    assert_eq!((lost.desired_status, lost.client_status), (DesiredStatus::Stop, ClientStatus::Lost));
 }

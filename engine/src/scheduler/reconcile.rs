@@ -31,10 +31,11 @@
 //!    node accepts no placement meanwhile (only `ready` nodes do, and an
 //!    `initializing` node becomes ready only after the report).
 //!    Running allocations on a node the storm guard holds (`node::storm`)
-//!    are marked `unknown` and keep their slots until the hold's release time
-//!    (and, in a group with `stop_after_client_disconnect`, until that
-//!    long after the node was held: its client stops them by then);
-//!    then each gets a replacement, and is stopped as lost only once a
+//!    keep their slots, untouched, until the hold's release time (and, in
+//!    a group with `stop_after_client_disconnect`, until that long after
+//!    the node was held: its client stops them by then), so a node back
+//!    before it has nothing to reconnect; then each is marked `unknown`
+//!    and gets a replacement, and is stopped as lost only once a
 //!    live allocation of its slot runs (a follow-up eval every
 //!    [`HOLD_RECHECK`] until then), so no original stops before its
 //!    replacement runs.
@@ -232,8 +233,8 @@ pub enum Taint {
     /// `unknown`, its node is back and the client reported it: settle it.
     Reconnecting,
     /// Its node missed its heartbeat while the storm guard was on and is
-    /// held `disconnected` (`node::storm`): marked `unknown`, its slot kept
-    /// until the hold's release, then replaced; stopped only once the
+    /// held `disconnected` (`node::storm`): its slot kept until the hold's
+    /// release, then marked `unknown` and replaced; stopped only once the
     /// replacement runs.
     Held {
         /// When its node was held.
@@ -400,9 +401,6 @@ impl Reconciler<'_> {
                 }
                 Taint::Reconnecting => reconnecting.push(alloc),
                 Taint::Held { since, release_at } => {
-                    if alloc.client_status == ClientStatus::Running && !alloc.needs_reconnect() {
-                        out.disconnecting.push(alloc.clone());
-                    }
                     // Its client stops it on its own that long after it
                     // lost the servers: the replacement waits as long.
                     let release_at = match group.stop_after_client_disconnect {
@@ -412,9 +410,12 @@ impl Reconciler<'_> {
                     if self.now < release_at {
                         kept.insert(index);
                         out.follow_up_no_later_than(release_at);
-                    } else {
-                        released.push(alloc);
+                        continue;
                     }
+                    if alloc.client_status == ClientStatus::Running && !alloc.needs_reconnect() {
+                        out.disconnecting.push(alloc.clone());
+                    }
+                    released.push(alloc);
                 }
                 Taint::Untainted
                     if node.is_some_and(Node::is_draining) && (!alloc.canary || rollout.keeps_canary(alloc)) =>

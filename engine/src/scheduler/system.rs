@@ -149,11 +149,14 @@ impl<'a> SystemScheduler<'a> {
                     }
                 }
                 (_, Taint::Unknown) => {}
-                // A system allocation belongs to its node: held, it waits for it.
+                // A system allocation belongs to its node: held, it waits
+                // for it until the node's release, then is lost as on a
+                // node that is down (there is nowhere else for it to go).
+                (Some(_), Taint::Held { release_at, .. }) if now < release_at => {
+                    outcome.follow_up_no_later_than(release_at);
+                }
                 (Some(_), Taint::Held { .. }) => {
-                    if alloc.client_status == ClientStatus::Running && !alloc.needs_reconnect() {
-                        self.mark_unknown(&mut plan, eval, alloc);
-                    }
+                    self.stop(&mut plan, eval, alloc, stop_reason::LOST, Some(ClientStatus::Lost))
                 }
                 (Some(_), Taint::AwaitingReport) => {
                     self.awaiting.insert((alloc.node_id, alloc.task_group.clone()));
