@@ -703,6 +703,10 @@ async fn a_minute_cron_launches_once_a_minute_across_a_leader_kill() {
         "TaskGroups": [{"Name": "tick", "Count": 1, "Tasks": [{"Name": "main", "Driver": "mock",
             "Config": {"run_for": "1ms"}, "Resources": {"CPU": 10, "MemoryMB": 10}}]}]}});
     write_through(&members[0], "PUT", "/v1/jobs", &cron).await;
+    // A follower answers the write once the leader has it; its own state may apply it a moment later.
+    let has_tick =
+        |jobs: &serde_json::Value| jobs.as_array().is_some_and(|jobs| jobs.iter().any(|j| j["ID"] == "tick"));
+    common::api::until(&members[0].api, "/v1/jobs?prefix=tick&stale", "the job on this member", has_tick).await;
     let parent: serde_json::Value = members[0].api.get("/v1/job/tick?stale").await.expect("job").json().expect("JSON");
     let registered = parent["SubmitTime"].as_u64().expect("a submit time") / 1_000_000_000;
     let path = "/v1/jobs?prefix=tick/periodic-&stale";

@@ -321,6 +321,19 @@ impl NodeListStub {
     }
 }
 
+/// Nomad's `StatusDescription`: empty, but for a node the storm guard
+/// holds (`docs/node-lifecycle.md`), which says so and when its
+/// allocations' replacements may be placed.
+fn status_description(node: &engine::structs::Node) -> String {
+    node.hold.map_or_else(String::new, |hold| {
+        format!(
+            "held by the storm guard since {} (mass heartbeat loss): not down; its allocations are replaced from {}",
+            rfc3339(hold.since),
+            rfc3339(hold.release_at)
+        )
+    })
+}
+
 impl From<&engine::structs::Node> for NodeListStub {
     fn from(node: &engine::structs::Node) -> Self {
         NodeListStub {
@@ -333,7 +346,7 @@ impl From<&engine::structs::Node> for NodeListStub {
             drain: node.is_draining(),
             scheduling_eligibility: word(node.eligibility),
             status: word(node.status),
-            status_description: String::new(),
+            status_description: status_description(node),
             drivers: drivers(node),
             host_volumes: None,
             node_resources: None,
@@ -368,7 +381,7 @@ impl From<&engine::structs::Node> for Node {
             last_drain: node.drain.last.as_ref().map(DrainMetadata::from),
             scheduling_eligibility: word(node.eligibility),
             status: word(node.status),
-            status_description: String::new(),
+            status_description: status_description(node),
             // Nomad's are Unix seconds.
             status_updated_at: node.status_updated_at.0 / 1_000_000_000,
             events: Vec::new(),
@@ -543,5 +556,22 @@ mod tests {
         node.attributes.insert("driver.docker.health".to_string(), "Healthy".to_string());
         let docker = &super::drivers(&node)["docker"];
         assert_eq!((docker.detected, docker.healthy, docker.health_description.as_str()), (true, true, "Healthy"));
+    }
+
+    #[test]
+    fn a_held_node_says_so_in_its_status_description() {
+        use engine::clock::Timestamp;
+        let mut node = engine::structs::Node::new_ready(NodeId::from_u128(1), "dc1", "", Resources::new(1000, 1024, 0));
+        assert_eq!(Node::from(&node).status_description, "");
+        node.status = engine::structs::NodeStatus::Disconnected;
+        node.hold = Some(engine::structs::NodeHold { since: Timestamp(0), release_at: Timestamp(2_000_000_000) });
+        let stub = NodeListStub::from(&node);
+        assert_eq!(stub.status, "disconnected");
+        assert!(stub.status_description.starts_with("held by the storm guard since 1970-01-01T00:00:00"));
+        assert!(
+            stub.status_description.ends_with("replaced from 1970-01-01T00:00:02.000000000Z"),
+            "{}",
+            stub.status_description
+        );
     }
 }

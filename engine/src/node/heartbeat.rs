@@ -361,23 +361,17 @@ impl HeartbeatTimers {
     }
 
     /// The storm guard's judgement of `census` at `now` (`is_live`: whether
-    /// a node is back), for the nodes `expired` (the census's missing
-    /// ones): each one's release time when it is to be held (module docs, 5).
-    pub fn judge(
-        &mut self,
-        now: Timestamp,
-        census: &Census<'_>,
-        expired: &[NodeId],
-        is_live: impl Fn(NodeId) -> bool,
-    ) -> Vec<Option<Timestamp>> {
-        let on = self.guard.judge(now, census, is_live);
-        expired
-            .iter()
-            .map(|node_id| {
-                let unheard = self.unheard.remove(node_id) && self.config.storm.enabled;
-                (on || unheard).then(|| self.guard.hold(now))
-            })
-            .collect()
+    /// a node is back): whether it is on (module docs, 5).
+    pub fn judge(&mut self, now: Timestamp, census: &Census<'_>, is_live: impl Fn(NodeId) -> bool) -> bool {
+        self.guard.judge(now, census, is_live)
+    }
+
+    /// The release time of `node_id`, about to be marked at `now`, when it
+    /// is to be held: the guard is on (`storm_on`), or the node was never
+    /// heard from since the failover TTL (module docs, 5).
+    fn hold(&mut self, node_id: NodeId, storm_on: bool, now: Timestamp) -> Option<Timestamp> {
+        let unheard = self.unheard.remove(&node_id) && self.config.storm.enabled;
+        (storm_on || unheard).then(|| self.guard.hold(now))
     }
 
     /// Whether the storm guard is on.
@@ -471,17 +465,14 @@ impl Heartbeats {
             let judging = timers.config.storm.enabled && (!expired.is_empty() || timers.storm_guard_on());
             (expired, judging)
         };
-        if !judging {
-            return self.miss(writer, expired, Vec::new());
-        }
-        let holds = self.judge(&writer.store().snapshot(), &expired);
-        self.miss(writer, expired, holds)
+        let storm_on = judging && self.judge(&writer.store().snapshot(), &expired);
+        self.miss(writer, expired, storm_on)
     }
 
-    /// The storm guard's judgement of the nodes `expired` now (module
-    /// docs, 5): the census is counted from `snapshot` and the timers'
-    /// late nodes, outside the timers' lock.
-    fn judge(&self, snapshot: &Snapshot, expired: &[NodeId]) -> Vec<Option<Timestamp>> {
+    /// The storm guard's judgement with the nodes `expired` now (module
+    /// docs, 5): whether it is on. The census is counted from `snapshot`
+    /// and the timers' late nodes, outside the timers' lock.
+    fn judge(&self, snapshot: &Snapshot, expired: &[NodeId]) -> bool {
         let now = self.clock.now();
         let late = self.timers.lock().late(now);
         let datacenter = |node_id: NodeId| snapshot.node(node_id).map(|node| &*node.datacenter);
@@ -495,7 +486,7 @@ impl Heartbeats {
             *census.live.entry(&*node.datacenter).or_default() += 1;
         }
         let is_live = |node_id: NodeId| snapshot.node(node_id).is_some_and(|node| live(node));
-        self.timers.lock().judge(now, &census, expired, is_live)
+        self.timers.lock().judge(now, &census, is_live)
     }
 
     /// Writes the missed heartbeats of `expired`, one command each, all
@@ -508,25 +499,25 @@ impl Heartbeats {
     /// (a heartbeat gave it a deadline again) was answered as live, and is
     /// not marked; a heartbeat that comes while the node's command is
     /// being written waits for it ([`Heartbeats::reset_unless_marking`]),
-    /// so it is never answered as live and then marked. A node with a
-    /// release time in `holds` (same order; empty: none) is held by the
-    /// storm guard. Returns how many were marked.
-    fn miss(&self, writer: &Writer, expired: Vec<NodeId>, holds: Vec<Option<Timestamp>>) -> usize {
+    /// so it is never answered as live and then marked. While the storm
+    /// guard is on (`storm_on`), or for a node never heard from since the
+    /// failover TTL, a node is held, with its release time. Returns how
+    /// many were marked.
+    fn miss(&self, writer: &Writer, expired: Vec<NodeId>, storm_on: bool) -> usize {
         if expired.is_empty() {
             return 0;
         }
         let now = self.clock.now();
         let snapshot = writer.store().snapshot();
-        let holds = holds.into_iter().chain(std::iter::repeat(None));
         let submitted: Vec<(NodeId, BTreeSet<JobKey>, PendingWrite)> = expired
             .into_iter()
-            .zip(holds)
-            .filter(|(node_id, _)| {
-                let heard = !self.timers.lock().begin_marking(*node_id);
-                if heard {
+            .filter_map(|node_id| {
+                let mut timers = self.timers.lock();
+                if !timers.begin_marking(node_id) {
                     tracing::debug!(%node_id, "a node heard from after its deadline passed is not marked");
+                    return None;
                 }
-                !heard
+                Some((node_id, timers.hold(node_id, storm_on, now)))
             })
             .map(|(node_id, release_at)| {
                 let evals = node_evals(&snapshot, node_id, now);
@@ -758,7 +749,7 @@ mod tests {
         let expired = heartbeats.timers.lock().expire(clock.now());
         assert_eq!(expired.len(), 2);
         heartbeats.reset(late);
-        assert_eq!(heartbeats.miss(&writer, expired, Vec::new()), 1);
+        assert_eq!(heartbeats.miss(&writer, expired, false), 1);
         let snapshot = store.snapshot();
         assert_eq!(snapshot.node(late).expect("late").status, NodeStatus::Ready);
         assert_ne!(snapshot.node(silent).expect("silent").status, NodeStatus::Ready);
