@@ -126,7 +126,7 @@ pub struct StormGuard {
 }
 
 /// The nodes one judgement looks at.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Census<'a> {
     /// The nodes missing now, with their datacenters.
     pub missing: Vec<(NodeId, &'a str)>,
@@ -147,11 +147,6 @@ impl StormGuard {
             next_release: Timestamp::ZERO,
             stats: StormStats { release_interval_micros, ..StormStats::default() },
         }
-    }
-
-    /// The settings.
-    pub fn config(&self) -> &StormConfig {
-        &self.config
     }
 
     /// Whether it is on.
