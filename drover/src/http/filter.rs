@@ -418,4 +418,34 @@ mod tests {
             assert!(Filter::parse(bad).is_err(), "{bad}");
         }
     }
+
+    /// The examples of Nomad's API documentation ("Filtering"): its two
+    /// filtered lists, its two selector forms, and its precedence rule.
+    #[test]
+    fn nomads_documented_examples_hold() {
+        let jobs = [
+            json!({"ID": "countdash", "Datacenters": ["dc1", "dc2"], "Status": "pending"}),
+            json!({"ID": "example", "Datacenters": ["dc1"], "Status": "running"}),
+        ];
+        let kept = |filter: &str, list: &[Value]| -> Vec<String> {
+            let filter = Filter::parse(filter).expect("parses");
+            list.iter().filter(|item| filter.matches(item)).map(|item| item["ID"].to_string()).collect()
+        };
+        assert_eq!(kept(r#"Datacenters contains "dc2""#, &jobs), [r#""countdash""#]);
+        let deployments = [
+            json!({"ID": "58fd0616", "Status": "cancelled", "TaskGroups": {"dashboard": {}, "api": {}}}),
+            json!({"ID": "1f18b48c", "Status": "successful", "TaskGroups": {"cache": {"HealthyAllocs": 1}}}),
+        ];
+        assert_eq!(kept(r#"Status != "successful""#, &deployments), [r#""58fd0616""#]);
+        for selector in ["TaskGroups.cache.HealthyAllocs == 1", r#"TaskGroups["cache"].HealthyAllocs == 1"#] {
+            assert_eq!(kept(selector, &deployments), [r#""1f18b48c""#], "{selector}");
+        }
+        // `<E1> and not <E2> or <E3>` is `(<E1> and (not <E2>)) or <E3>`.
+        let loose = Filter::parse("A == 1 and not B == 1 or C == 1").expect("parses");
+        let grouped = Filter::parse("( A == 1 and (not B == 1 )) or C == 1").expect("parses");
+        for bits in 0..8 {
+            let object = json!({"A": bits & 1, "B": (bits >> 1) & 1, "C": (bits >> 2) & 1});
+            assert_eq!(loose.matches(&object), grouped.matches(&object), "{object}");
+        }
+    }
 }
