@@ -36,6 +36,10 @@ use transport::message::ReportScope;
 
 use report::Report;
 
+/// mimalloc, unless built with `--features system-alloc`: a heap profiler
+/// that hooks `malloc` (heaptrack, with `--server-wrapper`) then sees every
+/// allocation.
+#[cfg(not(feature = "system-alloc"))]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -73,6 +77,11 @@ struct Args {
     /// `drover server`, with a fresh cluster CA) and drive it over QUIC.
     #[arg(long, conflicts_with = "server")]
     spawn_server: bool,
+    /// Run each spawned server under this command, split on spaces (a
+    /// profiler such as `heaptrack -o /tmp/server`); the server's own
+    /// arguments follow it.
+    #[arg(long, requires = "spawn_server")]
+    server_wrapper: Option<String>,
     /// Drive the server at this address over QUIC (needs the TLS files:
     /// a client certificate and an operator certificate of its CA).
     #[arg(long)]
@@ -227,6 +236,10 @@ fn main() -> Result<()> {
             workers: args.workers,
             timeout: Duration::from_secs(args.timeout_secs),
             flamegraph: args.flamegraph.clone(),
+            server_wrapper: args
+                .server_wrapper
+                .as_deref()
+                .map(|wrapper| wrapper.split_whitespace().map(String::from).collect()),
             data_dir: args.data_dir.clone().map(|dir| (dir, args.snapshot_every)),
             servers: args.servers,
             kill_leader_every: args.kill_leader_every,

@@ -130,6 +130,8 @@ pub struct NetworkArgs {
     pub timeout: Duration,
     /// The spawned server writes its flame graph here when it stops.
     pub flamegraph: Option<PathBuf>,
+    /// The command each spawned server runs under (a profiler), if any.
+    pub server_wrapper: Option<Vec<String>>,
     /// The spawned server's data dir and snapshot interval (none: in memory).
     pub data_dir: Option<(PathBuf, u64)>,
     /// Servers spawned (a cluster when more than one).
@@ -195,6 +197,7 @@ impl Drop for Child {
 /// One spawned server: how to start it, its client address, and its
 /// process while it runs.
 struct Spawned {
+    /// The wrapper's words, then this binary and its server arguments.
     args: Vec<std::ffi::OsString>,
     addr: Option<SocketAddr>,
     child: Option<Child>,
@@ -203,21 +206,30 @@ struct Spawned {
 impl Spawned {
     /// Starts (or restarts) the server and waits until it listens.
     fn start(&mut self) -> Result<SocketAddr> {
-        let mut command = std::process::Command::new(std::env::current_exe().context("finding this binary")?);
-        command.args(&self.args).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::inherit());
+        let (program, args) = self.args.split_first().context("a server command")?;
+        let mut command = std::process::Command::new(program);
+        command.args(args).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::inherit());
         let mut child = command.spawn().context("spawning the server")?;
         let stdout = child.stdout.take().context("the server's stdout")?;
         let child = Child(child);
         let mut reader = std::io::BufReader::new(stdout);
+        // The server's first line says where it listens; a wrapper may
+        // print its own lines before it.
         let mut line = String::new();
-        std::io::BufRead::read_line(&mut reader, &mut line).context("reading the server's address")?;
+        let mut said = Vec::new();
+        let addr: SocketAddr = loop {
+            line.clear();
+            let read = std::io::BufRead::read_line(&mut reader, &mut line).context("reading the server's address")?;
+            if let Some(addr) = line.trim().strip_prefix("listening ").and_then(|addr| addr.parse().ok()) {
+                break addr;
+            }
+            if read == 0 {
+                bail!("the server did not say where it listens: {:?}", said.join(""));
+            }
+            said.push(line.clone());
+        };
         // Keep reading, so the child never writes to a closed pipe.
         std::thread::spawn(move || std::io::copy(&mut reader, &mut std::io::sink()));
-        let addr: SocketAddr = line
-            .trim()
-            .strip_prefix("listening ")
-            .and_then(|addr| addr.parse().ok())
-            .with_context(|| format!("the server did not say where it listens: {line:?}"))?;
         self.addr = Some(addr);
         self.child = Some(child);
         Ok(addr)
@@ -275,7 +287,9 @@ fn spawn_servers(args: &NetworkArgs) -> Result<Cluster> {
     let ca_file = write("ca.pem", &ca.identity().cert_pem)?;
     let cert_file = write("server.pem", &server.cert_pem)?;
     let key_file = write("server-key.pem", &server.key_pem)?;
-    let mut common: Vec<std::ffi::OsString> = vec!["--serve-child".into(), "--ca-file".into(), ca_file.into()];
+    let mut common: Vec<std::ffi::OsString> = args.server_wrapper.iter().flatten().map(Into::into).collect();
+    common.push(std::env::current_exe().context("finding this binary")?.into());
+    common.extend(["--serve-child".into(), "--ca-file".into(), ca_file.into()]);
     common.extend(["--cert-file".into(), cert_file.into(), "--key-file".into(), key_file.into()]);
     if let Some(workers) = args.workers {
         common.extend(["--workers".into(), workers.to_string().into()]);
