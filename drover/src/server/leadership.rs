@@ -285,7 +285,7 @@ pub(crate) fn leader_peer(durable: &Durable) -> Result<(u64, SocketAddr), Leader
 
 /// Calls the leader `leader` with `call`, giving up as soon as raft no
 /// longer names it the leader: a killed leader sends nothing back, and
-/// this server notices it is gone when its election timer fires (1-2 s),
+/// this server notices it is gone when its election timer fires (2-2.5 s),
 /// long before the connection would time out.
 pub(crate) async fn while_it_leads<T>(
     durable: &Durable,
