@@ -151,8 +151,41 @@ struct Observer {
     heartbeat_rtt_us: Mutex<Histogram<u64>>,
     handshake_us: Mutex<Histogram<u64>>,
     heartbeats: AtomicU64,
+    /// Connections made in each second of the run (start-up's are
+    /// dropped when the run begins).
+    connects: ConnectsPerSecond,
     /// The run's timeline, with `--plot`.
     timeline: Option<Arc<Timeline>>,
+}
+
+/// Connections made per second since [`ConnectsPerSecond::restart`]: how
+/// bunched a storm's or a killed server's reconnects are.
+struct ConnectsPerSecond {
+    counts: Mutex<(Instant, Vec<u32>)>,
+}
+
+impl ConnectsPerSecond {
+    fn new() -> ConnectsPerSecond {
+        ConnectsPerSecond { counts: Mutex::new((Instant::now(), Vec::new())) }
+    }
+
+    fn count(&self) {
+        let mut counts = self.counts.lock();
+        let second = counts.0.elapsed().as_secs() as usize;
+        if counts.1.len() <= second {
+            counts.1.resize(second + 1, 0);
+        }
+        counts.1[second] += 1;
+    }
+
+    fn restart(&self) {
+        *self.counts.lock() = (Instant::now(), Vec::new());
+    }
+
+    /// The most connections made in one second.
+    fn peak(&self) -> u32 {
+        self.counts.lock().1.iter().copied().max().unwrap_or(0)
+    }
 }
 
 impl AgentObserver for Observer {
@@ -166,6 +199,7 @@ impl AgentObserver for Observer {
     }
 
     fn connected(&self, took: Duration) {
+        self.connects.count();
         self.handshake_us.lock().saturating_record(took.as_micros() as u64);
     }
 }
@@ -357,6 +391,9 @@ struct Operator {
     endpoints: ClientEndpoints,
     addrs: Vec<SocketAddr>,
     current: tokio::sync::Mutex<(usize, Option<ClientConnection>)>,
+    /// A server this run killed and has not restarted yet: calls skip it
+    /// rather than wait out a connection timeout on it.
+    killed: Mutex<Option<SocketAddr>>,
     /// Calls made again after a failure.
     retried: AtomicU64,
 }
@@ -374,6 +411,7 @@ impl Operator {
             endpoints,
             addrs,
             current: tokio::sync::Mutex::new((0, Some(first))),
+            killed: Mutex::new(None),
             retried: AtomicU64::new(0),
         })
     }
@@ -388,8 +426,11 @@ impl Operator {
         for _ in 0..OPERATOR_TRIES {
             let connection = {
                 let mut current = self.current.lock().await;
+                if current.1.is_none() && self.addrs.len() > 1 && *self.killed.lock() == Some(self.addr_of(&current)) {
+                    current.0 += 1;
+                }
                 if current.1.is_none() {
-                    let addr = self.addrs[current.0 % self.addrs.len()];
+                    let addr = self.addr_of(&current);
                     let connecting = tokio::time::timeout(Duration::from_secs(3), self.endpoints.connect(addr));
                     current.1 = connecting.await.ok().and_then(Result::ok);
                 }
@@ -418,13 +459,24 @@ impl Operator {
         bail!("the operator call failed {OPERATOR_TRIES} times, last: {last_error:?}")
     }
 
-    /// Moves off `addr` (a server about to be killed): the next call goes
-    /// to another server at once instead of timing out on a dead one.
+    /// Moves off `addr` (a server about to be killed) and skips it until
+    /// [`Operator::restored`]: calls go to the other servers at once
+    /// instead of timing out on a dead one.
     async fn avoid(&self, addr: SocketAddr) {
         let mut current = self.current.lock().await;
-        if self.addrs[current.0 % self.addrs.len()] == addr {
+        *self.killed.lock() = Some(addr);
+        if self.addr_of(&current) == addr {
             move_on(&mut current);
         }
+    }
+
+    /// The killed server runs again.
+    fn restored(&self) {
+        *self.killed.lock() = None;
+    }
+
+    fn addr_of(&self, current: &(usize, Option<ClientConnection>)) -> SocketAddr {
+        self.addrs[current.0 % self.addrs.len()]
     }
 
     /// The full report, with its audit: for the record of a run.
@@ -511,6 +563,7 @@ async fn kill_leaders(
         failovers.failover_ms.push(took.as_secs_f64() * 1000.0);
         let restarted = &mut spawned[victim];
         tokio::task::block_in_place(|| restarted.start())?;
+        operator.restored();
     }
     Ok(failovers)
 }
@@ -555,6 +608,7 @@ async fn drive(
         heartbeat_rtt_us: Mutex::new(Histogram::new_with_bounds(1, 600_000_000, 3).expect("bounds")),
         handshake_us: Mutex::new(Histogram::new_with_bounds(1, 600_000_000, 3).expect("bounds")),
         heartbeats: AtomicU64::new(0),
+        connects: ConnectsPerSecond::new(),
         timeline: timeline.clone(),
     });
     let phases = Phases { timeline: timeline.as_deref(), away: AtomicU64::new(0) };
@@ -712,6 +766,7 @@ async fn run_clients(
     // the placements) is measured at the TTL, as a real cluster starts.
     heartbeat_override.set(args.heartbeat_interval);
     observer.heartbeat_rtt_us.lock().reset();
+    observer.connects.restart();
     let beats_before = observer.heartbeats.load(Ordering::Relaxed);
     let run_started = Instant::now();
 
@@ -725,6 +780,7 @@ async fn run_clients(
     let (storm, failovers) = (storm?, failovers?);
     let heartbeats = observer.heartbeats.load(Ordering::Relaxed) - beats_before;
     let run_secs = run_started.elapsed().as_secs_f64();
+    let reconnects_peak_per_sec = observer.connects.peak();
     let loadgen_cpu_millis = drover::server::process_cpu_millis() - loadgen_cpu_before;
     let after_run = operator.progress().await?;
     for client in &clients {
@@ -753,6 +809,7 @@ async fn run_clients(
     net.handshake_ms = Millis::of(&observer.handshake_us.lock());
     let sum = |read: fn(&AgentCounters) -> u64| clients.iter().map(|client| read(&client.counters)).sum::<u64>();
     net.reconnects = sum(|c| c.reconnects.load(Ordering::Relaxed));
+    net.reconnects_peak_per_sec = reconnects_peak_per_sec;
     net.heartbeat_retries = sum(|c| c.heartbeat_retries.load(Ordering::Relaxed));
     net.resyncs = sum(|c| c.resyncs.load(Ordering::Relaxed));
     net.allocs_unknown = sum(|c| c.allocs_seen_unknown.load(Ordering::Relaxed));

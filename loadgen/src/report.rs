@@ -54,6 +54,8 @@ pub struct NetworkReport {
     pub handshake_ms: Millis,
     /// Connections re-established (flaps, storms, lost calls).
     pub reconnects: u64,
+    /// The most connections made in one second of the run.
+    pub reconnects_peak_per_sec: u32,
     /// Heartbeats sent again on their connection after no answer in time.
     pub heartbeat_retries: u64,
     /// Full alloc resyncs the clients sent after being marked away.
@@ -299,7 +301,10 @@ impl Report {
             println!("  heartbeat RTT ms           p50 {:.2}  p99 {:.2}  max {:.2}", h.p50, h.p99, h.max);
             println!("  handshake ms               p50 {:.2}  p99 {:.2}  max {:.2}", s.p50, s.p99, s.max);
             println!("  flapped clients / storm    {} / {}", n.flaps, n.storm_nodes);
-            println!("  reconnects / resyncs       {} / {}", n.reconnects, n.resyncs);
+            println!(
+                "  reconnects / resyncs       {} / {} (at most {} in one second)",
+                n.reconnects, n.resyncs, n.reconnects_peak_per_sec
+            );
             println!("  heartbeats retried         {}", n.heartbeat_retries);
             match n.convergence_after_storm_ms {
                 Some(ms) => println!("  convergence after storm    {ms:.0} ms"),
