@@ -319,13 +319,17 @@ impl Durable {
         self.cluster.as_ref().map_or(NODE_ID, |cluster| cluster.membership.id)
     }
 
-    /// The leader this server knows of: its id and addresses.
+    /// The leader this server knows of: its id and addresses. None while
+    /// that leader is not in the membership this server has: a server of
+    /// a cluster just formed can hear from its first leader before the
+    /// entry naming the members, and a leader whose address is unknown
+    /// cannot be called (a call waits for the entry instead).
     pub fn leader(&self) -> Option<(u64, ServerNode)> {
         let metrics = self.raft.metrics();
         let metrics = metrics.borrow();
         let leader = metrics.current_leader?;
-        let node = metrics.membership_config.nodes().find(|(id, _)| **id == leader).map(|(_, node)| node.clone());
-        Some((leader, node.unwrap_or_default()))
+        let node = metrics.membership_config.nodes().find(|(id, _)| **id == leader).map(|(_, node)| node.clone())?;
+        Some((leader, node))
     }
 
     /// Whether raft has stopped on this server (shut down, or failed): it
@@ -538,13 +542,14 @@ impl std::fmt::Debug for Durable {
 ///   leader stand for election only once the leader's lease
 ///   (`election_timeout_max`) and then its own election timeout (drawn
 ///   once from `election_timeout_min..max`) have passed without a
-///   heartbeat: 2.0-2.5 s here, so a dead leader is replaced in about
-///   2.5-3.5 s, inside the 5 s failover target with room for a loaded
-///   machine. openraft's defaults (50 ms, 150-300 ms) call elections
-///   whenever a busy machine delays a heartbeat by a few hundred
-///   milliseconds; 1-2 s timeouts waited 3-4 s before a vote and measured
-///   3.2-5.3 s over 9 leader kills under the 10,000-agent load, 1.5-3 s
-///   measured 5.5 s.
+///   heartbeat: 2.0-2.5 s here. A dead leader was replaced in 2.1-3.6 s
+///   over 27 kills under the 10,000-agent load, inside the 5 s failover
+///   target with room for a loaded machine
+///   (`docs/high-availability.md`). openraft's defaults (50 ms,
+///   150-300 ms) call elections whenever a busy machine delays a
+///   heartbeat by a few hundred milliseconds; 1-2 s timeouts waited 3-4 s
+///   before a vote and measured 3.2-5.3 s over 9 kills, 1.5-3 s measured
+///   5.5 s.
 /// - installing a snapshot may take 30 s (its last chunk installs the
 ///   whole state);
 /// - at most 64 entries per AppendEntries (an entry carries up to 1,024
