@@ -249,18 +249,16 @@ impl Spawned {
         let mut reader = std::io::BufReader::new(stdout);
         // The server's first line says where it listens; a wrapper may
         // print its own lines before it.
-        let mut line = String::new();
-        let mut said = Vec::new();
+        let mut said = String::new();
         let addr: SocketAddr = loop {
-            line.clear();
-            let read = std::io::BufRead::read_line(&mut reader, &mut line).context("reading the server's address")?;
-            if let Some(addr) = line.trim().strip_prefix("listening ").and_then(|addr| addr.parse().ok()) {
+            let start = said.len();
+            let read = std::io::BufRead::read_line(&mut reader, &mut said).context("reading the server's address")?;
+            if let Some(addr) = said[start..].trim().strip_prefix("listening ").and_then(|addr| addr.parse().ok()) {
                 break addr;
             }
             if read == 0 {
-                bail!("the server did not say where it listens: {:?}", said.join(""));
+                bail!("the server did not say where it listens: {said:?}");
             }
-            said.push(line.clone());
         };
         // Keep reading, so the child never writes to a closed pipe.
         std::thread::spawn(move || std::io::copy(&mut reader, &mut std::io::sink()));
