@@ -20,7 +20,9 @@
 //! drain set just before the leader dies reaches its deadline and
 //! completes under the next one; a periodic job with a one-minute cron
 //! launches once each minute across a leader kill (three launches, none
-//! missed, none doubled); an operator adds a voter and removes it again.
+//! missed, none doubled); an operator adds a voter and removes it again;
+//! with the leader's own workers set to none, the followers' workers
+//! schedule every job through the leader's broker and plan applier.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -593,6 +595,63 @@ async fn write_through(member: &Member, method: &str, path: &str, body: &serde_j
         }
     })
     .await
+}
+
+/// Counter `name` of `member`'s `/v1/metrics`.
+async fn counter(member: &Member, name: &str) -> u64 {
+    let metrics: serde_json::Value = member.api.get("/v1/metrics").await.expect("metrics").json().expect("JSON");
+    let counters = metrics["Counters"].as_array().expect("counters");
+    let found = counters.iter().find(|counter| counter["Name"] == name).unwrap_or_else(|| panic!("no {name}"));
+    found["Count"].as_u64().expect("a count")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn followers_schedule_through_the_leaders_broker_and_applier() {
+    let mut cluster = AgentsCluster::start("ha-schedulers").await;
+    let members = &mut cluster.members;
+    let leader_address = members[0].leader().await;
+    let leader = members.iter().position(|member| member.rpc.to_string() == leader_address).expect("a leader");
+
+    // The leader's own workers set to none: from now on, it schedules
+    // nothing itself, whether it keeps leading or not.
+    let none = serde_json::json!({"num_schedulers": 0,
+        "enabled_schedulers": ["service", "batch", "system", "sysbatch", "_core"]});
+    let answer = write_through(&members[leader], "PUT", "/v1/agent/schedulers/config", &none).await;
+    assert_eq!(answer["num_schedulers"], 0, "{answer}");
+    let idle = counter(&members[leader], "drover.worker.evals_processed").await;
+    // A follower answers for its own workers (the request is not relayed).
+    let follower = &members[(leader + 1) % SERVERS];
+    let workers: serde_json::Value =
+        follower.api.get("/v1/agent/schedulers").await.expect("workers").json().expect("JSON");
+    assert_eq!(workers["schedulers"].as_array().map(Vec::len), Some(1), "{workers}");
+
+    const JOBS: usize = 4;
+    for n in 0..JOBS {
+        let job = serde_json::json!({"Job": {"ID": format!("job-{n}"), "Type": "service", "Datacenters": ["dc1"],
+            "TaskGroups": [{"Name": "web", "Count": 2,
+                "Tasks": [{"Name": "main", "Driver": "mock", "Resources": {"CPU": 10, "MemoryMB": 10}}]}]}});
+        write_through(follower, "PUT", "/v1/jobs", &job).await;
+    }
+    for n in 0..JOBS {
+        let path = format!("/v1/job/job-{n}/allocations?stale");
+        common::api::until(&follower.api, &path, "both allocations running", |allocs| {
+            common::api::running_nodes(allocs).len() == 2
+        })
+        .await;
+    }
+
+    // Every eval was scheduled elsewhere: on a follower, through the
+    // leader's broker and applier.
+    assert_eq!(counter(&members[leader], "drover.worker.evals_processed").await, idle);
+    let mut from_leader = 0;
+    let mut plans_to_leader = 0;
+    for (_, member) in members.iter().enumerate().filter(|(n, _)| *n != leader) {
+        from_leader += counter(member, "drover.worker.evals_from_leader").await;
+        plans_to_leader += counter(member, "drover.worker.plans_to_leader").await;
+    }
+    assert!(from_leader >= 1 && plans_to_leader >= 1, "{from_leader} evals, {plans_to_leader} plans");
+
+    cluster.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

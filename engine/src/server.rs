@@ -56,7 +56,7 @@ use crate::plan::queue::PlanQueue;
 use crate::router::Router;
 use crate::state::{StateStore, Writer};
 use crate::structs::{EvalStatus, JobType, NodeStatus};
-use crate::worker::{WorkerConfig, WorkerContext, WorkerPool, WorkerStats};
+use crate::worker::{LocalWork, WorkerConfig, WorkerContext, WorkerPool, WorkerStats};
 
 /// Unblock indexes older than this are forgotten.
 const BLOCKED_PRUNE_AGE: Duration = Duration::from_secs(15 * 60);
@@ -319,9 +319,8 @@ impl Server {
             clock.clone(),
         );
         let context = WorkerContext::new(
-            core.writer.clone(),
-            core.broker.clone(),
-            plan_queue.clone(),
+            Arc::new(local_work(&core, &plan_queue)),
+            core.store.clone(),
             clock.clone(),
             config.worker.clone(),
         );
@@ -407,6 +406,12 @@ impl Server {
         &self.workers
     }
 
+    /// This server's broker, plan queue and log as a work source: what
+    /// workers elsewhere (a follower's, through the network) schedule from.
+    pub fn work(&self) -> LocalWork {
+        local_work(&self.core, &self.plan_queue)
+    }
+
     /// Everything the server counts.
     pub fn stats(&self) -> ServerStats {
         ServerStats {
@@ -475,6 +480,11 @@ impl Drop for Server {
 
 /// The timer thread (module docs): runs what is due, then sleeps on the
 /// clock until the next deadline, or [`IDLE_SLEEP`] when nothing is due.
+/// The leader's own work source over `core` and its plan queue.
+fn local_work(core: &Core, plan_queue: &Arc<PlanQueue>) -> LocalWork {
+    LocalWork { broker: core.broker.clone(), plan_queue: plan_queue.clone(), writer: core.writer.clone() }
+}
+
 fn spawn_timers(core: Arc<Core>, stopping: Arc<AtomicBool>) -> JoinHandle<()> {
     std::thread::Builder::new()
         .name("server-timers".into())

@@ -169,7 +169,8 @@ impl Report {
         self.evals_failed = stats.broker.total_delivery_limit_reached;
         self.evals_canceled = cluster.evals_canceled;
         self.evals_waiting = cluster.evals_waiting;
-        self.plans_submitted = stats.workers.plans_submitted;
+        // The applier's count: it sees every server's workers' plans.
+        self.plans_submitted = stats.plan_applier.plans_evaluated;
         self.plans_partially_rejected = stats.plan_applier.plans_partially_refused;
         self.plan_rejection_rate = self.plans_partially_rejected as f64 / (self.plans_submitted.max(1)) as f64;
         self.backoff_count = stats.workers.backoff_count;

@@ -11,7 +11,7 @@ use axum::extract::State;
 use axum::routing::{get, post};
 use axum::Router;
 use engine::structs::{AclLevel, Capabilities, JobType};
-use engine::worker::{WorkerActivity, WorkerStatus};
+use engine::worker::{WorkerActivity, WorkerPool, WorkerStatus};
 
 use super::access::{Access, Area};
 use super::error::ApiError;
@@ -93,7 +93,7 @@ async fn agent_self(State(state): State<ApiState>, params: Params) -> Reply {
     let agent = &state.agent;
     let leader = state.leadership.leader();
     let stats = leader.as_ref().map(|server| server.stats()).unwrap_or_default();
-    let workers = leader.as_ref().map_or(0, |server| server.workers().workers().len());
+    let workers = state.leadership.with_workers(|pool| pool.workers().len()).unwrap_or(0);
     let nomad = strings([
         ("server", "true".to_string()),
         ("leader", leader.is_some().to_string()),
@@ -295,9 +295,15 @@ fn scheduler_names(types: &[JobType]) -> Vec<String> {
     types.iter().map(|kind| kind.as_str().to_string()).chain(["_core".to_string()]).collect()
 }
 
-/// `GET /v1/agent/schedulers`.
+/// A server alone that no longer leads is shutting down: its workers are gone.
+fn no_workers() -> ApiError {
+    ApiError::NoLeader("this server does not lead".to_string())
+}
+
+/// `GET /v1/agent/schedulers`: this server's own workers (a follower of a
+/// cluster schedules too).
 async fn schedulers(State(state): State<ApiState>, params: Params) -> Reply {
-    let workers = state.leadership.leader().map(|server| server.workers().workers()).unwrap_or_default();
+    let workers = state.leadership.with_workers(WorkerPool::workers).unwrap_or_default();
     let schedulers = workers
         .iter()
         .map(|worker| AgentSchedulerWorkerInfo {
@@ -316,7 +322,7 @@ fn server_id(state: &ApiState) -> String {
 }
 
 fn current_config(state: &ApiState) -> AgentSchedulerWorkerConfigResponse {
-    let workers = state.leadership.leader().map(|server| server.workers().workers()).unwrap_or_default();
+    let workers = state.leadership.with_workers(WorkerPool::workers).unwrap_or_default();
     let types = workers.first().map(|worker| worker.types.clone()).unwrap_or_default();
     AgentSchedulerWorkerConfigResponse {
         server_id: server_id(state),
@@ -343,19 +349,21 @@ async fn set_scheduler_config(State(state): State<ApiState>, params: Params, bod
     for name in request.enabled_schedulers.iter().filter(|name| *name != "_core") {
         types.push(JobType::ALL.into_iter().find(|kind| kind.as_str() == name).ok_or_else(invalid)?);
     }
-    let engine = state.leader()?;
-    tokio::task::spawn_blocking(move || {
-        let workers = engine.workers();
-        if workers.workers().len() != count {
-            workers.resize(count);
-        }
-        let current = workers.workers().first().map(|worker| worker.types.clone());
-        if !types.is_empty() && current.as_ref() != Some(&types) {
-            workers.set_types(types);
-        }
+    let leadership = state.leadership.clone();
+    let configured = tokio::task::spawn_blocking(move || {
+        leadership.with_workers(|workers| {
+            if workers.workers().len() != count {
+                workers.resize(count);
+            }
+            let current = workers.workers().first().map(|worker| worker.types.clone());
+            if !types.is_empty() && current.as_ref() != Some(&types) {
+                workers.set_types(types);
+            }
+        })
     })
     .await
     .map_err(|error| ApiError::Internal(format!("engine call failed: {error}")))?;
+    configured.ok_or_else(no_workers)?;
     Ok(Reply::json(&current_config(&state), params.pretty(), None))
 }
 
@@ -363,7 +371,8 @@ async fn set_scheduler_config(State(state): State<ApiState>, params: Params, bod
 fn worker_id(state: &ApiState, params: &Params) -> Result<Option<usize>, ApiError> {
     let Some(text) = params.get("id") else { return Ok(None) };
     let id: usize = text.parse().map_err(|_| ApiError::BadRequest(format!("worker id {text:?} is not a number")))?;
-    if !state.leader()?.workers().workers().iter().any(|worker| worker.id == id) {
+    let known = state.leadership.with_workers(|pool| pool.workers().iter().any(|worker| worker.id == id));
+    if !known.ok_or_else(no_workers)? {
         return Err(ApiError::NotFound(format!("no worker {id}")));
     }
     Ok(Some(id))
@@ -373,7 +382,7 @@ fn worker_id(state: &ApiState, params: &Params) -> Result<Option<usize>, ApiErro
 /// the eval they hold and take no other until resumed. Answers the workers.
 async fn pause_workers(State(state): State<ApiState>, params: Params) -> Result<Reply, ApiError> {
     let id = worker_id(&state, &params)?;
-    state.leader()?.workers().pause(id);
+    state.leadership.with_workers(|pool| pool.pause(id)).ok_or_else(no_workers)?;
     tracing::info!(worker = ?id, "scheduling workers paused");
     Ok(schedulers(State(state), params).await)
 }
@@ -381,7 +390,7 @@ async fn pause_workers(State(state): State<ApiState>, params: Params) -> Result<
 /// `PUT /v1/agent/schedulers/resume[?id=N]` (Drover's).
 async fn resume_workers(State(state): State<ApiState>, params: Params) -> Result<Reply, ApiError> {
     let id = worker_id(&state, &params)?;
-    state.leader()?.workers().resume(id);
+    state.leadership.with_workers(|pool| pool.resume(id)).ok_or_else(no_workers)?;
     tracing::info!(worker = ?id, "scheduling workers resumed");
     Ok(schedulers(State(state), params).await)
 }

@@ -37,6 +37,8 @@ fn served_here(request: &Request) -> bool {
     local.contains(&path)
         || path.starts_with("/v1/status/")
         || path.starts_with("/v1/operator/raft/")
+        // Every server schedules: its workers are its own (`server::scheduling`).
+        || path.starts_with("/v1/agent/schedulers")
         // An allocation's checks are state the servers hold, read as any other.
         || (path.starts_with("/v1/client/") && !path.ends_with("/checks"))
         || (request.method() == axum::http::Method::GET && stale)

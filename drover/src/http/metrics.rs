@@ -51,6 +51,8 @@ fn collect(state: &ApiState) -> Vec<Metric> {
     let leader = state.leadership.leader();
     let stats = leader.as_ref().map(|server| server.stats()).unwrap_or_default();
     let broker = &stats.broker;
+    let workers = state.leadership.worker_stats();
+    let remote = state.leadership.remote_stats();
     let mut all = vec![
         metric("drover.broker.total_ready", Gauge, broker.total_ready as f64),
         metric("drover.broker.total_unacked", Gauge, broker.total_unacked as f64),
@@ -67,11 +69,13 @@ fn collect(state: &ApiState) -> Vec<Metric> {
         metric("drover.plan.evaluated", Counter, stats.plan_applier.plans_evaluated as f64),
         metric("drover.plan.partially_refused", Counter, stats.plan_applier.plans_partially_refused as f64),
         metric("drover.plan.node_rejected", Counter, stats.plan_applier.node_rejections as f64),
-        metric("drover.worker.evals_processed", Counter, stats.workers.evals_processed as f64),
-        metric("drover.worker.evals_nacked", Counter, stats.workers.evals_nacked as f64),
-        metric("drover.worker.plans_submitted", Counter, stats.workers.plans_submitted as f64),
-        metric("drover.worker.backoffs", Counter, stats.workers.backoff_count as f64),
-        metric("drover.worker.backoff_ms", Counter, stats.workers.backoff_ms_total as f64),
+        metric("drover.worker.evals_processed", Counter, workers.evals_processed as f64),
+        metric("drover.worker.evals_nacked", Counter, workers.evals_nacked as f64),
+        metric("drover.worker.plans_submitted", Counter, workers.plans_submitted as f64),
+        metric("drover.worker.evals_from_leader", Counter, remote.evals as f64),
+        metric("drover.worker.plans_to_leader", Counter, remote.plans as f64),
+        metric("drover.worker.backoffs", Counter, workers.backoff_count as f64),
+        metric("drover.worker.backoff_ms", Counter, workers.backoff_ms_total as f64),
         metric("drover.heartbeat.active", Gauge, stats.heartbeats.active_timers as f64),
         metric("drover.heartbeat.resets", Counter, stats.heartbeats.resets as f64),
         metric("drover.heartbeat.expirations", Counter, stats.heartbeats.expirations as f64),
@@ -91,7 +95,7 @@ fn collect(state: &ApiState) -> Vec<Metric> {
             all.push(Metric { name, labels, kind: Gauge, value: value as f64 });
         }
     }
-    let workers = leader.map(|server| server.workers().workers()).unwrap_or_default();
+    let workers = state.leadership.with_workers(engine::worker::WorkerPool::workers).unwrap_or_default();
     let paused = workers.iter().filter(|worker| worker.status == engine::worker::WorkerStatus::Paused).count();
     all.push(metric("drover.worker.count", Gauge, workers.len() as f64));
     all.push(metric("drover.worker.paused", Gauge, paused as f64));

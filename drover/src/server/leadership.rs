@@ -10,6 +10,10 @@
 //! They stop as soon as the leadership goes; the store is left to raft.
 //! A one-server setup leads from the start and never stops leading.
 //!
+//! A server of a cluster schedules whether it leads or not: its workers
+//! are its own, one pool for its whole life, not the leader services'
+//! (see [`scheduling`](super::scheduling)).
+//!
 //! What a follower cannot serve goes to the leader: client calls through
 //! [`ClusterRoute`](super::routing::ClusterRoute), HTTP requests through
 //! `http::forward`; both find it with `leader_peer` and give up with
@@ -20,16 +24,19 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use engine::clock::SystemClock;
-use engine::server::{Server, ServerConfig};
+use engine::server::{Server, ServerConfig, ServerStats};
 use engine::state::StateStore;
+use engine::worker::{WorkerContext, WorkerPool, WorkerStats};
 use parking_lot::RwLock;
 use replication::network::ResolveError;
 use replication::Durable;
-use transport::peer::PeerError;
+use transport::peer::{PeerError, Peers};
+
+use super::scheduling::{ClusterWork, RemoteStats};
 
 /// How long a call waits for a leader before it is refused with "no
 /// cluster leader", the default of
@@ -46,6 +53,11 @@ pub struct Leadership {
     store: Arc<StateStore>,
     durable: Option<Arc<Durable>>,
     services: RwLock<Option<Arc<Server>>>,
+    /// The raft term the leader services run in (set with them).
+    term: AtomicU64,
+    /// A server of a cluster's scheduling workers (module docs); a server
+    /// alone has its leader services' own.
+    workers: OnceLock<(WorkerPool, Arc<ClusterWork>)>,
     /// Whether the leader services run, for whoever waits for a change.
     leading: tokio::sync::watch::Sender<bool>,
     /// Times this server became the leader.
@@ -114,6 +126,8 @@ impl Leadership {
             store: server.store().clone(),
             durable,
             services: RwLock::new(Some(Arc::new(server))),
+            term: AtomicU64::new(0),
+            workers: OnceLock::new(),
             leading: tokio::sync::watch::Sender::new(true),
             gained: AtomicU64::new(1),
             closed: std::sync::atomic::AtomicBool::new(false),
@@ -122,18 +136,36 @@ impl Leadership {
     }
 
     /// A server of a cluster: follows until raft says it leads. Calls wait
-    /// up to `hold` for a leader ([`Leadership::settle`]).
-    pub fn clustered(config: ServerConfig, durable: Arc<Durable>, hold: Duration) -> Arc<Leadership> {
+    /// up to `hold` for a leader ([`Leadership::settle`]). Its scheduling
+    /// workers start now and call the leader through `peers`, on the
+    /// runtime this is called in (module docs).
+    pub fn clustered(
+        config: ServerConfig,
+        durable: Arc<Durable>,
+        hold: Duration,
+        peers: Arc<Peers>,
+    ) -> Arc<Leadership> {
+        let workers = config.workers;
+        // The workers are the server's own, not the leader services'.
+        let services_config = ServerConfig { workers: 0, ..config };
         let leadership = Arc::new(Leadership {
-            config,
+            config: services_config,
             store: durable.store().clone(),
             durable: Some(durable.clone()),
             services: RwLock::new(None),
+            term: AtomicU64::new(0),
+            workers: OnceLock::new(),
             leading: tokio::sync::watch::Sender::new(false),
             gained: AtomicU64::new(0),
             closed: std::sync::atomic::AtomicBool::new(false),
             hold,
         });
+        let config = &leadership.config;
+        let work = Arc::new(ClusterWork::new(&leadership, durable.clone(), peers, tokio::runtime::Handle::current()));
+        let context =
+            WorkerContext::new(work.clone(), durable.store().clone(), SystemClock::shared(), config.worker.clone());
+        let pool = WorkerPool::start(Arc::new(context), workers, config.worker_types.clone());
+        let _ = leadership.workers.set((pool, work));
         let weak = Arc::downgrade(&leadership);
         durable.watch_leadership(Arc::new(move |leads| {
             if let Some(leadership) = weak.upgrade() {
@@ -150,6 +182,42 @@ impl Leadership {
     /// The leader services, while this server leads.
     pub fn leader(&self) -> Option<Arc<Server>> {
         self.services.read().clone()
+    }
+
+    /// The leader services and the raft term they run in, while this
+    /// server leads (0 for a server alone).
+    pub fn leading_term(&self) -> Option<(Arc<Server>, u64)> {
+        let services = self.services.read();
+        services.clone().map(|server| (server, self.term.load(Ordering::Acquire)))
+    }
+
+    /// Runs `f` on this server's scheduling workers: its own pool on a
+    /// server of a cluster, the leader services' on a server alone (none
+    /// while it does not lead: it is shutting down).
+    pub fn with_workers<R>(&self, f: impl FnOnce(&WorkerPool) -> R) -> Option<R> {
+        match self.workers.get() {
+            Some((pool, _)) => Some(f(pool)),
+            None => self.leader().map(|server| f(server.workers())),
+        }
+    }
+
+    /// What this server's workers did through the leader while following
+    /// (zero on a server alone).
+    pub fn remote_stats(&self) -> RemoteStats {
+        self.workers.get().map(|(_, work)| work.stats()).unwrap_or_default()
+    }
+
+    /// This server's workers' counters.
+    pub fn worker_stats(&self) -> WorkerStats {
+        self.with_workers(WorkerPool::stats).unwrap_or_default()
+    }
+
+    /// The leader services' counters, with this server's workers', while
+    /// it leads.
+    pub fn stats(&self) -> Option<ServerStats> {
+        let mut stats = self.leader()?.stats();
+        stats.workers = self.worker_stats();
+        Some(stats)
     }
 
     /// Watches whether the leader services run (they start after the read
@@ -231,6 +299,7 @@ impl Leadership {
             return;
         }
         let server = Server::start_with(self.config.clone(), SystemClock::shared(), durable.writer());
+        self.term.store(durable.metrics().current_term, Ordering::Release);
         let stats = server.stats();
         tracing::info!(
             term = durable.metrics().current_term,
@@ -248,6 +317,10 @@ impl Leadership {
     /// leadership won after this starts nothing).
     pub fn close(&self) {
         self.refuse_leading();
+        // The workers first: each finishes or gives back the eval it holds.
+        if let Some((pool, _)) = self.workers.get() {
+            pool.stop();
+        }
         self.follow();
     }
 

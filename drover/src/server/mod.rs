@@ -47,6 +47,7 @@ pub mod leadership;
 pub mod peer;
 pub mod report;
 pub mod routing;
+pub mod scheduling;
 pub mod timers;
 
 pub use report::{cluster_report, process_cpu_millis, process_memory};
@@ -213,7 +214,8 @@ impl RunningServer {
             }
         };
         let _ = handler.durable.set(durable.clone());
-        let leadership = Leadership::clustered(options.engine.clone(), durable.clone(), cluster.hold);
+        let leadership = Leadership::clustered(options.engine.clone(), durable.clone(), cluster.hold, peers.clone());
+        let _ = handler.leadership.set(leadership.clone());
         let clock = SystemClock::shared();
         // The follower's endpoint serves allocation watches from the
         // replicated store; it never writes (the route forwards writes).
@@ -584,7 +586,7 @@ impl Operations for EngineOperations {
         let mut report = cluster_report(&snapshot, SystemClock::shared().now(), scope);
         if let Some(engine) = self.leadership.leader() {
             report.idle = engine.is_idle();
-            report.engine = engine.stats();
+            report.engine = self.leadership.stats().unwrap_or_else(|| engine.stats());
             report.leader = self.rpc.clone();
         }
         (report.rss_bytes, report.peak_rss_bytes) = process_memory();

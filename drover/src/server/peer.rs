@@ -1,6 +1,7 @@
 //! Answers the other servers' calls: raft's, forwarded client calls,
-//! forwarded HTTP requests, and calls to the agents whose connections
-//! this server holds (`agents.rs`).
+//! forwarded HTTP requests, calls to the agents whose connections this
+//! server holds (`agents.rs`), and the scheduling calls of followers'
+//! workers (`scheduling.rs`).
 
 use std::sync::{Arc, OnceLock};
 
@@ -11,6 +12,8 @@ use serde::{Deserialize, Serialize};
 use transport::message::{AgentCallRequest, Message};
 use transport::peer::{PeerAnswer, PeerHandler, PeerRefusal, PeerSink, PeerStreaming};
 use transport::server::ClientListener;
+
+use super::leadership::Leadership;
 
 /// The kinds of server-to-server calls Drover makes besides raft's
 /// (`replication::network::kinds` has 1-5).
@@ -26,6 +29,9 @@ pub mod kinds {
     /// A call to an agent whose connection this server holds, streamed:
     /// its encoded request frame; the answer is the agent's, relayed.
     pub const AGENT_CALL: u8 = 13;
+    /// A follower's worker's call on the leader's broker or plan applier:
+    /// an encoded `scheduling::SchedulingCall`.
+    pub const SCHEDULING: u8 = 14;
 }
 
 /// Answers the other servers' calls (module docs). Its parts are set once
@@ -38,6 +44,8 @@ pub struct PeerService {
     pub listener: OnceLock<Arc<ClientListener>>,
     /// Forwarded HTTP requests.
     pub http: OnceLock<axum::Router>,
+    /// Followers' scheduling calls.
+    pub leadership: OnceLock<Arc<Leadership>>,
 }
 
 impl PeerHandler for PeerService {
@@ -45,12 +53,17 @@ impl PeerHandler for PeerService {
         let durable = self.durable.get().cloned();
         let listener = self.listener.get().cloned();
         let http = self.http.get().cloned();
+        let leadership = self.leadership.get().cloned();
         Box::pin(async move {
             match kind {
                 kinds::CLIENT_CALL => {
                     let listener = listener.ok_or(PeerServiceError::Starting)?;
                     let (operator, frame) = request.split_first().ok_or(PeerServiceError::EmptyCall)?;
                     Ok(listener.serve_forwarded(frame, *operator == 1).await)
+                }
+                kinds::SCHEDULING => {
+                    let leadership = leadership.ok_or(PeerServiceError::Starting)?;
+                    Ok(super::scheduling::serve(&leadership, &request).await?)
                 }
                 kinds::HTTP => Ok(serve_forwarded(http.ok_or(PeerServiceError::Starting)?, &request).await?),
                 kinds::NODE_CONNECTION => {

@@ -76,11 +76,11 @@ impl Default for BrokerConfig {
 }
 
 /// Proof that a worker holds an eval; ack and nack must present it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Token(pub u64);
 
 /// Why the broker refused an ack, a nack or a dequeue.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
 pub enum BrokerError {
     /// The eval is not handed out to anyone (never dequeued, already acked
     /// or nacked, or taken back after its nack timeout).
@@ -101,6 +101,20 @@ pub struct Dequeued {
     pub eval: Arc<Evaluation>,
     /// The token.
     pub token: Token,
+    /// The state index the worker's store must reach before it schedules:
+    /// the eval's modify index here. A leader handing the eval to another
+    /// server's worker raises it to the newest modify index of any eval of
+    /// the job, so that server's store holds what the job's earlier evals
+    /// committed (Nomad's wait index).
+    pub wait_index: u64,
+}
+
+impl Dequeued {
+    /// `eval` held under `token`, to schedule once the store has the eval.
+    pub fn new(eval: Arc<Evaluation>, token: Token) -> Dequeued {
+        let wait_index = eval.modify_index;
+        Dequeued { eval, token, wait_index }
+    }
 }
 
 /// Counts per scheduler type.
@@ -498,7 +512,7 @@ impl EvalBroker {
             entry.hold = Some(hold);
         }
         self.counters.unacked[eval.eval_type.index()].fetch_add(1, Ordering::Relaxed);
-        Ok(Some(Dequeued { eval, token: hold.token }))
+        Ok(Some(Dequeued::new(eval, hold.token)))
     }
 
     /// Pops the best head among the ready queues of `types`. The queues are
@@ -726,7 +740,7 @@ impl EvalBroker {
             evals.find_mut(hash, |entry| entry.id == eval.id).expect("a failed eval is tracked until it is acked");
         entry.hold = Some(hold);
         self.counters.unacked[eval.eval_type.index()].fetch_add(1, Ordering::Relaxed);
-        Dequeued { eval, token: hold.token }
+        Dequeued::new(eval, hold.token)
     }
 
     /// Stops handing out evals; enqueues, acks and nacks still work.

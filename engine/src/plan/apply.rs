@@ -366,7 +366,7 @@ impl PlanApplier {
         // their completion signals.
         let mut in_flight: VecDeque<InFlight> = VecDeque::new();
         while !stop.load(Ordering::Acquire) {
-            let Some(pending) = self.queue.dequeue(Duration::from_millis(50)) else { continue };
+            let Some(mut pending) = self.queue.dequeue(Duration::from_millis(50)) else { continue };
             self.counters.plans_evaluated.fetch_add(1, Ordering::Relaxed);
             if self.broker.outstanding(pending.plan.eval_id) != Some(Token(pending.plan.eval_token)) {
                 self.counters.plans_stale.fetch_add(1, Ordering::Relaxed);
@@ -404,9 +404,14 @@ impl PlanApplier {
                     let _ = done.recv();
                 }
             }
+            // The result holds what is committed; the plan's own copies of
+            // its allocations (a system job's are thousands) go before the
+            // overlay and the command copy them again.
+            let eval_id = pending.plan.eval_id;
+            pending.plan = Plan { eval_id, ..Plan::default() };
             let (done, finished) = channel::bounded(1);
             let overlay = overlay_of(&result);
-            let command = Command::apply_plan_result(pending.plan.eval_id, &result, self.clock.now());
+            let command = Command::apply_plan_result(eval_id, &result, self.clock.now());
             if commits.send(Commit { pending, result, command, done }).is_err() {
                 return;
             }
@@ -433,6 +438,12 @@ impl PlanApplier {
                 match written {
                     Ok(applied) => {
                         result.alloc_index = applied.index;
+                        // A worker on another server re-plans against its own
+                        // store: it must hold this plan's placements too, or
+                        // they would be placed again (Nomad's refresh rule).
+                        if result.refresh_index != 0 {
+                            result.refresh_index = result.refresh_index.max(applied.index);
+                        }
                         result.refuse_placements(&applied.refused_placements, applied.index);
                         let evicted = result.node_preemptions.values().map(Vec::len).sum::<usize>();
                         self.counters.allocs_preempted.fetch_add(evicted as u64, Ordering::Relaxed);

@@ -177,7 +177,7 @@ impl From<WaitError> for SchedulerError {
 }
 
 /// Why a plan was not applied (what a [`Planner`] answers besides a result).
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
 pub enum PlanError {
     /// The eval's broker token is no longer outstanding: the worker's hold
     /// expired and another worker may have the eval.

@@ -12,7 +12,7 @@
 use std::sync::Arc;
 
 use super::Command;
-use crate::structs::job_refs::{decoding_jobs, encoding_jobs, JobTable};
+use crate::structs::job_refs::{take_postcard_sharing, to_postcard_sharing};
 use crate::structs::Job;
 
 /// The version byte of today's format. 2: jobs and allocations carry what
@@ -56,10 +56,7 @@ pub enum CodecError {
 impl Command {
     /// The command in the log format (module docs).
     pub fn encode(&self) -> Vec<u8> {
-        let table = JobTable::of(self.shared_jobs());
-        let mut bytes = vec![FORMAT_VERSION];
-        bytes = postcard::to_extend(table.jobs(), bytes).expect("a job always encodes");
-        encoding_jobs(table, || postcard::to_extend(self, bytes))
+        to_postcard_sharing(self, self.shared_jobs(), vec![FORMAT_VERSION])
             .expect("a command always encodes: its jobs are in the table")
     }
 
@@ -70,9 +67,7 @@ impl Command {
             return Err(CodecError::UnknownVersion(version));
         }
         let malformed = |error: postcard::Error| CodecError::Malformed(error.to_string());
-        let (jobs, rest): (Vec<Job>, &[u8]) = postcard::take_from_bytes(body).map_err(malformed)?;
-        let jobs = jobs.into_iter().map(Arc::new).collect();
-        let (command, rest) = decoding_jobs(jobs, || postcard::take_from_bytes::<Command>(rest)).map_err(malformed)?;
+        let (command, rest) = take_postcard_sharing::<Command>(body).map_err(malformed)?;
         match rest.len() {
             0 => Ok(command),
             trailing => Err(CodecError::Trailing(trailing)),

@@ -79,6 +79,27 @@ pub fn decoding_jobs<R>(jobs: Vec<Arc<Job>>, decode: impl FnOnce() -> R) -> R {
     decode()
 }
 
+/// `value` in postcard, appended to `bytes`, with the jobs of its
+/// allocations carried once: the table of `jobs` (which must hold every one
+/// of them) first, then the value, whose allocations name their job by its
+/// place in the table.
+pub fn to_postcard_sharing<'a, T: Serialize>(
+    value: &T,
+    jobs: impl IntoIterator<Item = &'a Arc<Job>>,
+    bytes: Vec<u8>,
+) -> Result<Vec<u8>, postcard::Error> {
+    let table = JobTable::of(jobs);
+    let bytes = postcard::to_extend(table.jobs(), bytes)?;
+    encoding_jobs(table, || postcard::to_extend(value, bytes))
+}
+
+/// What [`to_postcard_sharing`] wrote, and the bytes after it.
+pub fn take_postcard_sharing<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<(T, &[u8]), postcard::Error> {
+    let (jobs, rest): (Vec<Job>, &[u8]) = postcard::take_from_bytes(bytes)?;
+    let jobs = jobs.into_iter().map(Arc::new).collect();
+    decoding_jobs(jobs, || postcard::take_from_bytes::<T>(rest))
+}
+
 /// Puts back the table that was in force before, even if the encode or
 /// decode panicked.
 enum Restore {

@@ -57,6 +57,12 @@ impl Plan {
     pub fn preemption_count(&self) -> usize {
         self.node_preemptions.values().map(Vec::len).sum()
     }
+
+    /// The jobs its allocations hold (to encode each once:
+    /// [`super::job_refs::to_postcard_sharing`]).
+    pub fn alloc_jobs(&self) -> impl Iterator<Item = &Arc<Job>> + '_ {
+        alloc_jobs([&self.node_update, &self.node_allocation, &self.node_preemptions])
+    }
 }
 
 /// What the plan applier committed of a plan. A partly refused plan is a
@@ -90,6 +96,11 @@ impl PlanResult {
             && self.deployment_updates.is_empty()
     }
 
+    /// The jobs its allocations hold, as [`Plan::alloc_jobs`].
+    pub fn alloc_jobs(&self) -> impl Iterator<Item = &Arc<Job>> + '_ {
+        alloc_jobs([&self.node_update, &self.node_allocation, &self.node_preemptions])
+    }
+
     /// Takes out placements the state store refused at commit time (their
     /// node left between the applier's check and the write, or a port they
     /// were given was taken) and asks for a re-plan at `index`. Evictions on
@@ -104,4 +115,9 @@ impl PlanResult {
         self.node_allocation.retain(|_, allocs| !allocs.is_empty());
         self.refresh_index = index;
     }
+}
+
+/// The jobs of the allocations in `maps`.
+fn alloc_jobs<'a>(maps: [&'a BTreeMap<NodeId, Vec<Allocation>>; 3]) -> impl Iterator<Item = &'a Arc<Job>> + 'a {
+    maps.into_iter().flat_map(BTreeMap::values).flatten().map(|alloc| &alloc.job)
 }

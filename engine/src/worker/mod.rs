@@ -1,18 +1,21 @@
 //! Scheduling workers and their pool.
 //!
-//! Each worker loops:
+//! Each worker loops over its [`WorkSource`] (this server's broker, plan
+//! queue and log while it leads; the leader's, over the network, on a
+//! follower of a cluster):
 //! 1. Dequeue an eval of its enabled scheduler types, with a timeout so that
 //!    pause and shutdown are noticed.
-//! 2. Wait until the state store reaches the eval's index. If it does not
+//! 2. Wait until the state store reaches the eval's wait index (its modify
+//!    index, or more for an eval handed out by another server). If it does not
 //!    within the sync limit, nack and hold off on a long backoff that ends
 //!    early as soon as the state catches up (a server that is behind must not
 //!    churn through evals).
 //! 3. Take a snapshot and run the scheduler for the eval's type, with the
 //!    worker as its [`Planner`]: plans go to the plan queue; on a partial
-//!    refusal the worker waits for the refresh index and hands the scheduler
-//!    the newer state; eval updates are written through the [`Writer`] (the
-//!    store's apply hook routes them, the worker's own reblock included: the
-//!    broker enqueues it again once the worker acks).
+//!    refusal the worker waits for the refresh index in its own store and
+//!    hands the scheduler the newer state; eval updates are written through
+//!    the source (the leader's apply hook routes them, the worker's own
+//!    reblock included: the broker enqueues it again once the worker acks).
 //! 4. Ack on success, nack on error and back off exponentially (fast base
 //!    for retryable errors such as plan conflicts, slow base for others,
 //!    capped), resetting on success. Shutdown is its own outcome, never
@@ -22,6 +25,7 @@
 //! paused and resumed and reports its status and current activity.
 
 mod claims;
+mod source;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -32,12 +36,12 @@ use parking_lot::{Condvar, Mutex, RwLock};
 
 pub use claims::ClaimTable;
 use serde::{Deserialize, Serialize};
+pub use source::{LocalWork, WorkError, WorkSource};
 
 use crate::clock::SharedClock;
-use crate::eval::broker::{BrokerError, Dequeued, EvalBroker, Token};
-use crate::plan::queue::PlanQueue;
+use crate::eval::broker::{BrokerError, Dequeued, Token};
 use crate::scheduler::{new_scheduler, Algorithm, NodeClaims, Planner, SchedulerConfig, SchedulerError, State};
-use crate::state::{Command, WaitError, Writer};
+use crate::state::{StateStore, WaitError};
 use crate::structs::{EvalId, Evaluation, JobType, Plan, PlanResult};
 
 /// Worker settings.
@@ -191,12 +195,10 @@ struct WorkerSlot {
 /// Everything workers share.
 #[derive(Debug)]
 pub struct WorkerContext {
-    /// Where eval updates are written; reads go to its store.
-    pub writer: Writer,
-    /// The broker.
-    pub broker: Arc<EvalBroker>,
-    /// The plan queue.
-    pub plan_queue: Arc<PlanQueue>,
+    /// Where evals come from and plans and eval updates go.
+    pub source: Arc<dyn WorkSource>,
+    /// The state schedulers read (this server's own, replicated).
+    pub store: Arc<StateStore>,
     /// Time.
     pub clock: SharedClock,
     /// Settings.
@@ -206,23 +208,9 @@ pub struct WorkerContext {
 }
 
 impl WorkerContext {
-    /// A context over the server's parts.
-    pub fn new(
-        writer: Writer,
-        broker: Arc<EvalBroker>,
-        plan_queue: Arc<PlanQueue>,
-        clock: SharedClock,
-        config: WorkerConfig,
-    ) -> Self {
-        WorkerContext {
-            writer,
-            broker,
-            plan_queue,
-            clock,
-            config,
-            claims: Arc::default(),
-            counters: Counters::default(),
-        }
+    /// A context over a work source and the store schedulers read.
+    pub fn new(source: Arc<dyn WorkSource>, store: Arc<StateStore>, clock: SharedClock, config: WorkerConfig) -> Self {
+        WorkerContext { source, store, clock, config, claims: Arc::default(), counters: Counters::default() }
     }
 }
 
@@ -448,8 +436,8 @@ impl Worker {
             let types = self.control.types.read().clone();
             self.control.saw_types(generation);
             let started = std::time::Instant::now();
-            match self.ctx.broker.dequeue(&types, self.ctx.config.dequeue_timeout) {
-                Err(BrokerError::ShuttingDown) => break,
+            match self.ctx.source.dequeue(&types, self.ctx.config.dequeue_timeout) {
+                Err(WorkError::Broker(BrokerError::ShuttingDown)) => break,
                 Err(_) | Ok(None) => continue,
                 Ok(Some(held)) => {
                     crate::timing::record_since("drover.worker.dequeue_eval", started);
@@ -481,16 +469,16 @@ impl Worker {
     /// Steps 2-4 for one eval.
     fn handle(&mut self, held: Dequeued) {
         let outcome = self.process(&held);
-        let broker = &self.ctx.broker;
+        let source = &self.ctx.source;
         match outcome {
             Ok(()) => {
-                if broker.ack(held.eval.id, held.token).is_ok() {
+                if source.ack(held.eval.id, held.token).is_ok() {
                     self.ctx.counters.evals_processed.fetch_add(1, Ordering::Relaxed);
                 }
                 self.backoff_attempt = 0;
             }
             Err(failure) => {
-                if broker.nack(held.eval.id, held.token).is_ok() {
+                if source.nack(held.eval.id, held.token).is_ok() {
                     self.ctx.counters.evals_nacked.fetch_add(1, Ordering::Relaxed);
                 }
                 self.back_off(failure, &held.eval);
@@ -500,9 +488,9 @@ impl Worker {
 
     fn process(&mut self, held: &Dequeued) -> Result<(), Failure> {
         self.control.set_activity(WorkerActivity::WaitingForIndex);
-        let store = self.ctx.writer.store();
+        let store = &self.ctx.store;
         let started = std::time::Instant::now();
-        let snapshot = match store.snapshot_min_index(held.eval.modify_index, self.ctx.config.sync_limit) {
+        let snapshot = match store.snapshot_min_index(held.wait_index, self.ctx.config.sync_limit) {
             Ok(snapshot) => snapshot,
             Err(WaitError::Shutdown { .. }) => return Err(Failure::Shutdown),
             Err(WaitError::Timeout { wanted, .. }) => return Err(Failure::IndexTimeout(wanted)),
@@ -541,7 +529,7 @@ impl Worker {
     }
 
     fn back_off(&mut self, failure: Failure, eval: &Evaluation) {
-        let store = self.ctx.writer.store().clone();
+        let store = self.ctx.store.clone();
         let config = &self.ctx.config;
         let started = std::time::Instant::now();
         self.control.set_activity(WorkerActivity::Backoff);
@@ -590,11 +578,11 @@ impl Planner for WorkerPlanner<'_> {
     fn submit_plan(&mut self, mut plan: Plan) -> Result<(PlanResult, Option<Arc<dyn State>>), SchedulerError> {
         self.control.set_activity(WorkerActivity::Submitting);
         // Scheduling may have been slow: keep the hold alive while the plan waits.
-        let _ = self.ctx.broker.outstanding_reset(self.eval_id, self.token);
+        let _ = self.ctx.source.outstanding_reset(self.eval_id, self.token);
         plan.eval_token = self.token.0;
         self.ctx.counters.plans_submitted.fetch_add(1, Ordering::Relaxed);
         let started = std::time::Instant::now();
-        let answer = self.ctx.plan_queue.enqueue(plan).wait();
+        let answer = self.ctx.source.submit_plan(plan);
         crate::timing::record_since("drover.worker.submit_plan", started);
         // What was committed stays claimed for workers reading older snapshots.
         match &answer {
@@ -607,14 +595,14 @@ impl Planner for WorkerPlanner<'_> {
             return Ok((result, None));
         }
         self.control.set_activity(WorkerActivity::WaitingForIndex);
-        let state = self.ctx.writer.store().snapshot_min_index(result.refresh_index, self.ctx.config.sync_limit)?;
+        let state = self.ctx.store.snapshot_min_index(result.refresh_index, self.ctx.config.sync_limit)?;
         self.control.set_activity(WorkerActivity::Scheduling);
         let state: Arc<dyn State> = state;
         Ok((result, Some(state)))
     }
 
     fn write_eval(&mut self, eval: Evaluation) -> Result<(), SchedulerError> {
-        self.ctx.writer.write(Command::UpsertEvals { evals: vec![eval] })?;
+        self.ctx.source.write_evals(self.eval_id, self.token, vec![eval])?;
         Ok(())
     }
 }

@@ -1,0 +1,104 @@
+//! The leader's side of followers' scheduling calls, over one server's
+//! leader services on a manual clock: a hold is handed out with the
+//! leader's term and its wait index; a call of another term, an unknown
+//! token, or eval writes under a hold that ended are refused; a hold
+//! nobody ends is taken back at its nack timeout and handed out again
+//! under a new token, and the old one is refused from then on.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use engine::clock::{ManualClock, Timestamp};
+use engine::eval::broker::{BrokerConfig, BrokerError, Token};
+use engine::scheduler::PlanError;
+use engine::server::{Server, ServerConfig};
+use engine::structs::{Job, JobType, Plan, PlanResult, Resources};
+
+use super::{decode_whole, serve, Handed, Hold, SchedulingCall, SchedulingRefusal};
+use crate::server::leadership::Leadership;
+
+const NACK_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A server alone that leads, with no workers of its own (so nothing but
+/// the test takes its evals), and one job's eval waiting in its broker.
+fn leader_with_an_eval() -> (Arc<Leadership>, Arc<ManualClock>, u64) {
+    let clock = ManualClock::new(Timestamp(1_000_000_000));
+    // An eval taken back is ready again at once (not after Nomad's 1 s
+    // delay, which this clock would wait for forever).
+    let broker =
+        BrokerConfig { nack_timeout: NACK_TIMEOUT, initial_nack_delay: Duration::ZERO, ..BrokerConfig::default() };
+    let config = ServerConfig { workers: 0, broker, ..ServerConfig::default() };
+    let server = Server::start(config, clock.clone());
+    let written = server.jobs().register(Job::new_simple("web", JobType::Service, 2, Resources::new(10, 10, 0)));
+    let index = written.expect("the job registers").index;
+    (Leadership::single(server, None), clock, index)
+}
+
+/// Makes `call` on the leader; its answer, decoded.
+async fn call<T: serde::de::DeserializeOwned>(
+    leadership: &Leadership,
+    call: SchedulingCall,
+) -> Result<T, SchedulingRefusal> {
+    let answer = serve(leadership, &call.encode()).await?;
+    Ok(decode_whole(&answer).expect("the leader's answer decodes"))
+}
+
+/// The next eval the leader hands out, waiting for one as long as it takes.
+async fn dequeue(leadership: &Leadership) -> Handed {
+    loop {
+        let types = JobType::ALL.to_vec();
+        let asked = SchedulingCall::Dequeue { types, wait_ms: 2_000 };
+        if let Some(handed) = call::<Result<Option<Handed>, BrokerError>>(leadership, asked).await.unwrap().unwrap() {
+            return handed;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_is_handed_out_in_the_leaders_term_and_refused_in_another() {
+    let (leadership, _clock, written_at) = leader_with_an_eval();
+    let handed = dequeue(&leadership).await;
+    assert_eq!(handed.term, 0, "a server alone leads in term 0");
+    assert!(handed.wait_index >= written_at && handed.wait_index >= handed.eval.modify_index);
+    let hold = Hold { term: handed.term, eval: handed.eval.id, token: handed.token };
+
+    let other_term = call::<Result<(), BrokerError>>(&leadership, SchedulingCall::Ack(Hold { term: 7, ..hold })).await;
+    assert!(matches!(other_term, Err(SchedulingRefusal::OtherTerm { leads: 0, asked: 7 })), "{other_term:?}");
+    let other_token = Hold { token: Token(hold.token.0 + 1), ..hold };
+    let evals = SchedulingCall::Evals { hold: other_token, evals: vec![handed.eval.clone()] };
+    let stale = call::<Result<u64, engine::state::StateError>>(&leadership, evals).await;
+    assert!(matches!(stale, Err(SchedulingRefusal::StaleHold(id)) if id == hold.eval), "{stale:?}");
+    let mismatch = call::<Result<(), BrokerError>>(&leadership, SchedulingCall::Ack(other_token)).await.unwrap();
+    assert_eq!(mismatch, Err(BrokerError::TokenMismatch(hold.eval)));
+
+    // Under the right hold the eval's writes and its ack are taken.
+    let evals = SchedulingCall::Evals { hold, evals: vec![handed.eval.clone()] };
+    let index = call::<Result<u64, engine::state::StateError>>(&leadership, evals).await.unwrap().unwrap();
+    assert!(index > written_at);
+    assert_eq!(call::<Result<(), BrokerError>>(&leadership, SchedulingCall::Ack(hold)).await.unwrap(), Ok(()));
+    leadership.close();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_nobody_ends_is_taken_back_at_its_nack_timeout_and_its_token_refused() {
+    let (leadership, clock, _) = leader_with_an_eval();
+    let first = dequeue(&leadership).await;
+    let kept = Hold { term: first.term, eval: first.eval.id, token: first.token };
+    // A reset keeps the hold: nothing is handed out meanwhile.
+    assert_eq!(call::<Result<(), BrokerError>>(&leadership, SchedulingCall::Reset(kept)).await.unwrap(), Ok(()));
+
+    // The follower holding it goes silent past the nack timeout.
+    clock.advance(NACK_TIMEOUT + Duration::from_secs(1));
+    let again = dequeue(&leadership).await;
+    assert_eq!(again.eval.id, first.eval.id, "the same eval, handed out again");
+    assert_ne!(again.token, first.token);
+
+    let late_ack = call::<Result<(), BrokerError>>(&leadership, SchedulingCall::Ack(kept)).await.unwrap();
+    assert_eq!(late_ack, Err(BrokerError::TokenMismatch(first.eval.id)));
+    let late_plan = Plan { eval_id: first.eval.id, eval_token: first.token.0, ..Plan::default() };
+    let planned = call::<Result<PlanResult, PlanError>>(&leadership, SchedulingCall::Plan { term: 0, plan: late_plan });
+    assert_eq!(planned.await.unwrap(), Err(PlanError::StaleToken(first.eval.id)));
+    let current = Hold { term: again.term, eval: again.eval.id, token: again.token };
+    assert_eq!(call::<Result<(), BrokerError>>(&leadership, SchedulingCall::Ack(current)).await.unwrap(), Ok(()));
+    leadership.close();
+}
