@@ -71,8 +71,8 @@ pub enum SchedulingCall {
     Plan {
         /// The term the eval was handed out in.
         term: u64,
-        /// The plan.
-        plan: Plan,
+        /// The plan (boxed: a call is small but for it).
+        plan: Box<Plan>,
     },
     /// Evals the scheduler created or changed while it held `hold`.
     Evals {
@@ -221,7 +221,7 @@ pub async fn serve(leadership: &Leadership, request: &[u8]) -> Result<Vec<u8>, S
         }
         SchedulingCall::Plan { term: asked, plan } => {
             in_term(asked)?;
-            let answer = work.plan_queue.enqueue(plan).answer().await;
+            let answer = work.plan_queue.enqueue(*plan).answer().await;
             Ok(encode_answer(&answer, answer.as_ref().ok()))
         }
         SchedulingCall::Evals { hold, evals } => {
@@ -462,7 +462,7 @@ impl WorkSource for ClusterWork {
             None => Err(PlanError::StaleToken(eval)),
             Some(Holder::Local(work)) => work.submit_plan(plan),
             Some(Holder::Remote { leader, addr, term }) => {
-                let call = SchedulingCall::Plan { term, plan };
+                let call = SchedulingCall::Plan { term, plan: Box::new(plan) };
                 self.remote_plans.fetch_add(1, Ordering::Relaxed);
                 let answer: Result<PlanResult, PlanError> = self
                     .call(leader, addr, &call, CALL_TIMEOUT)

@@ -12,6 +12,7 @@ use engine::clock::{ManualClock, Timestamp};
 use engine::eval::broker::{BrokerConfig, BrokerError, Token};
 use engine::scheduler::PlanError;
 use engine::server::{Server, ServerConfig};
+use engine::state::StateError;
 use engine::structs::{Job, JobType, Plan, PlanResult, Resources};
 
 use super::{decode_whole, serve, Handed, Hold, SchedulingCall, SchedulingRefusal};
@@ -34,21 +35,28 @@ fn leader_with_an_eval() -> (Arc<Leadership>, Arc<ManualClock>, u64) {
     (Leadership::single(server, None), clock, index)
 }
 
-/// Makes `call` on the leader; its answer, decoded.
-async fn call<T: serde::de::DeserializeOwned>(
-    leadership: &Leadership,
-    call: SchedulingCall,
-) -> Result<T, SchedulingRefusal> {
-    let answer = serve(leadership, &call.encode()).await?;
-    Ok(decode_whole(&answer).expect("the leader's answer decodes"))
+/// Makes `call` on the leader, which answers it: the answer, decoded.
+async fn answer<T: serde::de::DeserializeOwned>(leadership: &Leadership, call: SchedulingCall) -> T {
+    let bytes = serve(leadership, &call.encode()).await.expect("the leader answers");
+    decode_whole(&bytes).expect("the leader's answer decodes")
+}
+
+/// Makes `call` on the leader, which refuses it: why.
+async fn refusal(leadership: &Leadership, call: SchedulingCall) -> SchedulingRefusal {
+    serve(leadership, &call.encode()).await.expect_err("the leader refuses")
+}
+
+/// What the leader's broker answers a call about a hold.
+async fn broker_answer(leadership: &Leadership, call: SchedulingCall) -> Result<(), BrokerError> {
+    answer(leadership, call).await
 }
 
 /// The next eval the leader hands out, waiting for one as long as it takes.
 async fn dequeue(leadership: &Leadership) -> Handed {
     loop {
-        let types = JobType::ALL.to_vec();
-        let asked = SchedulingCall::Dequeue { types, wait_ms: 2_000 };
-        if let Some(handed) = call::<Result<Option<Handed>, BrokerError>>(leadership, asked).await.unwrap().unwrap() {
+        let asked = SchedulingCall::Dequeue { types: JobType::ALL.to_vec(), wait_ms: 2_000 };
+        let handed: Result<Option<Handed>, BrokerError> = answer(leadership, asked).await;
+        if let Some(handed) = handed.expect("the broker hands out evals") {
             return handed;
         }
     }
@@ -62,20 +70,20 @@ async fn a_hold_is_handed_out_in_the_leaders_term_and_refused_in_another() {
     assert!(handed.wait_index >= written_at && handed.wait_index >= handed.eval.modify_index);
     let hold = Hold { term: handed.term, eval: handed.eval.id, token: handed.token };
 
-    let other_term = call::<Result<(), BrokerError>>(&leadership, SchedulingCall::Ack(Hold { term: 7, ..hold })).await;
-    assert!(matches!(other_term, Err(SchedulingRefusal::OtherTerm { leads: 0, asked: 7 })), "{other_term:?}");
+    let other_term = refusal(&leadership, SchedulingCall::Ack(Hold { term: 7, ..hold })).await;
+    assert!(matches!(other_term, SchedulingRefusal::OtherTerm { leads: 0, asked: 7 }), "{other_term:?}");
     let other_token = Hold { token: Token(hold.token.0 + 1), ..hold };
     let evals = SchedulingCall::Evals { hold: other_token, evals: vec![handed.eval.clone()] };
-    let stale = call::<Result<u64, engine::state::StateError>>(&leadership, evals).await;
-    assert!(matches!(stale, Err(SchedulingRefusal::StaleHold(id)) if id == hold.eval), "{stale:?}");
-    let mismatch = call::<Result<(), BrokerError>>(&leadership, SchedulingCall::Ack(other_token)).await.unwrap();
+    let stale = refusal(&leadership, evals).await;
+    assert!(matches!(stale, SchedulingRefusal::StaleHold(id) if id == hold.eval), "{stale:?}");
+    let mismatch = broker_answer(&leadership, SchedulingCall::Ack(other_token)).await;
     assert_eq!(mismatch, Err(BrokerError::TokenMismatch(hold.eval)));
 
     // Under the right hold the eval's writes and its ack are taken.
     let evals = SchedulingCall::Evals { hold, evals: vec![handed.eval.clone()] };
-    let index = call::<Result<u64, engine::state::StateError>>(&leadership, evals).await.unwrap().unwrap();
-    assert!(index > written_at);
-    assert_eq!(call::<Result<(), BrokerError>>(&leadership, SchedulingCall::Ack(hold)).await.unwrap(), Ok(()));
+    let written: Result<u64, StateError> = answer(&leadership, evals).await;
+    assert!(written.is_ok_and(|index| index > written_at));
+    assert_eq!(broker_answer(&leadership, SchedulingCall::Ack(hold)).await, Ok(()));
     leadership.close();
 }
 
@@ -84,8 +92,7 @@ async fn a_hold_nobody_ends_is_taken_back_at_its_nack_timeout_and_its_token_refu
     let (leadership, clock, _) = leader_with_an_eval();
     let first = dequeue(&leadership).await;
     let kept = Hold { term: first.term, eval: first.eval.id, token: first.token };
-    // A reset keeps the hold: nothing is handed out meanwhile.
-    assert_eq!(call::<Result<(), BrokerError>>(&leadership, SchedulingCall::Reset(kept)).await.unwrap(), Ok(()));
+    assert_eq!(broker_answer(&leadership, SchedulingCall::Reset(kept)).await, Ok(()));
 
     // The follower holding it goes silent past the nack timeout.
     clock.advance(NACK_TIMEOUT + Duration::from_secs(1));
@@ -93,12 +100,13 @@ async fn a_hold_nobody_ends_is_taken_back_at_its_nack_timeout_and_its_token_refu
     assert_eq!(again.eval.id, first.eval.id, "the same eval, handed out again");
     assert_ne!(again.token, first.token);
 
-    let late_ack = call::<Result<(), BrokerError>>(&leadership, SchedulingCall::Ack(kept)).await.unwrap();
+    let late_ack = broker_answer(&leadership, SchedulingCall::Ack(kept)).await;
     assert_eq!(late_ack, Err(BrokerError::TokenMismatch(first.eval.id)));
     let late_plan = Plan { eval_id: first.eval.id, eval_token: first.token.0, ..Plan::default() };
-    let planned = call::<Result<PlanResult, PlanError>>(&leadership, SchedulingCall::Plan { term: 0, plan: late_plan });
-    assert_eq!(planned.await.unwrap(), Err(PlanError::StaleToken(first.eval.id)));
+    let planned: Result<PlanResult, PlanError> =
+        answer(&leadership, SchedulingCall::Plan { term: 0, plan: Box::new(late_plan) }).await;
+    assert_eq!(planned, Err(PlanError::StaleToken(first.eval.id)));
     let current = Hold { term: again.term, eval: again.eval.id, token: again.token };
-    assert_eq!(call::<Result<(), BrokerError>>(&leadership, SchedulingCall::Ack(current)).await.unwrap(), Ok(()));
+    assert_eq!(broker_answer(&leadership, SchedulingCall::Ack(current)).await, Ok(()));
     leadership.close();
 }
