@@ -185,7 +185,9 @@ async fn a_token_for_one_namespace_can_neither_read_nor_write_another() {
         row("GET", format!("/v1/client/fs/ls/{alloc}?path=/"), None, 200),
         row("GET", format!("/v1/client/fs/stat/{alloc}?path=/"), None, 200),
         row("GET", format!("/v1/client/fs/logs/{alloc}?task=web&type=stdout&plain=true"), None, 200),
-        row("PUT", format!("/v1/client/allocation/{alloc}/signal"), Some(json!({"Signal": "SIGHUP"})), 200),
+        // A signal `sleep` ignores: the task still runs for the restart below
+        // (SIGHUP ended it, and the restart raced the agent noticing).
+        row("PUT", format!("/v1/client/allocation/{alloc}/signal"), Some(json!({"Signal": "SIGWINCH"})), 200),
         row("PUT", format!("/v1/client/allocation/{alloc}/restart"), Some(json!({})), 200),
         // The rest.
         row("STREAM", format!("/v1/event/stream?topic=Job&{ns}"), None, 200),

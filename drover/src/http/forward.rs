@@ -20,8 +20,10 @@ use transport::peer::Peers;
 
 use super::error::ApiError;
 use super::ApiState;
-use crate::server::leadership::{leader_peer, while_it_leads, LeaderError, Settled};
-use crate::server::peer::{kinds, ForwardedRequest, ForwardedResponse};
+use crate::server::kinds;
+use crate::server::leader_calls::{leader_peer, while_it_leads, LeaderError};
+use crate::server::leadership::Settled;
+use crate::server::peer::{ForwardedRequest, ForwardedResponse};
 
 /// How long a forwarded HTTP request may take: a blocking query waits up
 /// to 10 minutes (Nomad's cap), plus its jitter.

@@ -24,7 +24,7 @@ use transport::message::{AgentCall, AgentCallRequest, Message};
 use transport::peer::{PeerError, Peers};
 use transport::server::ClientListener;
 
-use super::peer::kinds;
+use super::kinds;
 
 /// How long another server may take to say whether it holds a node's
 /// connection.

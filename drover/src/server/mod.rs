@@ -43,6 +43,8 @@ use crate::http::{AgentInfo, ApiState};
 use crate::listener::HttpServer;
 
 pub mod agents;
+pub mod kinds;
+pub mod leader_calls;
 pub mod leadership;
 pub mod peer;
 pub mod report;

@@ -13,26 +13,8 @@ use transport::message::{AgentCallRequest, Message};
 use transport::peer::{PeerAnswer, PeerHandler, PeerRefusal, PeerSink, PeerStreaming};
 use transport::server::ClientListener;
 
+use super::kinds;
 use super::leadership::Leadership;
-
-/// The kinds of server-to-server calls Drover makes besides raft's
-/// (`replication::network::kinds` has 1-5).
-pub mod kinds {
-    /// A client's call a follower forwards: one byte (1: the client has an
-    /// operator certificate), then its request frame.
-    pub const CLIENT_CALL: u8 = 10;
-    /// An HTTP API request a follower forwards.
-    pub const HTTP: u8 = 11;
-    /// Does this server hold a node's connection? The node id's 16 bytes;
-    /// the answer is how long it has, in big-endian milliseconds, or empty.
-    pub const NODE_CONNECTION: u8 = 12;
-    /// A call to an agent whose connection this server holds, streamed:
-    /// its encoded request frame; the answer is the agent's, relayed.
-    pub const AGENT_CALL: u8 = 13;
-    /// A follower's worker's call on the leader's broker or plan applier:
-    /// an encoded `scheduling::SchedulingCall`.
-    pub const SCHEDULING: u8 = 14;
-}
 
 /// Answers the other servers' calls (module docs). Its parts are set once
 /// they exist: the endpoint is bound before raft starts.
@@ -63,7 +45,7 @@ impl PeerHandler for PeerService {
                 }
                 kinds::SCHEDULING => {
                     let leadership = leadership.ok_or(PeerServiceError::Starting)?;
-                    Ok(super::scheduling::serve(&leadership, &request).await?)
+                    Ok(super::scheduling::serve(leadership.leading_term(), &request).await?)
                 }
                 kinds::HTTP => Ok(serve_forwarded(http.ok_or(PeerServiceError::Starting)?, &request).await?),
                 kinds::NODE_CONNECTION => {

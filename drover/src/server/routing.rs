@@ -14,8 +14,9 @@ use transport::message::{AnyMessage, Refusal, RefusalCode};
 use transport::peer::Peers;
 use transport::server::{HoldAnswer, Route, RouteAnswer};
 
-use super::leadership::{leader_peer, while_it_leads, LeaderError, Leadership, Settled};
-use super::peer::kinds;
+use super::kinds;
+use super::leader_calls::{leader_peer, while_it_leads, LeaderError};
+use super::leadership::{Leadership, Settled};
 
 /// How long a forwarded client call may take.
 const CLIENT_CALL_TIMEOUT: Duration = Duration::from_secs(30);

@@ -30,6 +30,7 @@ use std::time::Duration;
 
 use engine::eval::broker::{BrokerError, Dequeued, Token};
 use engine::scheduler::PlanError;
+use engine::server::Server;
 use engine::state::{Command, LogError, Snapshot, StateError, StateStore};
 use engine::structs::job_refs::{take_postcard_sharing, to_postcard_sharing};
 use engine::structs::{EvalId, Evaluation, JobType, Plan, PlanResult};
@@ -39,8 +40,8 @@ use replication::Durable;
 use serde::{Deserialize, Serialize};
 use transport::peer::Peers;
 
-use super::leadership::{leader_peer, while_it_leads, LeaderError, Leadership};
-use super::peer::kinds;
+use super::kinds;
+use super::leader_calls::{leader_peer, while_it_leads, LeaderError};
 
 /// The longest a follower's dequeue waits on the leader (a longer wait
 /// asked for is cut to it), so a worker notices a pause or a stop.
@@ -187,10 +188,12 @@ impl CallError {
     }
 }
 
-/// Serves a follower's scheduling call on the leader (module docs).
-pub async fn serve(leadership: &Leadership, request: &[u8]) -> Result<Vec<u8>, SchedulingRefusal> {
+/// Serves a follower's scheduling call on the leader (module docs):
+/// `leading` is this server's leader services and the raft term they run
+/// in, while it leads.
+pub async fn serve(leading: Option<(Arc<Server>, u64)>, request: &[u8]) -> Result<Vec<u8>, SchedulingRefusal> {
     let call = SchedulingCall::decode(request).map_err(SchedulingRefusal::Malformed)?;
-    let (server, term) = leadership.leading_term().ok_or(SchedulingRefusal::NotLeading)?;
+    let (server, term) = leading.ok_or(SchedulingRefusal::NotLeading)?;
     let work = server.work();
     let in_term = |asked: u64| {
         if asked == term {
@@ -261,11 +264,20 @@ fn wait_index(snapshot: &Snapshot, eval: &Evaluation) -> u64 {
     snapshot.evals_by_job(&job).map(|other| other.modify_index).fold(eval.modify_index, u64::max)
 }
 
+/// What a server's work source needs of its leadership
+/// (`leadership::Leadership`).
+pub trait LeaderServices: Send + Sync {
+    /// The leader services, while this server leads.
+    fn leader(&self) -> Option<Arc<Server>>;
+    /// Watches whether they run.
+    fn watch(&self) -> tokio::sync::watch::Receiver<bool>;
+}
+
 /// Where a server's evals come from: its own broker while it leads, the
 /// leader's otherwise (module docs).
 #[derive(Debug)]
 pub struct ClusterWork {
-    leadership: Weak<Leadership>,
+    leadership: Weak<dyn LeaderServices>,
     durable: Arc<Durable>,
     peers: Arc<Peers>,
     /// The runtime the calls to the leader run on (workers are threads).
@@ -307,7 +319,7 @@ impl ClusterWork {
     /// The work source of a server of a cluster: `leadership` says when it
     /// leads; calls to the leader go through `peers` on `runtime`.
     pub fn new(
-        leadership: &Arc<Leadership>,
+        leadership: &Arc<dyn LeaderServices>,
         durable: Arc<Durable>,
         peers: Arc<Peers>,
         runtime: tokio::runtime::Handle,
@@ -376,7 +388,7 @@ impl ClusterWork {
     /// Waits up to `timeout` for the leadership to change (this server
     /// starting or stopping its leader services, or raft naming another
     /// leader): a dequeue with no leader to go to.
-    fn await_leader_change(&self, leadership: &Leadership, timeout: Duration) {
+    fn await_leader_change(&self, leadership: &dyn LeaderServices, timeout: Duration) {
         let mut leading = leadership.watch();
         let mut metrics = self.durable.raft().metrics();
         let known = metrics.borrow_and_update().current_leader;
@@ -411,7 +423,7 @@ impl WorkSource for ClusterWork {
             Ok(found) => found,
             Err(LeaderError::Stopped) => return Err(WorkError::Broker(BrokerError::ShuttingDown)),
             Err(_) => {
-                self.await_leader_change(&leadership, timeout);
+                self.await_leader_change(leadership.as_ref(), timeout);
                 return Ok(None);
             }
         };
@@ -421,7 +433,7 @@ impl WorkSource for ClusterWork {
             Ok(answer) => answer,
             Err(error) => {
                 tracing::debug!(leader, %error, "dequeue from the leader failed");
-                self.await_leader_change(&leadership, timeout);
+                self.await_leader_change(leadership.as_ref(), timeout);
                 return Ok(None);
             }
         };
@@ -434,7 +446,7 @@ impl WorkSource for ClusterWork {
             Ok(None) => Ok(None),
             // The leader is stepping down: wait for the next one.
             Err(_) => {
-                self.await_leader_change(&leadership, timeout);
+                self.await_leader_change(leadership.as_ref(), timeout);
                 Ok(None)
             }
         }
