@@ -11,7 +11,7 @@
 //!    early as soon as the state catches up (a server that is behind must not
 //!    churn through evals).
 //! 3. Take a snapshot and run the scheduler for the eval's type, with the
-//!    worker as its [`Planner`]: plans go to the plan queue; on a partial
+//!    worker as its [`Planner`]: plans go to the source's plan queue; on a partial
 //!    refusal the worker waits for the refresh index in its own store and
 //!    hands the scheduler the newer state; eval updates are written through
 //!    the source (the leader's apply hook routes them, the worker's own
