@@ -478,13 +478,13 @@ impl Drop for Server {
     }
 }
 
-/// The timer thread (module docs): runs what is due, then sleeps on the
-/// clock until the next deadline, or [`IDLE_SLEEP`] when nothing is due.
 /// The leader's own work source over `core` and its plan queue.
 fn local_work(core: &Core, plan_queue: &Arc<PlanQueue>) -> LocalWork {
     LocalWork { broker: core.broker.clone(), plan_queue: plan_queue.clone(), writer: core.writer.clone() }
 }
 
+/// The timer thread (module docs): runs what is due, then sleeps on the
+/// clock until the next deadline, or [`IDLE_SLEEP`] when nothing is due.
 fn spawn_timers(core: Arc<Core>, stopping: Arc<AtomicBool>) -> JoinHandle<()> {
     std::thread::Builder::new()
         .name("server-timers".into())

@@ -23,7 +23,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use engine::clock::SystemClock;
-use engine::server::{Server, ServerConfig, ServerStats};
+use engine::server::{Server, ServerConfig};
 use engine::state::StateStore;
 use engine::worker::{WorkerContext, WorkerPool, WorkerStats};
 use parking_lot::RwLock;
@@ -174,14 +174,6 @@ impl Leadership {
         self.with_workers(WorkerPool::stats).unwrap_or_default()
     }
 
-    /// The leader services' counters, with this server's workers', while
-    /// it leads.
-    pub fn stats(&self) -> Option<ServerStats> {
-        let mut stats = self.leader()?.stats();
-        stats.workers = self.worker_stats();
-        Some(stats)
-    }
-
     /// Watches whether the leader services run (they start after the read
     /// barrier, so `true` means this server takes writes).
     pub fn watch(&self) -> tokio::sync::watch::Receiver<bool> {
@@ -261,10 +253,11 @@ impl Leadership {
             return;
         }
         let server = Server::start_with(self.config.clone(), SystemClock::shared(), durable.writer());
-        self.term.store(durable.metrics().current_term, Ordering::Release);
+        let term = durable.metrics().current_term;
+        self.term.store(term, Ordering::Release);
         let stats = server.stats();
         tracing::info!(
-            term = durable.metrics().current_term,
+            term,
             index = stats.index,
             pending_evals = stats.broker.total_ready + stats.broker.total_pending,
             blocked_evals = stats.blocked.total_blocked,

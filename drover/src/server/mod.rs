@@ -588,7 +588,9 @@ impl Operations for EngineOperations {
         let mut report = cluster_report(&snapshot, SystemClock::shared().now(), scope);
         if let Some(engine) = self.leadership.leader() {
             report.idle = engine.is_idle();
-            report.engine = self.leadership.stats().unwrap_or_else(|| engine.stats());
+            report.engine = engine.stats();
+            // A server of a cluster's workers are its own, not the services'.
+            report.engine.workers = self.leadership.worker_stats();
             report.leader = self.rpc.clone();
         }
         (report.rss_bytes, report.peak_rss_bytes) = process_memory();
