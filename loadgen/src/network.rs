@@ -747,18 +747,30 @@ async fn run_clients(
     phases.mark("placing");
     let placing = Instant::now();
     let (agents, workloads): (Vec<Job>, Vec<Job>) = jobs.into_iter().partition(|job| job.job_type.is_system_like());
+    let before_placing = operator.progress().await?;
+    let loadgen_cpu_placing = drover::server::process_cpu_millis();
+    let mut submit_us = Histogram::<u64>::new(3).expect("a histogram of 3 significant figures");
     for batch in [agents, workloads] {
         for job in batch {
-            let id = job.id.clone();
+            let (id, sent) = (job.id.clone(), Instant::now());
             operator.submit_job(&job).await.with_context(|| format!("registering {id}"))?;
+            let _ = submit_us.record(sent.elapsed().as_micros() as u64);
         }
         wait_for(operator, "every allocation placed and running", args.timeout, converged).await?;
     }
     let placed_in = placing.elapsed();
     eprintln!("  placed and running in {placed_in:.2?}");
     phases.mark("run");
+    let loadgen_cpu_placed = drover::server::process_cpu_millis();
     let after_placement = operator.report().await?;
     report.record(&after_placement, placed_in);
+    report.network.job_submit_ms = Millis::of(&submit_us);
+    if after_placement.leader == before_placing.leader {
+        // Otherwise two processes' CPU clocks: no figure.
+        report.network.placing_server_cpu_secs =
+            after_placement.cpu_millis.saturating_sub(before_placing.cpu_millis) as f64 / 1000.0;
+    }
+    report.network.placing_loadgen_cpu_secs = loadgen_cpu_placed.saturating_sub(loadgen_cpu_placing) as f64 / 1000.0;
     let loadgen_cpu_before = drover::server::process_cpu_millis();
     // The override holds for the run only: start-up (10,000 handshakes and
     // the placements) is measured at the TTL, as a real cluster starts.

@@ -38,6 +38,12 @@ impl Millis {
 /// What only a run over the network measures (zero in process).
 #[derive(Debug, Default, Serialize)]
 pub struct NetworkReport {
+    /// Each job's registration round trip while placing (one operator
+    /// submits them one after another), and the CPU both processes used
+    /// from the first registration until every allocation ran.
+    pub job_submit_ms: Millis,
+    pub placing_server_cpu_secs: f64,
+    pub placing_loadgen_cpu_secs: f64,
     /// Length of the flapping phase.
     pub duration_secs: f64,
     /// Heartbeats answered per second during it.
@@ -292,6 +298,12 @@ impl Report {
         println!("  peak RSS                   {:.1} MiB", mib(self.peak_rss_bytes));
         if self.mode == "quic" {
             let n = &self.network;
+            let j = &n.job_submit_ms;
+            println!("  job registration ms        p50 {:.2}  p99 {:.2}  max {:.2}", j.p50, j.p99, j.max);
+            println!(
+                "  CPU while placing          server {:.1} s, loadgen {:.1} s",
+                n.placing_server_cpu_secs, n.placing_loadgen_cpu_secs
+            );
             println!("  run (flapping) time        {:.1} s", n.duration_secs);
             println!("  heartbeats/s               {:.0}", n.heartbeats_per_sec);
             println!(

@@ -102,7 +102,7 @@ impl ClientEndpoints {
     pub fn bind(count: usize, tls: &TlsMaterial) -> Result<ClientEndpoints, ConnectSetupError> {
         let bind_addr: SocketAddr = "0.0.0.0:0".parse().expect("a valid address");
         let endpoints = (0..count.max(1))
-            .map(|_| Endpoint::client(bind_addr).map_err(ConnectSetupError::Bind))
+            .map(|_| settings::endpoint(bind_addr, None).map_err(ConnectSetupError::Bind))
             .collect::<Result<Vec<_>, _>>()?;
         let shared = settings::client_config(tls.client_crypto(8)?);
         Ok(ClientEndpoints { endpoints, next: AtomicUsize::new(0), tls: tls.clone(), shared })

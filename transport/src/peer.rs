@@ -38,6 +38,7 @@ use std::time::Duration;
 
 use quinn::{Connection, Endpoint, RecvStream, SendStream, TransportConfig, VarInt};
 
+use crate::settings;
 use crate::tls::{TlsError, TlsMaterial, SERVER_NAME};
 
 /// The largest request or answer carried (an AppendEntries of 64 entries of
@@ -235,7 +236,8 @@ impl Peers {
     ) -> Result<Arc<Peers>, PeerSetupError> {
         let mut server = quinn::ServerConfig::with_crypto(tls.peer_server_crypto()?);
         server.transport_config(peer_transport());
-        let endpoint = Endpoint::server(server, addr).map_err(|source| PeerSetupError::Bind { addr, source })?;
+        let endpoint =
+            settings::endpoint(addr, Some(server)).map_err(|source| PeerSetupError::Bind { addr, source })?;
         let mut client = quinn::ClientConfig::new(tls.peer_client_crypto()?);
         client.transport_config(peer_transport());
         let mut stream_client = quinn::ClientConfig::new(tls.peer_client_crypto()?);

@@ -173,7 +173,7 @@ impl ClientListener {
         operations: Option<Arc<dyn Operations>>,
     ) -> Result<ClientListener, ListenError> {
         let config = settings::server_config(tls.server_crypto()?);
-        let endpoint = Endpoint::server(config, addr).map_err(|source| ListenError::Bind { addr, source })?;
+        let endpoint = settings::endpoint(addr, Some(config)).map_err(|source| ListenError::Bind { addr, source })?;
         let servers = match servers.is_empty() {
             true => vec![endpoint.local_addr().map_err(|source| ListenError::Bind { addr, source })?.to_string()],
             false => servers,

@@ -4,10 +4,13 @@
 //! many thin ones, so every per-connection allowance is multiplied by
 //! 10,000 (`docs/transport.md`).
 
-use std::sync::Arc;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::{Arc, Once};
 use std::time::Duration;
 
-use quinn::{IdleTimeout, TransportConfig, VarInt};
+use quinn::{Endpoint, IdleTimeout, TransportConfig, VarInt};
+use socket2::{Domain, Protocol, Socket, Type};
 
 /// Streams a client may have open at once towards a server: its call
 /// stream, its allocation watch and a services read (`crate::calls`), a
@@ -124,4 +127,80 @@ pub fn client_config(crypto: Arc<quinn::crypto::rustls::QuicClientConfig>) -> qu
     let mut config = quinn::ClientConfig::new(crypto);
     config.transport_config(client_transport());
     config
+}
+
+/// The kernel receive and send buffers each endpoint's UDP socket asks
+/// for. One socket carries every client of a server, and the kernel's
+/// default (`net.core.rmem_default`, 208 KiB on Linux) holds only about a
+/// hundred datagrams: 10,000 agents connecting, or a plan's pushes
+/// answered at once, overflowed it and lost a sixth of the datagrams, each
+/// loss a retransmission after QUIC's probe timeout (heartbeats unanswered
+/// for seconds, handshakes retried, `docs/transport.md`). Linux caps the
+/// request at `net.core.rmem_max` / `wmem_max`; [`endpoint`] warns when
+/// the cap leaves a server's socket less than this (an agent's one
+/// connection needs far less, so an agent takes what it is given).
+pub const SOCKET_BUFFER: usize = 8 * 1024 * 1024;
+
+/// A quinn endpoint on `addr` (a server's when `server` is given), its
+/// socket's buffers sized by [`SOCKET_BUFFER`]. Call from within a tokio
+/// runtime.
+pub fn endpoint(addr: SocketAddr, server: Option<quinn::ServerConfig>) -> io::Result<Endpoint> {
+    let socket = udp_socket(addr, server.is_some())?;
+    let runtime = quinn::default_runtime().ok_or_else(|| io::Error::other("no tokio runtime to run the endpoint"))?;
+    Endpoint::new(quinn::EndpointConfig::default(), server, socket, runtime)
+}
+
+/// A UDP socket bound on `addr` with [`SOCKET_BUFFER`] asked for each way
+/// (an IPv6 one takes IPv4 too, where the system allows, as quinn's own);
+/// with `warn_if_capped`, a warning when the kernel gave less.
+fn udp_socket(addr: SocketAddr, warn_if_capped: bool) -> io::Result<std::net::UdpSocket> {
+    let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    if addr.is_ipv6() {
+        if let Err(error) = socket.set_only_v6(false) {
+            tracing::debug!(%error, "an IPv6 UDP socket without IPv4: only IPv6 peers reach it");
+        }
+    }
+    socket.set_recv_buffer_size(SOCKET_BUFFER)?;
+    socket.set_send_buffer_size(SOCKET_BUFFER)?;
+    let (received, sent) = (socket.recv_buffer_size()?, socket.send_buffer_size()?);
+    // Linux reports twice what it grants (the rest is its bookkeeping), so
+    // a granted half of the request is what a full one would come to.
+    if warn_if_capped && received.min(sent) < SOCKET_BUFFER {
+        static CAPPED: Once = Once::new();
+        CAPPED.call_once(|| {
+            tracing::warn!(
+                receive_kib = received / 1024,
+                send_kib = sent / 1024,
+                wanted_kib = SOCKET_BUFFER / 1024,
+                "the kernel capped the UDP socket buffers: under bursts (thousands of agents connecting, \
+                 a large plan's pushes) datagrams are dropped and sent again; raise net.core.rmem_max and \
+                 net.core.wmem_max to at least {}",
+                SOCKET_BUFFER / 2
+            );
+        });
+    }
+    socket.bind(&addr.into())?;
+    Ok(socket.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A kernel maximum from `/proc/sys/net/core` (Linux).
+    fn kernel_max(name: &str) -> Option<usize> {
+        std::fs::read_to_string(format!("/proc/sys/net/core/{name}")).ok()?.trim().parse().ok()
+    }
+
+    #[test]
+    fn an_endpoints_socket_has_the_buffers_asked_for_up_to_the_kernels_cap() {
+        let socket = Socket::from(udp_socket("127.0.0.1:0".parse().expect("an address"), true).expect("binds"));
+        let (Some(rmem_max), Some(wmem_max)) = (kernel_max("rmem_max"), kernel_max("wmem_max")) else {
+            return; // not Linux: no caps to compare with
+        };
+        // Linux grants the request up to its maximum and reports twice that.
+        assert_eq!(socket.recv_buffer_size().expect("reads"), 2 * SOCKET_BUFFER.min(rmem_max));
+        assert_eq!(socket.send_buffer_size().expect("reads"), 2 * SOCKET_BUFFER.min(wmem_max));
+        assert!(socket.local_addr().expect("bound").as_socket().is_some_and(|addr| addr.port() != 0));
+    }
 }

@@ -93,9 +93,13 @@ async fn a_client_registers_heartbeats_receives_an_alloc_and_reports_it_running(
         bounded("report", connection.update_allocs(node.id, node.secret_id, vec![update])).await.expect("accepted");
     let snapshot = setup.server.store().snapshot_min_index(index, WATCHDOG).expect("written");
     assert_eq!(snapshot.alloc(alloc.id).expect("stored").client_status, ClientStatus::Running);
-    // The report changed the allocation: the watch pushes it again.
-    let pushed = bounded("the report's push", watch.next()).await.expect("push");
-    assert_eq!(pushed.allocs[0].client_status, ClientStatus::Running);
+    // The agent knows what it reported: the watch does not push it back.
+    // The servers' next change to the node is pushed, the report with it.
+    setup.server.jobs().register(job("db", 1)).expect("job registers");
+    let pushed = bounded("the next placement's push", watch.next()).await.expect("push");
+    assert_eq!(pushed.allocs.len(), 2, "the report alone pushed nothing: {pushed:?}");
+    let web = pushed.allocs.iter().find(|pushed| pushed.id == alloc.id).expect("still placed");
+    assert_eq!(web.client_status, ClientStatus::Running);
 
     let stats = setup.listener.stats();
     assert_eq!(stats.connections_accepted, 1);
@@ -238,9 +242,14 @@ async fn a_watch_resumes_after_the_last_index_the_client_saw() {
         task_states: Default::default(),
     };
     let index = bounded("report", connection.update_allocs(node.id, node.secret_id, vec![update])).await.expect("ok");
+    // The report is not pushed back to the agent that sent it; the next
+    // placement is, the report with it.
+    setup.server.jobs().register(job("cache", 1)).expect("job registers");
     let next = bounded("push", watch.next()).await.expect("push");
-    assert!(next.index >= index && next.index > seen.index);
-    assert_eq!(next.allocs[0].client_status, ClientStatus::Running);
+    assert!(next.index > index && next.index > seen.index);
+    assert_eq!(next.allocs.len(), 2, "{next:?}");
+    let api = next.allocs.iter().find(|pushed| pushed.id == alloc.id).expect("still placed");
+    assert_eq!(api.client_status, ClientStatus::Running);
     setup.listener.close().await;
     setup.server.shutdown();
 }

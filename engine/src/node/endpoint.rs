@@ -488,7 +488,9 @@ impl NodeEndpoint {
     /// (at once when `min_index` is 0), with the index they are current at.
     /// Blocks this thread up to `timeout`; at the timeout it answers with
     /// the allocations as they are, like a Nomad blocking query. Only a
-    /// write that touched this node wakes it.
+    /// write where the servers changed this node's allocations wakes it:
+    /// the client's own reports are not pushed back (they come along with
+    /// the next change, or at once if found on the first look).
     pub fn allocs(&self, node_id: NodeId, min_index: u64, timeout: Duration) -> Result<NodeAllocs, NodeError> {
         let watch = self.writer.store().watch_node(node_id);
         let found = wait_until(|| watch.listen(), Instant::now() + timeout, || self.allocs_after(node_id, min_index))?;
@@ -499,8 +501,8 @@ impl NodeEndpoint {
     }
 
     /// [`NodeEndpoint::allocs`], awaited and without a deadline (bound it
-    /// with the runtime's timeout): no thread waits, and only a write that
-    /// touched this node wakes the task.
+    /// with the runtime's timeout): no thread waits, and only a write where
+    /// the servers changed this node's allocations wakes the task.
     pub async fn allocs_async(
         &self,
         node_id: NodeId,

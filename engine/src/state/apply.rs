@@ -585,6 +585,7 @@ impl Snapshot {
         time: Timestamp,
         applied: &mut Applied,
     ) -> Result<(), StateError> {
+        applied.reported_by_clients = true;
         for update in updates {
             let existing = match self.check_client_update(update) {
                 Ok(existing) => existing,

@@ -317,8 +317,9 @@ pub struct Applied {
     /// Nodes where capacity appeared (node became ready or eligible, an
     /// allocation stopped or finished).
     pub capacity_changes: Vec<CapacityChange>,
-    /// Nodes whose allocations the command created or changed: their
-    /// watchers are woken, no others.
+    /// Nodes whose allocations the command created, changed or deleted:
+    /// their agents' watches are woken, no others (unless
+    /// `reported_by_clients`).
     pub touched_nodes: Vec<NodeId>,
     /// New placements of a plan left out because their node was no longer
     /// ready and eligible when the plan was written.
@@ -335,6 +336,13 @@ pub struct Applied {
     /// Whether the command changed a deployment (the watcher looks again).
     #[serde(default)]
     pub deployments_changed: bool,
+    /// Whether the command only took clients' reports of their own
+    /// allocations: then the nodes' watches are not woken, since each
+    /// agent knows what it reported (Nomad's watch reads
+    /// `AllocModifyIndex`, which client updates leave alone). Each server's
+    /// store sets it as it applies, so it is not encoded.
+    #[serde(skip)]
+    pub reported_by_clients: bool,
     /// Whether the command started, changed or ended a node's drain (the
     /// drainer lists the draining nodes again).
     #[serde(default)]
@@ -473,7 +481,9 @@ impl StateStore {
         let events = pending_events.map(|pending| pending.collect(&current, &next, &applied));
         self.current.store(Arc::new(next));
         self.index_changed.notify(usize::MAX);
-        self.nodes.notify(&applied.touched_nodes);
+        if !applied.reported_by_clients {
+            self.nodes.notify(&applied.touched_nodes);
+        }
         if let Some(events) = events {
             self.events.publish(events);
         }

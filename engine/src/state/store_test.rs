@@ -658,6 +658,23 @@ fn a_write_wakes_only_the_watchers_of_the_nodes_it_touched() {
     listeners = (1..=n_nodes).map(|n| store.watch_node(NodeId::from_u128(n)).listen()).collect();
     register(&store, &job("other"));
     assert!(woken(&mut listeners, &mut context).is_empty());
+
+    // A client's own report changes its allocation but is not pushed back
+    // to it; the drainer still sees the node touched.
+    let on_17 = store.snapshot().allocs_by_node(NodeId::from_u128(17)).next().expect("placed").clone();
+    listeners = (1..=n_nodes).map(|n| store.watch_node(NodeId::from_u128(n)).listen()).collect();
+    let applied = store.apply(client_reports(&on_17, ClientStatus::Running, 6)).expect("report");
+    assert_eq!(applied.touched_nodes, [NodeId::from_u128(17)]);
+    assert!(applied.reported_by_clients);
+    assert!(woken(&mut listeners, &mut context).is_empty(), "no watcher woke for the client's own report");
+    // The watch still finds the report when the servers next change the node.
+    let stop = Command::StopAlloc {
+        alloc_id: on_17.id,
+        eval: Evaluation::for_job(&stored, TriggerReason::AllocStop, Timestamp(7)),
+        time: Timestamp(7),
+    };
+    store.apply(stop).expect("stop");
+    assert_eq!(woken(&mut listeners, &mut context), [17], "a stop by the servers is pushed");
 }
 
 #[test]

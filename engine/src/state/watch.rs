@@ -3,7 +3,8 @@
 //! (10,000 clients holding a watch each must not all wake on every commit).
 //!
 //! The writer knows which nodes a command touched (`Applied::touched_nodes`)
-//! and notifies only their events. A watcher listens first and then checks
+//! and notifies only their events; a command of clients' reports of their
+//! own allocations notifies none (`Applied::reported_by_clients`). A watcher listens first and then checks
 //! the state, so a change between its check and its wait still wakes it.
 
 use std::sync::Arc;
