@@ -4,8 +4,9 @@
 //!
 //! The writer knows which nodes a command touched (`Applied::touched_nodes`)
 //! and notifies only their events; a command of clients' reports of their
-//! own allocations notifies none (`Applied::reported_by_clients`). A watcher listens first and then checks
-//! the state, so a change between its check and its wait still wakes it.
+//! own allocations notifies none (`Applied::reported_by_clients`). A
+//! watcher listens first and then checks the state, so a change between
+//! its check and its wait still wakes it.
 
 use std::sync::Arc;
 
