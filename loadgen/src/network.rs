@@ -749,12 +749,12 @@ async fn run_clients(
     let (agents, workloads): (Vec<Job>, Vec<Job>) = jobs.into_iter().partition(|job| job.job_type.is_system_like());
     let before_placing = operator.progress().await?;
     let loadgen_cpu_placing = drover::server::process_cpu_millis();
-    let mut submit_us = Histogram::<u64>::new(3).expect("a histogram of 3 significant figures");
+    let mut submit_us = Histogram::<u64>::new_with_bounds(1, 600_000_000, 3).expect("bounds");
     for batch in [agents, workloads] {
         for job in batch {
             let (id, sent) = (job.id.clone(), Instant::now());
             operator.submit_job(&job).await.with_context(|| format!("registering {id}"))?;
-            let _ = submit_us.record(sent.elapsed().as_micros() as u64);
+            submit_us.saturating_record(sent.elapsed().as_micros() as u64);
         }
         wait_for(operator, "every allocation placed and running", args.timeout, converged).await?;
     }

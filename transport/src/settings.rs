@@ -163,8 +163,9 @@ fn udp_socket(addr: SocketAddr, warn_if_capped: bool) -> io::Result<std::net::Ud
     socket.set_recv_buffer_size(SOCKET_BUFFER)?;
     socket.set_send_buffer_size(SOCKET_BUFFER)?;
     let (received, sent) = (socket.recv_buffer_size()?, socket.send_buffer_size()?);
-    // Linux reports twice what it grants (the rest is its bookkeeping), so
-    // a granted half of the request is what a full one would come to.
+    // Linux grants up to its cap and reports twice the grant (its own
+    // bookkeeping counts in it): a report below the request means a cap
+    // under half of it.
     if warn_if_capped && received.min(sent) < SOCKET_BUFFER {
         static CAPPED: Once = Once::new();
         CAPPED.call_once(|| {
