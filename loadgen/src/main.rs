@@ -59,6 +59,10 @@ struct Args {
     /// Scheduling workers (default: number of cores).
     #[arg(long)]
     workers: Option<usize>,
+    /// Operators registering the jobs at once, each waiting for its own
+    /// registration's answer before its next (1: one after another).
+    #[arg(long, default_value_t = 1)]
+    operators: usize,
     /// Seed for the generated cluster and workload.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -187,8 +191,8 @@ fn main() -> Result<()> {
     if args.serve_child {
         return serve_child(&args);
     }
-    if args.nodes == 0 || args.jobs == 0 || args.allocs_per_job == 0 {
-        bail!("--nodes, --jobs and --allocs-per-job must each be at least 1");
+    if args.nodes == 0 || args.jobs == 0 || args.allocs_per_job == 0 || args.operators == 0 {
+        bail!("--nodes, --jobs, --allocs-per-job and --operators must each be at least 1");
     }
     if args.servers == 0 || (args.servers > 1 && !args.spawn_server) {
         bail!("--servers: at least 1, and more than 1 only with --spawn-server");
@@ -234,6 +238,7 @@ fn main() -> Result<()> {
             duration: args.duration,
             heartbeat_interval: args.heartbeat_interval,
             workers: args.workers,
+            operators: args.operators,
             timeout: Duration::from_secs(args.timeout_secs),
             flamegraph: args.flamegraph.clone(),
             server_wrapper: args
@@ -282,6 +287,8 @@ fn in_process(args: &Args, workers: usize, nodes: Vec<Node>, jobs: &[Job], repor
         Some(durable) => Server::start_with(config, SystemClock::shared(), durable.writer()),
         None => Server::start(config, SystemClock::shared()),
     };
+    // The engine's timers, for the report's worker and plan lines.
+    let timers = drover::server::timers::installed();
     let started = Instant::now();
     let node_ids: Vec<NodeId> = nodes.iter().map(|node| node.id).collect();
     for node in nodes {
@@ -293,13 +300,15 @@ fn in_process(args: &Args, workers: usize, nodes: Vec<Node>, jobs: &[Job], repor
     let (placed_in, outcome) = std::thread::scope(|scope| {
         let clients = scope.spawn(|| simulate_clients(&server, &node_ids, &clients_done));
         let started = Instant::now();
-        let outcome = submit_and_wait(&server, jobs, args.nodes, Duration::from_secs(args.timeout_secs));
+        let outcome =
+            submit_and_wait(&server, jobs, args.nodes, args.operators, Duration::from_secs(args.timeout_secs));
         let placed_in = started.elapsed();
         clients_done.store(true, Ordering::Release);
         let _ = clients.join();
         (placed_in, outcome)
     });
     outcome?;
+    report.record_timers(&timers.read());
     let mut cluster =
         drover::server::cluster_report(&server.store().snapshot(), SystemClock::shared().now(), ReportScope::Full);
     cluster.engine = server.stats();
@@ -495,17 +504,32 @@ fn desired_count(job: &Job, n_nodes: usize) -> u64 {
 /// as a real cluster runs them before its workloads (placed later, an agent
 /// could find a node already filled by bin-packing, and without preemption
 /// it would wait for capacity forever); then submits the rest and waits
-/// until every allocation is placed and the server is idle. Prints a
-/// progress line.
-fn submit_and_wait(server: &Server, jobs: &[Job], n_nodes: usize, timeout: Duration) -> Result<()> {
+/// until every allocation is placed and the server is idle. `operators`
+/// threads register at once (`--operators`). Prints a progress line.
+fn submit_and_wait(server: &Server, jobs: &[Job], n_nodes: usize, operators: usize, timeout: Duration) -> Result<()> {
     let started = Instant::now();
     let waiting = Waiting { server, jobs, n_nodes, started, deadline: started + timeout };
     let (agents, workloads): (Vec<&Job>, Vec<&Job>) = jobs.iter().partition(|job| job.job_type.is_system_like());
     let mut desired = 0;
     for batch in [agents, workloads] {
-        for job in &batch {
-            server.jobs().register(Job::clone(job)).with_context(|| format!("registering {}", job.id))?;
-        }
+        // Operator `k` registers every `operators`-th job from the k-th.
+        std::thread::scope(|scope| {
+            let lanes: Vec<_> = (0..operators.min(batch.len()))
+                .map(|lane| {
+                    let batch = &batch;
+                    scope.spawn(move || {
+                        for job in batch.iter().skip(lane).step_by(operators) {
+                            server
+                                .jobs()
+                                .register(Job::clone(job))
+                                .with_context(|| format!("registering {}", job.id))?;
+                        }
+                        Ok::<(), anyhow::Error>(())
+                    })
+                })
+                .collect();
+            lanes.into_iter().try_for_each(|lane| lane.join().expect("an operator thread panicked"))
+        })?;
         desired += batch.iter().map(|job| desired_count(job, n_nodes)).sum::<u64>();
         waiting.until_placed(desired)?;
     }

@@ -127,6 +127,8 @@ pub struct NetworkArgs {
     pub duration: Duration,
     pub heartbeat_interval: Option<Duration>,
     pub workers: Option<usize>,
+    /// Operators registering jobs at once (`--operators`).
+    pub operators: usize,
     pub timeout: Duration,
     /// The spawned server writes its flame graph here when it stops.
     pub flamegraph: Option<PathBuf>,
@@ -749,15 +751,25 @@ async fn run_clients(
     let (agents, workloads): (Vec<Job>, Vec<Job>) = jobs.into_iter().partition(|job| job.job_type.is_system_like());
     let before_placing = operator.progress().await?;
     let loadgen_cpu_placing = drover::server::process_cpu_millis();
-    let mut submit_us = Histogram::<u64>::new_with_bounds(1, 600_000_000, 3).expect("bounds");
+    let submit_us = Mutex::new(Histogram::<u64>::new_with_bounds(1, 600_000_000, 3).expect("bounds"));
     for batch in [agents, workloads] {
-        for job in batch {
-            let (id, sent) = (job.id.clone(), Instant::now());
-            operator.submit_job(&job).await.with_context(|| format!("registering {id}"))?;
-            submit_us.saturating_record(sent.elapsed().as_micros() as u64);
-        }
+        // Operator `k` registers every `operators`-th job from the k-th, on
+        // the one operator connection (its call stream carries them at once).
+        let lanes = (0..args.operators.min(batch.len())).map(|lane| {
+            let (batch, submit_us) = (&batch, &submit_us);
+            async move {
+                for job in batch.iter().skip(lane).step_by(args.operators) {
+                    let sent = Instant::now();
+                    operator.submit_job(job).await.with_context(|| format!("registering {}", job.id))?;
+                    submit_us.lock().saturating_record(sent.elapsed().as_micros() as u64);
+                }
+                Ok::<(), anyhow::Error>(())
+            }
+        });
+        futures::future::try_join_all(lanes).await?;
         wait_for(operator, "every allocation placed and running", args.timeout, converged).await?;
     }
+    let submit_us = submit_us.into_inner();
     let placed_in = placing.elapsed();
     eprintln!("  placed and running in {placed_in:.2?}");
     phases.mark("run");

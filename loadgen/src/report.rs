@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use drover::server::timers::TimerReading;
 use engine::node::storm::StormStats;
 use hdrhistogram::Histogram;
 use serde::Serialize;
@@ -128,6 +129,12 @@ pub struct Report {
     pub placement_secs: f64,
     pub placements_per_sec: f64,
     pub eval_latency_ms: Latency,
+    /// In process: the workers' time in their schedulers, and the part of
+    /// it spent waiting for their plans to be committed (engine timers).
+    pub worker_scheduling_secs: f64,
+    pub worker_plan_wait_secs: f64,
+    /// In process: a plan's commit, submitted to written (`drover.plan.apply`).
+    pub plan_commit_ms: Latency,
     pub evals_processed: u64,
     pub evals_nacked: u64,
     pub evals_failed: u64,
@@ -261,6 +268,16 @@ impl Report {
         }
     }
 
+    /// Records the engine's timers (in process, where they were recorded).
+    pub fn record_timers(&mut self, timers: &[TimerReading]) {
+        let sum = |name: &str| timers.iter().filter(|timer| timer.name == name).map(|timer| timer.sum).sum::<f64>();
+        self.worker_scheduling_secs = sum("drover.worker.invoke_scheduler") / 1_000.0;
+        self.worker_plan_wait_secs = sum("drover.worker.submit_plan") / 1_000.0;
+        if let Some(commit) = timers.iter().find(|timer| timer.name == "drover.plan.apply") {
+            self.plan_commit_ms = Latency { p50: commit.p50, p90: commit.p90, p99: commit.p99, max: commit.max };
+        }
+    }
+
     /// Prints the report for people.
     pub fn print(&self) {
         let state = if self.durable { "durable state" } else { "state in memory" };
@@ -272,6 +289,17 @@ impl Report {
         println!("  placements/s               {:.0}", self.placements_per_sec);
         let l = &self.eval_latency_ms;
         println!("  eval latency ms            p50 {:.1}  p90 {:.1}  p99 {:.1}  max {:.1}", l.p50, l.p90, l.p99, l.max);
+        if self.mode == "in-process" {
+            println!(
+                "  worker time                {:.2} s scheduling, {:.2} s of it waiting for plans",
+                self.worker_scheduling_secs, self.worker_plan_wait_secs
+            );
+            let c = &self.plan_commit_ms;
+            println!(
+                "  plan commit ms             p50 {:.2}  p90 {:.2}  p99 {:.2}  max {:.2}",
+                c.p50, c.p90, c.p99, c.max
+            );
+        }
         println!("  evals processed            {}", self.evals_processed);
         println!("  evals nacked / failed      {} / {}", self.evals_nacked, self.evals_failed);
         println!("  evals canceled / waiting   {} / {}", self.evals_canceled, self.evals_waiting);
