@@ -39,9 +39,9 @@ impl Millis {
 /// What only a run over the network measures (zero in process).
 #[derive(Debug, Default, Serialize)]
 pub struct NetworkReport {
-    /// Each job's registration round trip while placing (one operator
-    /// submits them one after another), and the CPU both processes used
-    /// from the first registration until every allocation ran.
+    /// Each job's registration round trip while placing (each of the
+    /// `--operators` submits its share one after another), and the CPU both
+    /// processes used from the first registration until every allocation ran.
     pub job_submit_ms: Millis,
     pub placing_server_cpu_secs: f64,
     pub placing_loadgen_cpu_secs: f64,
