@@ -31,7 +31,7 @@ use std::time::Duration;
 use engine::eval::broker::{BrokerError, Dequeued, Token};
 use engine::scheduler::PlanError;
 use engine::server::Server;
-use engine::state::{Command, LogError, Snapshot, StateError, StateStore};
+use engine::state::{Applied, Command, LogError, PendingWrite, Snapshot, StateError, StateStore};
 use engine::structs::job_refs::{take_postcard_sharing, to_postcard_sharing};
 use engine::structs::{EvalId, Evaluation, JobType, Plan, PlanResult};
 use engine::worker::{LocalWork, WorkError, WorkSource};
@@ -484,15 +484,18 @@ impl WorkSource for ClusterWork {
         }
     }
 
-    fn write_evals(&self, held: EvalId, token: Token, evals: Vec<Evaluation>) -> Result<u64, StateError> {
+    fn submit_evals(&self, held: EvalId, token: Token, evals: Vec<Evaluation>) -> PendingWrite {
         match self.holder(held, token) {
-            None => Err(StateError::Log(LogError::Refused { reason: format!("evaluation {held} is not held here") })),
-            Some(Holder::Local(work)) => work.write_evals(held, token, evals),
+            None => PendingWrite::done(Err(StateError::Log(LogError::Refused {
+                reason: format!("evaluation {held} is not held here"),
+            }))),
+            Some(Holder::Local(work)) => work.submit_evals(held, token, evals),
             Some(Holder::Remote { leader, addr, term }) => {
+                // The leader answers once the evals are written.
                 let call = SchedulingCall::Evals { hold: Hold { term, eval: held, token }, evals };
-                let answer: Result<u64, StateError> =
-                    self.call(leader, addr, &call, CALL_TIMEOUT).map_err(|error| error.into_state_error(leader))?;
-                answer
+                let answer: Result<Result<u64, StateError>, _> = self.call(leader, addr, &call, CALL_TIMEOUT);
+                let written = answer.map_err(|error| error.into_state_error(leader)).and_then(|written| written);
+                PendingWrite::done(written.map(|index| Applied { index, ..Applied::default() }))
             }
         }
     }

@@ -606,7 +606,7 @@ mod tests {
 
     use super::*;
     use crate::state::{Command, StateStore};
-    use crate::testing::node;
+    use crate::testing::{node, HeldLog};
 
     const SECOND: Duration = Duration::from_secs(1);
 
@@ -755,27 +755,6 @@ mod tests {
         assert_ne!(snapshot.node(silent).expect("silent").status, NodeStatus::Ready);
     }
 
-    /// A command in [`HeldLog`], and where its answer goes.
-    type Held = (Command, std::sync::mpsc::Sender<Result<crate::state::Applied, StateError>>);
-
-    /// A log that holds every command until the test releases them, as a
-    /// durable log holds writes until its fsync.
-    #[derive(Debug)]
-    struct HeldLog {
-        store: Arc<StateStore>,
-        held: Mutex<Vec<Held>>,
-        arrived: parking_lot::Condvar,
-    }
-
-    impl crate::state::CommandLog for HeldLog {
-        fn submit(&self, command: Command) -> PendingWrite {
-            let (answer, answered) = std::sync::mpsc::channel();
-            self.held.lock().push((command, answer));
-            self.arrived.notify_all();
-            PendingWrite::waiting(async move { answered.recv().unwrap_or(Err(StateError::ShuttingDown)) })
-        }
-    }
-
     #[test]
     fn a_sweep_submits_every_miss_before_it_waits_on_any() {
         let clock = crate::clock::ManualClock::new(Timestamp::ZERO);
@@ -783,7 +762,7 @@ mod tests {
         for n in 0..3 {
             store.apply(Command::UpsertNode { node: node(n), evals: vec![] }).expect("node");
         }
-        let log = Arc::new(HeldLog { store: store.clone(), held: Mutex::new(Vec::new()), arrived: Default::default() });
+        let log = HeldLog::new(store.clone());
         let writer = Writer::through(log.clone(), store.clone());
         let heartbeats = Heartbeats::seeded(HeartbeatConfig::default(), clock.clone(), 7);
         for n in 0..3 {
@@ -794,20 +773,13 @@ mod tests {
             let heartbeats = heartbeats.clone();
             move || heartbeats.expire(&writer)
         });
-        let mut held = log.held.lock();
-        while held.len() < 3 {
-            // A watchdog, not a wait for time: a sweep that waits on one miss
-            // before it submits the next never gets all three here.
-            let waited = log.arrived.wait_for(&mut held, 10 * SECOND);
-            assert!(!waited.timed_out(), "the sweep waited on a miss before submitting the others");
-        }
+        // A sweep that waits on one miss before it submits the next never
+        // gets all three in the log.
+        log.wait_until("the sweep waited on a miss before submitting the others", |held| held.len() == 3);
         // All three are in the log together while none is written yet:
         // one batch for a durable log, not three fsyncs one after another.
         assert!(store.snapshot().nodes().all(|node| node.status == NodeStatus::Ready));
-        for (command, answer) in held.drain(..) {
-            let _ = answer.send(log.store.apply(command));
-        }
-        drop(held);
+        assert_eq!(log.write_held(), 3);
         assert_eq!(sweep.join().expect("the sweep"), 3);
         assert!(store.snapshot().nodes().all(|node| node.status != NodeStatus::Ready));
     }
@@ -818,7 +790,7 @@ mod tests {
         let store = Arc::new(StateStore::new());
         store.apply(Command::UpsertNode { node: node(0), evals: vec![] }).expect("node");
         let node_id = node(0).id;
-        let log = Arc::new(HeldLog { store: store.clone(), held: Mutex::new(Vec::new()), arrived: Default::default() });
+        let log = HeldLog::new(store.clone());
         let writer = Writer::through(log.clone(), store.clone());
         let heartbeats = Heartbeats::seeded(HeartbeatConfig::default(), clock.clone(), 7);
         heartbeats.reset(node_id);
@@ -827,11 +799,7 @@ mod tests {
             let heartbeats = heartbeats.clone();
             move || heartbeats.expire(&writer)
         });
-        let mut held = log.held.lock();
-        while held.is_empty() {
-            let waited = log.arrived.wait_for(&mut held, 10 * SECOND);
-            assert!(!waited.timed_out(), "the sweep never submitted the miss");
-        }
+        log.wait_until("the sweep never submitted the miss", |held| !held.is_empty());
         // The miss is in the log, not yet written: a heartbeat now is not
         // answered (the node still reads ready, and would be marked after).
         assert_eq!(heartbeats.reset_unless_marking(node_id), None);
@@ -839,10 +807,7 @@ mod tests {
             let heartbeats = heartbeats.clone();
             move || heartbeats.wait_marked(node_id)
         });
-        for (command, answer) in held.drain(..) {
-            let _ = answer.send(log.store.apply(command));
-        }
-        drop(held);
+        assert_eq!(log.write_held(), 1);
         assert_eq!(sweep.join().expect("the sweep"), 1);
         waiting.join().expect("the heartbeat goes on once the miss is written");
         // Read again, the node is down: the endpoint answers that, not ready.

@@ -18,9 +18,10 @@
 //!    evicts; the worker gets a [`PlanResult`] with the index it was
 //!    applied at and, when anything was refused, a `refresh_index` (after
 //!    every plan before it) to re-plan against. A partly refused plan is a
-//!    result, not an error. The committer submits every plan waiting for it
-//!    at once and then waits for them in order, so a durable log writes
-//!    them in one entry with one fsync.
+//!    result, not an error. The committer submits each plan as it comes,
+//!    while the plans before it are still being written, and answers them
+//!    in order; a durable log takes the plans submitted during one fsync
+//!    into its next entry, so they share the next fsync.
 //!    Before committing, every task group's disruption budget is held
 //!    ([`super::budget`]): voluntary stops beyond it are taken out with
 //!    their replacements, and the worker re-plans as for a refused node.
@@ -29,9 +30,12 @@
 //!    ineligible, at most `max_marked_per_window` nodes per window.
 
 use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
+use std::task::{Context, Poll, Wake, Waker};
+use std::thread::{JoinHandle, Thread};
 use std::time::Duration;
 
 use crossbeam::channel::{self, Receiver, Sender, TryRecvError};
@@ -44,7 +48,7 @@ use crate::clock::{SharedClock, Timestamp};
 use crate::eval::broker::{EvalBroker, Token};
 use crate::plan::budget::hold_budget;
 use crate::plan::queue::{PendingPlan, PlanError, PlanQueue};
-use crate::state::{Command, Snapshot, Writer};
+use crate::state::{Applied, Command, PendingWrite, Snapshot, StateError, Writer};
 use crate::structs::{Allocation, Node, NodeEligibility, NodeId, Plan, PlanResult, Resources};
 
 /// Plans touching more nodes than this are checked in parallel.
@@ -234,6 +238,23 @@ struct Commit {
     done: Sender<()>,
 }
 
+/// A plan submitted to the log, waiting for its write.
+struct Written {
+    started: std::time::Instant,
+    pending: PendingPlan,
+    result: PlanResult,
+    done: Sender<()>,
+}
+
+/// Wakes the committer thread (its writes' waker).
+struct Unpark(Thread);
+
+impl Wake for Unpark {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
 /// Counts refusals per node and marks repeat offenders ineligible (step 4).
 #[derive(Debug)]
 struct RejectionTracker {
@@ -343,7 +364,7 @@ impl PlanApplier {
             counters: counters.clone(),
         });
         let stop = Arc::new(AtomicBool::new(false));
-        let (commits, to_commit) = channel::bounded::<Commit>(1);
+        let (commits, to_commit) = channel::bounded::<Commit>(MAX_IN_FLIGHT);
         let committer = {
             let applier = applier.clone();
             std::thread::Builder::new()
@@ -353,15 +374,16 @@ impl PlanApplier {
         };
         let evaluator = {
             let stop = stop.clone();
+            let committer_thread = committer.thread().clone();
             std::thread::Builder::new()
                 .name("plan-applier".into())
-                .spawn(move || applier.evaluate_loop(&stop, commits))
+                .spawn(move || applier.evaluate_loop(&stop, commits, &committer_thread))
                 .expect("spawning the plan applier")
         };
         PlanApplierHandle { stop, threads: vec![evaluator, committer], counters }
     }
 
-    fn evaluate_loop(&self, stop: &AtomicBool, commits: Sender<Commit>) {
+    fn evaluate_loop(&self, stop: &AtomicBool, commits: Sender<Commit>, committer: &Thread) {
         // The plans being committed, oldest first, for the overlay, with
         // their completion signals.
         let mut in_flight: VecDeque<InFlight> = VecDeque::new();
@@ -415,6 +437,7 @@ impl PlanApplier {
             if commits.send(Commit { pending, result, command, done }).is_err() {
                 return;
             }
+            committer.unpark();
             in_flight.push_back((overlay, finished));
         }
         for (_, done) in in_flight {
@@ -422,38 +445,69 @@ impl PlanApplier {
         }
     }
 
-    /// Step 3: submits every plan waiting, then answers each in order once
-    /// it is written.
+    /// Step 3: submits each plan as it arrives, while the plans before it
+    /// are still being written, and answers each in order once it is
+    /// written. A replicated log takes every submission queued while its
+    /// last entry is being made durable into its next entry, so plans that
+    /// arrive together share an fsync; and no plan waits for the whole
+    /// cycle (append, fsync, apply) of the one before it.
     fn commit_loop(&self, to_commit: Receiver<Commit>) {
-        while let Ok(first) = to_commit.recv() {
-            let waiting: Vec<Commit> = std::iter::once(first).chain(to_commit.try_iter()).collect();
-            let started = std::time::Instant::now();
-            let submitted: Vec<_> = waiting
-                .into_iter()
-                .map(|Commit { pending, result, command, done }| (self.writer.submit(command), pending, result, done))
-                .collect();
-            for (write, pending, mut result, done) in submitted {
-                let written = write.wait();
-                crate::timing::record_since("drover.plan.apply", started);
-                match written {
-                    Ok(applied) => {
-                        result.alloc_index = applied.index;
-                        // A worker on another server re-plans against its own
-                        // store: it must hold this plan's placements too, or
-                        // they would be placed again (Nomad's refresh rule).
-                        if result.refresh_index != 0 {
-                            result.refresh_index = result.refresh_index.max(applied.index);
-                        }
-                        result.refuse_placements(&applied.refused_placements, applied.index);
-                        let evicted = result.node_preemptions.values().map(Vec::len).sum::<usize>();
-                        self.counters.allocs_preempted.fetch_add(evicted as u64, Ordering::Relaxed);
-                        pending.respond(Ok(result));
-                    }
-                    Err(error) => pending.respond(Err(PlanError::Write(error))),
-                }
-                let _ = done.send(());
+        // The writes are futures; this thread is their executor, woken
+        // (unparked) by a finished write or by the evaluator's next plan.
+        let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+        let mut context = Context::from_waker(&waker);
+        let mut writing: VecDeque<(PendingWrite, Written)> = VecDeque::new();
+        loop {
+            // Answer, in order, the plans written; a store that is its own
+            // log has written each by the time it was submitted.
+            while let Some((write, _)) = writing.front_mut() {
+                let Poll::Ready(written) = Pin::new(write).poll(&mut context) else { break };
+                let (_, plan) = writing.pop_front().expect("the front write is there");
+                self.answer(plan, written);
+            }
+            let arrived = if writing.is_empty() {
+                to_commit.recv().map_err(|_| TryRecvError::Disconnected)
+            } else {
+                to_commit.try_recv()
+            };
+            match arrived {
+                Ok(commit) => writing.push_back(self.submit(commit)),
+                // The oldest write is not answered and no plan came: wait for either.
+                Err(TryRecvError::Empty) => std::thread::park(),
+                Err(TryRecvError::Disconnected) => break,
             }
         }
+        for (write, plan) in writing {
+            self.answer(plan, write.wait());
+        }
+    }
+
+    /// Submits a plan's command to the log.
+    fn submit(&self, Commit { pending, result, command, done }: Commit) -> (PendingWrite, Written) {
+        let started = std::time::Instant::now();
+        (self.writer.submit(command), Written { started, pending, result, done })
+    }
+
+    /// Answers the worker of a plan written (or refused by the log).
+    fn answer(&self, Written { started, pending, mut result, done }: Written, written: Result<Applied, StateError>) {
+        crate::timing::record_since("drover.plan.apply", started);
+        match written {
+            Ok(applied) => {
+                result.alloc_index = applied.index;
+                // A worker on another server re-plans against its own
+                // store: it must hold this plan's placements too, or
+                // they would be placed again (Nomad's refresh rule).
+                if result.refresh_index != 0 {
+                    result.refresh_index = result.refresh_index.max(applied.index);
+                }
+                result.refuse_placements(&applied.refused_placements, applied.index);
+                let evicted = result.node_preemptions.values().map(Vec::len).sum::<usize>();
+                self.counters.allocs_preempted.fetch_add(evicted as u64, Ordering::Relaxed);
+                pending.respond(Ok(result));
+            }
+            Err(error) => pending.respond(Err(PlanError::Write(error))),
+        }
+        let _ = done.send(());
     }
 
     fn note_refusals(&self, refused: &[NodeId]) {

@@ -214,18 +214,26 @@ fn running_applier(store: &Arc<StateStore>) -> (Arc<PlanQueue>, Arc<EvalBroker>,
     (queue, broker, handle, seen)
 }
 
+/// Holds a new eval of `job`, as a worker does.
+fn hold_eval(broker: &EvalBroker, job: &Arc<Job>) -> crate::eval::broker::Dequeued {
+    broker.enqueue(Arc::new(Evaluation::for_job(job, TriggerReason::JobRegister, Timestamp(0))));
+    broker.try_dequeue(&[JobType::Service]).expect("running").expect("held")
+}
+
+/// The held eval's plan placing `alloc`.
+fn plan_of(held: &crate::eval::broker::Dequeued, alloc: Allocation) -> Plan {
+    let mut plan = plan_placing(vec![alloc]);
+    plan.eval_id = held.eval.id;
+    plan.eval_token = held.token.0;
+    plan
+}
+
 #[test]
 fn the_applier_commits_what_fits_and_answers_with_the_index() {
     let (f, _) = fixture();
     let (queue, broker, handle, seen) = running_applier(&f.store);
-    broker.enqueue(Arc::new(Evaluation::for_job(&f.job, TriggerReason::JobRegister, Timestamp(0))));
-    let held = broker.try_dequeue(&[JobType::Service]).expect("running").expect("held");
-    let submit = |alloc: Allocation| {
-        let mut plan = plan_placing(vec![alloc]);
-        plan.eval_id = held.eval.id;
-        plan.eval_token = held.token.0;
-        queue.enqueue(plan)
-    };
+    let held = hold_eval(&broker, &f.job);
+    let submit = |alloc: Allocation| queue.enqueue(plan_of(&held, alloc));
     // Both are queued before the first is written: the second is checked against the first.
     let first = submit(alloc_of(&f.job, 1, 300));
     let second = submit(alloc_of(&f.job, 2, 300));
@@ -242,5 +250,31 @@ fn the_applier_commits_what_fits_and_answers_with_the_index() {
     // A plan whose eval is no longer held under its token is refused.
     broker.ack(held.eval.id, held.token).expect("ack");
     assert_eq!(submit(alloc_of(&f.job, 3, 10)).wait(), Err(PlanError::StaleToken(held.eval.id)));
+    handle.stop();
+}
+
+/// A durable log holds a plan until its fsync; the next plan does not wait
+/// for it to be written before it is submitted, and the answers keep the
+/// plans' order.
+#[test]
+fn the_committer_submits_a_plan_while_the_one_before_it_is_being_written() {
+    let (f, _) = fixture();
+    let clock = ManualClock::new(Timestamp(10));
+    let broker = Arc::new(EvalBroker::new(BrokerConfig::default(), clock.clone()));
+    let queue = Arc::new(PlanQueue::new());
+    let log = crate::testing::HeldLog::new(f.store.clone());
+    let writer = Writer::through(log.clone(), f.store.clone());
+    let handle = PlanApplier::start(PlanApplierConfig::default(), writer, queue.clone(), broker.clone(), clock);
+    let held = hold_eval(&broker, &f.job);
+    let submit = |alloc: Allocation| queue.enqueue(plan_of(&held, alloc));
+    let first = submit(alloc_of(&f.job, 1, 100));
+    log.wait_until("the first plan never reached the log", |held| held.len() == 1);
+    let second = submit(alloc_of(&f.job, 2, 100));
+    log.wait_until("the second plan waited for the first to be written", |held| held.len() == 2);
+    assert_eq!(log.write_held(), 2);
+    let (first, second) = (first.wait().expect("first"), second.wait().expect("second"));
+    assert!(first.alloc_index < second.alloc_index, "answered in the log's order");
+    assert_eq!(second.refresh_index, 0, "checked against the first, both fit");
+    assert_eq!(f.store.snapshot().allocs_by_node(NodeId::from_u128(NODE)).count(), 3);
     handle.stop();
 }

@@ -134,6 +134,15 @@ impl PendingWrite {
     pub fn wait(self) -> Result<Applied, StateError> {
         futures_lite::future::block_on(self)
     }
+
+    /// The answer, taken, if it has come (a store that is its own log
+    /// answers at once); else None, and the write is still to wait for.
+    pub fn answer_now(&mut self) -> Option<Result<Applied, StateError>> {
+        match Pin::new(self).poll(&mut Context::from_waker(std::task::Waker::noop())) {
+            Poll::Ready(answer) => Some(answer),
+            Poll::Pending => None,
+        }
+    }
 }
 
 impl Future for PendingWrite {

@@ -3,11 +3,85 @@
 
 pub mod stepped;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::{Condvar, Mutex};
 
 use crate::clock::Timestamp;
-use crate::state::{Command, StateStore};
+use crate::state::{Applied, Command, CommandLog, PendingWrite, StateError, StateStore};
 use crate::structs::{Allocation, EvalId, Job, JobType, Node, NodeId, Resources, ServiceOwner, ServiceRegistration};
+use crate::sync::Reply;
+
+/// Where a held command's answer goes.
+type Answer = Arc<Reply<Result<Applied, StateError>>>;
+
+/// A command log that holds every command until the test writes it, as a
+/// durable log holds writes until their fsync: a test sees which writes
+/// were submitted together, and what waited for what.
+#[derive(Debug)]
+pub struct HeldLog {
+    store: Arc<StateStore>,
+    held: Mutex<Vec<(Command, Answer)>>,
+    arrived: Condvar,
+    /// Set when a wait failed: every write is refused from then on, so
+    /// the test's threads end and the test fails instead of hanging.
+    failed: AtomicBool,
+}
+
+impl HeldLog {
+    /// A log that writes to `store` when told to.
+    pub fn new(store: Arc<StateStore>) -> Arc<HeldLog> {
+        Arc::new(HeldLog {
+            store,
+            held: Mutex::new(Vec::new()),
+            arrived: Condvar::new(),
+            failed: AtomicBool::new(false),
+        })
+    }
+
+    /// Waits until the commands held, oldest first, are `enough`. A
+    /// watchdog, not a wait for time: after 10 s without them it refuses
+    /// every write, held or to come (so the threads waiting for them end),
+    /// and panics with `why`, what it means that they never came.
+    pub fn wait_until(&self, why: &str, mut enough: impl FnMut(&[&Command]) -> bool) {
+        let mut held = self.held.lock();
+        while !enough(&held.iter().map(|(command, _)| command).collect::<Vec<_>>()) {
+            if self.arrived.wait_for(&mut held, Duration::from_secs(10)).timed_out() {
+                self.failed.store(true, Ordering::SeqCst);
+                for (_, answer) in held.drain(..) {
+                    answer.set(Err(StateError::ShuttingDown));
+                }
+                panic!("{why}");
+            }
+        }
+    }
+
+    /// Writes every command held, in order, and answers each; how many.
+    pub fn write_held(&self) -> usize {
+        let held = std::mem::take(&mut *self.held.lock());
+        let written = held.len();
+        for (command, answer) in held {
+            answer.set(self.store.apply(command));
+        }
+        written
+    }
+}
+
+impl CommandLog for HeldLog {
+    fn submit(&self, command: Command) -> PendingWrite {
+        let answer = Arc::new(Reply::new());
+        let mut held = self.held.lock();
+        if self.failed.load(Ordering::SeqCst) {
+            return PendingWrite::done(Err(StateError::ShuttingDown));
+        }
+        held.push((command, answer.clone()));
+        drop(held);
+        self.arrived.notify_all();
+        PendingWrite::waiting(async move { answer.take().await.unwrap_or(Err(StateError::ShuttingDown)) })
+    }
+}
 
 /// Node `n` of a test cluster: 20 classes, 4 datacenters, three sizes.
 pub fn node(n: usize) -> Node {

@@ -19,7 +19,13 @@
 //! 4. Ack on success, nack on error and back off exponentially (fast base
 //!    for retryable errors such as plan conflicts, slow base for others,
 //!    capped), resetting on success. Shutdown is its own outcome, never
-//!    counted as a failure.
+//!    counted as a failure. A worker waits for its plans, but not for the
+//!    eval writes that end an eval (its status): when the log has not
+//!    answered them by the time the scheduler returns (a durable log's
+//!    fsync), the worker goes on to its next eval and its acker thread
+//!    acks this one once they are written, or nacks it if the log refused
+//!    them. The eval stays held meanwhile, so the broker hands out no
+//!    other eval of its job.
 //!
 //! The pool can be resized and re-targeted at run time; each worker can be
 //! paused and resumed and reports its status and current activity.
@@ -32,6 +38,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use crossbeam::channel::{Receiver, Sender};
 use parking_lot::{Condvar, Mutex, RwLock};
 
 pub use claims::ClaimTable;
@@ -41,7 +48,7 @@ pub use source::{LocalWork, WorkError, WorkSource};
 use crate::clock::SharedClock;
 use crate::eval::broker::{BrokerError, Dequeued, Token};
 use crate::scheduler::{new_scheduler, Algorithm, NodeClaims, Planner, SchedulerConfig, SchedulerError, State};
-use crate::state::{StateStore, WaitError};
+use crate::state::{PendingWrite, StateStore, WaitError};
 use crate::structs::{EvalId, Evaluation, JobType, Plan, PlanResult};
 
 /// Worker settings.
@@ -268,6 +275,42 @@ enum Failure {
     Scheduler(SchedulerError),
 }
 
+impl From<SchedulerError> for Failure {
+    fn from(error: SchedulerError) -> Self {
+        match error {
+            SchedulerError::ShuttingDown => Failure::Shutdown,
+            other => Failure::Scheduler(other),
+        }
+    }
+}
+
+/// A worker's acker: acks, in order, the evals its worker left with their
+/// writes unanswered, once they are answered; an eval whose write the log
+/// refused goes back to the broker. Ends with its worker, after the last.
+fn ack_loop(ctx: &WorkerContext, to_ack: Receiver<Unacked>) {
+    for unacked in to_ack {
+        settle(ctx, unacked);
+    }
+}
+
+/// Waits for an eval's writes, then acks it, or nacks it if one was refused.
+fn settle(ctx: &WorkerContext, Unacked { eval, token, writes }: Unacked) {
+    let refused = writes.into_iter().map(PendingWrite::wait).filter_map(Result::err).next();
+    match refused {
+        None => {
+            if ctx.source.ack(eval, token).is_ok() {
+                ctx.counters.evals_processed.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        Some(error) => {
+            tracing::warn!(%eval, %error, "the eval's status was not written; it goes back to the broker");
+            if ctx.source.nack(eval, token).is_ok() {
+                ctx.counters.evals_nacked.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
 /// The pool; see the module docs.
 #[derive(Debug)]
 pub struct WorkerPool {
@@ -321,7 +364,7 @@ impl WorkerPool {
         let (ctx, thread_control) = (self.ctx.clone(), control.clone());
         let thread = std::thread::Builder::new()
             .name(format!("worker-{id}"))
-            .spawn(move || Worker { ctx, control: thread_control, backoff_attempt: 0 }.run())
+            .spawn(move || Worker { ctx, control: thread_control, backoff_attempt: 0, writes: Vec::new() }.run())
             .expect("spawning a worker thread");
         WorkerSlot { control, thread: Some(thread) }
     }
@@ -421,11 +464,37 @@ struct Worker {
     ctx: Arc<WorkerContext>,
     control: Arc<Control>,
     backoff_attempt: u32,
+    /// The eval writes the scheduler made for the eval in hand.
+    writes: Vec<PendingWrite>,
+}
+
+/// An eval processed whose writes were not answered when its worker moved
+/// on: its acker acks it once they are (step 4).
+struct Unacked {
+    eval: EvalId,
+    token: Token,
+    writes: Vec<PendingWrite>,
 }
 
 impl Worker {
     fn run(mut self) {
         self.control.set_status(WorkerStatus::Started);
+        std::thread::scope(|scope| {
+            let (acks, to_ack) = crossbeam::channel::unbounded();
+            let ctx = self.ctx.clone();
+            std::thread::Builder::new()
+                .name(format!("worker-{}-acks", self.control.id))
+                .spawn_scoped(scope, move || ack_loop(&ctx, to_ack))
+                .expect("spawning a worker's acker");
+            self.work(&acks);
+        });
+        self.control.set_activity(WorkerActivity::Idle);
+        self.control.set_status(WorkerStatus::Stopped);
+        self.control.saw_types(u64::MAX);
+    }
+
+    /// Steps 1-4 until the worker is stopped.
+    fn work(&mut self, acks: &Sender<Unacked>) {
         while !self.control.stopping() {
             self.wait_while_paused();
             if self.control.stopping() {
@@ -441,13 +510,10 @@ impl Worker {
                 Err(_) | Ok(None) => continue,
                 Ok(Some(held)) => {
                     crate::timing::record_since("drover.worker.dequeue_eval", started);
-                    self.handle(held)
+                    self.handle(held, acks)
                 }
             }
         }
-        self.control.set_activity(WorkerActivity::Idle);
-        self.control.set_status(WorkerStatus::Stopped);
-        self.control.saw_types(u64::MAX);
     }
 
     fn wait_while_paused(&self) {
@@ -466,19 +532,41 @@ impl Worker {
         }
     }
 
-    /// Steps 2-4 for one eval.
-    fn handle(&mut self, held: Dequeued) {
-        let outcome = self.process(&held);
-        let source = &self.ctx.source;
+    /// Steps 2-4 for one eval. When the scheduler's eval writes are still
+    /// being made durable, the worker goes on to its next eval and its
+    /// acker acks this one once they are: a worker waits for its plans,
+    /// but not for the status write that ends an eval.
+    fn handle(&mut self, held: Dequeued, acks: &Sender<Unacked>) {
+        let mut outcome = self.process(&held);
+        let mut unanswered = Vec::new();
+        for mut write in std::mem::take(&mut self.writes) {
+            match write.answer_now() {
+                // A write the log refused fails the eval, as a scheduler error.
+                Some(Err(refused)) if outcome.is_ok() => outcome = Err(Failure::from(SchedulerError::from(refused))),
+                Some(_) => {}
+                None => unanswered.push(write),
+            }
+        }
         match outcome {
+            Ok(()) if !unanswered.is_empty() => {
+                self.backoff_attempt = 0;
+                let unacked = Unacked { eval: held.eval.id, token: held.token, writes: unanswered };
+                if let Err(unsent) = acks.send(unacked) {
+                    settle(&self.ctx, unsent.into_inner());
+                }
+            }
             Ok(()) => {
-                if source.ack(held.eval.id, held.token).is_ok() {
+                if self.ctx.source.ack(held.eval.id, held.token).is_ok() {
                     self.ctx.counters.evals_processed.fetch_add(1, Ordering::Relaxed);
                 }
                 self.backoff_attempt = 0;
             }
             Err(failure) => {
-                if source.nack(held.eval.id, held.token).is_ok() {
+                // What the scheduler wrote is written before the eval goes back.
+                for write in unanswered {
+                    let _ = write.wait();
+                }
+                if self.ctx.source.nack(held.eval.id, held.token).is_ok() {
                     self.ctx.counters.evals_nacked.fetch_add(1, Ordering::Relaxed);
                 }
                 self.back_off(failure, &held.eval);
@@ -503,8 +591,13 @@ impl Worker {
             return Ok(());
         }
         self.control.set_activity(WorkerActivity::Scheduling);
-        let mut planner =
-            WorkerPlanner { ctx: &self.ctx, control: &self.control, eval_id: held.eval.id, token: held.token };
+        let mut planner = WorkerPlanner {
+            ctx: &self.ctx,
+            control: &self.control,
+            eval_id: held.eval.id,
+            token: held.token,
+            writes: &mut self.writes,
+        };
         let claims: Arc<dyn NodeClaims> = self.ctx.claims.clone();
         let config = SchedulerConfig {
             algorithm: self.ctx.config.algorithm,
@@ -522,10 +615,7 @@ impl Worker {
             started,
         );
         self.ctx.claims.release(self.control.id as u64);
-        result.map_err(|error| match error {
-            SchedulerError::ShuttingDown => Failure::Shutdown,
-            other => Failure::Scheduler(other),
-        })
+        result.map_err(Failure::from)
     }
 
     fn back_off(&mut self, failure: Failure, eval: &Evaluation) {
@@ -572,6 +662,8 @@ struct WorkerPlanner<'a> {
     control: &'a Control,
     eval_id: EvalId,
     token: Token,
+    /// The eval writes made, answered or not (step 4).
+    writes: &'a mut Vec<PendingWrite>,
 }
 
 impl Planner for WorkerPlanner<'_> {
@@ -602,7 +694,19 @@ impl Planner for WorkerPlanner<'_> {
     }
 
     fn write_eval(&mut self, eval: Evaluation) -> Result<(), SchedulerError> {
-        self.ctx.source.write_evals(self.eval_id, self.token, vec![eval])?;
+        let mut write = self.ctx.source.submit_evals(self.eval_id, self.token, vec![eval]);
+        match write.answer_now() {
+            // Answered at once (a store that is its own log, a call to the
+            // leader): a refusal is the scheduler's error, as any other.
+            Some(answer) => {
+                answer?;
+            }
+            None => self.writes.push(write),
+        }
         Ok(())
     }
 }
+
+#[cfg(test)]
+#[path = "worker_test.rs"]
+mod worker_test;

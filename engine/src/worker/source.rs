@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::eval::broker::{BrokerError, Dequeued, EvalBroker, Token};
 use crate::plan::queue::PlanQueue;
 use crate::scheduler::PlanError;
-use crate::state::{Command, StateError, Writer};
+use crate::state::{Command, PendingWrite, Writer};
 use crate::structs::{EvalId, Evaluation, JobType, Plan, PlanResult};
 
 /// Why a [`WorkSource`] did not do what a worker asked.
@@ -43,8 +43,9 @@ pub trait WorkSource: Send + Sync + std::fmt::Debug {
     /// the plan) and waits for the applier's answer.
     fn submit_plan(&self, plan: Plan) -> Result<PlanResult, PlanError>;
     /// Writes evals the scheduler created or changed while it held `held`
-    /// under `token`; answers the index they were written at.
-    fn write_evals(&self, held: EvalId, token: Token, evals: Vec<Evaluation>) -> Result<u64, StateError>;
+    /// under `token`. The answer may come later (a local log's): the
+    /// worker acks `held` only once every write it made for it is answered.
+    fn submit_evals(&self, held: EvalId, token: Token, evals: Vec<Evaluation>) -> PendingWrite;
 }
 
 /// A server's own broker, plan queue and log: the leader's work source.
@@ -79,7 +80,7 @@ impl WorkSource for LocalWork {
         self.plan_queue.enqueue(plan).wait()
     }
 
-    fn write_evals(&self, _held: EvalId, _token: Token, evals: Vec<Evaluation>) -> Result<u64, StateError> {
-        Ok(self.writer.write(Command::UpsertEvals { evals })?.index)
+    fn submit_evals(&self, _held: EvalId, _token: Token, evals: Vec<Evaluation>) -> PendingWrite {
+        self.writer.submit(Command::UpsertEvals { evals })
     }
 }
