@@ -297,17 +297,25 @@ fn ack_loop(ctx: &WorkerContext, to_ack: Receiver<Unacked>) {
 fn settle(ctx: &WorkerContext, Unacked { eval, token, writes }: Unacked) {
     let refused = writes.into_iter().map(PendingWrite::wait).filter_map(Result::err).next();
     match refused {
-        None => {
-            if ctx.source.ack(eval, token).is_ok() {
-                ctx.counters.evals_processed.fetch_add(1, Ordering::Relaxed);
-            }
-        }
+        None => ack(ctx, eval, token),
         Some(error) => {
             tracing::warn!(%eval, %error, "the eval's status was not written; it goes back to the broker");
-            if ctx.source.nack(eval, token).is_ok() {
-                ctx.counters.evals_nacked.fetch_add(1, Ordering::Relaxed);
-            }
+            nack(ctx, eval, token);
         }
+    }
+}
+
+/// Ends the hold on an eval done, counting it.
+fn ack(ctx: &WorkerContext, eval: EvalId, token: Token) {
+    if ctx.source.ack(eval, token).is_ok() {
+        ctx.counters.evals_processed.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Gives an eval that failed here back to the broker, counting it.
+fn nack(ctx: &WorkerContext, eval: EvalId, token: Token) {
+    if ctx.source.nack(eval, token).is_ok() {
+        ctx.counters.evals_nacked.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -556,9 +564,7 @@ impl Worker {
                 }
             }
             Ok(()) => {
-                if self.ctx.source.ack(held.eval.id, held.token).is_ok() {
-                    self.ctx.counters.evals_processed.fetch_add(1, Ordering::Relaxed);
-                }
+                ack(&self.ctx, held.eval.id, held.token);
                 self.backoff_attempt = 0;
             }
             Err(failure) => {
@@ -566,9 +572,7 @@ impl Worker {
                 for write in unanswered {
                     let _ = write.wait();
                 }
-                if self.ctx.source.nack(held.eval.id, held.token).is_ok() {
-                    self.ctx.counters.evals_nacked.fetch_add(1, Ordering::Relaxed);
-                }
+                nack(&self.ctx, held.eval.id, held.token);
                 self.back_off(failure, &held.eval);
             }
         }
