@@ -112,7 +112,7 @@ impl SimClient {
         let Ok((allocs, index)) = found else { return delivered };
         if after == 0 || allocs.iter().any(|alloc| alloc.modify_index > after) {
             self.watch = Some(index);
-            self.run(net, Event::Push { index, allocs }, &mut delivered);
+            self.run(net, Event::Push { index, allocs, listed: None }, &mut delivered);
         }
         delivered
     }

@@ -19,9 +19,9 @@ use uuid::Uuid;
 use crate::calls::CallStream;
 use crate::frame::MAX_PAYLOAD;
 use crate::message::{
-    AllocsPush, ClusterReport, DrainSelfRequest, HeartbeatRequest, IndexReply, Kind, Message, MessageError, NodeReply,
-    ReadServicesRequest, Refusal, RefusalCode, RegisterRequest, ReportRequest, ReportScope, ServicesReply,
-    SubmitJobRequest, UpdateAllocsRequest, WatchAllocsRequest,
+    AllocChanges, ClusterReport, DrainSelfRequest, HeartbeatRequest, IndexReply, Kind, Message, MessageError,
+    NodeReply, ReadServicesRequest, Refusal, RefusalCode, RegisterRequest, ReportRequest, ReportScope, ServicesReply,
+    SubmitJobRequest, UpdateAllocsRequest, WatchAllocChangesRequest, WatchAllocsRequest,
 };
 use crate::settings;
 use crate::stream::{codes, write_frame, FrameReader, StreamError};
@@ -227,7 +227,7 @@ impl ClientConnection {
     }
 
     /// Opens the node's allocation watch, resuming after `last_index` (0:
-    /// from the start).
+    /// from the start); each push says what changed ([`AllocChanges`]).
     pub async fn watch_allocs(
         &self,
         node_id: NodeId,
@@ -236,7 +236,7 @@ impl ClientConnection {
     ) -> Result<AllocWatch, CallError> {
         let (mut send, recv) = self.connection.open_bi().await?;
         let request_id = self.next_request.fetch_add(1, Ordering::Relaxed);
-        let request = WatchAllocsRequest { node_id, secret_id, last_index };
+        let request = WatchAllocChangesRequest(WatchAllocsRequest { node_id, secret_id, last_index });
         write_frame(&mut send, &request.to_frame(request_id)).await?;
         Ok(AllocWatch { _send: send, recv, reader: FrameReader::new(MAX_PAYLOAD) })
     }
@@ -322,8 +322,8 @@ fn reply_of<Reply: Message>(frame: &crate::frame::Frame) -> Result<Reply, CallEr
     Ok(Reply::from_frame(frame)?)
 }
 
-/// The node's allocation watch: each [`AllocWatch::next`] is the node's
-/// allocations after the server's next change to them.
+/// The node's allocation watch: each [`AllocWatch::next`] is what the
+/// server's next write changed in the node's allocations.
 #[derive(Debug)]
 pub struct AllocWatch {
     /// Kept open: dropping it would not end the watch, but keeps the
@@ -336,11 +336,11 @@ pub struct AllocWatch {
 impl AllocWatch {
     /// The next push; an error when the server refused the watch, ended
     /// it (shutdown) or the connection is gone.
-    pub async fn next(&mut self) -> Result<AllocsPush, CallError> {
+    pub async fn next(&mut self) -> Result<AllocChanges, CallError> {
         let frame = self.reader.next(&mut self.recv).await?.ok_or(CallError::NoAnswer)?;
         if frame.kind == Kind::Refusal as u8 {
             return Err(CallError::Refused(Refusal::from_frame(&frame)?));
         }
-        Ok(AllocsPush::from_frame(&frame)?)
+        Ok(AllocChanges::from_frame(&frame)?)
     }
 }

@@ -9,8 +9,9 @@
 //! A call is one bidirectional stream: the client writes one request frame
 //! and finishes its side; the server answers with one reply frame (or a
 //! [`Refusal`]) and finishes. The allocation watch is the exception: the
-//! server keeps its side open and writes an [`AllocsPush`] whenever the
-//! node's allocations change.
+//! server keeps its side open and writes an [`AllocChanges`] whenever the
+//! node's allocations change (an [`AllocsPush`], the whole list, to an
+//! agent of an earlier build, which opened it as [`Kind::WatchAllocs`]).
 //!
 //! A server's call to an agent goes the other way, on the agent's own
 //! connection (`crate::agent_call`): the server writes one
@@ -24,7 +25,7 @@ use std::time::Duration;
 use engine::node::service_reads::{ServiceAnswer, ServiceQuery};
 use engine::state::ClientAllocUpdate;
 use engine::structs::job_refs::{decoding_jobs, encoding_jobs, JobTable};
-use engine::structs::{Allocation, Job, Node, NodeId, NodeStatus};
+use engine::structs::{AllocId, Allocation, Job, Node, NodeId, NodeStatus};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -48,7 +49,8 @@ pub enum Kind {
     Heartbeat = 2,
     /// [`UpdateAllocsRequest`]: the client's allocation statuses.
     UpdateAllocs = 3,
-    /// [`WatchAllocsRequest`]: opens the node's allocation watch.
+    /// [`WatchAllocsRequest`]: opens the node's allocation watch, pushed
+    /// whole ([`AllocsPush`]): how agents of earlier builds watch.
     WatchAllocs = 4,
     /// [`AgentCallRequest`]: a server's call to an agent, on the agent's
     /// connection. (5 was the agent's question whether a token may read
@@ -60,6 +62,9 @@ pub enum Kind {
     /// [`DrainSelfRequest`]: an agent drains its own node before it exits
     /// (`drain_on_shutdown`).
     DrainSelf = 8,
+    /// [`WatchAllocChangesRequest`]: opens the node's allocation watch,
+    /// pushed as changes ([`AllocChanges`]).
+    WatchAllocChanges = 9,
     /// [`SubmitJobRequest`]: an operator registers a job.
     SubmitJob = 32,
     /// [`ReportRequest`]: an operator asks for the cluster report.
@@ -80,6 +85,8 @@ pub enum Kind {
     AgentError = 70,
     /// [`ServicesReply`]: the answer to a services read.
     ServicesReply = 71,
+    /// [`AllocChanges`]: what changed in the node's allocations, on its watch.
+    AllocChanges = 72,
     /// [`Refusal`]: why a call was refused; nothing was written.
     Refusal = 127,
 }
@@ -96,6 +103,7 @@ impl TryFrom<u8> for Kind {
             6 => Kind::AgentCall,
             7 => Kind::ReadServices,
             8 => Kind::DrainSelf,
+            9 => Kind::WatchAllocChanges,
             32 => Kind::SubmitJob,
             33 => Kind::Report,
             64 => Kind::NodeReply,
@@ -106,6 +114,7 @@ impl TryFrom<u8> for Kind {
             69 => Kind::FileChunk,
             70 => Kind::AgentError,
             71 => Kind::ServicesReply,
+            72 => Kind::AllocChanges,
             127 => Kind::Refusal,
             other => return Err(MessageError::UnknownKind(other)),
         })
@@ -198,6 +207,7 @@ plain_messages! {
     HeartbeatRequest => Kind::Heartbeat,
     UpdateAllocsRequest => Kind::UpdateAllocs,
     WatchAllocsRequest => Kind::WatchAllocs,
+    WatchAllocChangesRequest => Kind::WatchAllocChanges,
     AgentCallRequest => Kind::AgentCall,
     ReadServicesRequest => Kind::ReadServices,
     DrainSelfRequest => Kind::DrainSelf,
@@ -272,6 +282,12 @@ pub struct WatchAllocsRequest {
     /// The index of the last push the client applied (0: none).
     pub last_index: u64,
 }
+
+/// Opens the node's allocation watch as [`WatchAllocsRequest`] does, but
+/// each push is an [`AllocChanges`]: only the allocations that changed
+/// after the last index pushed (or `last_index`), with the ids of all.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WatchAllocChangesRequest(pub WatchAllocsRequest);
 
 /// An agent reads what its tasks' templates ask for: answered once the
 /// services table's index passes `min_index` (at once for 0), or after
@@ -550,24 +566,75 @@ impl Message for AllocsPush {
     const KIND: Kind = Kind::AllocsPush;
 
     fn to_payload(&self) -> Vec<u8> {
-        let table = JobTable::of(self.allocs.iter().map(|alloc| &alloc.job));
-        let mut bytes = postcard::to_allocvec(&self.index).expect("an index encodes");
-        bytes = postcard::to_extend(table.jobs(), bytes).expect("a job always encodes");
-        encoding_jobs(table, || postcard::to_extend(&self.allocs, bytes)).expect("every job is in the table")
+        let index = postcard::to_allocvec(&self.index).expect("an index encodes");
+        extend_with_allocs(index, &self.allocs)
     }
 
     fn from_payload(payload: &[u8]) -> Result<Self, MessageError> {
         let malformed = |reason: String| MessageError::Malformed { kind: Kind::AllocsPush, reason };
         let (index, rest): (u64, _) = postcard::take_from_bytes(payload).map_err(|e| malformed(e.to_string()))?;
-        let (jobs, rest): (Vec<Job>, _) = postcard::take_from_bytes(rest).map_err(|e| malformed(e.to_string()))?;
-        let jobs = jobs.into_iter().map(Arc::new).collect();
-        let (allocs, rest): (Vec<Arc<Allocation>>, _) =
-            decoding_jobs(jobs, || postcard::take_from_bytes(rest)).map_err(|e| malformed(e.to_string()))?;
-        if !rest.is_empty() {
-            return Err(malformed(format!("{} bytes after the message", rest.len())));
-        }
+        let allocs = allocs_to_end(rest).map_err(malformed)?;
         Ok(AllocsPush { index, allocs })
     }
+}
+
+/// What changed in the node's allocations as of `index`: each allocation
+/// stored anew after the last index pushed on the watch (every one on a
+/// watch's first push from index 0), and the ids of every allocation on
+/// the node, so the agent drops the ones no longer listed. Those left out
+/// are as the agent last saw them, so it holds what an [`AllocsPush`]
+/// would have said, for a fraction of the bytes: a placement is sent once,
+/// not again with every later push to its node.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AllocChanges {
+    /// The state index the changes are current at; the client's next
+    /// `last_index`.
+    pub index: u64,
+    /// Every allocation on the node, by id.
+    pub listed: Vec<AllocId>,
+    /// The allocations that changed, each of them listed.
+    pub allocs: Vec<Arc<Allocation>>,
+}
+
+impl Message for AllocChanges {
+    const KIND: Kind = Kind::AllocChanges;
+
+    fn to_payload(&self) -> Vec<u8> {
+        let head = postcard::to_allocvec(&(self.index, &self.listed)).expect("an index and ids encode");
+        extend_with_allocs(head, &self.allocs)
+    }
+
+    fn from_payload(payload: &[u8]) -> Result<Self, MessageError> {
+        let malformed = |reason: String| MessageError::Malformed { kind: Kind::AllocChanges, reason };
+        let ((index, listed), rest): ((u64, Vec<AllocId>), _) =
+            postcard::take_from_bytes(payload).map_err(|e| malformed(e.to_string()))?;
+        let allocs = allocs_to_end(rest).map_err(malformed)?;
+        let ids: std::collections::HashSet<&AllocId> = listed.iter().collect();
+        if let Some(alloc) = allocs.iter().find(|alloc| !ids.contains(&alloc.id)) {
+            return Err(malformed(format!("allocation {} changed but is not listed", alloc.id)));
+        }
+        Ok(AllocChanges { index, listed, allocs })
+    }
+}
+
+/// `bytes` followed by `allocs`, each job version once (a table of jobs,
+/// then the allocations referring to it).
+fn extend_with_allocs(bytes: Vec<u8>, allocs: &[Arc<Allocation>]) -> Vec<u8> {
+    let table = JobTable::of(allocs.iter().map(|alloc| &alloc.job));
+    let bytes = postcard::to_extend(table.jobs(), bytes).expect("a job always encodes");
+    encoding_jobs(table, || postcard::to_extend(allocs, bytes)).expect("every job is in the table")
+}
+
+/// The allocations [`extend_with_allocs`] wrote, which must end `bytes`.
+fn allocs_to_end(bytes: &[u8]) -> Result<Vec<Arc<Allocation>>, String> {
+    let (jobs, rest): (Vec<Job>, _) = postcard::take_from_bytes(bytes).map_err(|e| e.to_string())?;
+    let jobs = jobs.into_iter().map(Arc::new).collect();
+    let (allocs, rest): (Vec<Arc<Allocation>>, _) =
+        decoding_jobs(jobs, || postcard::take_from_bytes(rest)).map_err(|e| e.to_string())?;
+    if !rest.is_empty() {
+        return Err(format!("{} bytes after the message", rest.len()));
+    }
+    Ok(allocs)
 }
 
 /// Any message of the protocol, read by its frame's kind: what a decoder
@@ -582,6 +649,8 @@ pub enum AnyMessage {
     UpdateAllocs(UpdateAllocsRequest),
     /// [`Kind::WatchAllocs`].
     WatchAllocs(WatchAllocsRequest),
+    /// [`Kind::WatchAllocChanges`].
+    WatchAllocChanges(WatchAllocChangesRequest),
     /// [`Kind::AgentCall`].
     AgentCall(AgentCallRequest),
     /// [`Kind::ReadServices`].
@@ -602,6 +671,8 @@ pub enum AnyMessage {
     IndexReply(IndexReply),
     /// [`Kind::AllocsPush`].
     AllocsPush(AllocsPush),
+    /// [`Kind::AllocChanges`].
+    AllocChanges(AllocChanges),
     /// [`Kind::AgentReply`].
     AgentReply(AgentReply),
     /// [`Kind::FileChunk`].
@@ -621,6 +692,7 @@ impl AnyMessage {
             Kind::Heartbeat => AnyMessage::Heartbeat(HeartbeatRequest::from_payload(payload)?),
             Kind::UpdateAllocs => AnyMessage::UpdateAllocs(UpdateAllocsRequest::from_payload(payload)?),
             Kind::WatchAllocs => AnyMessage::WatchAllocs(WatchAllocsRequest::from_payload(payload)?),
+            Kind::WatchAllocChanges => AnyMessage::WatchAllocChanges(WatchAllocChangesRequest::from_payload(payload)?),
             Kind::AgentCall => AnyMessage::AgentCall(AgentCallRequest::from_payload(payload)?),
             Kind::ReadServices => AnyMessage::ReadServices(ReadServicesRequest::from_payload(payload)?),
             Kind::DrainSelf => AnyMessage::DrainSelf(DrainSelfRequest::from_payload(payload)?),
@@ -634,6 +706,7 @@ impl AnyMessage {
             Kind::NodeReply => AnyMessage::NodeReply(NodeReply::from_payload(payload)?),
             Kind::IndexReply => AnyMessage::IndexReply(IndexReply::from_payload(payload)?),
             Kind::AllocsPush => AnyMessage::AllocsPush(AllocsPush::from_payload(payload)?),
+            Kind::AllocChanges => AnyMessage::AllocChanges(AllocChanges::from_payload(payload)?),
             Kind::Refusal => AnyMessage::Refusal(Refusal::from_payload(payload)?),
         })
     }
@@ -645,6 +718,7 @@ impl AnyMessage {
             AnyMessage::Heartbeat(message) => message.to_frame(request_id),
             AnyMessage::UpdateAllocs(message) => message.to_frame(request_id),
             AnyMessage::WatchAllocs(message) => message.to_frame(request_id),
+            AnyMessage::WatchAllocChanges(message) => message.to_frame(request_id),
             AnyMessage::AgentCall(message) => message.to_frame(request_id),
             AnyMessage::ReadServices(message) => message.to_frame(request_id),
             AnyMessage::DrainSelf(message) => message.to_frame(request_id),
@@ -658,6 +732,7 @@ impl AnyMessage {
             AnyMessage::NodeReply(message) => message.to_frame(request_id),
             AnyMessage::IndexReply(message) => message.to_frame(request_id),
             AnyMessage::AllocsPush(message) => message.to_frame(request_id),
+            AnyMessage::AllocChanges(message) => message.to_frame(request_id),
             AnyMessage::Refusal(message) => message.to_frame(request_id),
         }
     }

@@ -36,7 +36,9 @@ fn every_message_round_trips() {
             task_states: Default::default(),
         }],
     });
-    round_trip(&WatchAllocsRequest { node_id, secret_id: Uuid::from_u128(5), last_index: 41 });
+    let watch = WatchAllocsRequest { node_id, secret_id: Uuid::from_u128(5), last_index: 41 };
+    round_trip(&watch);
+    round_trip(&WatchAllocChangesRequest(watch));
     round_trip(&NodeReply {
         index: 3,
         status: NodeStatus::Ready,
@@ -162,6 +164,23 @@ fn a_push_carries_each_job_once_and_shares_it_again() {
 }
 
 #[test]
+fn changes_round_trip_and_a_change_that_is_not_listed_is_refused() {
+    let job = Arc::new(Job::new_simple("web", JobType::Service, 3, Resources::new(100, 64, 0)));
+    let allocs: Vec<_> = (0..3)
+        .map(|i| Arc::new(Allocation::new_placement(&job, "group", i, NodeId::from_u128(1), EvalId::from_u128(1))))
+        .collect();
+    let listed: Vec<_> = allocs.iter().map(|alloc| alloc.id).collect();
+    let changes = AllocChanges { index: 12, listed: listed.clone(), allocs: allocs[1..].to_vec() };
+    round_trip(&changes);
+    round_trip(&AllocChanges { index: 13, listed: listed.clone(), allocs: vec![] });
+    let unlisted = AllocChanges { index: 14, listed: listed[1..].to_vec(), allocs: allocs[..1].to_vec() };
+    let refused = AllocChanges::from_frame(&unlisted.to_frame(1)).expect_err("refused");
+    assert!(
+        matches!(&refused, MessageError::Malformed { kind: Kind::AllocChanges, reason } if reason.contains("not listed"))
+    );
+}
+
+#[test]
 fn the_wrong_kind_and_garbage_are_refused_with_the_reason() {
     let frame = IndexReply { index: 1 }.to_frame(1);
     assert_eq!(
@@ -182,6 +201,7 @@ proptest! {
         let _ = RegisterRequest::from_frame(&frame);
         let _ = UpdateAllocsRequest::from_frame(&frame);
         let _ = AllocsPush::from_frame(&frame);
+        let _ = AllocChanges::from_frame(&frame);
         let _ = AgentCallRequest::from_frame(&frame);
         let _ = AgentReply::from_frame(&frame);
     }

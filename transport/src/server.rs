@@ -42,9 +42,10 @@ use crate::agent_call::{AgentAnswer, AgentCallError, AgentConnections};
 use crate::frame::{Frame, MAX_PAYLOAD};
 use crate::log_limit::RateLimited;
 use crate::message::{
-    AgentCallRequest, AllocsPush, ClusterReport, DrainSelfRequest, HeartbeatRequest, IndexReply, Kind, ListenerStats,
-    Message, MessageError, NodeReply, ReadServicesRequest, Refusal, RefusalCode, RegisterRequest, ReportRequest,
-    ReportScope, ServicesReply, SubmitJobRequest, UpdateAllocsRequest, WatchAllocsRequest, MAX_SERVICES_WAIT,
+    AgentCallRequest, AllocChanges, AllocsPush, ClusterReport, DrainSelfRequest, HeartbeatRequest, IndexReply, Kind,
+    ListenerStats, Message, MessageError, NodeReply, ReadServicesRequest, Refusal, RefusalCode, RegisterRequest,
+    ReportRequest, ReportScope, ServicesReply, SubmitJobRequest, UpdateAllocsRequest, WatchAllocChangesRequest,
+    WatchAllocsRequest, MAX_SERVICES_WAIT,
 };
 use crate::settings::{self, MAX_HANDSHAKES, MAX_REQUEST};
 use crate::stream::{abandon, codes, write_frame, write_last_frame, FrameReader, StreamError};
@@ -383,7 +384,7 @@ async fn serve_stream(
         }
         Err(error) => return refuse_malformed(service, remote, &mut send, &mut recv, 0, &error.to_string()).await,
     };
-    if frame.kind == Kind::WatchAllocs as u8 || frame.kind == Kind::ReadServices as u8 {
+    if is_held(&frame) {
         service.counters.calls.fetch_add(1, Ordering::Relaxed);
         return serve_held(service, connection, frame, send, recv).await;
     }
@@ -432,7 +433,7 @@ async fn serve_calls(
             return;
         }
         frame = match reader.next(&mut recv).await {
-            Ok(Some(frame)) if frame.kind == Kind::WatchAllocs as u8 || frame.kind == Kind::ReadServices as u8 => {
+            Ok(Some(frame)) if is_held(&frame) => {
                 let why = "a watch or a services read opens a stream of its own";
                 return refuse_malformed(service, remote, &mut send, &mut recv, frame.request_id, why).await;
             }
@@ -450,6 +451,11 @@ async fn serve_calls(
     }
 }
 
+/// Whether `frame` opens a stream the server holds ([`serve_held`]).
+fn is_held(frame: &Frame) -> bool {
+    matches!(Kind::try_from(frame.kind), Ok(Kind::WatchAllocs | Kind::WatchAllocChanges | Kind::ReadServices))
+}
+
 /// Serves a stream the server holds: a watch, or a services read.
 async fn serve_held(
     service: &Service,
@@ -460,9 +466,16 @@ async fn serve_held(
 ) {
     let remote = connection.remote_address();
     let request_id = frame.request_id;
-    if frame.kind == Kind::WatchAllocs as u8 {
-        return match WatchAllocsRequest::from_frame(&frame) {
-            Ok(request) => watch_allocs(service, connection, request, request_id, send).await,
+    let watch = match Kind::try_from(frame.kind) {
+        Ok(Kind::WatchAllocChanges) => {
+            Some(WatchAllocChangesRequest::from_frame(&frame).map(|request| (request.0, PushForm::Changes)))
+        }
+        Ok(Kind::WatchAllocs) => Some(WatchAllocsRequest::from_frame(&frame).map(|request| (request, PushForm::Whole))),
+        _ => None,
+    };
+    if let Some(watch) = watch {
+        return match watch {
+            Ok((request, form)) => watch_allocs(service, connection, request, form, request_id, send).await,
             Err(error) => refuse_malformed(service, remote, &mut send, &mut recv, request_id, &error.to_string()).await,
         };
     }
@@ -697,11 +710,13 @@ async fn refuse_malformed(
 
 /// The node's allocation watch: pushes its allocations whenever a write
 /// changed them after the last index pushed (or the client's `last_index`
-/// on a resumed watch), until the client goes away or the server stops.
+/// on a resumed watch), in `form`, until the client goes away or the
+/// server stops.
 async fn watch_allocs(
     service: &Service,
     connection: &Connection,
     request: WatchAllocsRequest,
+    form: PushForm,
     request_id: u64,
     mut send: SendStream,
 ) {
@@ -712,8 +727,17 @@ async fn watch_allocs(
         return;
     }
     service.agents.hold(request.node_id, connection);
-    push_allocs(service, remote, &request, request_id, send).await;
+    push_allocs(service, remote, &request, form, request_id, send).await;
     service.agents.release(request.node_id, connection);
+}
+
+/// How a watch's pushes carry the node's allocations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PushForm {
+    /// All of them each time ([`AllocsPush`]), for agents of earlier builds.
+    Whole,
+    /// Those stored anew since the last push, and every id ([`AllocChanges`]).
+    Changes,
 }
 
 /// The pushes of an authenticated watch ([`watch_allocs`]).
@@ -721,6 +745,7 @@ async fn push_allocs(
     service: &Service,
     remote: SocketAddr,
     request: &WatchAllocsRequest,
+    form: PushForm,
     request_id: u64,
     mut send: SendStream,
 ) {
@@ -732,12 +757,20 @@ async fn push_allocs(
             _ = send.stopped() => return,
             _ = shutdown.wait_for(|stopping| *stopping) => Err(NodeError::Wait(WaitError::Shutdown { wanted: last_index + 1 })),
         };
-        let frame = match found {
-            Ok((allocs, index)) => {
+        let frame = match (found, form) {
+            (Ok((allocs, index)), PushForm::Whole) => {
                 last_index = index;
                 AllocsPush { index, allocs }.to_frame(request_id)
             }
-            Err(error) => {
+            (Ok((allocs, index)), PushForm::Changes) => {
+                // What the agent has not seen: stored after the last index
+                // it was pushed (every allocation is, after index 0).
+                let listed = allocs.iter().map(|alloc| alloc.id).collect();
+                let since = std::mem::replace(&mut last_index, index);
+                let allocs = allocs.into_iter().filter(|alloc| alloc.modify_index > since).collect();
+                AllocChanges { index, listed, allocs }.to_frame(request_id)
+            }
+            (Err(error), _) => {
                 let refusal = service.refusal(remote, &error);
                 let _ = write_last_frame(&mut send, &refusal.to_frame(request_id)).await;
                 return;

@@ -11,9 +11,9 @@ use engine::structs::{Allocation, ClientStatus, EvalId, Job, JobType, NodeStatus
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use transport::message::{
-    decode_all, AllocsPush, ClusterAudit, ClusterReport, HeartbeatRequest, IndexReply, JobCounts, Message, NodeReply,
-    Refusal, RefusalCode, RegisterRequest, ReportRequest, ReportScope, SubmitJobRequest, UpdateAllocsRequest,
-    WatchAllocsRequest,
+    decode_all, AllocChanges, AllocsPush, ClusterAudit, ClusterReport, HeartbeatRequest, IndexReply, JobCounts,
+    Message, NodeReply, Refusal, RefusalCode, RegisterRequest, ReportRequest, ReportScope, SubmitJobRequest,
+    UpdateAllocsRequest, WatchAllocChangesRequest, WatchAllocsRequest,
 };
 
 /// Inputs per run: half random, half mutations of valid streams.
@@ -48,7 +48,11 @@ fn corpus() -> Vec<Vec<u8>> {
         }
         .to_frame(5),
         IndexReply { index: 6 }.to_frame(6),
-        AllocsPush { index: 7, allocs }.to_frame(7),
+        AllocsPush { index: 7, allocs: allocs.clone() }.to_frame(7),
+        WatchAllocChangesRequest(WatchAllocsRequest { node_id: node.id, secret_id: node.secret_id, last_index: 7 })
+            .to_frame(13),
+        AllocChanges { index: 14, listed: allocs.iter().map(|alloc| alloc.id).collect(), allocs: allocs[1..].to_vec() }
+            .to_frame(14),
         Refusal { code: RefusalCode::Malformed, message: "bad".into() }.to_frame(8),
         SubmitJobRequest { job: Job::clone(&job) }.to_frame(9),
         ReportRequest { scope: ReportScope::Full }.to_frame(10),

@@ -13,7 +13,7 @@ use engine::state::ClientAllocUpdate;
 use engine::structs::{ClientStatus, Job, JobType, NodeStatus, Resources};
 use transport::client::{CallError, ClientEndpoints};
 use transport::frame::{Frame, HEADER_LEN, MAGIC, VERSION};
-use transport::message::{Kind, Message, Refusal, RefusalCode};
+use transport::message::{AllocsPush, Kind, Message, Refusal, RefusalCode, WatchAllocsRequest};
 use transport::server::ClientListener;
 use transport::tls::TlsMaterial;
 use uuid::Uuid;
@@ -248,8 +248,47 @@ async fn a_watch_resumes_after_the_last_index_the_client_saw() {
     let next = bounded("push", watch.next()).await.expect("push");
     assert!(next.index > index && next.index > seen.index);
     assert_eq!(next.allocs.len(), 2, "{next:?}");
+    assert_eq!(next.listed.len(), 2, "{next:?}");
     let api = next.allocs.iter().find(|pushed| pushed.id == alloc.id).expect("still placed");
     assert_eq!(api.client_status, ClientStatus::Running);
+    setup.listener.close().await;
+    setup.server.shutdown();
+}
+
+/// A push carries what changed since the one before it, with the ids of
+/// all; an agent of an earlier build, whose watch is `WatchAllocs`, is
+/// still pushed the whole list.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_pushes_only_what_changed_and_an_earlier_builds_watch_the_whole_list() {
+    let setup = start();
+    let endpoints = ClientEndpoints::bind(1, &setup.client_tls).expect("client endpoint");
+    let connection = bounded("connect", endpoints.connect(setup.addr)).await.expect("connects");
+    let node = engine::testing::node(8);
+    bounded("register", connection.register(node.clone())).await.expect("registers");
+    setup.server.jobs().register(job("api", 1)).expect("job registers");
+    let mut watch = bounded("watch", connection.watch_allocs(node.id, node.secret_id, 0)).await.expect("opens");
+    let mut first = bounded("push", watch.next()).await.expect("push");
+    while first.allocs.is_empty() {
+        first = bounded("push", watch.next()).await.expect("push");
+    }
+    let api = first.allocs[0].id;
+    assert_eq!(first.listed, vec![api]);
+
+    setup.server.jobs().register(job("cache", 1)).expect("job registers");
+    let next = bounded("push", watch.next()).await.expect("push");
+    let changed: Vec<_> = next.allocs.iter().map(|alloc| alloc.job_id.to_string()).collect();
+    assert_eq!(changed, vec!["cache"], "api did not change: {next:?}");
+    assert_eq!(next.listed.len(), 2);
+    assert!(next.listed.contains(&api) && next.listed.contains(&next.allocs[0].id));
+
+    let mut earlier = Vec::new();
+    let request = WatchAllocsRequest { node_id: node.id, secret_id: node.secret_id, last_index: 0 };
+    request.to_frame(1).encode(&mut earlier).expect("encodes");
+    let frame = bounded("earlier watch", connection.raw_call(&earlier)).await.expect("answered").expect("a frame");
+    let whole = AllocsPush::from_frame(&frame).expect("the whole list");
+    let mut jobs: Vec<_> = whole.allocs.iter().map(|alloc| alloc.job_id.to_string()).collect();
+    jobs.sort_unstable();
+    assert_eq!(jobs, vec!["api", "cache"]);
     setup.listener.close().await;
     setup.server.shutdown();
 }

@@ -381,7 +381,7 @@ impl Agent {
             event = tokio::select! {
                 _ = sleep_until(deadline) => Event::Tick,
                 push = next_push(&mut runtime.watch) => match push {
-                    Ok(push) => Event::Push { index: push.index, allocs: push.allocs },
+                    Ok(push) => Event::Push { index: push.index, allocs: push.allocs, listed: Some(push.listed) },
                     Err(error) => Event::Disconnected(failure(&error)),
                 },
                 Some(first) = ended_rx.recv(), if in_session => {
@@ -780,7 +780,7 @@ async fn sleep_until(deadline: Option<tokio::time::Instant>) {
 }
 
 /// The watch's next push; never without a watch.
-async fn next_push(watch: &mut Option<AllocWatch>) -> Result<transport::message::AllocsPush, CallError> {
+async fn next_push(watch: &mut Option<AllocWatch>) -> Result<transport::message::AllocChanges, CallError> {
     match watch {
         Some(watch) => watch.next().await,
         None => std::future::pending().await,

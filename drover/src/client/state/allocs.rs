@@ -99,16 +99,22 @@ impl Allocs {
         }
     }
 
-    /// Brings the allocations in line with a push; counts what the servers
-    /// showed of the node's absence.
+    /// Brings the allocations in line with a push (`allocs` changed, of
+    /// `listed`; all of them when `listed` is `None`); counts what the
+    /// servers showed of the node's absence. One listed but neither held
+    /// nor changed was collected here: it stays gone.
     pub(super) fn push(
         &mut self,
         now: Timestamp,
         allocs: Vec<Arc<Allocation>>,
+        listed: Option<Vec<AllocId>>,
         counters: &AgentCounters,
         out: &mut Vec<Action>,
     ) {
-        let listed: BTreeSet<AllocId> = allocs.iter().map(|alloc| alloc.id).collect();
+        let listed: BTreeSet<AllocId> = match listed {
+            Some(listed) => listed.into_iter().collect(),
+            None => allocs.iter().map(|alloc| alloc.id).collect(),
+        };
         self.held.retain(|id, _| {
             let keep = listed.contains(id);
             if !keep {

@@ -201,10 +201,14 @@ pub enum Event {
     CallFailed(Failure),
     /// The servers pushed the node's allocations on the watch.
     Push {
-        /// The state index the list is current at.
+        /// The state index the push is current at.
         index: u64,
-        /// Every allocation placed on the node.
+        /// The allocations stored anew since the last push (all of them
+        /// when `listed` is `None`).
         allocs: Vec<Arc<Allocation>>,
+        /// Every allocation on the node, by id, when `allocs` holds only
+        /// those that changed: the others are as the last push had them.
+        listed: Option<Vec<AllocId>>,
     },
     /// Runners changed allocations' statuses.
     AllocsUpdated(Vec<AllocEvent>),
@@ -542,7 +546,7 @@ impl ClientState {
             }
             Event::Answered(answer) => self.answered(now, answer, &mut out),
             Event::CallFailed(failure) => self.call_failed(now, failure, &mut out),
-            Event::Push { index, allocs } => self.push(now, index, allocs, &mut out),
+            Event::Push { index, allocs, listed } => self.push(now, index, allocs, listed, &mut out),
             Event::AllocsUpdated(events) => {
                 for event in events {
                     self.allocs.runner_news(now, event);
@@ -836,10 +840,17 @@ impl ClientState {
     }
 
     /// Applies a push (the allocation rules, `allocs.rs`).
-    fn push(&mut self, now: Timestamp, index: u64, allocs: Vec<Arc<Allocation>>, out: &mut Vec<Action>) {
+    fn push(
+        &mut self,
+        now: Timestamp,
+        index: u64,
+        allocs: Vec<Arc<Allocation>>,
+        listed: Option<Vec<AllocId>>,
+        out: &mut Vec<Action>,
+    ) {
         count(&self.counters.pushes, 1);
         self.last_index = index;
-        self.allocs.push(now, allocs, &self.counters, out);
+        self.allocs.push(now, allocs, listed, &self.counters, out);
         if !self.first_push_applied {
             self.first_push_applied = true;
             out.push(Action::FirstPushApplied);

@@ -156,7 +156,7 @@ impl Client {
     /// A push of `allocs` at `index`, its report answered.
     fn push(&mut self, index: u64, allocs: &[&Arc<Allocation>]) -> Vec<Action> {
         let allocs = allocs.iter().map(|alloc| Arc::clone(alloc)).collect();
-        let actions = self.handle(Event::Push { index, allocs });
+        let actions = self.handle(Event::Push { index, allocs, listed: None });
         if !reported(&actions).is_empty() {
             assert_eq!(self.handle(Event::Answered(Answer::Reported)), vec![]);
         }
@@ -342,7 +342,11 @@ fn a_stopped_allocation_is_never_resumed_after_an_agent_restart() {
     // are not in the data dir: one stopped, one that ended here before.
     let gone = stopped(&alloc(&job("gone", RAW_EXEC), 0));
     let done = changed(&alloc(&job("done", RAW_EXEC), 0), |alloc| alloc.client_status = ClientStatus::Complete);
-    let push = client.handle(Event::Push { index: 9, allocs: vec![stopped(&web), db.clone(), gone.clone(), done] });
+    let push = client.handle(Event::Push {
+        index: 9,
+        allocs: vec![stopped(&web), db.clone(), gone.clone(), done],
+        listed: None,
+    });
     assert!(started(&push).is_empty(), "nothing starts again: {push:?}");
     assert_eq!(
         push,
@@ -358,6 +362,34 @@ fn a_stopped_allocation_is_never_resumed_after_an_agent_restart() {
     client.handle(Event::Answered(Answer::Reported));
     let later = client.push(10, &[&stopped(&web), &db, &gone]);
     assert!(started(&later).is_empty() && !later.contains(&Action::FirstPushApplied), "{later:?}");
+}
+
+#[test]
+fn a_push_of_changes_leaves_what_it_only_lists_as_it_was_and_drops_what_it_does_not_list() {
+    let mut client = Client::new(ClientConfig { real_tasks: true, ..config() });
+    client.start();
+    let (web, db) = (alloc(&job("web", RAW_EXEC), 0), alloc(&job("db", RAW_EXEC), 0));
+    let first = client.push(1, &[&web, &db]);
+    assert_eq!(started(&first), vec![(web.id, RunnerKind::Tasks), (db.id, RunnerKind::Tasks)]);
+    let running = client.handle(Event::AllocsUpdated(vec![
+        update(web.id, ClientStatus::Running),
+        update(db.id, ClientStatus::Running),
+    ]));
+    assert_eq!(reported(&running).len(), 2);
+    client.handle(Event::Answered(Answer::Reported));
+    // The servers stopped web; db did not change, so it is only listed.
+    let ids = |allocs: &[&Arc<Allocation>]| Some(allocs.iter().map(|alloc| alloc.id).collect());
+    let listed = ids(&[&web, &db]);
+    let stop = client.handle(Event::Push { index: 2, allocs: vec![stopped(&web)], listed });
+    assert_eq!(stop, vec![Action::Stop(web.id)], "db goes on untouched");
+    let ended = client.handle(Event::AllocsUpdated(vec![update(web.id, ClientStatus::Complete)]));
+    assert_eq!(reported(&ended), BTreeMap::from([(web.id, ClientStatus::Complete)]));
+    client.handle(Event::Answered(Answer::Reported));
+    // web was collected on the servers: it is no longer listed.
+    let gone = client.handle(Event::Push { index: 3, allocs: vec![], listed: ids(&[&db]) });
+    assert_eq!(gone, vec![Action::Destroy(web.id)]);
+    let held: Vec<_> = client.core.allocs().map(|held| (held.alloc.id, held.status)).collect();
+    assert_eq!(held, vec![(db.id, ClientStatus::Running)]);
 }
 
 #[test]
@@ -494,7 +526,7 @@ fn a_refused_report_ends_the_session_and_the_next_resyncs_from_the_servers_view(
     let mut client = Client::new(config());
     client.start();
     let web = alloc(&job("web", mock::DRIVER), 0);
-    let push = client.handle(Event::Push { index: 6, allocs: vec![web.clone()] });
+    let push = client.handle(Event::Push { index: 6, allocs: vec![web.clone()], listed: None });
     assert_eq!(reported(&push), BTreeMap::from([(web.id, ClientStatus::Running)]));
     // The node was marked down meanwhile: refused, the session is lost, the
     // status is still to be sent.
@@ -520,11 +552,11 @@ fn news_that_comes_while_a_call_is_out_is_sent_once_it_is_answered() {
     let mut client = Client::new(config());
     client.start();
     let (web, db) = (alloc(&job("web", mock::DRIVER), 0), alloc(&job("db", mock::DRIVER), 0));
-    let first = client.handle(Event::Push { index: 1, allocs: vec![web.clone()] });
+    let first = client.handle(Event::Push { index: 1, allocs: vec![web.clone()], listed: None });
     assert_eq!(reported(&first), BTreeMap::from([(web.id, ClientStatus::Running)]));
     // While that report is out: web fails, db is placed, the heartbeat is due.
     assert_eq!(client.handle(Event::AllocsUpdated(vec![update(web.id, ClientStatus::Failed)])), vec![]);
-    let push = client.handle(Event::Push { index: 2, allocs: vec![web.clone(), db.clone()] });
+    let push = client.handle(Event::Push { index: 2, allocs: vec![web.clone(), db.clone()], listed: None });
     assert_eq!(started(&push), vec![(db.id, RunnerKind::Mock(None))]);
     assert!(reported(&push).is_empty());
     assert_eq!(client.advance(TTL), vec![]);
@@ -692,7 +724,7 @@ fn a_node_changed_while_a_call_is_out_is_registered_once_it_is_answered() {
     assert_eq!(client.advance(TTL), vec![Action::Call(Call::Heartbeat)]);
     let web = alloc(&job("web", mock::DRIVER), 0);
     assert_eq!(client.handle(Event::NodeChanged), vec![]);
-    let push = client.handle(Event::Push { index: 1, allocs: vec![web.clone()] });
+    let push = client.handle(Event::Push { index: 1, allocs: vec![web.clone()], listed: None });
     assert!(reported(&push).is_empty(), "{push:?}");
     let report = client.handle(heartbeat(NodeStatus::Ready));
     assert_eq!(reported(&report), BTreeMap::from([(web.id, ClientStatus::Running)]));
