@@ -24,7 +24,10 @@ const FANOUT: usize = 1 << FANOUT_BITS;
 #[derive(Debug)]
 enum Slot<K, V> {
     Empty,
-    Inner(Arc<Vec<Slot<K, V>>>),
+    /// The sixteen children inline in the `Arc`'s allocation: a lookup
+    /// loads one pointer per level, not two (an `Arc<Vec<_>>` adds the
+    /// vector's buffer).
+    Inner(Arc<[Slot<K, V>; FANOUT]>),
     Bucket(Arc<HashMap<K, V>>),
 }
 
@@ -82,7 +85,7 @@ impl<K: Hash + Eq + Clone, V: Clone> Table<K, V> {
         let mut slot = &mut self.root;
         for level in 0..self.depth {
             if !matches!(slot, Slot::Inner(_)) {
-                *slot = Slot::Inner(Arc::new(vec![Slot::Empty; FANOUT]));
+                *slot = Slot::Inner(Arc::new(std::array::from_fn(|_| Slot::Empty)));
             }
             let Slot::Inner(children) = slot else { unreachable!("made inner just above") };
             slot = &mut Arc::make_mut(children)[digit(hash, level)];
