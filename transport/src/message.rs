@@ -283,9 +283,11 @@ pub struct WatchAllocsRequest {
     pub last_index: u64,
 }
 
-/// Opens the node's allocation watch as [`WatchAllocsRequest`] does, but
-/// each push is an [`AllocChanges`]: only the allocations that changed
-/// after the last index pushed (or `last_index`), with the ids of all.
+/// Opens the node's allocation watch as [`WatchAllocsRequest`] does
+/// (the first push once something changed after `last_index`), but each
+/// push is an [`AllocChanges`]: the first carries every allocation, the
+/// later ones only those that changed since the push before, each with
+/// the ids of all.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WatchAllocChangesRequest(pub WatchAllocsRequest);
 
@@ -579,9 +581,9 @@ impl Message for AllocsPush {
 }
 
 /// What changed in the node's allocations as of `index`: each allocation
-/// stored anew after the last index pushed on the watch (every one on a
-/// watch's first push from index 0), and the ids of every allocation on
-/// the node, so the agent drops the ones no longer listed. Those left out
+/// stored anew after the last index pushed on the watch's stream (every
+/// one in a stream's first push, resumed or not), and the ids of every
+/// allocation on the node, so the agent drops the ones no longer listed. Those left out
 /// are as the agent last saw them, so it holds what an [`AllocsPush`]
 /// would have said, for a fraction of the bytes: a placement is sent once,
 /// not again with every later push to its node.

@@ -148,12 +148,17 @@ fn a_malformed_agent_call_is_refused_with_the_reason() {
     );
 }
 
+/// `count` allocations of one job on one node.
+fn placed(count: u32) -> Vec<Arc<Allocation>> {
+    let job = Arc::new(Job::new_simple("web", JobType::Service, count, Resources::new(100, 64, 0)));
+    (0..count)
+        .map(|i| Arc::new(Allocation::new_placement(&job, "group", i, NodeId::from_u128(1), EvalId::from_u128(1))))
+        .collect()
+}
+
 #[test]
 fn a_push_carries_each_job_once_and_shares_it_again() {
-    let job = Arc::new(Job::new_simple("web", JobType::Service, 20, Resources::new(100, 64, 0)));
-    let allocs: Vec<_> = (0..20)
-        .map(|i| Arc::new(Allocation::new_placement(&job, "group", i, NodeId::from_u128(1), EvalId::from_u128(1))))
-        .collect();
+    let allocs = placed(20);
     let push = AllocsPush { index: 99, allocs };
     let frame = push.to_frame(1);
     let job_len = postcard::to_allocvec(&*push.allocs[0].job).expect("encodes").len();
@@ -165,10 +170,7 @@ fn a_push_carries_each_job_once_and_shares_it_again() {
 
 #[test]
 fn changes_round_trip_and_a_change_that_is_not_listed_is_refused() {
-    let job = Arc::new(Job::new_simple("web", JobType::Service, 3, Resources::new(100, 64, 0)));
-    let allocs: Vec<_> = (0..3)
-        .map(|i| Arc::new(Allocation::new_placement(&job, "group", i, NodeId::from_u128(1), EvalId::from_u128(1))))
-        .collect();
+    let allocs = placed(3);
     let listed: Vec<_> = allocs.iter().map(|alloc| alloc.id).collect();
     let changes = AllocChanges { index: 12, listed: listed.clone(), allocs: allocs[1..].to_vec() };
     round_trip(&changes);

@@ -736,7 +736,8 @@ async fn watch_allocs(
 enum PushForm {
     /// All of them each time ([`AllocsPush`]), for agents of earlier builds.
     Whole,
-    /// Those stored anew since the last push, and every id ([`AllocChanges`]).
+    /// Those stored anew since the stream's last push (all of them in its
+    /// first), and every id ([`AllocChanges`]).
     Changes,
 }
 
@@ -751,6 +752,7 @@ async fn push_allocs(
 ) {
     let mut shutdown = service.shutdown.clone();
     let mut last_index = request.last_index;
+    let mut pushed = false;
     loop {
         let found = tokio::select! {
             found = service.nodes.allocs_async(request.node_id, last_index) => found,
@@ -764,9 +766,13 @@ async fn push_allocs(
             }
             (Ok((allocs, index)), PushForm::Changes) => {
                 // What the agent has not seen: stored after the last index
-                // it was pushed (every allocation is, after index 0).
+                // pushed on this stream. A stream's first push carries them
+                // all, even on a resumed watch: the agent's index may come
+                // from another timeline (a server restored from an older
+                // snapshot), and only this stream's own indexes are sure.
                 let listed = allocs.iter().map(|alloc| alloc.id).collect();
-                let since = std::mem::replace(&mut last_index, index);
+                let since = if pushed { last_index } else { 0 };
+                last_index = index;
                 let allocs = allocs.into_iter().filter(|alloc| alloc.modify_index > since).collect();
                 AllocChanges { index, listed, allocs }.to_frame(request_id)
             }
@@ -780,6 +786,7 @@ async fn push_allocs(
             tracing::debug!(%remote, %error, "allocation watch ended");
             return;
         }
+        pushed = true;
         service.counters.pushes.fetch_add(1, Ordering::Relaxed);
     }
 }

@@ -209,19 +209,34 @@ async fn malformed_frames_close_their_stream_and_the_server_keeps_serving() {
     setup.server.shutdown();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_watch_resumes_after_the_last_index_the_client_saw() {
-    let setup = start();
+/// A registered node watching its allocations, and the first push that
+/// placed job `api` on it.
+struct Watching {
+    endpoints: ClientEndpoints,
+    connection: transport::client::ClientConnection,
+    node: engine::structs::Node,
+    watch: transport::client::AllocWatch,
+    first: transport::message::AllocChanges,
+}
+
+async fn watching_api(setup: &Setup) -> Watching {
     let endpoints = ClientEndpoints::bind(1, &setup.client_tls).expect("client endpoint");
     let connection = bounded("connect", endpoints.connect(setup.addr)).await.expect("connects");
     let node = engine::testing::node(8);
     bounded("register", connection.register(node.clone())).await.expect("registers");
     setup.server.jobs().register(job("api", 1)).expect("job registers");
     let mut watch = bounded("watch", connection.watch_allocs(node.id, node.secret_id, 0)).await.expect("opens");
-    let mut seen = bounded("push", watch.next()).await.expect("push");
-    while seen.allocs.is_empty() {
-        seen = bounded("push", watch.next()).await.expect("push");
+    let mut first = bounded("push", watch.next()).await.expect("push");
+    while first.allocs.is_empty() {
+        first = bounded("push", watch.next()).await.expect("push");
     }
+    Watching { endpoints, connection, node, watch, first }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_resumes_after_the_last_index_the_client_saw() {
+    let setup = start();
+    let Watching { endpoints, connection, node, watch, first: seen } = watching_api(&setup).await;
     connection.close();
     drop(watch);
 
@@ -255,22 +270,14 @@ async fn a_watch_resumes_after_the_last_index_the_client_saw() {
     setup.server.shutdown();
 }
 
-/// A push carries what changed since the one before it, with the ids of
-/// all; an agent of an earlier build, whose watch is `WatchAllocs`, is
-/// still pushed the whole list.
+/// A push carries what changed since the one before it on its stream,
+/// with the ids of all (a stream's first push carries everything); an
+/// agent of an earlier build, whose watch is `WatchAllocs`, is still
+/// pushed the whole list.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_watch_pushes_only_what_changed_and_an_earlier_builds_watch_the_whole_list() {
+async fn a_watch_pushes_what_changed_after_its_first_push_and_an_earlier_builds_watch_the_whole_list() {
     let setup = start();
-    let endpoints = ClientEndpoints::bind(1, &setup.client_tls).expect("client endpoint");
-    let connection = bounded("connect", endpoints.connect(setup.addr)).await.expect("connects");
-    let node = engine::testing::node(8);
-    bounded("register", connection.register(node.clone())).await.expect("registers");
-    setup.server.jobs().register(job("api", 1)).expect("job registers");
-    let mut watch = bounded("watch", connection.watch_allocs(node.id, node.secret_id, 0)).await.expect("opens");
-    let mut first = bounded("push", watch.next()).await.expect("push");
-    while first.allocs.is_empty() {
-        first = bounded("push", watch.next()).await.expect("push");
-    }
+    let Watching { endpoints: _endpoints, connection, node, mut watch, first } = watching_api(&setup).await;
     let api = first.allocs[0].id;
     assert_eq!(first.listed, vec![api]);
 
@@ -281,6 +288,17 @@ async fn a_watch_pushes_only_what_changed_and_an_earlier_builds_watch_the_whole_
     assert_eq!(next.listed.len(), 2);
     assert!(next.listed.contains(&api) && next.listed.contains(&next.allocs[0].id));
 
+    // A resumed watch's stream pushes everything first (the agent's index
+    // may come from another server's timeline), changes after that.
+    let mut resumed =
+        bounded("watch", connection.watch_allocs(node.id, node.secret_id, next.index)).await.expect("opens");
+    setup.server.jobs().register(job("db", 1)).expect("job registers");
+    let first_resumed = bounded("push", resumed.next()).await.expect("push");
+    let mut jobs: Vec<_> = first_resumed.allocs.iter().map(|alloc| alloc.job_id.to_string()).collect();
+    jobs.sort_unstable();
+    assert_eq!(jobs, vec!["api", "cache", "db"]);
+    assert_eq!(first_resumed.listed.len(), 3);
+
     let mut earlier = Vec::new();
     let request = WatchAllocsRequest { node_id: node.id, secret_id: node.secret_id, last_index: 0 };
     request.to_frame(1).encode(&mut earlier).expect("encodes");
@@ -288,7 +306,7 @@ async fn a_watch_pushes_only_what_changed_and_an_earlier_builds_watch_the_whole_
     let whole = AllocsPush::from_frame(&frame).expect("the whole list");
     let mut jobs: Vec<_> = whole.allocs.iter().map(|alloc| alloc.job_id.to_string()).collect();
     jobs.sort_unstable();
-    assert_eq!(jobs, vec!["api", "cache"]);
+    assert_eq!(jobs, vec!["api", "cache", "db"]);
     setup.listener.close().await;
     setup.server.shutdown();
 }
