@@ -293,9 +293,10 @@ fn ack_loop(ctx: &WorkerContext, to_ack: Receiver<Unacked>) {
     }
 }
 
-/// Waits for an eval's writes, then acks it, or nacks it if one was refused.
+/// Waits for all of an eval's writes, then acks it, or nacks it if one was
+/// refused (what the others wrote is written before the eval goes back).
 fn settle(ctx: &WorkerContext, Unacked { eval, token, writes }: Unacked) {
-    let refused = writes.into_iter().map(PendingWrite::wait).filter_map(Result::err).next();
+    let refused = writes.into_iter().filter_map(|write| write.wait().err()).reduce(|first, _| first);
     match refused {
         None => ack(ctx, eval, token),
         Some(error) => {
