@@ -135,11 +135,15 @@ pub fn client_config(crypto: Arc<quinn::crypto::rustls::QuicClientConfig>) -> qu
 /// hundred datagrams: 10,000 agents connecting, or a plan's pushes
 /// answered at once, overflowed it and lost a sixth of the datagrams, each
 /// loss a retransmission after QUIC's probe timeout (heartbeats unanswered
-/// for seconds, handshakes retried, `docs/transport.md`). Linux caps the
-/// request at `net.core.rmem_max` / `wmem_max`; [`endpoint`] warns when
-/// the cap leaves a server's socket less than this (an agent's one
-/// connection needs far less, so an agent takes what it is given).
-pub const SOCKET_BUFFER: usize = 8 * 1024 * 1024;
+/// for seconds, handshakes retried, `docs/transport.md`); 8 MiB still
+/// overflowed when 10,000 agents answered a system job's pushes at once.
+/// It is a bound, not an allocation: the kernel holds only what waits.
+/// Linux caps the request at `net.core.rmem_max` / `wmem_max`; a process
+/// with `CAP_NET_ADMIN` (a server run as root) asks past the caps, and
+/// [`endpoint`] warns when a server's socket is still left less than this
+/// (an agent's one connection needs far less, so an agent takes what it is
+/// given).
+pub const SOCKET_BUFFER: usize = 32 * 1024 * 1024;
 
 /// A quinn endpoint on `addr` (a server's when `server` is given), its
 /// socket's buffers sized by [`SOCKET_BUFFER`]. Call from within a tokio
@@ -162,7 +166,10 @@ fn udp_socket(addr: SocketAddr, warn_if_capped: bool) -> io::Result<std::net::Ud
     }
     socket.set_recv_buffer_size(SOCKET_BUFFER)?;
     socket.set_send_buffer_size(SOCKET_BUFFER)?;
-    let (received, sent) = (socket.recv_buffer_size()?, socket.send_buffer_size()?);
+    let (mut received, mut sent) = (socket.recv_buffer_size()?, socket.send_buffer_size()?);
+    if received.min(sent) < SOCKET_BUFFER && force_buffers(&socket) {
+        (received, sent) = (socket.recv_buffer_size()?, socket.send_buffer_size()?);
+    }
     // Linux grants up to its cap and reports twice the grant (its own
     // bookkeeping counts in it): a report below the request means a cap
     // under half of it.
@@ -174,14 +181,34 @@ fn udp_socket(addr: SocketAddr, warn_if_capped: bool) -> io::Result<std::net::Ud
                 send_kib = sent / 1024,
                 wanted_kib = SOCKET_BUFFER / 1024,
                 "the kernel capped the UDP socket buffers: under bursts (thousands of agents connecting, \
-                 a large plan's pushes) datagrams are dropped and sent again; raise net.core.rmem_max and \
-                 net.core.wmem_max to at least {}",
+                 a large plan's pushes) datagrams are dropped and sent again; run the server with \
+                 CAP_NET_ADMIN, or raise net.core.rmem_max and net.core.wmem_max to at least {}",
                 SOCKET_BUFFER / 2
             );
         });
     }
     socket.bind(&addr.into())?;
     Ok(socket.into())
+}
+
+/// Asks for [`SOCKET_BUFFER`] past the kernel's caps, which a process with
+/// `CAP_NET_ADMIN` (a server run as root) may; whether it was granted.
+#[cfg(target_os = "linux")]
+fn force_buffers(socket: &Socket) -> bool {
+    use nix::sys::socket::{setsockopt, sockopt};
+    use std::os::fd::AsRawFd;
+    let fd = socket.as_raw_fd();
+    let forced = setsockopt(fd, sockopt::RcvBufForce, &SOCKET_BUFFER)
+        .and_then(|()| setsockopt(fd, sockopt::SndBufForce, &SOCKET_BUFFER));
+    if let Err(error) = &forced {
+        tracing::debug!(%error, "the UDP socket buffers stay within the kernel's caps");
+    }
+    forced.is_ok()
+}
+
+#[cfg(not(target_os = "linux"))]
+fn force_buffers(_socket: &Socket) -> bool {
+    false
 }
 
 #[cfg(test)]
@@ -194,14 +221,26 @@ mod tests {
     }
 
     #[test]
-    fn an_endpoints_socket_has_the_buffers_asked_for_up_to_the_kernels_cap() {
+    fn an_endpoints_socket_has_the_buffers_asked_for_past_the_kernels_cap_where_privileged() {
         let socket = Socket::from(udp_socket("127.0.0.1:0".parse().expect("an address"), true).expect("binds"));
         let (Some(rmem_max), Some(wmem_max)) = (kernel_max("rmem_max"), kernel_max("wmem_max")) else {
             return; // not Linux: no caps to compare with
         };
-        // Linux grants the request up to its maximum and reports twice that.
-        assert_eq!(socket.recv_buffer_size().expect("reads"), 2 * SOCKET_BUFFER.min(rmem_max));
-        assert_eq!(socket.send_buffer_size().expect("reads"), 2 * SOCKET_BUFFER.min(wmem_max));
+        // Linux grants the request up to its maximum, or all of it to a
+        // process with CAP_NET_ADMIN, and reports twice the grant.
+        let received = socket.recv_buffer_size().expect("reads");
+        let sent = socket.send_buffer_size().expect("reads");
+        let forced = (received, sent) == (2 * SOCKET_BUFFER, 2 * SOCKET_BUFFER);
+        let capped = (received, sent) == (2 * SOCKET_BUFFER.min(rmem_max), 2 * SOCKET_BUFFER.min(wmem_max));
+        assert!(forced || capped, "granted {received} and {sent} bytes of {SOCKET_BUFFER} asked");
+        let privileged = std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|status| {
+                status.lines().find_map(|line| line.strip_prefix("CapEff:").map(str::trim).map(String::from))
+            })
+            .and_then(|caps| u64::from_str_radix(&caps, 16).ok())
+            .is_some_and(|caps| caps & (1 << 12) != 0); // CAP_NET_ADMIN
+        assert_eq!(forced, privileged || SOCKET_BUFFER <= rmem_max.min(wmem_max), "forced exactly where privileged");
         assert!(socket.local_addr().expect("bound").as_socket().is_some_and(|addr| addr.port() != 0));
     }
 }
