@@ -139,10 +139,10 @@ pub fn client_config(crypto: Arc<quinn::crypto::rustls::QuicClientConfig>) -> qu
 /// overflowed when 10,000 agents answered a system job's pushes at once.
 /// It is a bound, not an allocation: the kernel holds only what waits.
 /// Linux caps the request at `net.core.rmem_max` / `wmem_max`; a process
-/// with `CAP_NET_ADMIN` (a server run as root) asks past the caps, and
-/// [`endpoint`] warns when a server's socket is still left less than this
-/// (an agent's one connection needs far less, so an agent takes what it is
-/// given).
+/// with `CAP_NET_ADMIN` (a server, or an agent, run as root) asks past the
+/// caps, and [`endpoint`] warns when a server's socket is still left less
+/// than this (an agent's one connection needs far less, so an agent takes
+/// what it is given without a warning).
 pub const SOCKET_BUFFER: usize = 32 * 1024 * 1024;
 
 /// A quinn endpoint on `addr` (a server's when `server` is given), its
