@@ -583,8 +583,8 @@ impl Message for AllocsPush {
 /// What changed in the node's allocations as of `index`: each allocation
 /// stored anew after the last index pushed on the watch's stream (every
 /// one in a stream's first push, resumed or not), and the ids of every
-/// allocation on the node, so the agent drops the ones no longer listed. Those left out
-/// are as the agent last saw them, so it holds what an [`AllocsPush`]
+/// allocation on the node, so the agent drops the ones no longer listed.
+/// Those left out are as the agent last saw them, so it holds what an [`AllocsPush`]
 /// would have said, for a fraction of the bytes: a placement is sent once,
 /// not again with every later push to its node.
 #[derive(Clone, Debug, PartialEq)]
